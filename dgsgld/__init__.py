@@ -1,0 +1,44 @@
+"""dgsgld: decentralized stochastic gradient Langevin sampling over time-varying networks.
+
+Write a model as JAX functions, split the data across agents, pick a network schedule, and get
+every chain of an experiment from one compiled call::
+
+    potential = dgsgld.Potential(log_likelihood, log_prior, data)
+    trace = dgsgld.sample(dgsgld.diging_sgld(step_size=0.01), potential, mixing, init, key,
+                          num_steps=100)
+"""
+
+from . import metrics as metrics
+from .potential import Potential as Potential
+from .potential import pad_agent_data as pad_agent_data
+from .run import Divergence as Divergence
+from .run import DivergenceError as DivergenceError
+from .run import Trace as Trace
+from .run import mixing_at as mixing_at
+from .run import as_mixing_stack as as_mixing_stack
+from .run import chain_keys as chain_keys
+from .run import sample as sample
+from .samplers import DESGLD as DESGLD
+from .samplers import DIGingSGLD as DIGingSGLD
+from .samplers import EXTRASGLD as EXTRASGLD
+from .samplers import SGLD as SGLD
+from .samplers import DESGLDState as DESGLDState
+from .samplers import DIGingState as DIGingState
+from .samplers import EXTRAState as EXTRAState
+from .samplers import SamplingAlgorithm as SamplingAlgorithm
+from .samplers import SGLDState as SGLDState
+from .samplers import de_sgld as de_sgld
+from .samplers import diging_sgld as diging_sgld
+from .samplers import extra_sgld as extra_sgld
+from .samplers import sgld as sgld
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # Subpackages with heavier set-up code load on first use.
+    if name in {"networks", "theory", "experiments"}:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'dgsgld' has no attribute {name!r}")

@@ -1,0 +1,61 @@
+"""Communication networks for decentralized sampling: mixing-matrix schedules and their diagnostics.
+
+A schedule is a stack of ``P`` symmetric, doubly stochastic ``(N, N)`` mixing matrices used
+cyclically, ``W⁽ᵏ⁾ = matrices[k % P]``, with ``x⁺ = W @ x`` (``W[i, j]`` is the weight agent ``i`` puts
+on agent ``j``). Generators return a :class:`Schedule` (an ``eqx.Module``) that ``dgsgld.sample``
+accepts wherever it accepts a raw ``(P, N, N)`` array.
+"""
+
+from .diagnostics import Delta as Delta
+from .diagnostics import delta as delta
+from .diagnostics import smallest_joint_connectivity_window as smallest_joint_connectivity_window
+from .diagnostics import spectral_gap as spectral_gap
+from .diagnostics import union_graph as union_graph
+from .drawing import draw_snapshot as draw_snapshot
+from .schedules import Schedule as Schedule
+from .schedules import as_schedule as as_schedule
+from .schedules import barbell as barbell
+from .schedules import complete as complete
+from .schedules import erdos_renyi as erdos_renyi
+from .schedules import from_graph as from_graph
+from .schedules import from_graphs as from_graphs
+from .schedules import from_matrices as from_matrices
+from .schedules import grid as grid
+from .schedules import link_failures as link_failures
+from .schedules import lollipop as lollipop
+from .schedules import one_peer_exponential as one_peer_exponential
+from .schedules import random_regular as random_regular
+from .schedules import ring as ring
+from .schedules import star as star
+from .validation import validate_schedule as validate_schedule
+from .weights import max_degree_weights as max_degree_weights
+from .weights import metropolis_hastings_weights as metropolis_hastings_weights
+from .weights import metropolis_weights as metropolis_weights
+
+__all__ = [
+    "Delta",
+    "Schedule",
+    "as_schedule",
+    "barbell",
+    "complete",
+    "delta",
+    "draw_snapshot",
+    "erdos_renyi",
+    "from_graph",
+    "from_graphs",
+    "from_matrices",
+    "grid",
+    "link_failures",
+    "lollipop",
+    "max_degree_weights",
+    "metropolis_hastings_weights",
+    "metropolis_weights",
+    "one_peer_exponential",
+    "random_regular",
+    "ring",
+    "smallest_joint_connectivity_window",
+    "spectral_gap",
+    "star",
+    "union_graph",
+    "validate_schedule",
+]

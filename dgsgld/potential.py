@@ -1,0 +1,261 @@
+"""Agent potentials built from a user's log-likelihood and log-prior, with their gradients.
+
+Agent ``i`` holds data ``D_i`` and the potential (eqs. 4.2, 4.3 of the paper)
+
+    f_i(x) = -sum_{d in D_i} log p(d | x) - log p(x) / N,
+
+so that ``sum_i f_i`` is the negative log-posterior. Gradients come from ``jax.grad``; the
+per-datum log-likelihood is ``vmap``-ed over the local data. The stochastic estimator draws a
+mini-batch ``S`` of ``b`` local data inside the compiled loop and returns the unbiased
+
+    (n_i / b) sum_{d in S} grad(-log p(d | x)) + grad(-log p(x)) / N.
+"""
+
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._types import Array, PRNGKey, PyTree
+
+__all__ = ["Potential", "pad_agent_data"]
+
+
+def pad_agent_data(datasets: Sequence[PyTree]) -> tuple[PyTree, Array]:
+    """Stack per-agent data sets of different sizes into padded arrays and a mask.
+
+    Args:
+        datasets: one pytree per agent; every leaf of agent ``i`` has leading size ``n_i >= 1``.
+
+    Returns:
+        ``(data, mask)``: leaves ``(N, max_i n_i, ...)`` and a boolean mask ``(N, max_i n_i)``
+        whose row ``i`` is ``n_i`` ones then zeros. Padding repeats the agent's first datum, so
+        that a likelihood evaluated on padding stays finite (its value is masked out).
+    """
+    if len(datasets) == 0:
+        raise ValueError("`datasets` must hold at least one agent's data; got an empty sequence.")
+    structure = jax.tree.structure(datasets[0])
+    sizes = []
+    for i, d in enumerate(datasets):
+        if jax.tree.structure(d) != structure:
+            raise ValueError(
+                f"`datasets`[{i}] has pytree structure {jax.tree.structure(d)}, "
+                f"expected {structure} like agent 0."
+            )
+        lens = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in jax.tree.leaves(d)}
+        if len(lens) != 1 or None in lens:
+            raise ValueError(
+                f"`datasets`[{i}]: every leaf needs the same leading (local data) size; got {lens}."
+            )
+        (n,) = lens
+        if n < 1:
+            raise ValueError(f"`datasets`[{i}] is empty; every agent needs at least one datum.")
+        sizes.append(n)
+    n_max = max(sizes)
+
+    def pad(*leaves):
+        out = []
+        for leaf, n in zip(leaves, sizes):
+            leaf = np.asarray(leaf)
+            fill = np.repeat(leaf[:1], n_max - n, axis=0)
+            out.append(np.concatenate([leaf, fill], axis=0))
+        return jnp.asarray(np.stack(out))
+
+    data = jax.tree.map(pad, *datasets)
+    mask = jnp.asarray(np.arange(n_max)[None, :] < np.asarray(sizes)[:, None])
+    return data, mask
+
+
+class Potential(eqx.Module):
+    """The agents' potentials ``f_i`` and their (stochastic) gradients.
+
+    Args:
+        log_likelihood: ``(params, datum) -> scalar``, the log-likelihood of ONE datum;
+            ``params`` may be any pytree. ``None`` when ``gradient_fn`` is given.
+        log_prior: ``params -> scalar``; its gradient is split evenly over the agents
+            (each adds ``grad log_prior / N``). ``None`` means a flat prior.
+        data: a pytree whose leaves are ``(N, n_local, ...)``: agent, local datum, datum shape.
+        batch_size: mini-batch size ``b`` per agent per step, or ``None`` for the full local
+            batch. Must not exceed the smallest local data size.
+        mask: optional ``(N, n_local)`` boolean array marking real data when agents hold
+            different amounts (see :func:`pad_agent_data`); each row must be ones then zeros.
+        replace: draw mini-batches with replacement (default: without).
+        gradient_fn: optional oracle ``(params, agent_data, key) -> grad`` of ``f_i`` for models
+            that do not factor per datum; ``agent_data`` is the agent's slice of ``data``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> ll = lambda theta, d: -0.5 * (d[0] @ theta - d[1]) ** 2
+        >>> data = (jnp.ones((4, 3, 2)), jnp.zeros((4, 3)))
+        >>> pot = Potential(ll, lambda t: -0.5 * t @ t, data)
+        >>> pot.full_grad(jnp.zeros((4, 2))).shape
+        (4, 2)
+    """
+
+    data: PyTree
+    mask: Array | None
+    log_likelihood: Callable | None = eqx.field(static=True)
+    log_prior: Callable | None = eqx.field(static=True)
+    batch_size: int | None = eqx.field(static=True)
+    replace: bool = eqx.field(static=True)
+    gradient_fn: Callable | None = eqx.field(static=True)
+    num_agents: int = eqx.field(static=True)
+    local_size: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        log_likelihood: Callable | None,
+        log_prior: Callable | None,
+        data: PyTree,
+        batch_size: int | None = None,
+        *,
+        mask: Array | None = None,
+        replace: bool = False,
+        gradient_fn: Callable | None = None,
+    ):
+        if log_likelihood is None and gradient_fn is None:
+            raise ValueError("Give `log_likelihood` or `gradient_fn`; both are None.")
+        if log_likelihood is not None and not callable(log_likelihood):
+            raise ValueError(f"`log_likelihood` must be callable; got {type(log_likelihood)}.")
+        if log_prior is not None and not callable(log_prior):
+            raise ValueError(f"`log_prior` must be callable or None; got {type(log_prior)}.")
+        leaves = jax.tree.leaves(data)
+        if not leaves:
+            raise ValueError("`data` must be a pytree with at least one array leaf.")
+        shapes = [np.shape(leaf) for leaf in leaves]
+        if any(len(s) < 2 for s in shapes):
+            raise ValueError(
+                f"`data` leaves must be (num_agents, local_size, ...); got shapes {shapes}."
+            )
+        if len({s[:2] for s in shapes}) != 1:
+            raise ValueError(
+                "`data` leaves disagree on (num_agents, local_size): "
+                f"got leading shapes {[s[:2] for s in shapes]}."
+            )
+        num_agents, local_size = shapes[0][:2]
+        if mask is not None:
+            mask_np = np.asarray(mask)
+            if mask_np.shape != (num_agents, local_size):
+                raise ValueError(
+                    f"`mask` must have shape (num_agents, local_size) = "
+                    f"{(num_agents, local_size)}; got {mask_np.shape}."
+                )
+            mask_np = mask_np.astype(bool)
+            counts = mask_np.sum(axis=1)
+            prefix = np.arange(local_size)[None, :] < counts[:, None]
+            if not (mask_np == prefix).all():
+                raise ValueError("`mask` rows must be ones followed by zeros (see pad_agent_data).")
+            if counts.min() < 1:
+                raise ValueError(f"`mask`: agent {int(counts.argmin())} holds no data.")
+            smallest = int(counts.min())
+            mask = jnp.asarray(mask_np)
+        else:
+            smallest = local_size
+        if batch_size is not None:
+            if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+                raise ValueError(f"`batch_size` must be an int or None; got {batch_size!r}.")
+            if not 1 <= batch_size <= smallest:
+                raise ValueError(
+                    f"`batch_size` must be between 1 and the smallest local data size "
+                    f"({smallest}); got {batch_size}."
+                )
+            batch_size = int(batch_size)
+        self.data = jax.tree.map(jnp.asarray, data)
+        self.mask = mask
+        self.log_likelihood = log_likelihood
+        self.log_prior = log_prior
+        self.batch_size = batch_size
+        self.replace = bool(replace)
+        self.gradient_fn = gradient_fn
+        self.num_agents = int(num_agents)
+        self.local_size = int(local_size)
+
+    # -- one agent -------------------------------------------------------------------------
+
+    def _local_counts(self) -> Array:
+        if self.mask is None:
+            return jnp.full((self.num_agents,), self.local_size)
+        return self.mask.sum(axis=1)
+
+    def _prior_term(self, params: PyTree) -> Array:
+        if self.log_prior is None:
+            return jnp.zeros(())
+        return -self.log_prior(params) / self.num_agents
+
+    def _local_value(self, params, agent_data, weights, scale) -> Array:
+        """``-scale * sum_j weights_j log p(d_j | params) - log p(params) / N``."""
+        ll = jax.vmap(self.log_likelihood, in_axes=(None, 0))(params, agent_data)
+        return -scale * jnp.sum(weights * ll) + self._prior_term(params)
+
+    def _batch(self, key: PRNGKey, count: Array) -> Array:
+        """Indices ``(b,)`` of a uniform mini-batch among an agent's first ``count`` data."""
+        b = self.batch_size
+        if self.replace:
+            return jax.random.randint(key, (b,), 0, count)
+        # Without replacement: the b smallest of i.i.d. uniforms over the valid entries.
+        u = jax.random.uniform(key, (self.local_size,))
+        u = jnp.where(jnp.arange(self.local_size) < count, u, 2.0)
+        return jax.lax.top_k(-u, b)[1]
+
+    def _agent_grad(self, params, agent_data, count, weights, key):
+        if self.gradient_fn is not None:
+            return self.gradient_fn(params, agent_data, key)
+        if self.batch_size is None:
+            return jax.grad(self._local_value)(params, agent_data, weights, 1.0)
+        idx = self._batch(key, count)
+        batch = jax.tree.map(lambda leaf: leaf[idx], agent_data)
+        scale = count / self.batch_size
+        ones = jnp.ones((self.batch_size,))
+        return jax.grad(self._local_value)(params, batch, ones, scale)
+
+    def _weights(self) -> Array:
+        if self.mask is None:
+            return jnp.ones((self.num_agents, self.local_size))
+        return self.mask.astype(jnp.result_type(float))
+
+    # -- all agents ------------------------------------------------------------------------
+
+    def grad(self, positions: PyTree, key: PRNGKey) -> PyTree:
+        """Stochastic gradients of every agent's potential at its own position.
+
+        Args:
+            positions: pytree with leaves ``(N, *param_shape)``.
+            key: PRNG key; split into one key per agent.
+
+        Returns:
+            Pytree like ``positions``: agent ``i``'s unbiased estimate of ``grad f_i(x_i)``.
+        """
+        keys = jax.random.split(key, self.num_agents)
+        weights = self._weights().astype(jax.tree.leaves(positions)[0].dtype)
+        return jax.vmap(self._agent_grad)(
+            positions, self.data, self._local_counts(), weights, keys
+        )
+
+    def full_grad(self, positions: PyTree) -> PyTree:
+        """Exact full-batch gradients ``grad f_i(x_i)``; leaves ``(N, *param_shape)``."""
+        if self.log_likelihood is None:
+            raise ValueError("`full_grad` needs `log_likelihood`; this potential has an oracle.")
+        weights = self._weights().astype(jax.tree.leaves(positions)[0].dtype)
+        one = jax.grad(self._local_value)
+        return jax.vmap(one, in_axes=(0, 0, 0, None))(positions, self.data, weights, 1.0)
+
+    def agent_values(self, positions: PyTree) -> Array:
+        """Full-batch potentials ``f_i(x_i)``, shape ``(N,)``."""
+        if self.log_likelihood is None:
+            raise ValueError("`agent_values` needs `log_likelihood`; this potential has an oracle.")
+        weights = self._weights().astype(jax.tree.leaves(positions)[0].dtype)
+        return jax.vmap(self._local_value, in_axes=(0, 0, 0, None))(
+            positions, self.data, weights, 1.0
+        )
+
+    def value(self, params: PyTree) -> Array:
+        """The pooled potential ``f(x) = sum_i f_i(x)`` (negative log-posterior) at one point."""
+        stacked = jax.tree.map(lambda p: jnp.broadcast_to(p, (self.num_agents, *jnp.shape(p))), params)
+        return jnp.sum(self.agent_values(stacked))
+
+    def pooled_grad(self, params: PyTree, key: PRNGKey) -> PyTree:
+        """Stochastic gradient of ``f = sum_i f_i`` at one point (the centralized sampler's)."""
+        stacked = jax.tree.map(lambda p: jnp.broadcast_to(p, (self.num_agents, *jnp.shape(p))), params)
+        return jax.tree.map(lambda g: jnp.sum(g, axis=0), self.grad(stacked, key))

@@ -1,0 +1,340 @@
+"""``sample``: every chain of an experiment in one compiled call.
+
+The runner ``lax.scan``-s the sampler's ``step`` over iterations, feeding ``W⁽ᵏ⁾ = stack[k % P]``,
+and ``vmap``-s it across chains inside the scan body, so cross-chain statistics can be streamed
+(see ``ensemble_fn``). It is compiled once per shape and configuration: a new step size, new
+data of the same shapes or new initial positions reuse the compiled run.
+
+Randomness: chain ``c`` draws from ``fold_in(key, c)``, split into an init key and a run key, and
+step ``k`` of that chain uses ``fold_in(run_key, k)``. So the draws of a chain do not depend on
+how many chains run beside it, how they are batched or sharded, or how the iterations are split
+into calls (a run resumed from ``trace.state`` with the same key continues identically).
+"""
+
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _validation
+from ._types import Array, PRNGKey, PyTree
+from .potential import Potential
+from .samplers.base import SamplingAlgorithm
+
+__all__ = [
+    "Divergence",
+    "DivergenceError",
+    "Trace",
+    "sample",
+    "as_mixing_stack",
+    "mixing_at",
+    "chain_keys",
+]
+
+
+class Divergence(NamedTuple):
+    """Where each chain first became non-finite.
+
+    Attributes:
+        iteration: ``(num_chains,)`` first iteration with a non-finite position, ``-1`` if none.
+        agent: ``(num_chains,)`` the first agent non-finite at that iteration (``0`` for the
+            centralized sampler), ``-1`` if none.
+    """
+
+    iteration: Array
+    agent: Array
+
+
+class DivergenceError(FloatingPointError):
+    """Raised by :func:`sample` when a chain's positions become non-finite."""
+
+
+class Trace(NamedTuple):
+    """What :func:`sample` returns. Iteration axes hold iterations ``0, thin, 2 thin, ...``.
+
+    Attributes:
+        positions: leaves ``(num_chains, num_kept, N, *param_shape)`` (no agent axis for the
+            centralized sampler); ``None`` when not stored.
+        values: ``trace_fn(state)`` per chain and kept iteration, leaves ``(num_chains,
+            num_kept, ...)``; ``None`` without ``trace_fn``.
+        ensemble: ``ensemble_fn(states)`` per kept iteration (over all chains at once), leaves
+            ``(num_kept, ...)``; ``None`` without ``ensemble_fn``.
+        state: the final sampler state of every chain (leaves ``(num_chains, ...)``); pass it
+            back as ``init`` to continue the run.
+        divergence: a :class:`Divergence`: first non-finite iteration and agent per chain.
+    """
+
+    positions: PyTree | None
+    values: PyTree | None
+    ensemble: PyTree | None
+    state: Any
+    divergence: Divergence
+
+    @property
+    def diverged(self) -> Array:
+        """``(num_chains,)`` boolean: chains whose positions became non-finite."""
+        return self.divergence.iteration >= 0
+
+
+def as_mixing_stack(mixing):
+    """A ``(P, N, N)`` array from a schedule object (``.matrices``), a stack or one matrix.
+
+    Objects with a ``matrix_at(k)`` method (schedules generated on the fly, sparse schedules)
+    are returned unchanged: the runner asks them for ``W⁽ᵏ⁾`` at each step.
+    """
+    if hasattr(mixing, "matrix_at"):
+        return mixing
+    if hasattr(mixing, "matrices"):
+        mixing = mixing.matrices
+    stack = jnp.asarray(mixing)
+    if stack.ndim == 2:
+        stack = stack[None]
+    return stack
+
+
+def mixing_at(mixing, k: Array):
+    """``W⁽ᵏ⁾``: ``mixing[k % P]`` for a stack, ``mixing.matrix_at(k)`` for a schedule object."""
+    if mixing is None:
+        return None
+    if hasattr(mixing, "matrix_at"):
+        return mixing.matrix_at(k)
+    return mixing[k % mixing.shape[0]]
+
+
+def chain_keys(key: PRNGKey, num_chains: int, start: int = 0) -> Array:
+    """Keys ``fold_in(key, c)`` for chains ``c = start, ..., start + num_chains - 1``."""
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(start, start + num_chains))
+
+
+def _is_state(init) -> bool:
+    return isinstance(init, tuple) and hasattr(init, "_fields") and hasattr(init, "count")
+
+
+def _check_inputs(algorithm, potential, stack, positions) -> int:
+    """Validate before compiling; returns the number of chains."""
+    if not isinstance(algorithm, SamplingAlgorithm):
+        raise ValueError(
+            "`algorithm` must be a sampler such as dgsgld.diging_sgld(step_size=...); "
+            f"got {type(algorithm).__name__}."
+        )
+    if not isinstance(potential, Potential):
+        raise ValueError(f"`potential` must be a dgsgld.Potential; got {type(potential).__name__}.")
+    _validation.check_step_size(algorithm.step_size)
+    leaves = jax.tree.leaves(positions)
+    if not leaves:
+        raise ValueError("`init` must be a pytree with at least one array leaf.")
+    lead = 2 if algorithm.decentralized else 1
+    expect = "(num_chains, num_agents, *param_shape)" if lead == 2 else "(num_chains, *param_shape)"
+    for leaf in leaves:
+        if jnp.ndim(leaf) < lead:
+            raise ValueError(f"`init` leaves must be {expect}; got a leaf of shape {jnp.shape(leaf)}.")
+        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+            raise ValueError(f"`init` leaves must be floating point; got dtype {jnp.result_type(leaf)}.")
+    num_chains = {jnp.shape(leaf)[0] for leaf in leaves}
+    if len(num_chains) != 1:
+        raise ValueError(f"`init` leaves disagree on the number of chains: {sorted(num_chains)}.")
+    if algorithm.decentralized:
+        agents = {jnp.shape(leaf)[1] for leaf in leaves}
+        if agents != {potential.num_agents}:
+            raise ValueError(
+                f"`init` has {sorted(agents)} agents on axis 1 but `potential.data` holds "
+                f"{potential.num_agents}; expected {expect}."
+            )
+        if stack is None:
+            raise ValueError(f"`mixing` is required by {type(algorithm).__name__}; got None.")
+        if hasattr(stack, "matrix_at"):
+            size = getattr(stack, "num_agents", potential.num_agents)
+        else:
+            _validation.check_mixing(stack, name="mixing")
+            size = stack.shape[1]
+        if size != potential.num_agents:
+            raise ValueError(
+                f"`mixing` matrices are {size}x{size} but there are "
+                f"{potential.num_agents} agents; expected (P, {potential.num_agents}, "
+                f"{potential.num_agents})."
+            )
+    # Trace the model once on one chain's shapes so that shape/pytree mistakes in the user's
+    # log-likelihood surface here, with context, rather than deep inside the compiled scan.
+    one = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(jnp.shape(leaf)[1:], jnp.result_type(leaf)), positions)
+    if not algorithm.decentralized:
+        one = jax.tree.map(
+            lambda s: jax.ShapeDtypeStruct((potential.num_agents, *s.shape), s.dtype), one
+        )
+    try:
+        out = jax.eval_shape(potential.grad, one, jax.random.key(0))
+    except Exception as err:  # noqa: BLE001 - re-raised with context
+        shapes = jax.tree.map(lambda s: s.shape, one)
+        raise ValueError(
+            f"The model failed on per-agent parameters of shapes {shapes} (taken from `init`): "
+            f"{type(err).__name__}: {err}"
+        ) from err
+    if jax.tree.structure(out) != jax.tree.structure(one) or any(
+        o.shape != s.shape for o, s in zip(jax.tree.leaves(out), jax.tree.leaves(one))
+    ):
+        raise ValueError(
+            "The gradient of the model does not match the parameters from `init`: got "
+            f"{jax.tree.map(lambda s: s.shape, out)}, expected {jax.tree.map(lambda s: s.shape, one)}."
+        )
+    return num_chains.pop()
+
+
+def sample(
+    algorithm: SamplingAlgorithm,
+    potential: Potential,
+    mixing,
+    init: PyTree,
+    key: PRNGKey,
+    num_steps: int,
+    *,
+    thin: int = 1,
+    trace_fn: Callable[[Any], PyTree] | None = None,
+    ensemble_fn: Callable[[Any], PyTree] | None = None,
+    store_positions: bool | None = None,
+    on_divergence: str = "raise",
+    stop_on_divergence: bool = False,
+) -> Trace:
+    """Run ``num_chains`` independent chains of a sampler for ``num_steps`` iterations.
+
+    Args:
+        algorithm: a sampler, e.g. ``dgsgld.diging_sgld(step_size=0.01)``.
+        potential: the agents' potentials (:class:`dgsgld.Potential`).
+        mixing: a ``(P, N, N)`` stack (``W⁽ᵏ⁾ = mixing[k % P]``), one ``(N, N)`` matrix, or a
+            schedule with ``.matrices`` (``dgsgld.networks``); ``None`` for ``dgsgld.sgld``.
+            ``W[i, j]`` is the weight agent ``i`` puts on agent ``j``: ``x⁺ = W @ x``. Checked
+            to be symmetric, nonnegative and doubly stochastic.
+        init: initial positions, leaves ``(num_chains, N, *param_shape)``
+            (``(num_chains, *param_shape)`` for ``dgsgld.sgld``), or ``trace.state`` of an
+            earlier call to continue it.
+        key: PRNG key.
+        num_steps: iterations to run.
+        thin: keep every ``thin``-th iteration (``num_steps`` must be a multiple).
+        trace_fn: optional ``state -> pytree`` stored per chain and kept iteration instead of
+            the positions (e.g. a metric). Pass the same function object to reuse compilation.
+        ensemble_fn: optional ``states -> pytree`` over all chains at once (leaves
+            ``(num_chains, ...)``) per kept iteration, for streamed cross-chain statistics.
+        store_positions: store positions; defaults to ``True`` unless ``trace_fn`` or
+            ``ensemble_fn`` is given.
+        on_divergence: what to do when a chain's positions become non-finite (checked at every
+            iteration inside the compiled loop): ``"raise"`` a :class:`DivergenceError` naming
+            the first iteration, chain and agent; ``"warn"``; or ``"flag"`` (only set
+            ``trace.divergence``). Under ``jit``/``vmap``/``grad`` only the flag is set.
+        stop_on_divergence: once any chain diverges, stop computing further iterations (the
+            remaining kept iterations repeat the frozen state).
+
+    Returns:
+        A :class:`Trace`.
+    """
+    if on_divergence not in ("raise", "warn", "flag"):
+        raise ValueError(
+            f"`on_divergence` must be 'raise', 'warn' or 'flag'; got {on_divergence!r}."
+        )
+    num_steps = _validation.check_positive_int(num_steps, name="num_steps")
+    thin = _validation.check_positive_int(thin, name="thin")
+    if num_steps % thin:
+        raise ValueError(f"`num_steps` ({num_steps}) must be a multiple of `thin` ({thin}).")
+    resume = _is_state(init)
+    positions = init.position if resume else init
+    stack = None if mixing is None else as_mixing_stack(mixing)
+    num_chains = _check_inputs(algorithm, potential, stack, positions)
+    if store_positions is None:
+        store_positions = trace_fn is None and ensemble_fn is None
+    trace = _run(
+        algorithm, potential, stack, init if resume else None, positions, key,
+        num_chains, num_steps, thin, trace_fn, ensemble_fn, bool(store_positions),
+        bool(stop_on_divergence),
+    )
+    if on_divergence != "flag" and _validation.is_concrete(trace.divergence.iteration):
+        _report_divergence(trace.divergence, on_divergence)
+    return trace
+
+
+def _report_divergence(divergence: Divergence, how: str) -> None:
+    iteration = np.asarray(divergence.iteration)
+    bad = np.flatnonzero(iteration >= 0)
+    if bad.size == 0:
+        return
+    first = bad[np.argmin(iteration[bad])]
+    message = (
+        f"{bad.size} of {iteration.size} chains diverged (non-finite positions); the first at "
+        f"iteration {int(iteration[first])}, chain {int(first)}, agent "
+        f"{int(np.asarray(divergence.agent)[first])}. Reduce the step size, or pass "
+        "on_divergence='flag' to get the trace back with `trace.divergence` set."
+    )
+    if how == "raise":
+        raise DivergenceError(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _first_bad_agent(position: PyTree, decentralized: bool) -> tuple[Array, Array]:
+    """``(any non-finite, first non-finite agent)`` for one chain's position."""
+    if decentralized:
+        per_agent = [
+            ~jnp.all(jnp.isfinite(leaf.reshape(leaf.shape[0], -1)), axis=1)
+            for leaf in jax.tree.leaves(position)
+        ]
+        bad = jnp.any(jnp.stack(per_agent), axis=0)
+        return jnp.any(bad), jnp.argmax(bad).astype(jnp.int32)
+    bad = jnp.any(jnp.stack([~jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(position)]))
+    return bad, jnp.zeros((), jnp.int32)
+
+
+@eqx.filter_jit
+def _run(algorithm, potential, stack, state, positions, key, num_chains, num_steps, thin,
+         trace_fn, ensemble_fn, store_positions, stop_on_divergence):
+    split = jax.vmap(jax.random.split)(chain_keys(key, num_chains))
+    init_keys, run_keys = split[:, 0], split[:, 1]
+    if state is None:
+        state = jax.vmap(algorithm.init, (0, None, 0))(positions, potential, init_keys)
+    step = jax.vmap(algorithm.step, (0, 0, None, None))
+    check = jax.vmap(lambda p: _first_bad_agent(p, algorithm.decentralized))
+
+    def one_step(carry, _):
+        states, div = carry
+        k = states.count[0]
+        keys = jax.vmap(jax.random.fold_in, (0, None))(run_keys, k)
+        states, _ = step(keys, states, potential, mixing_at(stack, k))
+        bad, agent = check(states.position)
+        new = bad & (div.iteration < 0)
+        div = Divergence(
+            jnp.where(new, k + 1, div.iteration).astype(jnp.int32),
+            jnp.where(new, agent, div.agent).astype(jnp.int32),
+        )
+        return (states, div), None
+
+    def run_thin(carry):
+        return jax.lax.scan(one_step, carry, None, length=thin)[0]
+
+    def record(states):
+        return (
+            states.position if store_positions else None,
+            None if trace_fn is None else jax.vmap(trace_fn)(states),
+            None if ensemble_fn is None else ensemble_fn(states),
+        )
+
+    def outer(carry, _):
+        if stop_on_divergence:
+            carry = jax.lax.cond(jnp.any(carry[1].iteration >= 0), lambda c: c, run_thin, carry)
+        else:
+            carry = run_thin(carry)
+        return carry, record(carry[0])
+
+    minus_one = jnp.full((num_chains,), -1, jnp.int32)
+    (final, div), kept = jax.lax.scan(
+        outer, (state, Divergence(minus_one, minus_one)), None, length=num_steps // thin
+    )
+    first = record(state)
+    kept = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, kept)
+    chain_major = lambda tree: jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), tree)  # noqa: E731
+    positions, values, ensemble = kept
+    return Trace(chain_major(positions), chain_major(values), ensemble, final, div)
+
+
+def num_kept(num_steps: int, thin: int = 1) -> int:
+    """Length of the iteration axis of a trace: iterations ``0, thin, ..., num_steps``."""
+    return num_steps // thin + 1
+
+

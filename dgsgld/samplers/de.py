@@ -1,0 +1,52 @@
+"""DE-SGLD: decentralized SGLD (eq. 2.3), the baseline without gradient tracking.
+
+    x⁺ = W x − η ∇̃F(x) + √(2η) w.
+
+Each agent follows its own gradient, so on heterogeneous data the agents keep a network-induced
+bias even with full batches; DIGing-SGLD and EXTRA-SGLD remove it.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .. import _tree
+from .._types import Array, PRNGKey, PyTree, StepSize
+from .base import SamplingAlgorithm
+
+__all__ = ["DESGLDState", "DESGLDInfo", "DESGLD", "de_sgld"]
+
+
+class DESGLDState(NamedTuple):
+    """``position`` leaves ``(N, *param_shape)``; ``count`` the iteration number."""
+
+    position: PyTree
+    count: Array
+
+
+class DESGLDInfo(NamedTuple):
+    step_size: Array
+
+
+class DESGLD(SamplingAlgorithm):
+    """DE-SGLD. Build with :func:`de_sgld`."""
+
+    def init(self, position: PyTree, potential, key: PRNGKey) -> DESGLDState:
+        del potential, key
+        return DESGLDState(position, jnp.zeros((), jnp.int32))
+
+    def step(
+        self, key: PRNGKey, state: DESGLDState, potential, mixing_matrix: Array
+    ) -> tuple[DESGLDState, DESGLDInfo]:
+        eta = _tree.resolve_step_size(self.step_size, state.count)
+        noise_key, grad_key = jax.random.split(key)
+        grad = potential.grad(state.position, grad_key)
+        noise = _tree.normal_like(noise_key, state.position)
+        position = _tree.langevin_update(_tree.mix(mixing_matrix, state.position), grad, noise, eta)
+        return DESGLDState(position, state.count + 1), DESGLDInfo(eta)
+
+
+def de_sgld(step_size: StepSize) -> DESGLD:
+    """DE-SGLD with a constant step size or a schedule ``count -> η``."""
+    return DESGLD(_tree.as_step_size(step_size))

@@ -1,0 +1,59 @@
+"""Centralized SGLD (ULA with full batches) on the pooled potential ``f = sum_i f_i``.
+
+    x⁺ = x − η ∇̃f(x) + √(2η) w.
+
+The reference that the decentralized samplers are compared with: one sampler that sees all the
+data. Positions carry no agent axis; the gradient estimate sums every agent's local estimator
+(a stratified mini-batch when the potential has a ``batch_size``).
+
+Step-size scale: the network average of the decentralized samplers moves like centralized SGLD
+on ``f / N`` with noise ``√(2η/N)``, i.e. like this sampler with step ``η / N``.
+"""
+
+from typing import ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .. import _tree
+from .._types import Array, PRNGKey, PyTree, StepSize
+from .base import SamplingAlgorithm
+
+__all__ = ["SGLDState", "SGLDInfo", "SGLD", "sgld"]
+
+
+class SGLDState(NamedTuple):
+    """``position`` leaves ``(*param_shape)``; ``count`` the iteration number."""
+
+    position: PyTree
+    count: Array
+
+
+class SGLDInfo(NamedTuple):
+    step_size: Array
+
+
+class SGLD(SamplingAlgorithm):
+    """Centralized SGLD. Build with :func:`sgld`; ``mixing_matrix`` is ignored."""
+
+    decentralized: ClassVar[bool] = False
+
+    def init(self, position: PyTree, potential, key: PRNGKey) -> SGLDState:
+        del potential, key
+        return SGLDState(position, jnp.zeros((), jnp.int32))
+
+    def step(
+        self, key: PRNGKey, state: SGLDState, potential, mixing_matrix: Array | None = None
+    ) -> tuple[SGLDState, SGLDInfo]:
+        del mixing_matrix
+        eta = _tree.resolve_step_size(self.step_size, state.count)
+        noise_key, grad_key = jax.random.split(key)
+        grad = potential.pooled_grad(state.position, grad_key)
+        noise = _tree.normal_like(noise_key, state.position)
+        position = _tree.langevin_update(state.position, grad, noise, eta)
+        return SGLDState(position, state.count + 1), SGLDInfo(eta)
+
+
+def sgld(step_size: StepSize) -> SGLD:
+    """Centralized SGLD with a constant step size or a schedule ``count -> η``."""
+    return SGLD(_tree.as_step_size(step_size))
