@@ -52,7 +52,7 @@ def empirical_moments(samples: Array, axis: int = 0, ddof: int = 1) -> tuple[Arr
     """Mean ``(..., d)`` and covariance ``(..., d, d)`` over ``axis`` of ``samples (..., d)``."""
     x = jnp.moveaxis(samples, axis, 0)
     mean = jnp.mean(x, axis=0)
-    centred = x - mean
+    centred = x - mean[None]
     cov = jnp.einsum("c...i,c...j->...ij", centred, centred) / (x.shape[0] - ddof)
     return mean, cov
 

@@ -1,9 +1,9 @@
 """Communication networks for decentralized sampling: mixing-matrix schedules and their diagnostics.
 
 A schedule is a stack of ``P`` symmetric, doubly stochastic ``(N, N)`` mixing matrices used
-cyclically, ``W⁽ᵏ⁾ = matrices[k % P]``, with ``x⁺ = W @ x`` (``W[i, j]`` is the weight agent ``i`` puts
-on agent ``j``). Generators return a :class:`Schedule` (an ``eqx.Module``) that ``dgsgld.sample``
-accepts wherever it accepts a raw ``(P, N, N)`` array.
+cyclically, ``W⁽ᵏ⁾ = matrices[k % P]``, with ``x⁺ = W @ x`` (``W[i, j]`` is the weight agent ``i``
+puts on agent ``j``). Generators return a :class:`Schedule` (an ``eqx.Module``) that
+``dgsgld.sample`` accepts wherever it accepts a raw ``(P, N, N)`` array.
 """
 
 from .diagnostics import Delta as Delta

@@ -28,8 +28,9 @@ def _as_stack(schedule: Any) -> np.ndarray:
 
 
 def _centred(w: np.ndarray) -> np.ndarray:
-    # For doubly stochastic W, (W₁ − J)(W₂ − J) = W₁W₂ − J with J = 11ᵀ/N, so centring each factor
-    # once gives W_B − J for every window without ever forming J-products, and keeps round-off small.
+    # For doubly stochastic W, (W₁ − J)(W₂ − J) = W₁W₂ − J with J = 11ᵀ/N, so centring each
+    # factor once gives W_B − J for every window without forming J-products, and keeps round-off
+    # small.
     return w - 1.0 / w.shape[-1]
 
 
@@ -41,8 +42,8 @@ def _sigma_max(m: np.ndarray) -> np.ndarray:
 def spectral_gap(schedule: Any) -> np.ndarray:
     """Per-matrix spectral gap ``1 − σ_max(W⁽ᵏ⁾ − 11ᵀ/N)``.
 
-    For a symmetric doubly stochastic ``W`` this is ``1 − `` (largest ``|λ|`` over eigenvectors ⟂ 1),
-    i.e. one minus the second largest eigenvalue modulus; it is 0 exactly when the snapshot is
+    For a symmetric doubly stochastic ``W`` this is ``1 −`` (largest ``|λ|`` over eigenvectors
+    ⟂ 1), i.e. one minus the second largest eigenvalue modulus; it is 0 exactly when the snapshot is
     disconnected (or periodic).
 
     Args:
@@ -109,9 +110,7 @@ def delta(schedule: Any, window: int) -> Delta:
     """
     if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
         raise ValueError(f"`window` must be an integer >= 1; got {window!r}.")
-    prod = None
-    for _, prod in _window_products(_centred(_as_stack(schedule)), int(window)):
-        pass
+    *_, (_, prod) = _window_products(_centred(_as_stack(schedule)), int(window))
     per_k = _sigma_max(prod)
     return Delta(per_k, float(per_k.max()))
 
@@ -130,8 +129,9 @@ def smallest_joint_connectivity_window(
     """The smallest ``B`` with ``δ = sup_k σ_max(W_B⁽ᵏ⁾ − 11ᵀ/N) < 1 − tol``, or ``None``.
 
     ``tol`` separates a genuine contraction from round-off around ``δ = 1`` (a disconnected window
-    has ``δ = 1`` exactly). If the union of the graphs over a whole period is disconnected, no ``B``
-    exists at all and ``None`` is returned at once; otherwise ``B`` is searched up to ``max_window``.
+    has ``δ = 1`` exactly). If the union of the graphs over a whole period is disconnected, no
+    ``B`` exists at all and ``None`` is returned at once; otherwise ``B`` is searched up to
+    ``max_window``.
     When ``None`` is returned a ``UserWarning`` says why (unless ``warn=False``).
 
     Args:

@@ -27,7 +27,8 @@ def draw_snapshot(
             ``(P, N, N)`` array); edges come from its adjacency when known, else nonzero weights.
         k: iteration; snapshot ``k % P`` is drawn.
         ax: matplotlib axes; a new figure is made when ``None``.
-        layout: ``"kamada_kawai"`` (needs scipy; falls back to spring), ``"spring"`` or ``"circular"``.
+        layout: ``"kamada_kawai"`` (needs scipy; falls back to spring), ``"spring"`` or
+            ``"circular"``.
         seed: seed of the spring layout.
         edge_weights: scale edge widths by the mixing weights ``W[i, j]``.
         **draw_kwargs: passed to ``networkx.draw_networkx``.
@@ -56,7 +57,9 @@ def draw_snapshot(
     elif layout == "circular":
         pos = nx.circular_layout(graph)
     else:
-        raise ValueError(f"unknown layout {layout!r}; expected 'kamada_kawai', 'spring' or 'circular'.")
+        raise ValueError(
+            f"unknown layout {layout!r}; expected 'kamada_kawai', 'spring' or 'circular'."
+        )
 
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 4))

@@ -1,10 +1,11 @@
-"""Schedules of mixing matrices: the paper's time-varying barbell and lollipop, static graphs, user input.
+"""Mixing-matrix schedules: the paper's time-varying barbell and lollipop, static and user graphs.
 
 A schedule is a stack of ``P`` symmetric doubly stochastic matrices used cyclically,
-``W⁽ᵏ⁾ = matrices[k % P]``, with the mixing convention ``x⁺ = W @ x`` (``W[i, j]`` is the weight agent
-``i`` puts on agent ``j``). Every generator builds its graphs with NumPy on the host (networkx only
-for static families and user graphs), is reproducible from ``seed`` (an int, a
-``numpy.random.Generator`` or a JAX key), and validates what it builds against Assumption 3.2 (i)–(ii).
+``W⁽ᵏ⁾ = matrices[k % P]``, with the mixing convention ``x⁺ = W @ x`` (``W[i, j]`` is the weight
+agent ``i`` puts on agent ``j``). Every generator builds its graphs with NumPy on the host (networkx
+only for static families and user graphs), is reproducible from ``seed`` (an int, a
+``numpy.random.Generator`` or a JAX key), and validates what it builds against Assumption 3.2
+(i)–(ii).
 
 Weight rules: the paper's schedules (:func:`barbell`, :func:`lollipop`) use eq. (4.1) with
 ``eps = 1e-6`` as in its experiments. Every other generator defaults to Metropolis–Hastings weights
@@ -57,8 +58,8 @@ class Schedule(eqx.Module):
     ``dgsgld.sample`` accepts it wherever it accepts a raw ``(P, N, N)`` array.
 
     Attributes:
-        matrices: ``(P, N, N)`` float array; symmetric, nonnegative, doubly stochastic. ``W[i, j]`` is
-            the weight agent ``i`` puts on agent ``j`` (``x⁺ = W @ x``).
+        matrices: ``(P, N, N)`` float array; symmetric, nonnegative, doubly stochastic.
+            ``W[i, j]`` is the weight agent ``i`` puts on agent ``j`` (``x⁺ = W @ x``).
         adjacency: ``(P, N, N)`` bool array of the communication graphs (no self-loops), or ``None``
             when only the matrices are known.
         name: a human-readable description (static).
@@ -84,12 +85,14 @@ class Schedule(eqx.Module):
             matrices: ``(P, N, N)`` or ``(N, N)`` (one snapshot) array.
             adjacency: ``None``, or bool graphs of shape ``(P, N, N)`` or ``(N, N)`` (shared).
             name: description used in messages and plots.
-            dtype: storage dtype of ``matrices`` (float32 unless you ask; float64 needs ``jax_enable_x64``).
-            validate: check Assumption 3.2 (i)–(ii) via :func:`validate_schedule` (skipped under ``jit``).
+            dtype: storage dtype of ``matrices`` (float32 by default; float64 needs
+                ``jax_enable_x64``).
+            validate: check Assumption 3.2 (i)–(ii) with :func:`validate_schedule` (shape only
+                under ``jit``).
             tol: tolerance for symmetry and double stochasticity.
 
         Raises:
-            ValueError: if a matrix fails the checks (naming the matrix, the property, the worst entry).
+            ValueError: if a matrix fails a check (naming the matrix, property and worst entry).
         """
         matrices = jnp.asarray(matrices, dtype=dtype)
         if matrices.ndim == 2:
@@ -119,7 +122,7 @@ class Schedule(eqx.Module):
         return self.matrices[k % self.period]
 
     def graph(self, k: int = 0) -> nx.Graph:
-        """The communication graph of snapshot ``k % P`` as a networkx graph (host only, not jittable).
+        """The communication graph of snapshot ``k % P`` as a networkx graph (host only, no jit).
 
         Edges come from ``adjacency`` when known, else from the nonzero off-diagonal weights.
         """
@@ -144,7 +147,9 @@ def _rng(seed: Any) -> np.random.Generator:
         if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
             seed = jax.random.key_data(seed)
         return np.random.default_rng(np.asarray(seed, dtype=np.uint32).ravel().tolist())
-    raise TypeError(f"seed must be an int, a numpy Generator or a JAX key; got {type(seed).__name__}")
+    raise TypeError(
+        f"seed must be an int, a numpy Generator or a JAX key; got {type(seed).__name__}"
+    )
 
 
 def _positive_int(value: Any, name: str, minimum: int = 1) -> int:
@@ -153,9 +158,7 @@ def _positive_int(value: Any, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
-def _build(
-    adj: np.ndarray, weights: WeightRule, eps: float, name: str, dtype: Any
-) -> Schedule:
+def _build(adj: np.ndarray, weights: WeightRule, eps: float, name: str, dtype: Any) -> Schedule:
     """Weights snapshot by snapshot (bounded memory at N = 1000), then wrap and validate."""
     rule = get_weight_rule(weights, eps)
     out = np.empty(adj.shape, dtype=np.dtype(jnp.dtype(dtype)))
@@ -186,9 +189,9 @@ def barbell(
 ) -> Schedule:
     """The paper's time-varying barbell (§4): two cliques joined by one random bridge per iteration.
 
-    Agents ``0..⌈N/2⌉−1`` form one complete graph and ``⌈N/2⌉..N−1`` the other. For each of the ``P``
-    snapshots one agent of each clique is drawn uniformly and the two are linked, so every snapshot
-    is one connected graph. Weights: eq. (4.1) with ``eps``.
+    Agents ``0..⌈N/2⌉−1`` form one complete graph and ``⌈N/2⌉..N−1`` the other. For each of the
+    ``P`` snapshots one agent of each clique is drawn uniformly and the two are linked, so every
+    snapshot is one connected graph. Weights: eq. (4.1) with ``eps``.
 
     Args:
         num_agents: ``N >= 2``.
@@ -263,10 +266,13 @@ def lollipop(
     r_min, r_max = (int(r) for r in branch_lengths)
     s = _positive_int(num_links, "num_links")
     if not 1 <= r_min <= r_max:
-        raise ValueError(f"`branch_lengths` must satisfy 1 <= r_min <= r_max; got {branch_lengths!r}.")
+        raise ValueError(
+            f"`branch_lengths` must satisfy 1 <= r_min <= r_max; got {branch_lengths!r}."
+        )
     if n - r_max < s:
         raise ValueError(
-            f"lollipop: the clique (N - r_max = {n - r_max} agents) is smaller than num_links = {s}."
+            f"lollipop: the clique (N - r_max = {n - r_max} agents) is smaller than "
+            f"num_links = {s}."
         )
     rng = _rng(seed)
     lengths = rng.integers(r_min, r_max + 1, size=p)
@@ -303,11 +309,15 @@ def from_graph(
     """
     adj = as_adjacency(graph)
     if adj.ndim != 2:
-        raise ValueError(f"from_graph: expected one (N, N) graph; got shape {adj.shape}. Use from_graphs.")
+        raise ValueError(
+            f"from_graph: expected one (N, N) graph; got shape {adj.shape}. Use from_graphs."
+        )
     return _build(adj[None], weights, eps, name or f"graph(N={adj.shape[0]})", dtype)
 
 
-def ring(num_agents: int, *, weights: WeightRule = "metropolis_hastings", dtype: Any = jnp.float32) -> Schedule:
+def ring(
+    num_agents: int, *, weights: WeightRule = "metropolis_hastings", dtype: Any = jnp.float32
+) -> Schedule:
     """Static cycle ``0 − 1 − … − (N−1) − 0`` (a single edge for ``N = 2``)."""
     n = _positive_int(num_agents, "num_agents")
     adj = np.zeros((n, n), dtype=bool)
@@ -317,13 +327,17 @@ def ring(num_agents: int, *, weights: WeightRule = "metropolis_hastings", dtype:
     return _build(adj[None], weights, 0.0, f"ring(N={n})", dtype)
 
 
-def complete(num_agents: int, *, weights: WeightRule = "metropolis_hastings", dtype: Any = jnp.float32) -> Schedule:
+def complete(
+    num_agents: int, *, weights: WeightRule = "metropolis_hastings", dtype: Any = jnp.float32
+) -> Schedule:
     """Static complete graph; with the default weights ``W = 11ᵀ/N`` (exact averaging)."""
     n = _positive_int(num_agents, "num_agents")
     return _build(_clique(n)[None], weights, 0.0, f"complete(N={n})", dtype)
 
 
-def star(num_agents: int, *, weights: WeightRule = "metropolis_hastings", dtype: Any = jnp.float32) -> Schedule:
+def star(
+    num_agents: int, *, weights: WeightRule = "metropolis_hastings", dtype: Any = jnp.float32
+) -> Schedule:
     """Static star with agent 0 at the centre."""
     n = _positive_int(num_agents, "num_agents")
     adj = np.zeros((n, n), dtype=bool)
@@ -339,7 +353,7 @@ def grid(
     weights: WeightRule = "metropolis_hastings",
     dtype: Any = jnp.float32,
 ) -> Schedule:
-    """Static 2-D grid of ``rows × cols`` agents (square if ``cols`` is omitted), row-major numbering.
+    """Static 2-D grid of ``rows × cols`` agents (square if ``cols`` is omitted), row-major.
 
     ``periodic=True`` gives the torus.
     """
@@ -348,7 +362,13 @@ def grid(
     g = nx.grid_2d_graph(r, c, periodic=periodic)
     nodes = [(i, j) for i in range(r) for j in range(c)]
     adj = nx.to_numpy_array(g, nodelist=nodes, weight=None) != 0
-    return _build(as_adjacency(adj)[None], weights, 0.0, f"grid({r}x{c}{', periodic' if periodic else ''})", dtype)
+    return _build(
+        as_adjacency(adj)[None],
+        weights,
+        0.0,
+        f"grid({r}x{c}{', periodic' if periodic else ''})",
+        dtype,
+    )
 
 
 def random_regular(
@@ -360,17 +380,23 @@ def random_regular(
     weights: WeightRule = "metropolis_hastings",
     dtype: Any = jnp.float32,
 ) -> Schedule:
-    """Static random ``degree``-regular graph, redrawn until connected (``N · degree`` must be even)."""
+    """Static random ``degree``-regular graph, redrawn until connected (``N · degree`` even)."""
     n = _positive_int(num_agents, "num_agents", 2)
     d = _positive_int(degree, "degree")
     if d >= n or (n * d) % 2:
-        raise ValueError(f"random_regular: need degree < N and N * degree even; got N={n}, degree={d}.")
+        raise ValueError(
+            f"random_regular: need degree < N and N * degree even; got N={n}, degree={d}."
+        )
     rng = _rng(seed)
     for _ in range(max_tries):
         g = nx.random_regular_graph(d, n, seed=int(rng.integers(2**31)))
         if nx.is_connected(g):
-            return _build(as_adjacency(g)[None], weights, 0.0, f"random_regular(N={n}, d={d})", dtype)
-    raise ValueError(f"random_regular: no connected {d}-regular graph on {n} agents in {max_tries} draws.")
+            return _build(
+                as_adjacency(g)[None], weights, 0.0, f"random_regular(N={n}, d={d})", dtype
+            )
+    raise ValueError(
+        f"random_regular: no connected {d}-regular graph on {n} agents in {max_tries} draws."
+    )
 
 
 def erdos_renyi(
@@ -382,9 +408,9 @@ def erdos_renyi(
     weights: WeightRule = "metropolis_hastings",
     dtype: Any = jnp.float32,
 ) -> Schedule:
-    """Static connected Erdős–Rényi graph ``G(N, p)``: each edge present w.p. ``p``, redrawn until connected.
+    """Static connected Erdős–Rényi graph: ``G(N, p)`` conditioned on connectivity.
 
-    The result is therefore ``G(N, p)`` conditioned on connectivity.
+    Each edge is present independently w.p. ``p``; the graph is redrawn until connected.
     """
     n = _positive_int(num_agents, "num_agents")
     if not 0.0 <= p <= 1.0:
@@ -400,7 +426,7 @@ def erdos_renyi(
     raise ValueError(f"erdos_renyi: no connected G({n}, {p:g}) in {max_tries} draws; increase p.")
 
 
-# ---------------------------------------------------------------- time-varying families and user input
+# ---------------------------------------------------------------- time-varying and user schedules
 
 
 def from_graphs(
@@ -422,12 +448,18 @@ def from_graphs(
     """
     if isinstance(graphs, nx.Graph):
         raise TypeError("from_graphs: expected a sequence of graphs; use from_graph for one graph.")
-    adjs = [as_adjacency(g) for g in graphs] if not hasattr(graphs, "ndim") else list(as_adjacency(graphs))
+    adjs = (
+        [as_adjacency(g) for g in graphs]
+        if not hasattr(graphs, "ndim")
+        else list(as_adjacency(graphs))
+    )
     if not adjs:
         raise ValueError("from_graphs: the sequence of graphs is empty.")
     sizes = {a.shape for a in adjs}
     if len(sizes) != 1 or any(len(s) != 2 for s in sizes):
-        raise ValueError(f"from_graphs: all graphs must be (N, N) with the same N; got shapes {sorted(sizes)}.")
+        raise ValueError(
+            f"from_graphs: all graphs must be (N, N) with the same N; got shapes {sorted(sizes)}."
+        )
     return _build(np.stack(adjs), weights, eps, name, dtype)
 
 
@@ -443,7 +475,7 @@ def from_matrices(
 
     Args:
         stack: the matrices; symmetric, nonnegative and doubly stochastic within ``tol``.
-        adjacency: optional graphs (``(P, N, N)`` or ``(N, N)``); if given, weights off them must be 0.
+        adjacency: optional graphs (``(P, N, N)`` or ``(N, N)``); weights off them must be 0.
         name: description used in error messages.
         tol: tolerance for symmetry and row/column sums.
         dtype: storage dtype.
@@ -460,7 +492,7 @@ def from_matrices(
 
 
 def as_schedule(x: Any, *, name: str = "mixing") -> Schedule:
-    """A :class:`Schedule` as is; anything with ``.matrices`` or an array goes through :func:`from_matrices`."""
+    """A :class:`Schedule` as is; an array or a ``.matrices`` holder via :func:`from_matrices`."""
     if isinstance(x, Schedule):
         return x
     if hasattr(x, "matrices"):
@@ -478,14 +510,15 @@ def link_failures(
     eps: float = 1e-6,
     dtype: Any = jnp.float32,
 ) -> Schedule:
-    """Random link failures: each edge of ``base_graph`` is down independently w.p. ``p`` in each snapshot.
+    """Random link failures: each edge of ``base_graph`` is down w.p. ``p``, independently per step.
 
     Weights are recomputed on the surviving graph of each snapshot. A single snapshot may be
-    disconnected (an isolated agent gets ``W_ii = 1``); Assumption 3.2(iii) asks only that windows of
-    ``B`` snapshots mix jointly — check with :func:`dgsgld.networks.smallest_joint_connectivity_window`.
+    disconnected (an isolated agent gets ``W_ii = 1``); Assumption 3.2(iii) asks only that windows
+    of ``B`` snapshots mix jointly: check with
+    :func:`dgsgld.networks.smallest_joint_connectivity_window`.
 
     Args:
-        base_graph: networkx graph or ``(N, N)`` adjacency, or a :class:`Schedule` (its first graph).
+        base_graph: networkx graph, ``(N, N)`` adjacency, or a :class:`Schedule` (first graph).
         p: failure probability in ``[0, 1]``.
         period: ``P``, number of independent failure patterns before the schedule repeats.
         seed: int, ``numpy.random.Generator`` or JAX key.
@@ -498,7 +531,7 @@ def link_failures(
     """
     if isinstance(base_graph, Schedule):
         base_graph = base_graph.graph(0)
-    base = as_adjacency(np.asarray(base_graph) if isinstance(base_graph, jax.Array) else base_graph)
+    base = as_adjacency(base_graph)
     if base.ndim != 2:
         raise ValueError(f"link_failures: expected one (N, N) base graph; got shape {base.shape}.")
     if not 0.0 <= p <= 1.0:
@@ -510,7 +543,9 @@ def link_failures(
     k, e = np.nonzero(up)
     adj = np.zeros((n_steps, *base.shape), dtype=bool)
     adj[k, iu[e], ju[e]] = adj[k, ju[e], iu[e]] = True
-    return _build(adj, weights, eps, f"link_failures(N={base.shape[0]}, p={p:g}, P={n_steps})", dtype)
+    return _build(
+        adj, weights, eps, f"link_failures(N={base.shape[0]}, p={p:g}, P={n_steps})", dtype
+    )
 
 
 def one_peer_exponential(
@@ -521,16 +556,16 @@ def one_peer_exponential(
 ) -> Schedule:
     """Time-varying one-peer exponential graph (symmetric version).
 
-    ``N`` must be a power of two, ``L = log₂ N``. At step ``k``, with ``τ = k mod L``, agent ``i`` is
-    linked to ``(i ± 2^τ) mod N``. Weights are Metropolis–Hastings, which here means ``1/3`` on each of
-    the two peers and on oneself, or ``1/2``–``1/2`` when the peers coincide (``2^τ = N/2``). Each
-    snapshot is a union of cycles (disconnected for ``τ ≥ 1``), but any ``L`` consecutive snapshots
-    jointly connect all agents.
+    ``N`` must be a power of two, ``L = log₂ N``. At step ``k``, with ``τ = k mod L``, agent ``i``
+    is linked to ``(i ± 2^τ) mod N``. Weights are Metropolis–Hastings, which here means ``1/3`` on
+    each of the two peers and on oneself, or ``1/2``–``1/2`` when the peers coincide
+    (``2^τ = N/2``). Each snapshot is a union of cycles (disconnected for ``τ ≥ 1``), but any
+    ``L`` consecutive snapshots jointly connect all agents.
 
     Args:
         num_agents: ``N``, a power of two ``>= 2``.
-        period: ``P``, a positive multiple of ``L`` (default ``L``), so that ``matrices[k % P]`` uses
-            ``τ = k mod L`` for every ``k``.
+        period: ``P``, a positive multiple of ``L`` (default ``L``), so that ``matrices[k % P]``
+            uses ``τ = k mod L`` for every ``k``.
         dtype: storage dtype.
 
     Example:
@@ -544,10 +579,14 @@ def one_peer_exponential(
     levels = int(math.log2(n))
     n_steps = levels if period is None else _positive_int(period, "period")
     if n_steps % levels:
-        raise ValueError(f"one_peer_exponential: period must be a multiple of log2(N) = {levels}; got {n_steps}.")
+        raise ValueError(
+            f"one_peer_exponential: period must be a multiple of log2(N) = {levels}; got {n_steps}."
+        )
     i = np.arange(n)
     adj = np.zeros((n_steps, n, n), dtype=bool)
     for k in range(n_steps):
         hop = 2 ** (k % levels)
         adj[k, i, (i + hop) % n] = adj[k, i, (i - hop) % n] = True
-    return _build(adj, "metropolis_hastings", 0.0, f"one_peer_exponential(N={n}, P={n_steps})", dtype)
+    return _build(
+        adj, "metropolis_hastings", 0.0, f"one_peer_exponential(N={n}, P={n_steps})", dtype
+    )

@@ -43,9 +43,11 @@ def as_adjacency(adjacency: Any) -> np.ndarray:
     """
     if isinstance(adjacency, nx.Graph):
         if adjacency.is_directed():
-            raise ValueError("adjacency: expected an undirected graph, got a directed networkx graph")
+            raise ValueError(
+                "adjacency: expected an undirected graph, got a directed networkx graph"
+            )
         nodes = list(adjacency.nodes)
-        # Integer labels 0..N-1 are agent indices; keep them in that order whatever the insertion order.
+        # Integer labels 0..N-1 are agent indices: keep label order, not insertion order.
         if all(isinstance(v, int) for v in nodes) and set(nodes) == set(range(len(nodes))):
             nodes = list(range(len(nodes)))
         adj = nx.to_numpy_array(adjacency, nodelist=nodes, weight=None) != 0
@@ -62,7 +64,7 @@ def as_adjacency(adjacency: Any) -> np.ndarray:
 
 
 def _weights_from_edge_values(adj: np.ndarray, edge_value: np.ndarray) -> np.ndarray:
-    """Put ``edge_value`` on the edges of ``adj`` and the complement of each row sum on the diagonal."""
+    """``edge_value`` on the edges of ``adj``; the complement of each row sum on the diagonal."""
     w = np.where(adj, edge_value, 0.0)
     n = adj.shape[-1]
     w[..., np.arange(n), np.arange(n)] = 1.0 - w.sum(axis=-1)
@@ -72,11 +74,12 @@ def _weights_from_edge_values(adj: np.ndarray, edge_value: np.ndarray) -> np.nda
 def metropolis_weights(adjacency: Any, eps: float = 1e-6) -> np.ndarray:
     """Metropolis constant edge-weight rule of the paper, eq. (4.1).
 
-    ``W_ij = 1 / (max(deg_i, deg_j) + eps)`` on edges, ``0`` off the graph, ``W_ii = 1 − Σ_{j≠i} W_ij``.
-    Since each of the ``deg_i`` terms of row ``i`` is at most ``1/(deg_i + eps)``, the diagonal is at
-    least ``eps / (deg_i + eps) > 0``: tiny, but positive, which is what makes the chain aperiodic.
-    With ``eps → 0`` a bipartite graph (even ring, star, grid) gets an eigenvalue near ``−1``; prefer
-    :func:`metropolis_hastings_weights` there.
+    ``W_ij = 1 / (max(deg_i, deg_j) + eps)`` on edges, ``0`` off the graph and
+    ``W_ii = 1 − Σ_{j≠i} W_ij``. Each of the ``deg_i`` terms of row ``i`` is at most
+    ``1/(deg_i + eps)``, so the diagonal is at least ``eps / (deg_i + eps) > 0``: tiny, but
+    positive, which is what makes the chain aperiodic. With ``eps → 0`` a bipartite graph (even
+    ring, star, grid) gets an eigenvalue near ``−1``; prefer :func:`metropolis_hastings_weights`
+    there.
 
     Args:
         adjacency: graph, ``(N, N)`` or ``(P, N, N)`` adjacency (see :func:`as_adjacency`).
@@ -127,7 +130,7 @@ def metropolis_hastings_weights(adjacency: Any) -> np.ndarray:
 
 
 def max_degree_weights(adjacency: Any) -> np.ndarray:
-    """Max-degree rule: the same weight ``1 / (1 + d_max)`` on every edge, ``d_max`` the graph's largest degree.
+    """Max-degree rule: one weight ``1 / (1 + d_max)`` on every edge (``d_max``: largest degree).
 
     Computed per matrix for a stack. ``W_ii = 1 − deg_i / (1 + d_max) ≥ 1/(1 + d_max) > 0``.
 
@@ -159,7 +162,7 @@ WEIGHT_RULES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 
 def get_weight_rule(weights: str | Callable[[np.ndarray], np.ndarray], eps: float = 1e-6):
-    """Resolve a rule name (``"metropolis"``, ``"metropolis_hastings"``, ``"max_degree"``) or callable.
+    """A rule by name (``"metropolis"``, ``"metropolis_hastings"``, ``"max_degree"``) or callable.
 
     A callable receives a bool adjacency ``(N, N)`` and must return the ``(N, N)`` weights; ``eps``
     applies to ``"metropolis"`` only.
@@ -170,4 +173,6 @@ def get_weight_rule(weights: str | Callable[[np.ndarray], np.ndarray], eps: floa
         return lambda adj: metropolis_weights(adj, eps=eps)
     if weights in WEIGHT_RULES:
         return WEIGHT_RULES[weights]
-    raise ValueError(f"unknown weight rule {weights!r}; expected one of {sorted(WEIGHT_RULES)} or a callable")
+    raise ValueError(
+        f"unknown weight rule {weights!r}; expected one of {sorted(WEIGHT_RULES)} or a callable"
+    )

@@ -1,0 +1,313 @@
+"""Sampler mathematics: posterior moments, the bias DIGing-SGLD removes, invariants."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import dgsgld
+from _problems import complete_graph, linear_regression, permuted_rings, ring
+
+CHAINS = 4000
+
+
+def posterior_init(problem, num_chains, num_agents, seed=5):
+    """Every chain starts with all its agents at one exact posterior draw: no burn-in for the
+    network average, so short runs measure the stationary law."""
+    chol = np.linalg.cholesky(problem.cov)
+    z = np.asarray(jax.random.normal(jax.random.key(seed), (num_chains, problem.mean.size)))
+    draw = problem.mean + z @ chol.T
+    return jnp.asarray(np.repeat(draw[:, None, :], num_agents, axis=1), jnp.float32)
+
+
+def final_moments(trace):
+    x = np.asarray(trace.state.position, np.float64)  # (C, N, d)
+    m = x.mean(0)
+    s = np.einsum("cni,cnj->nij", x - m, x - m) / (x.shape[0] - 1)
+    return m, s
+
+
+@pytest.mark.parametrize(
+    "make", [dgsgld.diging_sgld, dgsgld.extra_sgld], ids=["diging", "extra"]
+)
+def test_agent_moments_match_posterior(make, key):
+    """Full batch, complete graph, small step: each agent's law is the posterior up to O(η).
+
+    Tolerances. Chains are independent, so the mean of C draws has standard error
+    sqrt(S_jj / C); |z| < 4.5 fails with probability < 7e-6 per coordinate, < 1e-4 over the 10
+    coordinates here. DIGing/EXTRA have no stationary mean bias on a linear-Gaussian model (the
+    drift's fixed point is the exact minimiser), so no bias term is added to the mean.
+    Covariance entries of C Gaussian draws have standard error sqrt((S_ii S_jj + S_ij²)/C); we
+    allow 4.5 of them plus the O(η) stationary bias: the agents' disagreement adds variance
+    2η(1 − 1/N) per coordinate on the complete graph (mixing to the average, then fresh noise),
+    and the network average is ULA with step h = η/N, whose covariance bias is at most
+    h λ_max(A) ‖Σ̂‖ / (2 − hλ_max).
+    """
+    pb = linear_regression(heterogeneous=True)
+    n, eta = 5, 0.002
+    trace = dgsgld.sample(make(eta), pb.potential, complete_graph(n), posterior_init(pb, CHAINS, n),
+                          key, num_steps=300, store_positions=False, trace_fn=lambda s: ())
+    m, s = final_moments(trace)
+    se = np.sqrt(np.diagonal(s, axis1=1, axis2=2) / CHAINS)
+    assert np.all(np.abs(m - pb.mean) <= 4.5 * se)
+    diag = np.diagonal(s, axis1=1, axis2=2)
+    se_cov = np.sqrt((diag[:, :, None] * diag[:, None, :] + s**2) / CHAINS)
+    h, lam = eta / n, np.linalg.eigvalsh(pb.hessians.sum(0)).max()
+    bias = 2 * eta * (1 - 1 / n) + h * lam * np.abs(pb.cov).max() / (2 - h * lam)
+    assert np.all(np.abs(s - pb.cov) <= 4.5 * se_cov + bias)
+
+
+def test_centralized_sgld_matches_exact_ula_covariance(key):
+    """Full-batch SGLD is ULA; on a Gaussian target its stationary law is exactly
+    N(m̂, (A(I − ηA/2))⁻¹). Started from that law it stays there, so only MC error remains
+    (same standard errors as above, 4.5 of them)."""
+    pb = linear_regression()
+    A = pb.hessians.sum(0)
+    eta = 0.1
+    exact_cov = np.linalg.inv(A @ (np.eye(2) - eta * A / 2))
+    chol = np.linalg.cholesky(exact_cov)
+    z = np.asarray(jax.random.normal(jax.random.key(3), (CHAINS, 2)))
+    init = jnp.asarray(pb.mean + z @ chol.T, jnp.float32)
+    trace = dgsgld.sample(dgsgld.sgld(eta), pb.potential, None, init, key, num_steps=50)
+    x = np.asarray(trace.positions[:, -1], np.float64)
+    m, s = x.mean(0), np.cov(x.T)
+    assert np.all(np.abs(m - pb.mean) <= 4.5 * np.sqrt(np.diag(s) / CHAINS))
+    se_cov = np.sqrt((np.outer(np.diag(s), np.diag(s)) + s**2) / CHAINS)
+    assert np.all(np.abs(s - exact_cov) <= 4.5 * se_cov)
+    # The step-size bias is visible: the exact ULA covariance differs from the posterior's.
+    assert np.abs(exact_cov - pb.cov).max() > 5 * se_cov.max()
+
+
+@pytest.mark.parametrize(
+    "stack", [ring(5)[None], permuted_rings(5, 10)], ids=["static-ring", "time-varying"]
+)
+def test_de_sgld_bias_exceeds_diging(stack, key):
+    """Heterogeneous data, full batch: DE-SGLD's agents settle around a network-biased mean,
+    DIGing-SGLD's around the posterior mean. The mean error averaged over agents has MC noise
+    of order sqrt(tr Σ̂ / C) ≈ 0.012 here; we require DE's to exceed DIGing's by 4 of those.
+    (Measured with C = 10⁴: DE's error is 20–45 standard errors, DIGing's within 2.)"""
+    pb = linear_regression(heterogeneous=True)
+    eta, n = 0.05, 5
+    init = posterior_init(pb, CHAINS, n)
+    bias = {}
+    for name, make in [("diging", dgsgld.diging_sgld), ("de", dgsgld.de_sgld)]:
+        trace = dgsgld.sample(make(eta), pb.potential, stack, init, key, num_steps=200,
+                              store_positions=False, trace_fn=lambda s: ())
+        m, _ = final_moments(trace)
+        bias[name] = np.linalg.norm(m - pb.mean, axis=1).mean()
+    noise = np.sqrt(np.trace(pb.cov) / CHAINS)
+    assert bias["de"] > bias["diging"] + 4 * noise
+    assert bias["diging"] < 4 * noise
+
+
+def test_tracking_invariant_with_minibatches(key):
+    """Σ_i y_i = Σ_i ∇̃f_i(x_i) at every iteration, to float32 rounding, with mini-batches.
+
+    Rounding: each step adds O(N · eps · |y|) error, so after K steps the residual relative to
+    the gradients' scale stays below K · N · 1.2e-7 ≈ 1e-4 for K = 200, N = 5."""
+    pb = linear_regression(local_size=6, batch_size=2, heterogeneous=True)
+
+    def residual(state):
+        return jnp.stack([jnp.sum(state.tracker, 0), jnp.sum(state.grad, 0)])
+
+    init = jax.random.normal(key, (8, 5, 2))
+    trace = dgsgld.sample(dgsgld.diging_sgld(0.02), pb.potential, permuted_rings(5, 7), init,
+                          key, num_steps=200, trace_fn=residual)
+    y_sum, g_sum = np.asarray(trace.values[:, :, 0]), np.asarray(trace.values[:, :, 1])
+    scale = np.abs(np.asarray(trace.state.grad)).max()
+    assert np.abs(y_sum - g_sum).max() <= 200 * 5 * 1.2e-7 * 10 * scale
+    # The gradients really are stochastic: the same point gives different estimates.
+    g1 = pb.potential.grad(init[0], jax.random.key(1))
+    g2 = pb.potential.grad(init[0], jax.random.key(2))
+    assert not np.allclose(g1, g2)
+
+
+def test_redrawing_the_old_gradient_breaks_the_invariant(key):
+    """The test above can fail: a variant that re-draws ∇̃f(x) with a fresh mini-batch instead
+    of reusing the stored one lets Σ y − Σ ∇̃f drift far beyond rounding."""
+    pb = linear_regression(local_size=6, batch_size=2, heterogeneous=True)
+    W = jnp.asarray(ring(5), jnp.float32)
+    x = jax.random.normal(key, (5, 2))
+    g = pb.potential.grad(x, jax.random.key(10))
+    y = g
+    for k in range(50):
+        kx, kg, kold = jax.random.split(jax.random.fold_in(key, k), 3)
+        x_new = W @ x - 0.02 * y + jnp.sqrt(0.04) * jax.random.normal(kx, x.shape)
+        g_new = pb.potential.grad(x_new, kg)
+        y = W @ y + g_new - pb.potential.grad(x, kold)  # the mistake
+        x = x_new
+    assert np.abs(np.sum(y, 0) - np.sum(g_new, 0)).max() > 1e-2
+
+
+def test_same_key_same_draws_however_batched(key):
+    pb = linear_regression(batch_size=2)
+    init = jax.random.normal(jax.random.key(1), (6, 5, 2))
+    alg = dgsgld.diging_sgld(0.05)
+    a = dgsgld.sample(alg, pb.potential, permuted_rings(5, 3), init, key, num_steps=20)
+    b = dgsgld.sample(alg, pb.potential, permuted_rings(5, 3), init, key, num_steps=20)
+    np.testing.assert_array_equal(a.positions, b.positions)
+    # Chain c draws from fold_in(key, c), so running the first 3 chains alone gives the same.
+    c = dgsgld.sample(alg, pb.potential, permuted_rings(5, 3), init[:3], key, num_steps=20)
+    np.testing.assert_array_equal(a.positions[:3], c.positions)
+    d = dgsgld.sample(alg, pb.potential, permuted_rings(5, 3), init, jax.random.key(9), num_steps=20)
+    assert not np.allclose(a.positions[:, -1], d.positions[:, -1])
+
+
+@pytest.mark.parametrize("make", [dgsgld.diging_sgld, dgsgld.de_sgld, dgsgld.extra_sgld])
+def test_continuing_from_state_is_bit_identical(make, key):
+    pb = linear_regression(batch_size=3)
+    init = jax.random.normal(jax.random.key(1), (4, 5, 2))
+    alg, stack = make(0.05), permuted_rings(5, 3)
+    whole = dgsgld.sample(alg, pb.potential, stack, init, key, num_steps=20)
+    first = dgsgld.sample(alg, pb.potential, stack, init, key, num_steps=8)
+    rest = dgsgld.sample(alg, pb.potential, stack, first.state, key, num_steps=12)
+    np.testing.assert_array_equal(whole.positions[:, :9], first.positions)
+    np.testing.assert_array_equal(whole.positions[:, 8:], rest.positions)
+
+
+def test_thinning_and_trace_fn(key):
+    pb = linear_regression()
+    init = jax.random.normal(key, (3, 5, 2))
+    alg = dgsgld.de_sgld(0.05)
+    full = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12)
+    thin = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12, thin=4)
+    assert thin.positions.shape == (3, 4, 5, 2)
+    np.testing.assert_array_equal(full.positions[:, ::4], thin.positions)
+    mean_only = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12,
+                              trace_fn=lambda s: jnp.mean(s.position, 0))
+    assert mean_only.positions is None
+    np.testing.assert_allclose(mean_only.values, full.positions.mean(2), rtol=1e-6, atol=1e-6)
+    ens = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12,
+                        ensemble_fn=lambda s: jnp.mean(s.position, 0))
+    np.testing.assert_allclose(ens.ensemble, full.positions.mean(0), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="multiple of `thin`"):
+        dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=10, thin=4)
+
+
+def test_optax_schedule_equals_constant(key):
+    pb = linear_regression(batch_size=2)
+    init = jax.random.normal(key, (3, 5, 2))
+    a = dgsgld.sample(dgsgld.diging_sgld(0.03), pb.potential, ring(5), init, key, num_steps=10)
+    b = dgsgld.sample(dgsgld.diging_sgld(optax.constant_schedule(0.03)), pb.potential, ring(5),
+                      init, key, num_steps=10)
+    np.testing.assert_allclose(a.positions, b.positions, rtol=1e-6, atol=1e-6)
+    decay = optax.exponential_decay(0.03, transition_steps=1, decay_rate=0.5)
+    c = dgsgld.sample(dgsgld.diging_sgld(decay), pb.potential, ring(5), init, key, num_steps=10)
+    # The first step uses η₀ = 0.03 as the constant run does; later steps differ.
+    np.testing.assert_allclose(a.positions[:, 1], c.positions[:, 1], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(a.positions[:, -1], c.positions[:, -1])
+
+
+def test_pytree_parameters(key):
+    """A dict of parameters gives the same gradients as the flat vector and samples run."""
+    pb = linear_regression()
+    Z, y = pb.Z, pb.y
+
+    def ll(params, datum):
+        z, t = datum
+        return -0.5 * (z[:1] @ params["w"] + z[1] * params["b"] - t) ** 2
+
+    pot = dgsgld.Potential(ll, lambda p: -0.5 * (p["w"] @ p["w"] + p["b"] ** 2),
+                           (jnp.asarray(Z, jnp.float32), jnp.asarray(y, jnp.float32)))
+    flat = jax.random.normal(key, (5, 2))
+    tree = {"w": flat[:, :1], "b": flat[:, 1]}
+    g_tree = pot.full_grad(tree)
+    g_flat = pb.potential.full_grad(flat)
+    np.testing.assert_allclose(g_tree["w"][:, 0], g_flat[:, 0], rtol=1e-5)
+    np.testing.assert_allclose(g_tree["b"], g_flat[:, 1], rtol=1e-5)
+    init = {"w": jnp.zeros((500, 5, 1)), "b": jnp.zeros((500, 5))}
+    trace = dgsgld.sample(dgsgld.diging_sgld(0.01), pot, complete_graph(5), init, key,
+                          num_steps=400)
+    assert trace.positions["w"].shape == (500, 401, 5, 1)
+    m = np.array([trace.state.position["w"][:, :, 0].mean(), trace.state.position["b"].mean()])
+    # 500 chains × 5 agents (correlated within a chain: use the chain count), 5 SE.
+    se = np.sqrt(np.diag(pb.cov) / 500)
+    assert np.all(np.abs(m - pb.mean) <= 5 * se + 0.02)
+
+
+def test_gradient_through_sample_matches_finite_differences(key):
+    """d/dη and d/d(data) of a scalar of the trace, in float64, against central differences."""
+    with jax.enable_x64(True):
+        pb = linear_regression(dtype=np.float64, batch_size=2)
+        init = jax.random.normal(key, (4, 5, 2), dtype=jnp.float64)
+        stack = jnp.asarray(permuted_rings(5, 3))
+
+        def loss(eta, Z):
+            pot = dgsgld.Potential(pb.potential.log_likelihood, pb.potential.log_prior,
+                                   (Z, pb.potential.data[1]), batch_size=2)
+            trace = dgsgld.sample(dgsgld.diging_sgld(eta), pot, stack, init, key, num_steps=15)
+            return jnp.mean(trace.positions[:, -1] ** 2)
+
+        Z = pb.potential.data[0]
+        g_eta, g_z = jax.grad(loss, argnums=(0, 1))(0.05, Z)
+        h = 1e-6
+        fd_eta = (loss(0.05 + h, Z) - loss(0.05 - h, Z)) / (2 * h)
+        np.testing.assert_allclose(g_eta, fd_eta, rtol=1e-5)
+        bump = jnp.zeros_like(Z).at[1, 2, 0].set(h)
+        fd_z = (loss(0.05, Z + bump) - loss(0.05, Z - bump)) / (2 * h)
+        np.testing.assert_allclose(g_z[1, 2, 0], fd_z, rtol=1e-5, atol=1e-9)
+
+
+def test_compiled_once_for_new_step_size_and_init(key):
+    """The log-likelihood is traced on the first call only: new step sizes, initial points
+    and keys of the same shapes reuse the compiled run."""
+    calls = []
+
+    def ll(theta, datum):
+        calls.append(1)
+        z, y = datum
+        return -0.5 * (z @ theta - y) ** 2
+
+    pb = linear_regression()
+    pot = dgsgld.Potential(ll, None, pb.potential.data)
+    init = jax.random.normal(key, (3, 5, 2))
+    dgsgld.sample(dgsgld.diging_sgld(0.01), pot, ring(5), init, key, num_steps=5)
+    n = len(calls)
+    dgsgld.sample(dgsgld.diging_sgld(0.02), pot, ring(5), init + 1, jax.random.key(3), num_steps=5)
+    # Only the pre-compile shape check (jax.eval_shape) traces again.
+    assert len(calls) - n <= 1
+
+
+def test_vmap_over_step_sizes(key):
+    """A grid of step sizes runs as one vmapped call and matches separate runs."""
+    pb = linear_regression()
+    init = jax.random.normal(key, (3, 5, 2))
+    etas = jnp.array([0.01, 0.05])
+
+    def final(eta):
+        t = dgsgld.sample(dgsgld.de_sgld(eta), pb.potential, ring(5), init, key, num_steps=10,
+                          on_divergence="flag")
+        return t.state.position
+
+    grid = jax.vmap(final)(etas)
+    for i, eta in enumerate([0.01, 0.05]):
+        np.testing.assert_allclose(grid[i], final(eta), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_diging_paper_problem_long_run(key):
+    """Paper-size linear regression (N = 20, d = 6, time-varying): after a long run at a small
+    step each agent's W2 to the posterior is at the Monte Carlo floor of 2000 chains."""
+    rng = np.random.default_rng(0)
+    Z = np.concatenate([rng.normal(size=(100, 5)), np.ones((100, 1))], 1)
+    x = rng.normal(size=6) / np.sqrt(0.1)
+    y = Z @ x + rng.normal(size=100)
+    cov = np.linalg.inv(Z.T @ Z + 0.1 * np.eye(6))
+    mean = cov @ Z.T @ y
+    from _problems import log_likelihood
+
+    pot = dgsgld.Potential(log_likelihood, lambda t: -0.05 * t @ t,
+                           (jnp.asarray(Z.reshape(20, 5, 6), jnp.float32),
+                            jnp.asarray(y.reshape(20, 5), jnp.float32)))
+    chol = np.linalg.cholesky(cov)
+    draw = mean + np.asarray(jax.random.normal(key, (2000, 6))) @ chol.T
+    init = jnp.asarray(np.repeat(draw[:, None], 20, 1), jnp.float32)
+    trace = dgsgld.sample(dgsgld.diging_sgld(0.002), pot, permuted_rings(20, 50), init, key,
+                          num_steps=2000, store_positions=False, trace_fn=lambda s: ())
+    x = np.asarray(trace.state.position, np.float64)
+    w2 = np.array([dgsgld.metrics.gaussian_w2_to_target(x[:, i], mean, cov) for i in range(20)])
+    # Reference: W2 of 2000 exact posterior draws to the posterior (the MC floor), times 2.
+    exact = np.asarray(jax.random.normal(jax.random.key(7), (2000, 6))) @ chol.T + mean
+    floor = float(dgsgld.metrics.gaussian_w2_to_target(exact, mean, cov))
+    assert w2.max() < 2 * floor + 0.02
