@@ -1,0 +1,569 @@
+"""Exact moments of the samplers on quadratic potentials with full-batch gradients.
+
+When every ``f_i(x) = ½ xᵀA_i x − b_iᵀx`` and gradients are exact, DIGing-SGLD, DE-SGLD,
+EXTRA-SGLD and centralized ULA are linear Gaussian recursions in their stacked state ``s``,
+
+    s⁺ = M⁽ᵏ⁾ s + c⁽ᵏ⁾ + G⁽ᵏ⁾ w,      w ~ N(0, I),
+
+so a Gaussian initialization stays Gaussian and its mean and covariance propagate exactly:
+``m⁺ = M m + c``, ``S⁺ = M S Mᵀ + G Gᵀ``. With ``𝒲 = W⁽ᵏ⁾ ⊗ I_d`` (``x⁺ = W x`` means
+``x_i⁺ = Σ_j W_ij x_j``), ``𝐀 = blockdiag(A_i)`` and ``𝐛 = (b_1, …, b_N)``:
+
+* DIGing-SGLD, ``s = (x, y)``, ``y⁽⁰⁾ = 𝐀x⁽⁰⁾ − 𝐛``:
+  ``M = [[𝒲, −ηI], [𝐀(𝒲 − I), 𝒲 − η𝐀]]``, ``c = 0``, ``G = √(2η) [I; 𝐀]``.
+* DE-SGLD, ``s = x``: ``M = 𝒲 − η𝐀``, ``c = η𝐛``, ``G = √(2η) I``.
+* EXTRA-SGLD, ``s = (x, z)``, ``z⁽⁰⁾ = 0``, ``W̃ = (I+𝒲)/2``, ``V² = (I−𝒲)/2``:
+  ``M = [[W̃ − η𝐀, −I], [V²(W̃ − η𝐀), I − V²]]``, ``c = η[𝐛; V²𝐛]``, ``G = √(2η) [I; V²]``.
+* centralized ULA on ``f = Σ f_i``, ``s = x ∈ R^d``: ``M = I − ηA``, ``c = ηb``, ``G = √(2η) I``.
+
+Precision: moments are computed in the dtype JAX gives (float32 by default). Near stationarity
+the W2 of interest is a small difference of traces; run under ``jax.enable_x64(True)``
+for float64. :func:`stationary_moments` always works in NumPy float64.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg
+
+from .. import metrics
+from .._types import Array, ArrayLike
+from ..samplers import DESGLD, EXTRASGLD, SGLD, DIGingSGLD
+
+__all__ = [
+    "ExactMoments",
+    "LinearRecursion",
+    "Quadratic",
+    "StationaryMoments",
+    "agent_hessians",
+    "exact_moments",
+    "exact_w2",
+    "linear_recursion",
+    "loglog_slope",
+    "quadratic_from_potential",
+    "stationary_moments",
+    "stationary_w2",
+]
+
+KINDS = ("diging", "de", "extra", "sgld")
+
+
+class Quadratic(NamedTuple):
+    """Quadratic agent potentials ``f_i(x) = ½ xᵀA_i x − b_iᵀx`` (up to constants).
+
+    Attributes:
+        hessians: ``(N, d, d)``, the symmetric positive definite ``A_i``.
+        shifts: ``(N, d)``, the ``b_i`` (so ``∇f_i(x) = A_i x − b_i``).
+    """
+
+    hessians: ArrayLike
+    shifts: ArrayLike
+
+    @property
+    def num_agents(self) -> int:
+        return int(np.shape(self.hessians)[0])
+
+    @property
+    def dim(self) -> int:
+        return int(np.shape(self.hessians)[-1])
+
+    def target(self) -> tuple[np.ndarray, np.ndarray]:
+        """The target ``π ∝ exp(−Σ_i f_i) = N(A⁻¹b, A⁻¹)``, ``A = Σ A_i``, ``b = Σ b_i`` (float64)."""
+        A = np.sum(np.asarray(self.hessians, dtype=np.float64), axis=0)
+        b = np.sum(np.asarray(self.shifts, dtype=np.float64), axis=0)
+        cov = np.linalg.inv(A)
+        return cov @ b, 0.5 * (cov + cov.T)
+
+    def minimizer(self) -> np.ndarray:
+        """``x*``, the minimizer of ``f = Σ f_i`` (the target mean)."""
+        return self.target()[0]
+
+
+def agent_hessians(potential, positions: ArrayLike) -> Array:
+    """``∇²f_i(x_i)`` for every agent, from ``d`` forward-mode derivatives of ``full_grad``.
+
+    ``F(x) = Σ f_i(x_i)`` has a block-diagonal Hessian, so moving every agent along ``e_j`` at
+    once gives column ``j`` of all ``N`` Hessians in one pass.
+
+    Args:
+        potential: a ``dgsgld.Potential`` with flat ``(d,)`` parameters.
+        positions: ``(N, d)``.
+
+    Returns:
+        ``(N, d, d)``.
+    """
+    x = jnp.asarray(positions)
+    if x.ndim != 2:
+        raise ValueError(f"`positions` must be (N, d) with flat parameters; got shape {x.shape}.")
+
+    def column(j):
+        tangent = jnp.zeros_like(x).at[:, j].set(1.0)
+        return jax.jvp(potential.full_grad, (x,), (tangent,))[1]
+
+    cols = jax.vmap(column)(jnp.arange(x.shape[1]))  # (d, N, d): cols[j, i] = ∇²f_i e_j
+    return jnp.transpose(cols, (1, 2, 0))
+
+
+def quadratic_from_potential(potential, position: ArrayLike, *, rtol: float = 1e-4) -> Quadratic:
+    """Read ``A_i, b_i`` off a quadratic :class:`dgsgld.Potential` with flat parameters.
+
+    ``A_i = ∇²f_i`` (:func:`agent_hessians`), ``b_i = A_i x_i − ∇f_i(x_i)``; the gradient is then
+    checked against ``A x − b`` at a second point.
+
+    Args:
+        potential: a ``dgsgld.Potential`` whose ``f_i`` are quadratic in ``(d,)`` parameters.
+        position: ``(N, d)``, the point to differentiate at (any point, for a quadratic).
+        rtol: relative tolerance of the quadratic check.
+
+    Returns:
+        :class:`Quadratic` with NumPy arrays in the dtype of the computation.
+
+    Raises:
+        ValueError: if ``∇f`` at ``position + 1`` disagrees with ``A x − b`` (not quadratic).
+    """
+    x = jnp.asarray(position)
+    grad = potential.full_grad
+    A = agent_hessians(potential, x)
+    A = 0.5 * (A + jnp.swapaxes(A, -1, -2))
+    b = jnp.einsum("iab,ib->ia", A, x) - grad(x)
+    probe = x + 1.0
+    predicted = jnp.einsum("iab,ib->ia", A, probe) - b
+    err = float(jnp.max(jnp.abs(grad(probe) - predicted)))
+    scale = float(jnp.max(jnp.abs(predicted))) + 1.0
+    if not err <= rtol * scale:
+        raise ValueError(
+            f"The potential is not quadratic: its gradient at position + 1 differs from A x − b by "
+            f"{err:.3g} (tolerance {rtol * scale:.3g})."
+        )
+    return Quadratic(np.asarray(A), np.asarray(b))
+
+
+# ---------------------------------------------------------------- recursions
+
+
+class LinearRecursion(NamedTuple):
+    """``s⁺ = matrix @ s + offset + noise @ w`` with ``w ~ N(0, I)``; ``(n, n)``, ``(n,)``, ``(n, m)``."""
+
+    matrix: Array
+    offset: Array
+    noise: Array
+
+
+def _kind(algorithm) -> tuple[str, object]:
+    """``(kind, step_size)`` of a dgsgld sampler, or ``(name, None)`` for a string."""
+    if isinstance(algorithm, str):
+        if algorithm not in KINDS:
+            raise ValueError(f"Unknown algorithm {algorithm!r}; expected one of {KINDS}.")
+        return algorithm, None
+    for cls, kind in ((DIGingSGLD, "diging"), (DESGLD, "de"), (EXTRASGLD, "extra"), (SGLD, "sgld")):
+        if isinstance(algorithm, cls):
+            return kind, algorithm.step_size
+    raise TypeError(
+        "`algorithm` must be dgsgld.diging_sgld/de_sgld/extra_sgld/sgld(...) or one of "
+        f"{KINDS}; got {type(algorithm).__name__}."
+    )
+
+
+def _block_diag(xp, A):
+    N, d = A.shape[0], A.shape[-1]
+    return xp.einsum("ij,iab->iajb", xp.eye(N, dtype=A.dtype), A).reshape(N * d, N * d)
+
+
+def linear_recursion(kind: str, quadratic: Quadratic, W, eta, xp=jnp) -> LinearRecursion:
+    """The one-step recursion of ``kind`` (module docstring) with mixing ``W (N, N)`` and step ``η``.
+
+    ``xp`` is ``jax.numpy`` (jittable) or ``numpy``. ``W`` is ignored for ``"sgld"``.
+    """
+    A = xp.asarray(quadratic.hessians)
+    b = xp.asarray(quadratic.shifts)
+    dtype = xp.result_type(A.dtype, b.dtype, float) if xp is np else A.dtype
+    A, b = A.astype(dtype), b.astype(dtype)
+    root = xp.sqrt(2.0 * eta)
+    if kind == "sgld":
+        Atot, btot = xp.sum(A, axis=0), xp.sum(b, axis=0)
+        eye = xp.eye(A.shape[-1], dtype=dtype)
+        return LinearRecursion(eye - eta * Atot, eta * btot, root * eye)
+    N, d = A.shape[0], A.shape[-1]
+    n = N * d
+    Wb = xp.kron(xp.asarray(W, dtype=dtype), xp.eye(d, dtype=dtype))
+    Ab = _block_diag(xp, A)
+    bb = b.reshape(n)
+    eye = xp.eye(n, dtype=dtype)
+    if kind == "de":
+        return LinearRecursion(Wb - eta * Ab, eta * bb, root * eye)
+    if kind == "diging":
+        M = xp.block([[Wb, -eta * eye], [Ab @ (Wb - eye), Wb - eta * Ab]])
+        return LinearRecursion(M, xp.zeros(2 * n, dtype), root * xp.concatenate([eye, Ab]))
+    if kind == "extra":
+        Wt, V2 = 0.5 * (eye + Wb), 0.5 * (eye - Wb)
+        top = Wt - eta * Ab
+        M = xp.block([[top, -eye], [V2 @ top, eye - V2]])
+        c = eta * xp.concatenate([bb, V2 @ bb])
+        return LinearRecursion(M, c, root * xp.concatenate([eye, V2]))
+    raise ValueError(f"Unknown kind {kind!r}; expected one of {KINDS}.")
+
+
+def _initial_state(kind, quadratic, mean0, cov0, xp=jnp):
+    """Stacked state moments at ``k = 0`` from the moments of ``x⁽⁰⁾``: ``s⁽⁰⁾ = T₀ x⁽⁰⁾ + o₀``."""
+    if kind in ("sgld", "de"):
+        return mean0, cov0
+    n = mean0.shape[0]
+    eye = xp.eye(n, dtype=mean0.dtype)
+    if kind == "diging":  # y⁽⁰⁾ = ∇F(x⁽⁰⁾) = 𝐀x⁽⁰⁾ − 𝐛
+        Ab = _block_diag(xp, xp.asarray(quadratic.hessians, dtype=mean0.dtype))
+        T0 = xp.concatenate([eye, Ab])
+        o0 = xp.concatenate(
+            [xp.zeros(n, mean0.dtype), -xp.asarray(quadratic.shifts, mean0.dtype).reshape(n)]
+        )
+    else:  # EXTRA: z⁽⁰⁾ = 0
+        T0 = xp.concatenate([eye, xp.zeros((n, n), mean0.dtype)])
+        o0 = xp.zeros(2 * n, mean0.dtype)
+    return T0 @ mean0 + o0, T0 @ cov0 @ T0.T
+
+
+def _stacked_init(kind, quadratic, init_mean, init_cov, xp=jnp):
+    """Flatten the initial moments: ``(Nd,)`` and ``(Nd, Nd)`` (``(d,)``, ``(d, d)`` for sgld)."""
+    d = quadratic.dim
+    mean = xp.asarray(init_mean)
+    cov = xp.asarray(init_cov)
+    dtype = (
+        xp.result_type(mean.dtype, cov.dtype, float)
+        if xp is np
+        else jnp.result_type(mean, cov, float)
+    )
+    mean, cov = mean.astype(dtype), cov.astype(dtype)
+    if kind == "sgld":
+        if mean.shape != (d,) or cov.shape != (d, d):
+            raise ValueError(
+                f"Centralized ULA needs init_mean (d,) and init_cov (d, d) with d={d}; "
+                f"got {mean.shape} and {cov.shape}."
+            )
+        return mean, cov
+    N = quadratic.num_agents
+    n = N * d
+    if mean.shape == (d,):
+        mean = xp.broadcast_to(mean, (N, d))
+    if mean.shape != (N, d):
+        raise ValueError(f"`init_mean` must be (d,) or (N, d) = {(N, d)}; got {mean.shape}.")
+    if cov.shape == (d, d):
+        cov = xp.broadcast_to(cov, (N, d, d))
+    if cov.shape == (N, d, d):  # independent agents
+        cov = _block_diag(xp, cov)
+    if cov.shape != (n, n):
+        raise ValueError(
+            f"`init_cov` must be (d, d), (N, d, d) or (Nd, Nd) with N={N}, d={d}; got {cov.shape}."
+        )
+    return mean.reshape(n), cov
+
+
+class ExactMoments(NamedTuple):
+    """Exact moments per iteration ``k = 0..T``.
+
+    Attributes:
+        mean: ``(T+1, N, d)`` each agent's mean (``(T+1, d)`` for centralized ULA).
+        cov: ``(T+1, N, d, d)`` each agent's covariance (``(T+1, d, d)`` for ULA).
+        average_mean: ``(T+1, d)`` mean of the network average ``x̄⁽ᵏ⁾``.
+        average_cov: ``(T+1, d, d)`` covariance of ``x̄⁽ᵏ⁾``.
+        consensus_sq: ``(T+1,)`` ``E‖x̃⁽ᵏ⁾‖² = E Σ_i ‖x_i − x̄‖²``.
+        aux_consensus_sq: ``(T+1,)`` the same for ``y`` (DIGing) or ``z`` (EXTRA); zeros otherwise.
+        aux_sq: ``(T+1,)`` ``E‖y⁽ᵏ⁾‖²`` (DIGing; Lemma 3.8) or ``E‖z⁽ᵏ⁾‖²``; zeros otherwise.
+        sq_norm: ``(T+1,)`` ``E‖x⁽ᵏ⁾‖²`` of the stacked positions.
+    """
+
+    mean: Array
+    cov: Array
+    average_mean: Array
+    average_cov: Array
+    consensus_sq: Array
+    aux_consensus_sq: Array
+    aux_sq: Array
+    sq_norm: Array
+
+
+def _second_moment_parts(m, S, N, d):
+    """``E‖v‖²``, ``E‖ṽ‖²`` and the moments of ``v̄`` for a stacked ``v (Nd)`` ~ (m, S)."""
+    blocks = S.reshape(N, d, N, d)
+    avg_mean = m.reshape(N, d).mean(axis=0)
+    avg_cov = jnp.einsum("iajb->ab", blocks) / N**2
+    sq = jnp.trace(S) + m @ m
+    consensus = sq - N * (jnp.trace(avg_cov) + avg_mean @ avg_mean)
+    return sq, consensus, avg_mean, avg_cov
+
+
+def _summaries(kind, N, d, m, S):
+    zero = jnp.zeros((), m.dtype)
+    if kind == "sgld":
+        sq = jnp.trace(S) + m @ m
+        return (m, S, m, S, zero, zero, zero, sq)
+    n = N * d
+    mx, Sx = m[:n], S[:n, :n]
+    sq, cons, avg_mean, avg_cov = _second_moment_parts(mx, Sx, N, d)
+    mean = mx.reshape(N, d)
+    cov = jnp.einsum("iaib->iab", Sx.reshape(N, d, N, d))
+    if kind in ("diging", "extra"):
+        aux_sq, aux_cons, _, _ = _second_moment_parts(m[n:], S[n:, n:], N, d)
+    else:
+        aux_sq, aux_cons = zero, zero
+    return (mean, cov, avg_mean, avg_cov, cons, aux_cons, aux_sq, sq)
+
+
+def _mixing_stack(mixing, kind):
+    if kind == "sgld":
+        return None
+    if mixing is None:
+        raise ValueError(f"Algorithm {kind!r} needs a mixing schedule; got None.")
+    stack = jnp.asarray(getattr(mixing, "matrices", mixing))
+    if stack.ndim == 2:
+        stack = stack[None]
+    if stack.ndim != 3 or stack.shape[1] != stack.shape[2]:
+        raise ValueError(f"`mixing` must be (P, N, N) or (N, N); got shape {stack.shape}.")
+    return stack
+
+
+def _step_sizes(step_size, override, num_steps) -> Array:
+    """``(T,)`` step sizes ``η_0..η_{T−1}`` from a constant or a schedule ``count -> η``."""
+    value = override if override is not None else step_size
+    if value is None:
+        raise ValueError("Give `step_size` when `algorithm` is a string.")
+    ks = jnp.arange(num_steps)
+    if callable(value):
+        return jnp.broadcast_to(jax.vmap(value)(ks), (num_steps,))
+    return jnp.broadcast_to(jnp.asarray(value), (num_steps,))
+
+
+def exact_moments(
+    algorithm,
+    quadratic: Quadratic,
+    mixing,
+    init_mean: ArrayLike,
+    init_cov: ArrayLike,
+    num_steps: int,
+    *,
+    step_size=None,
+) -> ExactMoments:
+    """Propagate the exact mean and covariance of a sampler's stacked state through a schedule.
+
+    A ``lax.scan`` over ``k = 0..num_steps−1`` with ``W⁽ᵏ⁾ = mixing[k % P]`` and ``η_k`` from the
+    sampler's step size (a constant or a schedule). Jittable; ``vmap`` over step sizes works.
+
+    Args:
+        algorithm: ``dgsgld.diging_sgld(η)``, ``de_sgld``, ``extra_sgld`` or ``sgld``, or one
+            of ``"diging" | "de" | "extra" | "sgld"`` with ``step_size``.
+        quadratic: the agents' quadratic potentials (:func:`quadratic_from_potential`).
+        mixing: ``(P, N, N)`` stack, one ``(N, N)`` matrix, or a schedule with ``.matrices``;
+            ignored (may be ``None``) for centralized ULA.
+        init_mean: ``(N, d)`` or ``(d,)`` (shared) mean of ``x⁽⁰⁾``; ``(d,)`` for ULA.
+        init_cov: ``(d, d)`` (i.i.d. agents), ``(N, d, d)`` (independent agents) or ``(Nd, Nd)``.
+        num_steps: ``T``.
+        step_size: overrides the sampler's step size (required with a string ``algorithm``).
+
+    Returns:
+        :class:`ExactMoments` with ``T + 1`` entries (``k = 0`` first).
+
+    Example:
+        >>> import numpy as np
+        >>> q = Quadratic(np.stack([np.eye(2), 2 * np.eye(2)]), np.ones((2, 2)))
+        >>> W = np.full((2, 2), 0.5)
+        >>> out = exact_moments("diging", q, W, np.zeros(2), np.eye(2), 3, step_size=0.1)
+        >>> out.mean.shape, out.cov.shape
+        ((4, 2, 2), (4, 2, 2, 2))
+    """
+    kind, sampler_step = _kind(algorithm)
+    stack = _mixing_stack(mixing, kind)
+    mean0, cov0 = _stacked_init(kind, quadratic, init_mean, init_cov)
+    etas = _step_sizes(sampler_step, step_size, num_steps).astype(mean0.dtype)
+    A = jnp.asarray(quadratic.hessians, mean0.dtype)
+    b = jnp.asarray(quadratic.shifts, mean0.dtype)
+    stack = None if stack is None else stack.astype(mean0.dtype)
+    return ExactMoments(*_propagate(kind, int(num_steps), A, b, stack, mean0, cov0, etas))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _propagate(kind, num_steps, A, b, stack, mean0, cov0, etas):
+    """The compiled moment recursion (cached across step sizes, data and initial laws)."""
+    q = Quadratic(A, b)
+    N, d = A.shape[0], A.shape[-1]
+    m, S = _initial_state(kind, q, mean0, cov0)
+    period = 1 if stack is None else stack.shape[0]
+
+    def step(carry, xs):
+        k, eta = xs
+        m, S = carry
+        W = None if stack is None else stack[k % period]
+        rec = linear_recursion(kind, q, W, eta)
+        m = rec.matrix @ m + rec.offset
+        S = rec.matrix @ S @ rec.matrix.T + rec.noise @ rec.noise.T
+        S = 0.5 * (S + S.T)
+        return (m, S), _summaries(kind, N, d, m, S)
+
+    _, rest = jax.lax.scan(step, (m, S), (jnp.arange(num_steps), etas))
+    first = _summaries(kind, N, d, m, S)
+    return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+
+
+def exact_w2(moments, target_mean: ArrayLike, target_cov: ArrayLike) -> Array:
+    """Exact W2 of each agent's Gaussian law to ``N(target_mean, target_cov)``.
+
+    Args:
+        moments: :class:`ExactMoments` or :class:`StationaryMoments` (``mean (..., N, d)``).
+        target_mean: ``(d,)``; target_cov: ``(d, d)``.
+
+    Returns:
+        ``(..., N)`` (``(T+1,)`` for centralized ULA).
+    """
+    mean, cov = jnp.asarray(moments.mean), jnp.asarray(moments.cov)
+    tm = jnp.broadcast_to(jnp.asarray(target_mean, mean.dtype), mean.shape)
+    tc = jnp.broadcast_to(jnp.asarray(target_cov, cov.dtype), cov.shape)
+    return _gaussian_w2(mean, cov, tm, tc)
+
+
+_gaussian_w2 = jax.jit(metrics.gaussian_w2)
+
+
+# ---------------------------------------------------------------- stationary limit
+
+
+class StationaryMoments(NamedTuple):
+    """Periodic-stationary moments, one entry per phase ``p = k mod P`` (float64 NumPy).
+
+    Attributes:
+        mean: ``(P, N, d)`` (``(1, d)`` for ULA); cov: ``(P, N, d, d)`` (``(1, d, d)``).
+        average_mean: ``(P, d)``; average_cov: ``(P, d, d)`` of the network average.
+        spectral_radius: per-step rate ``ρ(Φ)^{1/P}`` of the period map on the reachable
+            subspace; the moments are ``nan`` when it is ``≥ 1`` (unstable step size).
+    """
+
+    mean: np.ndarray
+    cov: np.ndarray
+    average_mean: np.ndarray
+    average_cov: np.ndarray
+    spectral_radius: float
+
+
+def _reachable_coordinates(kind, quadratic, N, d):
+    """``s = T r + o``: the affine subspace the stacked state never leaves.
+
+    DIGing conserves ``Σ_i (y_i − ∇f_i(x_i))`` (``= 0`` from ``y⁽⁰⁾ = ∇F(x⁽⁰⁾)``) and EXTRA
+    conserves ``Σ_i z_i`` (``= 0``): each adds ``d`` unit-modulus directions to ``M`` that noise
+    never excites. Writing the auxiliary variable as ``∇F(x) + 𝐐v`` (DIGing) or ``𝐐v`` (EXTRA),
+    with ``𝐐 = Q ⊗ I_d`` and ``Q`` an orthonormal basis of ``1^⊥``, removes them.
+    """
+    n = N * d
+    if kind in ("sgld", "de"):
+        size = d if kind == "sgld" else n
+        return np.eye(size), np.zeros(size)
+    basis = np.linalg.svd(np.eye(N) - np.full((N, N), 1.0 / N))[0][:, : N - 1]
+    Q = np.kron(basis, np.eye(d))
+    zeros = np.zeros((n, (N - 1) * d))
+    if kind == "diging":
+        Ab = _block_diag(np, np.asarray(quadratic.hessians, np.float64))
+        T = np.block([[np.eye(n), zeros], [Ab, Q]])
+        o = np.concatenate([np.zeros(n), -np.asarray(quadratic.shifts, np.float64).reshape(n)])
+    else:
+        T = np.block([[np.eye(n), zeros], [np.zeros((n, n)), Q]])
+        o = np.zeros(2 * n)
+    return T, o
+
+
+def stationary_moments(
+    algorithm, quadratic: Quadratic, mixing, *, step_size=None
+) -> StationaryMoments:
+    """The exact (periodic-)stationary law for a constant step and a static or periodic schedule.
+
+    For a static ``W`` (``P = 1``) this solves the discrete Lyapunov equation
+    ``S = M S Mᵀ + G Gᵀ`` and ``m = (I − M)⁻¹ c``. For a period-``P`` schedule the same is solved
+    for the period map ``Φ = M⁽ᴾ⁻¹⁾⋯M⁽⁰⁾`` (phase 0), then propagated through one period. The
+    conserved directions of DIGing and EXTRA are removed first by restricting the recursion to
+    the affine subspace the state lives on (see ``_reachable_coordinates``): ``r⁺ = T⁺(M(Tr + o)
+    + c − o) + T⁺G w``, exact because that subspace is invariant.
+
+    Args:
+        algorithm: a dgsgld sampler with a constant step, or a kind string with ``step_size``.
+        quadratic: the agents' quadratic potentials.
+        mixing: ``(P, N, N)``, ``(N, N)`` or a schedule; ``None`` for centralized ULA.
+        step_size: overrides the sampler's step size.
+
+    Returns:
+        :class:`StationaryMoments` in float64.
+    """
+    kind, sampler_step = _kind(algorithm)
+    eta = step_size if step_size is not None else sampler_step
+    if eta is None or callable(eta):
+        raise ValueError("The stationary limit needs one constant step size.")
+    eta = float(np.asarray(eta))
+    N, d = quadratic.num_agents, quadratic.dim
+    q = Quadratic(
+        np.asarray(quadratic.hessians, np.float64), np.asarray(quadratic.shifts, np.float64)
+    )
+    stack = [None] if kind == "sgld" else np.asarray(_mixing_stack(mixing, kind), np.float64)
+    T, o = _reachable_coordinates(kind, q, N, d)
+    T_pinv = np.linalg.pinv(T)
+
+    def reduced(W):
+        rec = linear_recursion(kind, q, W, eta, xp=np)
+        return (
+            T_pinv @ rec.matrix @ T,
+            T_pinv @ (rec.matrix @ o + rec.offset - o),
+            T_pinv @ rec.noise,
+        )
+
+    steps = [reduced(W) for W in stack]
+    size = T.shape[1]
+    phi, c_phi, s_phi = np.eye(size), np.zeros(size), np.zeros((size, size))
+    for M, c, G in steps:
+        phi, c_phi, s_phi = M @ phi, M @ c_phi + c, M @ s_phi @ M.T + G @ G.T
+    radius = float(np.max(np.abs(np.linalg.eigvals(phi)))) ** (1.0 / len(steps))
+    if radius >= 1.0:
+        m, S = np.full(size, np.nan), np.full((size, size), np.nan)
+    else:
+        m = np.linalg.solve(np.eye(size) - phi, c_phi)
+        S = scipy.linalg.solve_discrete_lyapunov(phi, s_phi)
+    phases = []
+    for M, c, G in steps:
+        phases.append((m, 0.5 * (S + S.T)))
+        m, S = M @ m + c, M @ S @ M.T + G @ G.T
+    # x is the leading block of r in every coordinate system.
+    if kind == "sgld":
+        mean = np.stack([p[0] for p in phases])
+        cov = np.stack([p[1] for p in phases])
+        return StationaryMoments(mean, cov, mean, cov, radius)
+    n = N * d
+    mean = np.stack([p[0][:n].reshape(N, d) for p in phases])
+    blocks = np.stack([p[1][:n, :n].reshape(N, d, N, d) for p in phases])
+    cov = np.einsum("piaib->piab", blocks)
+    return StationaryMoments(
+        mean, cov, mean.mean(axis=1), np.einsum("piajb->pab", blocks) / N**2, radius
+    )
+
+
+def stationary_w2(algorithm, quadratic: Quadratic, mixing, step_sizes: ArrayLike) -> np.ndarray:
+    """Stationary W2 of every agent to the target, for each step size.
+
+    Args:
+        algorithm: a kind string (``"diging"``, ``"de"``, ``"extra"``, ``"sgld"``) or sampler
+            (its own step size is replaced by each of ``step_sizes``).
+        quadratic: the agents' quadratic potentials.
+        mixing: ``(P, N, N)``, ``(N, N)``, a schedule, or ``None`` for ULA.
+        step_sizes: ``(M,)``.
+
+    Returns:
+        ``(M, P, N)`` (``(M, 1)`` for ULA) float64; ``nan`` where the step is unstable.
+    """
+    target = quadratic.target()
+    out = []
+    for eta in np.asarray(step_sizes, dtype=np.float64).ravel():
+        st = stationary_moments(algorithm, quadratic, mixing, step_size=eta)
+        with jax.enable_x64(True):  # a local float64 scope: these W2 are small differences
+            out.append(np.asarray(exact_w2(st, *target)))
+    return np.stack(out)
+
+
+def loglog_slope(x: ArrayLike, y: ArrayLike) -> tuple[float, float]:
+    """Least-squares fit ``log y = slope · log x + intercept``; returns ``(slope, intercept)``."""
+    x, y = np.asarray(x, np.float64).ravel(), np.asarray(y, np.float64).ravel()
+    keep = np.isfinite(y) & (y > 0)
+    slope, intercept = np.polyfit(np.log(x[keep]), np.log(y[keep]), 1)
+    return float(slope), float(intercept)
