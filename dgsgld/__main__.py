@@ -1,0 +1,293 @@
+"""Command line: ``python -m dgsgld run`` and ``python -m dgsgld reproduce TARGET --out DIR``.
+
+``run`` samples the Bayesian linear-regression posterior of Figure 2 over the paper's
+time-varying barbell with DIGing-SGLD, DE-SGLD and centralized SGLD at fixed step sizes and
+prints each algorithm's final per-agent W2 distance. ``reproduce`` runs the paper's figures
+(step-size tuning included) and writes JSON results and PNG plots, or the theory report.
+``sweep`` repeats figures over several seeds.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+FIGURE_TARGETS = ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fig3c", "fig2", "fig3", "all")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m dgsgld",
+        description="Decentralized stochastic gradient Langevin sampling over time-varying "
+        "networks (DIGing-SGLD): a quick run, and the paper's experiments.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="quick decentralized run: Bayesian linear regression on the time-varying barbell",
+        description="Sample the Bayesian linear-regression posterior of the paper's Figure 2 "
+        "(n=100, d=5 plus intercept, N=20 agents) with DIGing-SGLD, DE-SGLD and centralized "
+        "SGLD at fixed step sizes (no tuning), and print the per-agent W2 distance to the "
+        "exact posterior at the final iteration (mean/min/max over agents) and the wall time.",
+    )
+    run.add_argument(
+        "--network",
+        choices=("barbell", "lollipop"),
+        default="barbell",
+        help="time-varying network schedule (default: barbell)",
+    )
+    run.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=None,
+        metavar="B",
+        help="local mini-batch size, 1..5 (default: the full local batch of 5)",
+    )
+    run.add_argument(
+        "--trials",
+        type=_positive_int,
+        default=200,
+        metavar="C",
+        help="independent chains, used for the Gaussian fit (default: 200)",
+    )
+    run.add_argument(
+        "--num-steps",
+        type=_positive_int,
+        default=100,
+        metavar="T",
+        help="iterations (default: 100)",
+    )
+    run.add_argument(
+        "--step-size",
+        type=_positive_float,
+        default=0.008,
+        metavar="ETA",
+        help="decentralized step size (default: 0.008, near Fig. 2(a)'s tuned value)",
+    )
+    run.add_argument(
+        "--sgld-step-size",
+        type=_positive_float,
+        default=None,
+        metavar="ETA",
+        help="centralized SGLD step size (default: step size / N, the same scale)",
+    )
+    run.add_argument("--seed", type=_seed, default=0, help="master seed (default: 0)")
+
+    rep = sub.add_parser(
+        "reproduce",
+        help="reproduce the paper's figures (or the theory report) into a directory",
+        description="Run the paper's experiments with step-size tuning and write, per figure, "
+        "a JSON file (configuration, seeds, tuning grid, chosen step sizes, per-iteration mean "
+        "and std over agents per algorithm) and a PNG plot; for several figures also overview "
+        "plots and summary.md / summary.json. TARGET 'theory' writes the theory report.",
+    )
+    rep.add_argument(
+        "target",
+        choices=FIGURE_TARGETS + ("theory",),
+        metavar="TARGET",
+        help="fig2a|fig2b|fig2c|fig3a|fig3b|fig3c, fig2 or fig3 (a family), all "
+        "(the six figures), or theory",
+    )
+    rep.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="output directory (created if missing)",
+    )
+    rep.add_argument(
+        "--trials",
+        type=_positive_int,
+        default=None,
+        metavar="C",
+        help="independent trials (chains) per figure (default: 200, the paper's)",
+    )
+    rep.add_argument(
+        "--seed",
+        type=_seed,
+        default=0,
+        help="master seed; data, networks and chains derive from it (default: 0)",
+    )
+    rep.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help="TOML file of experiment settings: top-level keys apply to every "
+        "figure, [fig2]/[fig3] tables to a family, [fig2a]-style tables to one "
+        "figure; unknown keys are errors",
+    )
+    rep.add_argument("--no-plots", action="store_true", help="write JSON only, no PNG files")
+    rep.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="repeat figures over several seeds (new data, network and chains per seed)",
+        description="Run figures for seeds 0..K-1 (step sizes tuned per seed, no gradient "
+        "tuning) and write sweep_TARGET.json and a Markdown table of the final values over "
+        "seeds and how often DIGing-SGLD beat DE-SGLD.",
+    )
+    sweep.add_argument(
+        "target",
+        choices=FIGURE_TARGETS,
+        metavar="TARGET",
+        help="fig2a|fig2b|fig2c|fig3a|fig3b|fig3c, fig2, fig3 or all",
+    )
+    sweep.add_argument(
+        "--seeds",
+        type=_positive_int,
+        default=8,
+        metavar="K",
+        help="number of seeds, 0..K-1 (default: 8)",
+    )
+    sweep.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="output directory (created if missing)",
+    )
+    sweep.add_argument(
+        "--trials",
+        type=_positive_int,
+        default=None,
+        metavar="C",
+        help="independent trials (chains) per figure (default: 200)",
+    )
+    sweep.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help="TOML file of experiment settings, as for reproduce",
+    )
+    sweep.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    return parser
+
+
+def _run(args) -> int:
+    from dgsgld.experiments import quick_run
+
+    print(
+        f"Bayesian linear regression (Fig. 2 problem) on the time-varying {args.network}, "
+        f"N=20 agents, {args.trials} trials, {args.num_steps} iterations"
+    )
+    result = quick_run(
+        network=args.network,
+        batch_size=args.batch_size,
+        trials=args.trials,
+        num_steps=args.num_steps,
+        step_size=args.step_size,
+        sgld_step_size=args.sgld_step_size,
+        seed=args.seed,
+    )
+    print("per-agent W2 to the exact posterior at the final iteration:")
+    print(result.table())
+    print(f"wall time {result.wall_time:.1f} s (compilation included)")
+    return 0
+
+
+def _theory(args) -> int:
+    if args.config is not None:
+        raise ValueError("--config applies to the figures, not to the theory report.")
+    try:
+        from dgsgld.theory.report import theory_report
+    except ImportError as err:
+        raise ValueError(
+            f"The theory report is not available in this installation "
+            f"(dgsgld.theory.report could not be imported: {err})."
+        ) from err
+    kwargs = {"seed": args.seed}
+    if args.trials is not None:
+        kwargs["num_chains"] = args.trials
+    try:
+        theory_report(args.out, **kwargs)
+    except NotImplementedError as err:
+        raise ValueError("The theory report is not implemented yet in this installation.") from err
+    if not args.quiet:
+        print(f"wrote the theory report to {args.out}")
+    return 0
+
+
+def _reproduce(args) -> int:
+    if args.target == "theory":
+        return _theory(args)
+    from dgsgld.experiments import reproduce
+
+    start = time.perf_counter()
+    reproduce(
+        args.target,
+        args.out,
+        trials=args.trials,
+        seed=args.seed,
+        config=args.config,
+        plot=not args.no_plots,
+        logger=None if args.quiet else print,
+    )
+    if not args.quiet:
+        print(f"done in {time.perf_counter() - start:.1f} s; results in {args.out}")
+    return 0
+
+
+def _sweep(args) -> int:
+    from dgsgld.experiments import seed_sweep
+
+    seed_sweep(
+        args.target,
+        range(args.seeds),
+        args.out,
+        trials=args.trials,
+        config=args.config,
+        logger=None if args.quiet else print,
+    )
+    return 0
+
+
+def main(argv=None) -> int:
+    """Entry point of ``python -m dgsgld`` and the ``dgsgld`` script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "sweep":
+            return _sweep(args)
+        return _reproduce(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
