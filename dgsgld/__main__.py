@@ -222,11 +222,11 @@ def _theory(args) -> int:
     if args.config is not None:
         raise ValueError("--config applies to the figures, not to the theory report.")
     try:
-        from dgsgld.theory.report import theory_report
+        from dgsgld.experiments.theory_report import theory_report
     except ImportError as err:
         raise ValueError(
             f"The theory report is not available in this installation "
-            f"(dgsgld.theory.report could not be imported: {err})."
+            f"(dgsgld.experiments.theory_report could not be imported: {err})."
         ) from err
     kwargs = {"seed": args.seed}
     if args.trials is not None:

@@ -2,14 +2,14 @@
 
     python examples/theory_report.py [out_dir]
 
-Writes ``theory_report.png`` and ``theory_report.json`` (see ``dgsgld.theory.report``) and
+Writes ``theory_report.png`` and ``theory_report.json`` (see ``dgsgld.experiments.theory_report``) and
 prints the headline numbers.
 """
 
 import json
 import sys
 
-from dgsgld.theory import theory_report
+from dgsgld.experiments import theory_report
 
 
 def main(out_dir: str = "results/theory") -> None:

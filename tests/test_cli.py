@@ -71,15 +71,15 @@ def test_theory_target_calls_the_report(tmp_path, monkeypatch, capsys):
     import types
 
     calls = []
-    fake = types.ModuleType("dgsgld.theory.report")
+    fake = types.ModuleType("dgsgld.experiments.theory_report")
     fake.theory_report = lambda out_dir, **kw: calls.append((out_dir, kw))
-    monkeypatch.setitem(sys.modules, "dgsgld.theory.report", fake)
+    monkeypatch.setitem(sys.modules, "dgsgld.experiments.theory_report", fake)
     assert (
         main(["reproduce", "theory", "--out", str(tmp_path), "--seed", "3", "--trials", "7"]) == 0
     )
     assert calls == [(tmp_path, {"seed": 3, "num_chains": 7})]
 
-    monkeypatch.setitem(sys.modules, "dgsgld.theory.report", None)  # import fails
+    monkeypatch.setitem(sys.modules, "dgsgld.experiments.theory_report", None)  # import fails
     assert main(["reproduce", "theory", "--out", str(tmp_path)]) == 2
     assert "theory report is not available" in capsys.readouterr().err
 

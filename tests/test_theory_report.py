@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from dgsgld.theory import theory_report
+from dgsgld.experiments import theory_report
 
 
 @pytest.mark.slow

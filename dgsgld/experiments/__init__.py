@@ -37,6 +37,7 @@ from .problems import logistic_regression_problem as logistic_regression_problem
 from .quick import QuickRun as QuickRun
 from .quick import quick_run as quick_run
 from .reproduce import TARGETS as TARGETS
+from .theory_report import theory_report as theory_report
 from .reproduce import expand_target as expand_target
 from .reproduce import reproduce as reproduce
 from .reproduce import save_result as save_result

@@ -7,7 +7,6 @@
   ``Potential`` and a schedule.
 * :mod:`~dgsgld.theory.exact`: exact mean/covariance propagation of DIGing-SGLD, DE-SGLD,
   EXTRA-SGLD and ULA on quadratic potentials, and their stationary limits.
-* :func:`theory_report`: bound vs exact vs Monte Carlo W2 on the paper's barbell regression.
 """
 
 from .bounds import BoundInputs as BoundInputs
@@ -55,4 +54,3 @@ from .exact import loglog_slope as loglog_slope
 from .exact import quadratic_from_potential as quadratic_from_potential
 from .exact import stationary_moments as stationary_moments
 from .exact import stationary_w2 as stationary_w2
-from .report import theory_report as theory_report

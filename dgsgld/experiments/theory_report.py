@@ -24,9 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import metrics, networks
-from . import bounds
-from .constants import choose_window, exact_bound_inputs
-from .exact import exact_moments, exact_w2, loglog_slope, quadratic_from_potential, stationary_w2
+from ..theory import bounds
+from .problems import linear_regression_problem
+from ..theory.constants import choose_window, exact_bound_inputs
+from ..theory.exact import exact_moments, exact_w2, loglog_slope, quadratic_from_potential, stationary_w2
 
 __all__ = ["theory_report"]
 
@@ -35,10 +36,6 @@ LABELS = {"diging": "DIGing-SGLD", "de": "DE-SGLD", "sgld": "centralized ULA (st
 
 
 def _paper_problem(seed):
-    # `experiments` sits above `theory` in the layering; this is the one upward edge, taken at
-    # call time so that `import dgsgld.theory` stays light and acyclic.
-    from ..experiments.problems import linear_regression_problem
-
     return linear_regression_problem(seed)
 
 
