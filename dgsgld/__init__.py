@@ -18,6 +18,7 @@ from .run import mixing_at as mixing_at
 from .run import as_mixing_stack as as_mixing_stack
 from .run import chain_keys as chain_keys
 from .run import sample as sample
+from .checkpoint import sample_chunked as sample_chunked
 from .samplers import DESGLD as DESGLD
 from .samplers import DIGingSGLD as DIGingSGLD
 from .samplers import EXTRASGLD as EXTRASGLD
@@ -37,7 +38,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # Subpackages with heavier set-up code load on first use.
-    if name in {"networks", "theory", "experiments"}:
+    if name in {"networks", "theory", "experiments", "diagnostics", "checkpoint", "progress"}:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

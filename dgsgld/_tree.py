@@ -1,9 +1,12 @@
 """Pytree helpers shared by the samplers: mixing, Gaussian noise, step-size resolution."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import optax
 
+from . import _validation
 from ._types import Array, PRNGKey, PyTree, StepSize
 
 
@@ -21,9 +24,16 @@ def mix(matrix: Array, tree: PyTree) -> PyTree:
     return jax.tree.map(one, tree)
 
 
+def _flat_normal(key: PRNGKey, shape, dtype) -> Array:
+    # Drawn as one flat vector, then reshaped: the same numbers as jax.random.normal(key, shape)
+    # (the generators count elements in row-major order), but XLA:CPU vectorises the generator
+    # along the long flat axis instead of a short last one (d = 6): 1.5-3x faster noise.
+    return jax.random.normal(key, (math.prod(shape),), dtype).reshape(shape)
+
+
 def normal_like(key: PRNGKey, tree: PyTree) -> PyTree:
     """Standard normal noise with the structure, shapes and dtypes of ``tree``."""
-    return optax.tree_utils.tree_random_like(key, tree, jax.random.normal)
+    return optax.tree_utils.tree_random_like(key, tree, _flat_normal)
 
 
 def langevin_update(base: PyTree, drift: PyTree, noise: PyTree, step_size: Array) -> PyTree:
@@ -31,7 +41,11 @@ def langevin_update(base: PyTree, drift: PyTree, noise: PyTree, step_size: Array
     scale = jnp.sqrt(2.0 * step_size)
 
     def one(b, d, w):
-        return b - step_size.astype(b.dtype) * d + scale.astype(b.dtype) * w
+        # On flat vectors: XLA:CPU vectorises elementwise loops (and the noise generator fused
+        # into them) along the last axis, which is short for (N, d) leaves with small d.
+        eta, sd = step_size.astype(b.dtype), scale.astype(b.dtype)
+        flat = b.reshape(-1) - eta * d.reshape(-1) + sd * w.reshape(-1)
+        return flat.reshape(b.shape)
 
     return jax.tree.map(one, base, drift, noise)
 
@@ -44,7 +58,12 @@ def resolve_step_size(step_size: StepSize, count: Array) -> Array:
 
 
 def as_step_size(step_size: StepSize) -> StepSize:
-    """Store constants as arrays so changing them does not retrace compiled runs."""
+    """Store constants as arrays so changing them does not retrace compiled runs.
+
+    Checked here, when a sampler is built: a constant must be a finite positive scalar, a
+    schedule must give one at count 0 (``dgsgld.sample`` checks its last count too).
+    """
+    _validation.check_step_size(step_size)
     if callable(step_size):
         return step_size
     return jnp.asarray(step_size, dtype=jnp.result_type(float))

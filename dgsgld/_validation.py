@@ -30,7 +30,9 @@ def check_mixing(stack, *, tol: float = MIXING_TOL, name: str = "mixing") -> Non
     """
     shape = getattr(stack, "shape", None)
     if shape is None or len(shape) != 3 or shape[1] != shape[2]:
-        raise ValueError(f"`{name}` must be a (P, N, N) stack of square matrices; got shape {shape}.")
+        raise ValueError(
+            f"`{name}` must be a (P, N, N) stack of square matrices; got shape {shape}."
+        )
     if shape[0] == 0 or shape[1] == 0:
         raise ValueError(f"`{name}` must hold at least one matrix with N >= 1; got shape {shape}.")
     if not is_concrete(stack):
@@ -41,7 +43,7 @@ def check_mixing(stack, *, tol: float = MIXING_TOL, name: str = "mixing") -> Non
         k, i, j = np.unravel_index(int(np.argmax(values)), values.shape)
         raise ValueError(
             f"`{name}`[{k}] is not {prop}: {what} at entry ({i}, {j}) "
-            f"(value {w[k, i, j]!r}, tolerance {tol:g})."
+            f"(value {w[k, i, j].item()!r}, tolerance {tol:g})."
         )
 
     bad = ~np.isfinite(w)
@@ -51,8 +53,8 @@ def check_mixing(stack, *, tol: float = MIXING_TOL, name: str = "mixing") -> Non
     if asym.max() > tol:
         k, i, j = np.unravel_index(int(np.argmax(asym)), asym.shape)
         raise ValueError(
-            f"`{name}`[{k}] is not symmetric: W[{i}, {j}] = {w[k, i, j]!r} but "
-            f"W[{j}, {i}] = {w[k, j, i]!r} (tolerance {tol:g})."
+            f"`{name}`[{k}] is not symmetric: W[{i}, {j}] = {w[k, i, j].item()!r} but "
+            f"W[{j}, {i}] = {w[k, j, i].item()!r} (tolerance {tol:g})."
         )
     if w.min() < -tol:
         fail("nonnegative", -w, "negative weight")
@@ -60,14 +62,15 @@ def check_mixing(stack, *, tol: float = MIXING_TOL, name: str = "mixing") -> Non
     if row_err.max() > tol:
         k, i = np.unravel_index(int(np.argmax(row_err)), row_err.shape)
         raise ValueError(
-            f"`{name}`[{k}] is not doubly stochastic: row {i} sums to {w[k, i].sum()!r}, "
+            f"`{name}`[{k}] is not doubly stochastic: row {i} sums to {w[k, i].sum().item()!r}, "
             f"expected 1 (tolerance {tol:g})."
         )
     col_err = np.abs(w.sum(axis=1) - 1.0)
     if col_err.max() > tol:
         k, j = np.unravel_index(int(np.argmax(col_err)), col_err.shape)
         raise ValueError(
-            f"`{name}`[{k}] is not doubly stochastic: column {j} sums to {w[k, :, j].sum()!r}, "
+            f"`{name}`[{k}] is not doubly stochastic: column {j} sums to "
+            f"{w[k, :, j].sum().item()!r}, "
             f"expected 1 (tolerance {tol:g})."
         )
 
@@ -90,3 +93,219 @@ def check_positive_int(value, *, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
     return int(value)
+
+
+# -- checks added for every public entry point ------------------------------------------------
+#
+# Dtype policy: positions (``init``) must be floating point, and the gradient the model returns
+# for them must have the same dtype leaf by leaf (the compiled loop carries positions and
+# gradients in one state, whose type may not change between iterations). Data may have any dtype
+# (integer labels are common); mixing matrices and step sizes are cast to each position leaf's
+# dtype inside the samplers.
+
+
+def _leaf_name(name: str, path) -> str:
+    """``init['w'][0]``-style name of a leaf, or just ``name`` for a bare array."""
+    return name + jax.tree_util.keystr(path) if path else name
+
+
+def check_key(key, *, name: str = "key") -> None:
+    """``key`` must be a PRNG key: ``jax.random.key(seed)`` (typed, shape ``()``) or
+    ``jax.random.PRNGKey(seed)`` (raw ``uint32`` of shape ``(2,)``)."""
+    dtype = getattr(key, "dtype", None)
+    shape = getattr(key, "shape", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if shape != ():
+            raise ValueError(
+                f"`{name}` must be a single PRNG key (shape ()); got a key array of shape {shape}."
+            )
+        return
+    if dtype == np.uint32 and shape == (2,):
+        return
+    raise ValueError(
+        f"`{name}` must be a PRNG key from jax.random.key(seed) or jax.random.PRNGKey(seed); "
+        f"got {type(key).__name__}"
+        + (f" of dtype {dtype} and shape {shape}." if dtype is not None else f" {key!r}.")
+    )
+
+
+def check_step_size_range(step_size, start: int, stop: int, *, name: str = "step_size") -> None:
+    """A schedule must give a finite positive scalar at the first and last iteration it will run.
+
+    ``start`` and ``stop - 1`` are the first and last counts (``stop > start``). Constants are
+    checked by :func:`check_step_size`; this adds the end of a schedule (a decaying schedule that
+    reaches zero or a negative value would otherwise stall or blow up silently).
+    """
+    check_step_size(step_size, name=name)
+    if not callable(step_size):
+        return
+    for count in {int(start), int(stop) - 1}:
+        value = step_size(np.int32(count))
+        if not is_concrete(value):
+            return
+        arr = np.asarray(value)
+        if arr.ndim != 0:
+            raise ValueError(
+                f"`{name}` schedule must return a scalar; got shape {arr.shape} at count {count}."
+            )
+        v = float(arr)
+        if not math.isfinite(v) or v <= 0:
+            raise ValueError(
+                f"`{name}` must be positive and finite at every iteration; the schedule gives "
+                f"{v!r} at count {count}."
+            )
+
+
+def check_finite_tree(tree, *, name: str) -> None:
+    """Every floating leaf of ``tree`` that holds values must be finite.
+
+    Raises:
+        ValueError: naming the leaf, the index of the first non-finite entry and its value.
+    """
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not is_concrete(leaf):
+            continue
+        arr = np.asarray(leaf)
+        if not np.issubdtype(arr.dtype, np.inexact):
+            continue
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), arr.shape))
+            raise ValueError(
+                f"`{_leaf_name(name, path)}` must be finite; got {arr[index].item()!r} at index "
+                f"{index} ({int(bad.sum())} non-finite entries)."
+            )
+
+
+def check_floating_tree(tree, *, name: str) -> None:
+    """Every leaf must be floating point (positions, never integers or complex numbers)."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        dtype = jax.numpy.result_type(leaf)
+        if not jax.numpy.issubdtype(dtype, jax.numpy.floating):
+            raise ValueError(
+                f"`{_leaf_name(name, path)}` must be floating point; got dtype {dtype}. "
+                "Cast it, e.g. jnp.asarray(x, jnp.float32)."
+            )
+
+
+def check_callable(fn, *, name: str, allow_none: bool = True) -> None:
+    if fn is None and allow_none:
+        return
+    if not callable(fn):
+        expected = "a callable or None" if allow_none else "a callable"
+        raise ValueError(f"`{name}` must be {expected}; got {type(fn).__name__}.")
+
+
+def check_gradient_matches(grad, params, *, name: str = "init") -> None:
+    """The model's gradient must have the structure, shapes and dtypes of the parameters.
+
+    ``grad`` and ``params`` are pytrees of ``jax.ShapeDtypeStruct`` (from ``jax.eval_shape``).
+    """
+    want, got = jax.tree.structure(params), jax.tree.structure(grad)
+    if want != got:
+        raise ValueError(
+            f"The model's gradient has pytree structure {got}, but the parameters taken from "
+            f"`{name}` have {want}: `{name}` must have the structure `log_likelihood` expects."
+        )
+    for (path, p), g in zip(jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(grad)):
+        if g.shape != p.shape:
+            raise ValueError(
+                f"The model's gradient for `{_leaf_name(name, path)}` has shape {g.shape}, "
+                f"expected {p.shape} (the shape of one chain of `{name}`)."
+            )
+        if g.dtype != p.dtype:
+            raise ValueError(
+                f"The model's gradient for `{_leaf_name(name, path)}` has dtype {g.dtype}, but "
+                f"`{name}` has {p.dtype}; use one floating dtype for `{name}` and the data "
+                "(mixed precision would change the sampler state's type between iterations)."
+            )
+
+
+def check_scalar_output(fn, args, *, name: str, what: str) -> None:
+    """``fn(*args)`` (traced abstractly) must return one real scalar; ``what`` describes args."""
+    try:
+        out = jax.eval_shape(fn, *args)
+    except Exception as err:  # noqa: BLE001 - re-raised with context
+        raise ValueError(f"`{name}` failed on {what}: {type(err).__name__}: {err}") from err
+    leaves = jax.tree.leaves(out)
+    if len(leaves) != 1 or leaves[0].shape != ():
+        shapes = jax.tree.map(lambda s: s.shape, out)
+        raise ValueError(f"`{name}` must return a scalar for {what}; got shape(s) {shapes}.")
+    if not jax.numpy.issubdtype(leaves[0].dtype, jax.numpy.floating):
+        raise ValueError(
+            f"`{name}` must return a floating scalar for {what}; got dtype {leaves[0].dtype}."
+        )
+
+
+def check_resume_state(state, template, *, name: str = "init") -> None:
+    """A state passed to continue a run must be what this sampler produces.
+
+    ``template`` is ``jax.eval_shape`` of the sampler's ``init`` over all chains.
+    """
+    if type(state) is not type(template):
+        raise ValueError(
+            f"`{name}` is a {type(state).__name__} but this sampler's state is "
+            f"{type(template).__name__}; continue a run with the same sampler type."
+        )
+    if jax.tree.structure(state) != jax.tree.structure(template):
+        raise ValueError(
+            f"`{name}` has pytree structure {jax.tree.structure(state)}, expected "
+            f"{jax.tree.structure(template)}."
+        )
+    for (path, t), leaf in zip(
+        jax.tree_util.tree_flatten_with_path(template)[0], jax.tree.leaves(state)
+    ):
+        shape, dtype = np.shape(leaf), jax.numpy.result_type(leaf)
+        if shape != t.shape or dtype != t.dtype:
+            raise ValueError(
+                f"`{_leaf_name(name, path)}` has shape {shape} and dtype {dtype}, expected "
+                f"{t.shape} and {t.dtype}."
+            )
+    count = state.count
+    if is_concrete(count) and np.ndim(count) == 1 and np.unique(np.asarray(count)).size != 1:
+        raise ValueError(
+            f"`{name}.count` must be the same for every chain (one run's state); got "
+            f"{np.asarray(count).tolist()}."
+        )
+
+
+def check_gaussian(mean, cov, *, mean_name: str = "mean", cov_name: str = "cov") -> None:
+    """``mean (..., d)`` and ``cov (..., d, d)``: matching ``d``; when concrete, finite and
+    symmetric within a relative tolerance."""
+    m_shape, c_shape = np.shape(mean), np.shape(cov)
+    if len(m_shape) < 1:
+        raise ValueError(f"`{mean_name}` must be (..., d); got a scalar.")
+    d = m_shape[-1]
+    if len(c_shape) < 2 or c_shape[-2:] != (d, d):
+        raise ValueError(
+            f"`{cov_name}` must be (..., {d}, {d}) to match `{mean_name}` of shape {m_shape}; "
+            f"got shape {c_shape}."
+        )
+    check_finite_tree(mean, name=mean_name)
+    check_finite_tree(cov, name=cov_name)
+    if is_concrete(cov):
+        c = np.asarray(cov, dtype=np.float64)
+        scale = max(float(np.abs(c).max(initial=0.0)), 1e-30)
+        asym = float(np.abs(c - np.swapaxes(c, -1, -2)).max(initial=0.0))
+        if asym > 1e-4 * scale:
+            raise ValueError(
+                f"`{cov_name}` must be symmetric; largest |C - C^T| entry is {asym:g} "
+                f"(entries up to {scale:g})."
+            )
+
+
+def check_samples(samples, *, name: str, min_ndim: int, layout: str) -> None:
+    """Arrays of draws: at least ``min_ndim`` axes (``layout`` describes them) and finite.
+
+    A non-finite draw is reported with its index: it means a diverged run (see
+    ``trace.divergence``), whose statistics would otherwise come out as a silent NaN.
+    """
+    shape = np.shape(samples)
+    if len(shape) < min_ndim:
+        raise ValueError(f"`{name}` must be {layout}; got shape {shape}.")
+    if any(s == 0 for s in shape):
+        raise ValueError(f"`{name}` must not be empty; got shape {shape}.")
+    try:
+        check_finite_tree(samples, name=name)
+    except ValueError as err:
+        raise ValueError(f"{err} Did the run diverge? See `trace.divergence`.") from None

@@ -11,6 +11,7 @@ the result is symmetric in its arguments up to rounding.
 
 import jax.numpy as jnp
 
+from . import _validation
 from ._types import Array
 
 __all__ = [
@@ -25,6 +26,10 @@ __all__ = [
 
 def sqrtm_psd(matrix: Array) -> Array:
     """Symmetric square root of a PSD matrix ``(..., d, d)``; negative eigenvalues clipped."""
+    shape = jnp.shape(matrix)
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise ValueError(f"`matrix` must be (..., d, d); got shape {shape}.")
+    _validation.check_finite_tree(matrix, name="matrix")
     sym = 0.5 * (matrix + jnp.swapaxes(matrix, -1, -2))
     vals, vecs = jnp.linalg.eigh(sym)
     root = jnp.sqrt(jnp.clip(vals, 0.0))
@@ -41,6 +46,13 @@ def gaussian_w2(mean1: Array, cov1: Array, mean2: Array, cov2: Array) -> Array:
     Returns:
         ``(...)`` distances.
     """
+    _validation.check_gaussian(mean1, cov1, mean_name="mean1", cov_name="cov1")
+    _validation.check_gaussian(mean2, cov2, mean_name="mean2", cov_name="cov2")
+    if jnp.shape(mean1)[-1] != jnp.shape(mean2)[-1]:
+        raise ValueError(
+            f"`mean1` and `mean2` must have the same dimension d; got shapes "
+            f"{jnp.shape(mean1)} and {jnp.shape(mean2)}."
+        )
     root1 = sqrtm_psd(cov1)
     cross = sqrtm_psd(root1 @ cov2 @ root1)
     trace = lambda m: jnp.trace(m, axis1=-2, axis2=-1)  # noqa: E731
@@ -50,6 +62,19 @@ def gaussian_w2(mean1: Array, cov1: Array, mean2: Array, cov2: Array) -> Array:
 
 def empirical_moments(samples: Array, axis: int = 0, ddof: int = 1) -> tuple[Array, Array]:
     """Mean ``(..., d)`` and covariance ``(..., d, d)`` over ``axis`` of ``samples (..., d)``."""
+    shape = jnp.shape(samples)
+    if len(shape) < 2:
+        raise ValueError(f"`samples` must be (..., d) with a sample axis; got shape {shape}.")
+    if not -len(shape) <= axis < len(shape) or axis % len(shape) == len(shape) - 1:
+        raise ValueError(
+            f"`axis` must index a sample axis of `samples` (shape {shape}), not the last "
+            f"(coordinate) axis; got {axis}."
+        )
+    if shape[axis] <= ddof:
+        raise ValueError(
+            f"`samples` needs more than ddof={ddof} samples along axis {axis}; got shape {shape}."
+        )
+    _validation.check_samples(samples, name="samples", min_ndim=2, layout="(..., d)")
     x = jnp.moveaxis(samples, axis, 0)
     mean = jnp.mean(x, axis=0)
     centred = x - mean[None]
@@ -59,6 +84,12 @@ def empirical_moments(samples: Array, axis: int = 0, ddof: int = 1) -> tuple[Arr
 
 def gaussian_w2_to_target(samples: Array, mean: Array, cov: Array, axis: int = 0) -> Array:
     """W2 between the Gaussian fit of ``samples`` over ``axis`` and ``N(mean, cov)``."""
+    _validation.check_gaussian(mean, cov)
+    if jnp.shape(mean)[-1] != jnp.shape(samples)[-1]:
+        raise ValueError(
+            f"`mean` has dimension {jnp.shape(mean)[-1]} but `samples` (shape "
+            f"{jnp.shape(samples)}) have {jnp.shape(samples)[-1]} coordinates."
+        )
     m, s = empirical_moments(samples, axis=axis)
     return gaussian_w2(m, s, jnp.broadcast_to(mean, m.shape), jnp.broadcast_to(cov, s.shape))
 
@@ -77,6 +108,7 @@ def per_agent_w2(positions: Array, mean: Array, cov: Array) -> Array:
         raise ValueError(
             f"`positions` must be (num_chains, num_iterations, N, d); got shape {positions.shape}."
         )
+    _validation.check_samples(positions, name="positions", min_ndim=4, layout="(C, T, N, d)")
     return gaussian_w2_to_target(positions, mean, cov, axis=0)
 
 
@@ -89,6 +121,7 @@ def consensus_error(positions: Array) -> Array:
     Returns:
         ``(...)``: ``sqrt(mean_i ‖x_i − x̄‖²)``.
     """
+    _validation.check_samples(positions, name="positions", min_ndim=2, layout="(..., N, d)")
     centred = positions - jnp.mean(positions, axis=-2, keepdims=True)
     return jnp.sqrt(jnp.mean(jnp.sum(centred**2, axis=-1), axis=-1))
 

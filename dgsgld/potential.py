@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _validation
 from ._types import Array, PRNGKey, PyTree
 
 __all__ = ["Potential", "pad_agent_data"]
@@ -121,6 +122,7 @@ class Potential(eqx.Module):
             raise ValueError(f"`log_likelihood` must be callable; got {type(log_likelihood)}.")
         if log_prior is not None and not callable(log_prior):
             raise ValueError(f"`log_prior` must be callable or None; got {type(log_prior)}.")
+        _validation.check_callable(gradient_fn, name="gradient_fn")
         leaves = jax.tree.leaves(data)
         if not leaves:
             raise ValueError("`data` must be a pytree with at least one array leaf.")
@@ -135,6 +137,13 @@ class Potential(eqx.Module):
                 f"got leading shapes {[s[:2] for s in shapes]}."
             )
         num_agents, local_size = shapes[0][:2]
+        if num_agents < 1 or local_size < 1:
+            raise ValueError(
+                "`data` needs at least one agent and one datum per agent; got leading shape "
+                f"(num_agents, local_size) = {(num_agents, local_size)}."
+            )
+        # A NaN in the data would otherwise surface only as NaN samples.
+        _validation.check_finite_tree(data, name="data")
         if mask is not None:
             mask_np = np.asarray(mask)
             if mask_np.shape != (num_agents, local_size):

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _validation
+from . import progress as _progress
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
 from .samplers.base import SamplingAlgorithm
@@ -114,7 +115,7 @@ def _is_state(init) -> bool:
     return isinstance(init, tuple) and hasattr(init, "_fields") and hasattr(init, "count")
 
 
-def _check_inputs(algorithm, potential, stack, positions) -> int:
+def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume_state=None) -> int:
     """Validate before compiling; returns the number of chains."""
     if not isinstance(algorithm, SamplingAlgorithm):
         raise ValueError(
@@ -123,7 +124,7 @@ def _check_inputs(algorithm, potential, stack, positions) -> int:
         )
     if not isinstance(potential, Potential):
         raise ValueError(f"`potential` must be a dgsgld.Potential; got {type(potential).__name__}.")
-    _validation.check_step_size(algorithm.step_size)
+    _validation.check_key(key)
     leaves = jax.tree.leaves(positions)
     if not leaves:
         raise ValueError("`init` must be a pytree with at least one array leaf.")
@@ -132,11 +133,23 @@ def _check_inputs(algorithm, potential, stack, positions) -> int:
     for leaf in leaves:
         if jnp.ndim(leaf) < lead:
             raise ValueError(f"`init` leaves must be {expect}; got a leaf of shape {jnp.shape(leaf)}.")
-        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
-            raise ValueError(f"`init` leaves must be floating point; got dtype {jnp.result_type(leaf)}.")
+    _validation.check_floating_tree(positions, name="init")
+    _validation.check_finite_tree(positions, name="init")
     num_chains = {jnp.shape(leaf)[0] for leaf in leaves}
     if len(num_chains) != 1:
         raise ValueError(f"`init` leaves disagree on the number of chains: {sorted(num_chains)}.")
+    if 0 in num_chains:
+        raise ValueError("`init` must hold at least one chain; got 0 on axis 0.")
+    start = 0
+    if resume_state is not None:
+        template = jax.eval_shape(
+            jax.vmap(algorithm.init, (0, None, 0)), positions, potential,
+            chain_keys(key, num_chains.copy().pop()),
+        )
+        _validation.check_resume_state(resume_state, template, name="init")
+        if _validation.is_concrete(resume_state.count):
+            start = int(np.asarray(resume_state.count).reshape(-1)[0])
+    _validation.check_step_size_range(algorithm.step_size, start, start + num_steps)
     if algorithm.decentralized:
         agents = {jnp.shape(leaf)[1] for leaf in leaves}
         if agents != {potential.num_agents}:
@@ -147,6 +160,19 @@ def _check_inputs(algorithm, potential, stack, positions) -> int:
         if stack is None:
             raise ValueError(f"`mixing` is required by {type(algorithm).__name__}; got None.")
         if hasattr(stack, "matrix_at"):
+            # W^(0) traced abstractly: a dense array, or any object with `@` (e.g. sparse).
+            try:
+                w0 = jax.eval_shape(stack.matrix_at, jnp.int32(0))
+            except Exception as err:  # noqa: BLE001 - re-raised with the argument named
+                raise ValueError(
+                    f"`mixing`.matrix_at(0) failed: {type(err).__name__}: {err}"
+                ) from err
+            shape = tuple(getattr(w0, "shape", ()))
+            if len(shape) >= 2 and shape[-2:] != (potential.num_agents,) * 2:
+                raise ValueError(
+                    f"`mixing`.matrix_at(0) returned shape {shape}; expected "
+                    f"({potential.num_agents}, {potential.num_agents})."
+                )
             size = getattr(stack, "num_agents", potential.num_agents)
         else:
             _validation.check_mixing(stack, name="mixing")
@@ -164,6 +190,42 @@ def _check_inputs(algorithm, potential, stack, positions) -> int:
         one = jax.tree.map(
             lambda s: jax.ShapeDtypeStruct((potential.num_agents, *s.shape), s.dtype), one
         )
+    _check_model(potential, one)
+    return num_chains.pop()
+
+
+#: Signatures (model, data shapes, parameter shapes) whose gradient has been checked: tracing
+#: the model again on every call costs ~25 ms, more than a paper-size run on a GPU.
+_CHECKED_MODELS: dict = {}
+
+
+def _check_model(potential: Potential, one) -> None:
+    """Trace ``potential.grad`` on one chain's shapes (once per signature) and compare shapes."""
+    signature = (
+        jax.tree.structure(potential),
+        tuple((jnp.shape(x), jnp.result_type(x)) for x in jax.tree.leaves(potential)),
+        jax.tree.structure(one),
+        tuple((s.shape, s.dtype) for s in jax.tree.leaves(one)),
+    )
+    try:
+        if signature in _CHECKED_MODELS:
+            return
+    except TypeError:  # unhashable static field in a user's model: check every time
+        signature = None
+    if potential.log_likelihood is not None:
+        # The user's functions, one at a time, so that an error names the one at fault.
+        params = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), one)
+        datum = jax.tree.map(
+            lambda leaf: jax.ShapeDtypeStruct(jnp.shape(leaf)[2:], jnp.result_type(leaf)),
+            potential.data,
+        )
+        shapes = jax.tree.map(lambda s: s.shape, params)
+        what = f"parameters of shapes {shapes} (from `init`)"
+        _validation.check_scalar_output(potential.log_likelihood, (params, datum),
+                                        name="log_likelihood", what=what + " and one datum")
+        if potential.log_prior is not None:
+            _validation.check_scalar_output(potential.log_prior, (params,), name="log_prior",
+                                            what=what)
     try:
         out = jax.eval_shape(potential.grad, one, jax.random.key(0))
     except Exception as err:  # noqa: BLE001 - re-raised with context
@@ -172,14 +234,12 @@ def _check_inputs(algorithm, potential, stack, positions) -> int:
             f"The model failed on per-agent parameters of shapes {shapes} (taken from `init`): "
             f"{type(err).__name__}: {err}"
         ) from err
-    if jax.tree.structure(out) != jax.tree.structure(one) or any(
-        o.shape != s.shape for o, s in zip(jax.tree.leaves(out), jax.tree.leaves(one))
-    ):
-        raise ValueError(
-            "The gradient of the model does not match the parameters from `init`: got "
-            f"{jax.tree.map(lambda s: s.shape, out)}, expected {jax.tree.map(lambda s: s.shape, one)}."
-        )
-    return num_chains.pop()
+    # Structure, shapes and dtypes (a dtype change would break the compiled loop's carry).
+    _validation.check_gradient_matches(out, one, name="init")
+    if signature is not None:
+        if len(_CHECKED_MODELS) > 256:
+            _CHECKED_MODELS.clear()
+        _CHECKED_MODELS[signature] = True
 
 
 def sample(
@@ -196,6 +256,7 @@ def sample(
     store_positions: bool | None = None,
     on_divergence: str = "raise",
     stop_on_divergence: bool = False,
+    progress: bool | int | str = False,
 ) -> Trace:
     """Run ``num_chains`` independent chains of a sampler for ``num_steps`` iterations.
 
@@ -224,6 +285,10 @@ def sample(
             ``trace.divergence``). Under ``jit``/``vmap``/``grad`` only the flag is set.
         stop_on_divergence: once any chain diverges, stop computing further iterations (the
             remaining kept iterations repeat the frozen state).
+        progress: a progress bar reported from inside the compiled loop (see
+            :mod:`dgsgld.progress`): ``False`` (default), ``True`` (about 100 reports, only when
+            standard error is a terminal), ``"always"``, or a number of iterations between
+            reports. ``DGSGLD_PROGRESS=0`` in the environment silences it.
 
     Returns:
         A :class:`Trace`.
@@ -236,17 +301,35 @@ def sample(
     thin = _validation.check_positive_int(thin, name="thin")
     if num_steps % thin:
         raise ValueError(f"`num_steps` ({num_steps}) must be a multiple of `thin` ({thin}).")
+    _validation.check_callable(trace_fn, name="trace_fn")
+    _validation.check_callable(ensemble_fn, name="ensemble_fn")
+    show = _progress.wants_progress(progress)
     resume = _is_state(init)
     positions = init.position if resume else init
     stack = None if mixing is None else as_mixing_stack(mixing)
-    num_chains = _check_inputs(algorithm, potential, stack, positions)
+    num_chains = _check_inputs(
+        algorithm, potential, stack, positions, key, num_steps, init if resume else None
+    )
     if store_positions is None:
         store_positions = trace_fn is None and ensemble_fn is None
-    trace = _run(
-        algorithm, potential, stack, init if resume else None, positions, key,
-        num_chains, num_steps, thin, trace_fn, ensemble_fn, bool(store_positions),
-        bool(stop_on_divergence),
-    )
+    # The bar is reached through an int32 token (a traced argument), so that turning progress
+    # on does not recompile for every call; only the report spacing is static.
+    every, token, bar = 0, jnp.int32(0), None
+    if show:
+        every = _progress.report_every(progress, num_steps, thin)
+        bar = _progress.ProgressBar(num_steps)
+        token = _progress.register(bar)
+    try:
+        trace = _run(
+            algorithm, potential, stack, init if resume else None, positions, key,
+            num_chains, num_steps, thin, trace_fn, ensemble_fn, bool(store_positions),
+            bool(stop_on_divergence), every, token,
+        )
+    finally:
+        if bar is not None:
+            _progress.unregister(token)
+            bar.update_to(num_steps)
+            bar.close()
     if on_divergence != "flag" and _validation.is_concrete(trace.divergence.iteration):
         _report_divergence(trace.divergence, on_divergence)
     return trace
@@ -284,7 +367,8 @@ def _first_bad_agent(position: PyTree, decentralized: bool) -> tuple[Array, Arra
 
 @eqx.filter_jit
 def _run(algorithm, potential, stack, state, positions, key, num_chains, num_steps, thin,
-         trace_fn, ensemble_fn, store_positions, stop_on_divergence):
+         trace_fn, ensemble_fn, store_positions, stop_on_divergence, progress_every=0,
+         progress_token=None):
     split = jax.vmap(jax.random.split)(chain_keys(key, num_chains))
     init_keys, run_keys = split[:, 0], split[:, 1]
     if state is None:
@@ -315,17 +399,18 @@ def _run(algorithm, potential, stack, state, positions, key, num_chains, num_ste
             None if ensemble_fn is None else ensemble_fn(states),
         )
 
-    def outer(carry, _):
+    def outer(carry, done):
         if stop_on_divergence:
             carry = jax.lax.cond(jnp.any(carry[1].iteration >= 0), lambda c: c, run_thin, carry)
         else:
             carry = run_thin(carry)
+        if progress_every:
+            _progress.tick(progress_token, done, progress_every)
         return carry, record(carry[0])
 
     minus_one = jnp.full((num_chains,), -1, jnp.int32)
-    (final, div), kept = jax.lax.scan(
-        outer, (state, Divergence(minus_one, minus_one)), None, length=num_steps // thin
-    )
+    done = thin * jnp.arange(1, num_steps // thin + 1, dtype=jnp.int32)  # iterations run
+    (final, div), kept = jax.lax.scan(outer, (state, Divergence(minus_one, minus_one)), done)
     first = record(state)
     kept = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, kept)
     chain_major = lambda tree: jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), tree)  # noqa: E731

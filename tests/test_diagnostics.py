@@ -1,0 +1,132 @@
+"""Per-agent ESS, split R-hat, consensus error and the ArviZ export.
+
+Draws come from AR(1) chains ``x_t = φ x_{t−1} + √(1 − φ²) ε_t`` (stationary N(0, 1)), whose
+integrated autocorrelation time is known: ``τ = (1 + φ)/(1 − φ)``, so ESS = ``m n / τ``.
+"""
+
+import sys
+
+import numpy as np
+import pytest
+
+import dgsgld
+from dgsgld import diagnostics
+
+C, T = 4, 2000
+
+
+def ar1(shape, phi, seed):
+    """``(C, T, *shape)`` stationary AR(1) chains with coefficient ``phi`` (per entry)."""
+    rng = np.random.default_rng(seed)
+    phi = np.broadcast_to(np.asarray(phi, float), shape)
+    eps = rng.standard_normal((C, T, *shape))
+    x = np.empty_like(eps)
+    x[:, 0] = eps[:, 0]
+    for t in range(1, T):
+        x[:, t] = phi * x[:, t - 1] + np.sqrt(1.0 - phi**2) * eps[:, t]
+    return x
+
+
+def test_ess_matches_the_ar1_autocorrelation_time():
+    phi = np.array([0.0, 0.5, 0.9])
+    x = ar1((3,), phi, seed=0)
+    want = C * T * (1.0 - phi) / (1.0 + phi)
+    # The estimator of τ has relative standard deviation about sqrt(2 (2M + 1) / (m n)) (Sokal),
+    # M the truncation lag: M ≈ 40 for φ = 0.9 gives 5 %, so 20 % is four standard deviations.
+    assert np.allclose(diagnostics.ess(x), want, rtol=0.2)
+
+
+def test_rhat_is_one_for_agreeing_chains_and_large_otherwise():
+    x = ar1((2,), 0.5, seed=1)
+    # Agreeing chains: R̂² − 1 ≈ (B/W − 1)/n with B/W ~ F(2m−1, ·): |R̂ − 1| ≲ 3/(2·1000).
+    assert np.all(np.abs(diagnostics.rhat(x) - 1.0) < 5e-3)
+    assert np.all(np.abs(diagnostics.split_rhat(x) - 1.0) < 5e-3)
+    # Chains centred at 0, 0, 2, 2 (unit variance): the 8 half-chains have means 0 (×4) and
+    # 2 (×4), whose variance (ddof 1) is 8/7, so R̂ ≈ sqrt(1 + 8/7). Noise: each half-chain
+    # mean has sd sqrt(τ/n) ≈ 0.05, moving R̂ by about 1 %.
+    shifted = x + np.array([0.0, 0.0, 2.0, 2.0])[:, None, None]
+    assert np.all(diagnostics.rhat(shifted) > 1.3)
+    assert np.allclose(diagnostics.split_rhat(shifted), np.sqrt(1 + 8 / 7), rtol=0.04)
+    # A trend inside every chain: only the split statistic can see it.
+    trend = x + np.linspace(-3.0, 3.0, T)[None, :, None]
+    assert np.all(diagnostics.split_rhat(trend) > 1.3)
+
+
+def test_statistics_are_per_agent_and_coordinate():
+    # (chain, draw, agent, coordinate); agent 1 is stuck at a different value in every chain.
+    x = ar1((3, 2), 0.5, seed=2)
+    x[:, :, 1, :] = np.arange(C)[:, None, None] + 0.01 * x[:, :, 1, :]
+    r, e = diagnostics.rhat(x), diagnostics.ess(x)
+    assert r.shape == e.shape == (3, 2)
+    assert np.all(r[1] > 2.0) and np.all(np.abs(r[[0, 2]] - 1.0) < 5e-3)
+    assert np.all(e[1] < 50) and np.all(e[[0, 2]] > 1000)
+    summary = diagnostics.agent_summary(x, burn_in=100)
+    assert {k: v.shape for k, v in summary.items()} == {k: (3, 2) for k in
+                                                          ("mean", "sd", "ess", "rhat")}
+    assert np.array_equal(summary["rhat"], diagnostics.rhat(x[:, 100:]))
+    with pytest.raises(ValueError, match="`burn_in`"):
+        diagnostics.agent_summary(x, burn_in=T)
+
+
+def test_against_arviz():
+    az = pytest.importorskip("arviz")
+    rng = np.random.default_rng(3)
+    for trial in range(6):
+        m, n = int(rng.integers(2, 5)), int(rng.integers(4, 400))
+        x = rng.standard_normal((m, n)).cumsum(axis=1) * rng.uniform(0.1, 3.0)
+        if trial % 2:
+            x = np.round(x)  # ties in the ranks
+        assert np.isclose(diagnostics.ess(x), az.ess(x, method="bulk"), rtol=1e-10)
+        assert np.isclose(diagnostics.rhat(x), az.rhat(x, method="rank"), rtol=1e-10)
+        assert np.isclose(diagnostics.split_rhat(x), az.rhat(x, method="split"), rtol=1e-10)
+
+
+def test_consensus_error_over_time_flattens_parameter_pytrees():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((2, 5, 3, 2))
+    b = rng.standard_normal((2, 5, 3))
+    got = diagnostics.consensus_error_over_time({"a": a, "b": b})
+    x = np.concatenate([a, b[..., None]], axis=-1)
+    centred = x - x.mean(axis=2, keepdims=True)
+    assert got.shape == (2, 5)
+    assert np.allclose(got, np.sqrt((centred**2).sum(-1).mean(-1)), rtol=1e-5)
+    # Agents at ±c around any centre are at consensus error c.
+    c = 0.7
+    pm = np.stack([np.full((2, 5, 2), 3.0 + c), np.full((2, 5, 2), 3.0 - c)], axis=2)
+    assert np.allclose(diagnostics.consensus_error_over_time(pm), c * np.sqrt(2), rtol=1e-5)
+
+
+def fake_trace(positions, centralized=False):
+    div = dgsgld.Divergence(np.full(C, -1), np.full(C, -1))
+    count = np.zeros(C, np.int32)
+    state = dgsgld.SGLDState(None, count) if centralized else dgsgld.DIGingState(
+        None, None, None, count)
+    return dgsgld.Trace(positions, None, None, state, div)
+
+
+def test_to_arviz_dims_and_per_agent_diagnostics():
+    az = pytest.importorskip("arviz")
+    x = ar1((3, 2), 0.5, seed=5)
+    idata = diagnostics.to_arviz(fake_trace(x), var_names="theta", burn_in=10)
+    theta = idata.posterior["theta"]
+    assert theta.dims == ("chain", "draw", "agent", "theta_dim_0")
+    assert theta.shape == (C, T - 10, 3, 2)
+    assert np.array_equal(idata.posterior["agent"].values, np.arange(3))
+    assert np.array_equal(theta.values, x[:, 10:])
+    assert np.allclose(az.ess(idata)["theta"].values, diagnostics.ess(x[:, 10:]), rtol=1e-10)
+
+    named = diagnostics.to_arviz(fake_trace({"w": x, "b": x[..., 0]}))
+    assert named.posterior["b"].dims == ("chain", "draw", "agent")
+    central = diagnostics.to_arviz(fake_trace(x[:, :, 0], centralized=True))
+    assert central.posterior["x"].dims == ("chain", "draw", "x_dim_0")
+
+
+def test_to_arviz_errors(monkeypatch):
+    x = ar1((3, 2), 0.5, seed=6)[:, :20]
+    with pytest.raises(ValueError, match="`var_names` must name each of the 2"):
+        diagnostics.to_arviz(fake_trace((x, x)), var_names="theta")
+    with pytest.raises(ValueError, match="store_positions"):
+        diagnostics.to_arviz(fake_trace(None))
+    monkeypatch.setitem(sys.modules, "arviz", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'dgsgld\[diagnostics\]'"):
+        diagnostics.to_arviz(fake_trace(x))
