@@ -38,7 +38,9 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # Subpackages with heavier set-up code load on first use.
-    if name in {"networks", "theory", "experiments", "diagnostics", "checkpoint", "progress"}:
+    lazy = {"networks", "theory", "experiments", "diagnostics", "checkpoint", "progress",
+            "sparse", "streaming", "sharding"}
+    if name in lazy:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

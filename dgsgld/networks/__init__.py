@@ -6,6 +6,7 @@ puts on agent ``j``). Generators return a :class:`Schedule` (an ``eqx.Module``) 
 ``dgsgld.sample`` accepts wherever it accepts a raw ``(P, N, N)`` array.
 """
 
+from . import onthefly as onthefly
 from .diagnostics import Delta as Delta
 from .diagnostics import delta as delta
 from .diagnostics import smallest_joint_connectivity_window as smallest_joint_connectivity_window

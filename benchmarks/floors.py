@@ -1,0 +1,55 @@
+"""What the hardware allows: the Gaussian noise alone and the mixing products alone.
+
+* noise floor: all ``T C N d`` standard normals of a run drawn in ONE jitted call of
+  ``jax.random.normal(key, (T C N d,))`` with the run's PRNG implementation (flat: see below);
+  the NumPy figure draws the same count with ``Generator.standard_normal``.
+* mixing floor: the ``T`` products ``W⁽ᵏ⁾ @ X`` of the run, all chains batched into the columns
+  (``X`` of shape ``(N, 2 C d)`` for DIGing-SGLD's positions and trackers), as a ``lax.scan``.
+
+``noise_shape_effect`` measures the same normals drawn in the shape ``(T, C, N, d)``: XLA:CPU
+vectorises the generator along the last axis, so a short last axis (``d = 6``) is slower than
+one flat axis although the numbers are identical.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .harness import compile_jax, time_calls
+
+
+def noise(key, count: int, repeats: int, dtype=jnp.float32):
+    """``(Timing, compiled)`` of drawing ``count`` normals in one call."""
+    compiled, _ = compile_jax(lambda k: jax.random.normal(k, (count,), dtype), key)
+    return time_calls(lambda: compiled(key), repeats), compiled
+
+
+def noise_shaped(key, shape, repeats: int, dtype=jnp.float32):
+    compiled, _ = compile_jax(lambda k: jax.random.normal(k, shape, dtype), key)
+    return time_calls(lambda: compiled(key), repeats)
+
+
+def numpy_noise(count: int, repeats: int, dtype=np.float32):
+    rng = np.random.default_rng(0)
+    return time_calls(lambda: rng.standard_normal(count, dtype=dtype), repeats, warmup=0)
+
+
+def mixing(stack, num_chains: int, dim: int, num_steps: int, repeats: int, products: int = 2):
+    """``(Timing, compiled)`` of ``num_steps`` products ``W⁽ᵏ⁾ @ X``, ``X`` of shape
+    ``(N, products · C · d)`` (``products = 2`` for DIGing-SGLD's ``W x`` and ``W y``);
+    ``stack`` is ``(P, N, N)`` (dense) or an object with ``matrix_at(k)`` and ``num_agents``."""
+    n = stack.shape[-1] if hasattr(stack, "shape") else stack.num_agents
+    dtype = getattr(stack, "dtype", jnp.float32)
+    x0 = jnp.ones((n, products * num_chains * dim), dtype)
+
+    def run(stack, x):
+        def body(x, k):
+            w = stack.matrix_at(k) if hasattr(stack, "matrix_at") else stack[k % stack.shape[0]]
+            return w @ x, None
+
+        return jax.lax.scan(body, x, jnp.arange(num_steps))[0]
+
+    compiled, _ = compile_jax(run, stack, x0)
+    return time_calls(lambda: compiled(stack, x0), repeats), compiled

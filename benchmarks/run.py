@@ -1,0 +1,430 @@
+"""The benchmark suite: ``python -m benchmarks.run [--quick] [--out benchmarks/results.json]``.
+
+Times DIGing-SGLD (and DE-SGLD) on the paper's Bayesian linear regression with ``dgsgld.sample``
+against, in the same process, a vectorized NumPy implementation (:mod:`benchmarks.numpy_baseline`),
+the simplest hand-written ``lax.scan`` + ``vmap`` implementation (:mod:`benchmarks.scan_baseline`)
+and the hardware floors (:mod:`benchmarks.floors`). Workloads vary one axis at a time from the
+paper size (200 chains × 100 iterations × 20 agents × d = 6). Writes a JSON file and a markdown
+table file next to it (``results.md``). Methods: :mod:`benchmarks.harness`.
+
+Options: ``--prng`` (the key implementation of every toolkit/scan row; default JAX's default,
+``threefry2x32``), ``--only NAME[,NAME]`` (workloads whose name starts with one of these),
+``--skip-baselines``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dgsgld
+
+from . import floors, numpy_baseline, problem, scan_baseline
+from .harness import CompileCounter, compile_jax, jax_memory, numpy_peak_memory, time_calls, x64
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    axis: str
+    chains: int = 200
+    steps: int = 100
+    agents: int = 20
+    dim: int = 6
+    batch: int | None = None
+    algorithm: str = "diging"
+    repeats: int = 5
+    period: int = problem.PERIOD
+    note: str = ""
+    numpy_layouts: tuple[str, ...] = ("agent",)
+
+
+PAPER = Workload("paper", "paper", repeats=7, numpy_layouts=("agent", "chain"))
+
+
+def full_grid() -> list[Workload]:
+    return [
+        PAPER,
+        replace(PAPER, name="paper_b3", batch=3),
+        replace(PAPER, name="paper_de", algorithm="de"),
+        Workload("chains_2000", "chains", chains=2_000, repeats=3),
+        Workload("chains_20000", "chains", chains=20_000, repeats=1),
+        Workload("agents_200", "agents", agents=200, repeats=3),
+        Workload("agents_2000", "agents", agents=2_000, steps=20, period=5, repeats=1,
+                 note="20 iterations and a period-5 schedule: the dense (P, N, N) stack and "
+                      "the O(N² C d) products per step would take minutes at 100 iterations"),
+        Workload("dim_100", "dimension", dim=100, repeats=3),
+        Workload("dim_1000", "dimension", dim=1_000, repeats=1),
+        Workload("iters_10000", "iterations", steps=10_000, repeats=1),
+    ]
+
+
+def quick_grid() -> list[Workload]:
+    return [
+        replace(PAPER, repeats=5),
+        replace(PAPER, name="paper_b3", batch=3, repeats=3),
+        Workload("chains_2000", "chains", chains=2_000, repeats=2),
+        Workload("agents_200", "agents", agents=200, steps=20, repeats=2),
+        Workload("dim_100", "dimension", dim=100, steps=20, repeats=2),
+        Workload("iters_1000", "iterations", steps=1_000, repeats=2),
+    ]
+
+
+# ------------------------------------------------------------------------------- the toolkit
+
+
+def _toolkit_fn(algorithm, mode: str, steps: int, ensemble_fn=None):
+    """``f(alg, potential, mixing, init, key) -> array``: one ``dgsgld.sample`` call."""
+
+    def f(alg, pot, mixing, init, key):
+        if mode == "final":
+            return dgsgld.sample(alg, pot, mixing, init, key, steps, store_positions=False,
+                                 on_divergence="flag").state.position
+        if mode == "trace":
+            return dgsgld.sample(alg, pot, mixing, init, key, steps,
+                                 on_divergence="flag").positions
+        return dgsgld.sample(alg, pot, mixing, init, key, steps, ensemble_fn=ensemble_fn,
+                             on_divergence="flag").ensemble
+
+    return f
+
+
+def _make_algorithm(name: str, eta: float):
+    return dgsgld.diging_sgld(eta) if name == "diging" else dgsgld.de_sgld(eta)
+
+
+def bench_toolkit(w: Workload, prob, key, dtype=jnp.float32, mode: str = "final",
+                  ensemble_fn=None, repeats: int | None = None, user_path: bool = False) -> dict:
+    """The compiled run (``steady_s``); with ``user_path`` also ``dgsgld.sample`` as a user calls
+    it (``sample_call_s``: the compiled run plus the host-side checks of every call)."""
+    eta = problem.step_size(prob)
+    alg = _make_algorithm(w.algorithm, eta)
+    pot = problem.potential(prob, w.batch, dtype)
+    mixing = jnp.asarray(prob.mixing, dtype)
+    init = jnp.zeros((w.chains, w.agents, w.dim), dtype)
+    f = _toolkit_fn(alg, mode, w.steps, ensemble_fn)
+    compiled, compile_s = compile_jax(f, alg, pot, mixing, init, key)
+    reps = repeats or w.repeats
+    t = time_calls(lambda: compiled(alg, pot, mixing, init, key), reps, warmup=int(reps > 1))
+    out = {
+        "compile_s": compile_s,
+        "steady_s": t.median,
+        "steady_cpu_s": t.cpu_median,
+        "steady_min_s": t.minimum,
+        "memory_bytes": jax_memory(compiled),
+    }
+    if user_path:
+        t_user = time_calls(lambda: f(alg, pot, mixing, init, key), reps)
+        out |= {"sample_call_s": t_user.median, "sample_call_cpu_s": t_user.cpu_median}
+    return out
+
+
+def bench_scan(w: Workload, prob, key, dtype=jnp.float32) -> dict:
+    eta = problem.step_size(prob)
+    args = (jnp.asarray(prob.features, dtype), jnp.asarray(prob.responses, dtype),
+            jnp.asarray(prob.mixing, dtype), jnp.zeros((w.chains, w.agents, w.dim), dtype),
+            key, jnp.asarray(eta, dtype))
+    f = partial(scan_baseline.run, num_steps=w.steps, batch_size=w.batch, algorithm=w.algorithm)
+    compiled, compile_s = compile_jax(f, *args)
+    t = time_calls(lambda: compiled(*args), w.repeats, warmup=int(w.repeats > 1))
+    return {"compile_s": compile_s, "steady_s": t.median, "steady_cpu_s": t.cpu_median,
+            "steady_min_s": t.minimum, "memory_bytes": jax_memory(compiled)}
+
+
+def bench_numpy(w: Workload, prob, layout: str, dtype=np.float32) -> dict:
+    eta = problem.step_size(prob)
+    run = partial(numpy_baseline.run, prob, w.chains, batch_size=w.batch,
+                  algorithm=w.algorithm, layout=layout, dtype=dtype)
+    t = time_calls(lambda: run(w.steps, eta), w.repeats, warmup=0)
+    # Memory does not grow with the iterations (a loop): measure it on a few of them.
+    mem = numpy_peak_memory(lambda: run(min(w.steps, 3), eta))
+    return {"layout": layout, "steady_s": t.median, "steady_cpu_s": t.cpu_median,
+            "steady_min_s": t.minimum, "memory_bytes": mem}
+
+
+def bench_floors(w: Workload, prob, key, dtype=jnp.float32) -> dict:
+    count = w.steps * w.chains * w.agents * w.dim
+    reps = max(1, w.repeats)
+    noise = floors.noise(key, count, reps, dtype)
+    np_noise = floors.numpy_noise(count, reps, np.dtype(dtype).type)
+    stack = jnp.asarray(prob.mixing, dtype)
+    products = 2 if w.algorithm == "diging" else 1   # W x and W y per step, or W x only
+    mixing = floors.mixing(stack, w.chains, w.dim, w.steps, reps, products)
+    return {
+        "noise_s": noise[0].median,
+        "noise_numpy_s": np_noise.median,
+        "mixing_s": mixing[0].median,
+        "floor_s": noise[0].median + mixing[0].median,
+        "normals": count,
+    }
+
+
+def bench_workload(w: Workload, key, baselines: bool = True) -> dict:
+    print(f"[{time.strftime('%H:%M:%S')}] {w.name}: C={w.chains} T={w.steps} N={w.agents} "
+          f"d={w.dim} b={w.batch} {w.algorithm}", flush=True)
+    prob = problem.make_problem(w.agents, w.dim, period=w.period)
+    out = {"workload": w.__dict__ | {"numpy_layouts": list(w.numpy_layouts)}}
+    out["toolkit"] = bench_toolkit(w, prob, key, user_path=w.axis == "paper")
+    if baselines:
+        out["scan"] = bench_scan(w, prob, key)
+        out["numpy"] = [bench_numpy(w, prob, layout) for layout in w.numpy_layouts]
+    out["floors"] = bench_floors(w, prob, key)
+    steps = w.chains * w.steps * w.agents
+    # Paper-size ratios use the call a user makes (host-side checks included).
+    tk = out["toolkit"].get("sample_call_s", out["toolkit"]["steady_s"])
+    out["agent_steps_per_s"] = steps / tk
+    ratios = {"toolkit_over_floor": tk / out["floors"]["floor_s"]}
+    if baselines:
+        best_np = min(r["steady_s"] for r in out["numpy"])
+        ratios["numpy_over_toolkit"] = best_np / tk
+        ratios["scan_over_toolkit"] = out["scan"]["steady_s"] / tk
+    out["ratios"] = ratios
+    print(f"    toolkit {tk * 1e3:9.1f} ms (compile {out['toolkit']['compile_s']:.2f} s) | floor {out['floors']['floor_s'] * 1e3:.1f} ms"
+          + (f" | scan {out['scan']['steady_s'] * 1e3:.1f} ms | numpy "
+             f"{min(r['steady_s'] for r in out['numpy']) * 1e3:.1f} ms" if baselines else ""),
+          flush=True)
+    return out
+
+
+# ------------------------------------------------------------------------ special sections
+
+
+def recompile_check(key) -> dict:
+    """Repeated ``dgsgld.sample`` calls with the same shapes must not compile again."""
+    w = PAPER
+    prob = problem.make_problem(w.agents, w.dim)
+    other = problem.make_problem(w.agents, w.dim, seed=1)
+    eta = problem.step_size(prob)
+    mixing = jnp.asarray(prob.mixing)
+    init = jnp.zeros((w.chains, w.agents, w.dim))
+
+    def call(alg, pot, init):
+        return dgsgld.sample(alg, pot, mixing, init, key, w.steps).positions
+
+    pot = problem.potential(prob)
+    # Everything the calls need is built first: building arrays compiles small XLA programs too.
+    alg, alg_new_eta = dgsgld.diging_sgld(eta), dgsgld.diging_sgld(0.5 * eta)
+    pot_new_data, init_new = problem.potential(other), jax.block_until_ready(init + 1.0)
+    jax.block_until_ready(call(alg, pot, init))
+    with CompileCounter() as counter:
+        for _ in range(3):
+            jax.block_until_ready(call(alg, pot, init))
+        jax.block_until_ready(call(alg_new_eta, pot, init))
+        jax.block_until_ready(call(alg, pot_new_data, init))
+        jax.block_until_ready(call(alg, pot, init_new))
+    fresh = jax.block_until_ready(jnp.zeros((w.chains + 1, w.agents, w.dim)))
+    t0 = time.perf_counter()
+    with CompileCounter() as new_shape:
+        jax.block_until_ready(call(alg, pot, fresh))
+    first = time.perf_counter() - t0
+    return {
+        "calls": 6,
+        "compilations": counter.count,
+        "compilations_new_shape": new_shape.count,
+        "first_call_new_shape_s": first,
+        "what": "3 identical calls, a new step size, new data of the same shapes, new initial "
+                "positions: no compilation expected; then one call with a new number of chains.",
+    }
+
+
+def prng_section(keys: dict[str, object], reps: int) -> list[dict]:
+    """Paper size with each PRNG implementation: toolkit, hand-written scan, noise floor."""
+    out = []
+    prob = problem.make_problem()
+    w = replace(PAPER, repeats=reps)
+    count = w.steps * w.chains * w.agents * w.dim
+    for name, key in keys.items():
+        print(f"[{time.strftime('%H:%M:%S')}] prng {name}", flush=True)
+        row = {"prng": name}
+        for b in (None, 3):
+            ww = replace(w, batch=b)
+            row[f"toolkit_b{b}"] = bench_toolkit(ww, prob, key)
+            row[f"scan_b{b}"] = bench_scan(ww, prob, key)
+        row["noise_flat_s"] = floors.noise(key, count, reps)[0].median
+        row["noise_shaped_s"] = floors.noise_shaped(
+            key, (w.steps, w.chains, w.agents, w.dim), reps).median
+        row["chain_invariant"] = chain_invariance(key)
+        out.append(row)
+    return out
+
+
+def chain_invariance(key) -> bool:
+    """Whether a key draws the same numbers inside ``vmap`` (as the runner batches chains) as
+    alone. Counter-based generators do; for ``rbg``/``unsafe_rbg`` JAX's batching rule of
+    ``rng_bit_generator`` draws the whole batch from the FIRST key, so a chain's draws depend
+    on which chains are batched (or sharded) with it."""
+    keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(4))
+    batched = jax.vmap(lambda k: jax.random.normal(k, (5,)))(keys)
+    alone = jnp.stack([jax.random.normal(keys[c], (5,)) for c in range(4)])
+    return bool(jnp.array_equal(batched, alone))
+
+
+def dtype_section(reps: int) -> list[dict]:
+    """float32 against float64 at paper size (toolkit and NumPy)."""
+    rows = []
+    prob = problem.make_problem()
+    w = replace(PAPER, repeats=reps)
+    for name in ("float32", "float64"):
+        print(f"[{time.strftime('%H:%M:%S')}] dtype {name}", flush=True)
+        if name == "float64":
+            with x64():
+                key = jax.random.key(0)
+                row = {"dtype": name, "toolkit": bench_toolkit(w, prob, key, jnp.float64),
+                       "numpy": bench_numpy(w, prob, "agent", np.float64)}
+        else:
+            key = jax.random.key(0)
+            row = {"dtype": name, "toolkit": bench_toolkit(w, prob, key, jnp.float32),
+                   "numpy": bench_numpy(w, prob, "agent", np.float32)}
+        rows.append(row)
+    return rows
+
+
+def memory_section(key, quick: bool) -> list[dict]:
+    """Compiled memory of trace mode against streaming per-agent W2 (compiled, not run), and
+    one streaming run for real."""
+    from dgsgld import streaming
+
+    rows = []
+    sizes = [(200, 100), (20_000, 10_000)] if not quick else [(200, 100), (2_000, 1_000)]
+    for chains, steps in sizes:
+        w = Workload(f"mem_{chains}x{steps}", "memory", chains=chains, steps=steps)
+        prob = problem.make_problem(w.agents, w.dim)
+        w2 = streaming.gaussian_w2(prob.post_mean, prob.post_cov)
+        alg = dgsgld.diging_sgld(problem.step_size(prob))
+        pot = problem.potential(prob)
+        mixing = jnp.asarray(prob.mixing)
+        init = jax.ShapeDtypeStruct((chains, w.agents, w.dim), jnp.float32)
+        row = {"chains": chains, "steps": steps}
+        for mode in ("trace", "stream", "final"):
+            f = _toolkit_fn(alg, mode, steps, w2)
+            t0 = time.perf_counter()
+            compiled = jax.jit(f).lower(alg, pot, mixing, init, key).compile()
+            row[f"{mode}_memory_bytes"] = jax_memory(compiled)
+            row[f"{mode}_compile_s"] = time.perf_counter() - t0
+        row["trace_positions_bytes"] = chains * (steps + 1) * w.agents * w.dim * 4
+        rows.append(row)
+    # A real streaming run at the large chain count: W2 of every agent at every iteration.
+    chains, steps = (20_000, 100) if not quick else (2_000, 100)
+    w = Workload("stream_run", "memory", chains=chains, steps=steps, repeats=1)
+    prob = problem.make_problem()
+    w2 = streaming.gaussian_w2(prob.post_mean, prob.post_cov)
+    print(f"[{time.strftime('%H:%M:%S')}] streaming run {chains}x{steps}", flush=True)
+    res = bench_toolkit(w, prob, key, mode="stream", ensemble_fn=w2)
+    rows.append({"chains": chains, "steps": steps, "stream_run": res})
+    return rows
+
+
+def sparse_section(key, quick: bool) -> list[dict]:
+    """Dense against sparse (edge-list) mixing on a ring, where |E| = N ≪ N²."""
+    from dgsgld import sparse
+
+    rows = []
+    for n in ((200, 2_000) if not quick else (200,)):
+        w = Workload(f"ring_{n}", "sparse", agents=n, steps=100 if n <= 200 else 20, repeats=1 if n > 200 else 3)
+        prob = problem.make_problem(n, w.dim, network="ring")
+        print(f"[{time.strftime('%H:%M:%S')}] sparse ring N={n}", flush=True)
+        dense = bench_toolkit(w, prob, key)
+        eta = problem.step_size(prob)
+        alg = dgsgld.diging_sgld(eta)
+        pot = problem.potential(prob)
+        init = jnp.zeros((w.chains, w.agents, w.dim))
+        sp = sparse.from_dense(prob.mixing)
+        f = _toolkit_fn(alg, "final", w.steps)
+        compiled, compile_s = compile_jax(f, alg, pot, sp, init, key)
+        t = time_calls(lambda: f(alg, pot, sp, init, key), w.repeats)
+        mix_dense = floors.mixing(jnp.asarray(prob.mixing), w.chains, w.dim, w.steps, w.repeats)[0]
+        mix_sparse = floors.mixing(sp, w.chains, w.dim, w.steps, w.repeats)[0]
+        rows.append({
+            "agents": n, "steps": w.steps, "chains": w.chains, "edges": int(sp.num_edges),
+            "dense": dense,
+            "sparse": {"compile_s": compile_s, "steady_s": t.median,
+                       "memory_bytes": jax_memory(compiled)},
+            "mixing_dense_s": mix_dense.median, "mixing_sparse_s": mix_sparse.median,
+        })
+    return rows
+
+
+def environment() -> dict:
+    return {
+        "jax": jax.__version__,
+        "numpy": np.__version__,
+        "dgsgld": dgsgld.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "cpu_count": os.cpu_count(),
+        "load_average_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "prng_default": jax.config.jax_default_prng_impl,
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small grid (about a minute)")
+    parser.add_argument("--out", default="benchmarks/results.json", help="JSON result file")
+    parser.add_argument("--md", default=None, help="markdown tables (default: next to --out)")
+    parser.add_argument("--prng", default=None, help="key implementation (default: JAX default)")
+    parser.add_argument("--only", default=None, help="comma-separated workload name prefixes")
+    parser.add_argument("--skip-baselines", action="store_true")
+    parser.add_argument("--sections", default="grid,recompile,prng,profile,dtype,memory,sparse",
+                        help="comma-separated sections to run")
+    args = parser.parse_args(argv)
+    sections = set(args.sections.split(","))
+    key = jax.random.key(0) if args.prng is None else jax.random.key(0, impl=args.prng)
+    grid = quick_grid() if args.quick else full_grid()
+    if args.only:
+        prefixes = tuple(args.only.split(","))
+        grid = [w for w in grid if w.name.startswith(prefixes)]
+    results = {"environment": environment(), "quick": args.quick, "prng": args.prng or "default"}
+    t_start = time.perf_counter()
+    if "grid" in sections:
+        results["grid"] = [bench_workload(w, key, not args.skip_baselines) for w in grid]
+    if "recompile" in sections:
+        results["recompile"] = recompile_check(key)
+        print(f"    recompile check: {results['recompile']}", flush=True)
+    reps = 3 if args.quick else 5
+    if "prng" in sections:
+        impls = ["threefry2x32", "philox4x32", "philox2x32", "rbg", "unsafe_rbg"]
+        results["prng_options"] = prng_section({n: jax.random.key(0, impl=n) for n in impls}, reps)
+    if "profile" in sections:
+        from . import profile
+
+        print(f"[{time.strftime('%H:%M:%S')}] profile", flush=True)
+        results["profile"] = {
+            f"{name}{', b=3' if b else ''}": profile.parts(jax.random.key(0, impl=name),
+                                                           batch=b, repeats=reps)
+            for name, b in (("threefry2x32", None), ("philox4x32", None), ("threefry2x32", 3))
+        }
+    if "memory" in sections:
+        results["memory"] = memory_section(key, args.quick)
+    if "sparse" in sections:
+        results["sparse"] = sparse_section(key, args.quick)
+    if "dtype" in sections:  # last: it toggles float64
+        results["dtypes"] = dtype_section(reps)
+    results["total_s"] = time.perf_counter() - t_start
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=str))
+    md_path = Path(args.md) if args.md else out.with_suffix(".md")
+    from .report import markdown
+
+    md_path.write_text(markdown(results))
+    print(f"wrote {out} and {md_path} in {results['total_s']:.0f} s", flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

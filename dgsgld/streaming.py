@@ -1,0 +1,229 @@
+"""Metrics computed inside the compiled run, so that long runs need not store their trace.
+
+Each factory returns a function for :func:`dgsgld.sample`: an ``ensemble_fn`` (called on the
+states of ALL chains at each kept iteration, leaves ``(num_chains, N, *param_shape)``) or a
+``trace_fn`` (called on one chain's state). The runner stores only what these return, so the
+memory of a run is that of the metric, ``O(num_kept · N)`` for per-agent W2, instead of the
+``O(num_chains · num_kept · N · d)`` of the positions; ``thin`` reduces ``num_kept`` further::
+
+    w2 = dgsgld.streaming.gaussian_w2(post_mean, post_cov)
+    trace = dgsgld.sample(alg, potential, mixing, init, key, num_steps=10_000, thin=10,
+                          ensemble_fn=w2)
+    trace.ensemble              # (1001, N): W2 of every agent at iterations 0, 10, ..., 10 000
+
+Build each function once and pass the same object to every call: a new function object means
+a new compilation. Positions may be an array or a pytree; metrics of the parameter vector need
+an array of shape ``(..., N, d)`` (flatten a pytree first, e.g. with ``flatten=``).
+
+Moments over chains use ``ddof = 1`` like :func:`dgsgld.metrics.empirical_moments`, so the
+streamed values equal those computed afterwards from ``trace.positions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from . import metrics
+from ._types import Array, PyTree
+
+__all__ = [
+    "Moments",
+    "accuracy",
+    "combine",
+    "consensus_error",
+    "gaussian_w2",
+    "moments",
+    "pool_moments",
+]
+
+
+def _vector(position: PyTree, flatten: Callable[[PyTree], Array] | None) -> Array:
+    """The positions as one array ``(..., N, d)``."""
+    if flatten is not None:
+        return flatten(position)
+    if isinstance(position, jax.Array) or hasattr(position, "shape"):
+        return position
+    raise ValueError(
+        "positions are a pytree; pass `flatten=` mapping them to an array of shape (..., N, d) "
+        "(e.g. lambda p: jnp.concatenate([leaf.reshape(*leaf.shape[:2], -1) for leaf in "
+        "jax.tree.leaves(p)], axis=-1) for leaves (C, N, ...))."
+    )
+
+
+class Moments(NamedTuple):
+    """Moments over chains at one kept iteration.
+
+    Attributes:
+        mean: ``(N, d)`` (``(d,)`` for the centralized sampler).
+        cov: ``(N, d, d)`` covariance (``ddof = 1``), or ``(N, d)`` variances when
+            ``full=False``.
+        num_chains: number of chains they come from (scalar), kept for :func:`pool_moments`.
+    """
+
+    mean: Array
+    cov: Array
+    num_chains: Array
+
+
+def moments(*, full: bool = True, flatten: Callable | None = None) -> Callable[[Any], Moments]:
+    """``ensemble_fn``: mean and covariance over chains of every agent's position.
+
+    Args:
+        full: full ``(d, d)`` covariances; ``False`` keeps only the variances (memory
+            ``O(N d)`` per kept iteration instead of ``O(N d²)``; use it for large ``d``).
+        flatten: maps the positions pytree (leaves ``(C, N, ...)``) to ``(C, N, d)``.
+
+    Returns:
+        ``states -> Moments``; ``trace.ensemble`` then holds leaves ``(num_kept, N, ...)``.
+    """
+
+    def fn(states) -> Moments:
+        x = _vector(states.position, flatten)
+        c = x.shape[0]
+        if c < 2:
+            raise ValueError(f"moments over chains need at least 2 chains; got {c}.")
+        mean = jnp.mean(x, axis=0, keepdims=True)
+        centred = x - mean
+        mean = mean[0]
+        if full:
+            cov = jnp.einsum("c...i,c...j->...ij", centred, centred) / (c - 1)
+        else:
+            cov = jnp.sum(centred**2, axis=0) / (c - 1)
+        return Moments(mean, cov, jnp.asarray(c, jnp.int32))
+
+    return fn
+
+
+def gaussian_w2(mean: Array, cov: Array, *, flatten: Callable | None = None) -> Callable:
+    """``ensemble_fn``: each agent's W2 to the Gaussian target ``N(mean, cov)``.
+
+    The agent's samples across chains are summarised by their mean and covariance (the
+    paper's §4.1 metric), exactly as :func:`dgsgld.metrics.per_agent_w2` does on a stored
+    trace.
+
+    Args:
+        mean: ``(d,)`` target mean. cov: ``(d, d)`` target covariance.
+        flatten: maps the positions pytree to ``(C, N, d)``.
+
+    Returns:
+        ``states -> (N,)`` (a scalar for the centralized sampler); ``trace.ensemble`` is
+        ``(num_kept, N)``.
+    """
+    mean = jnp.asarray(mean)
+    cov = jnp.asarray(cov)
+    if mean.ndim != 1 or cov.shape != (mean.shape[0], mean.shape[0]):
+        raise ValueError(
+            f"`mean` must be (d,) and `cov` (d, d); got shapes {mean.shape} and {cov.shape}."
+        )
+    get_moments = moments(full=True, flatten=flatten)
+
+    def fn(states) -> Array:
+        m = get_moments(states)
+        if m.mean.shape[-1] != mean.shape[0]:
+            raise ValueError(
+                f"positions have dimension {m.mean.shape[-1]} but the target mean has "
+                f"{mean.shape[0]}."
+            )
+        dtype = m.mean.dtype
+        target_mean = jnp.broadcast_to(mean.astype(dtype), m.mean.shape)
+        target_cov = jnp.broadcast_to(cov.astype(dtype), m.cov.shape)
+        return metrics.gaussian_w2(m.mean, m.cov, target_mean, target_cov)
+
+    return fn
+
+
+def consensus_error(*, per_chain: bool = False, flatten: Callable | None = None) -> Callable:
+    """Root-mean-square distance of the agents to their network average.
+
+    Args:
+        per_chain: return a ``trace_fn`` (one value per chain and kept iteration,
+            ``trace.values`` of shape ``(C, num_kept)``); by default an ``ensemble_fn``
+            returning ``sqrt(mean over chains of the squared error)``, the quantity of the
+            paper's consensus bound (``trace.ensemble`` of shape ``(num_kept,)``).
+        flatten: maps the positions pytree to ``(..., N, d)``.
+    """
+    if per_chain:
+        return lambda state: metrics.consensus_error(_vector(state.position, flatten))
+
+    def fn(states) -> Array:
+        err = metrics.consensus_error(_vector(states.position, flatten))
+        return jnp.sqrt(jnp.mean(err**2))
+
+    return fn
+
+
+def accuracy(
+    predict: Callable[[Any, Array], Array], inputs: PyTree, labels: Array,
+    *, per_chain: bool = False,
+) -> Callable:
+    """Every agent's classification accuracy on a test set.
+
+    Args:
+        predict: ``(params, inputs) -> predicted labels (n_test,)`` for ONE agent's parameters
+            (e.g. ``lambda x, z: (z @ x > 0).astype(int)`` for logistic regression).
+        inputs: the test inputs, passed to ``predict`` as they are. labels: ``(n_test,)``.
+        per_chain: a ``trace_fn`` returning ``(N,)`` per chain (``trace.values`` of shape
+            ``(C, num_kept, N)``); by default an ``ensemble_fn`` returning the mean over chains
+            ``(N,)`` (``trace.ensemble`` of shape ``(num_kept, N)``).
+    """
+    labels = jnp.asarray(labels)
+
+    def one_chain(position) -> Array:
+        def one_agent(params):
+            return jnp.mean(predict(params, inputs) == labels)
+
+        return jax.vmap(one_agent)(position)
+
+    if per_chain:
+        return lambda state: one_chain(state.position)
+    return lambda states: jnp.mean(jax.vmap(one_chain)(states.position), axis=0)
+
+
+def combine(**fns: Callable) -> Callable[[Any], dict[str, Any]]:
+    """Several metrics in one ``trace_fn``/``ensemble_fn``: ``combine(w2=..., ce=...)`` returns a
+    function giving ``{"w2": ..., "ce": ...}``. Combine ensemble metrics with ensemble
+    metrics and per-chain ones with per-chain ones."""
+    if not fns:
+        raise ValueError("`combine` needs at least one metric, e.g. combine(w2=gaussian_w2(m, S)).")
+    for name, fn in fns.items():
+        if not callable(fn):
+            raise ValueError(f"`{name}` must be a function of the states; got {type(fn).__name__}.")
+    return lambda states: {name: fn(states) for name, fn in fns.items()}
+
+
+def pool_moments(per_iteration: Moments, start: int = 0) -> tuple[Array, Array]:
+    """Mean and covariance over chains AND kept iterations ``start, start + 1, ...``.
+
+    Combines the per-iteration moments streamed by :func:`moments` (``full=True``) without the
+    trace, by the law of total covariance: with ``n = C T`` samples and ``m`` the mean of the
+    ``m_t``, the pooled covariance is ``((C − 1) Σ_t Σ_t + C Σ_t (m_t − m)(m_t − m)ᵀ) / (n − 1)``
+    (centred sums: no cancellation in float32). Equal, up to rounding, to the sample covariance of the
+    stored positions ``trace.positions[:, start:]`` pooled over chains and iterations.
+
+    Args:
+        per_iteration: ``trace.ensemble`` of a run with ``ensemble_fn=moments()``: leaves
+            ``(num_kept, N, d)``, ``(num_kept, N, d, d)``, ``(num_kept,)``.
+        start: first kept iteration used (burn-in = ``start * thin`` iterations).
+
+    Returns:
+        ``(mean (N, d), cov (N, d, d))``.
+    """
+    mean_t = per_iteration.mean[start:]
+    cov_t = per_iteration.cov[start:]
+    if cov_t.ndim != mean_t.ndim + 1:
+        raise ValueError("`pool_moments` needs full covariances: stream with moments(full=True).")
+    if mean_t.shape[0] == 0:
+        raise ValueError(f"`start` = {start} leaves no kept iteration of {per_iteration.mean.shape[0]}.")
+    c = per_iteration.num_chains[0].astype(mean_t.dtype)
+    t = mean_t.shape[0]
+    n = c * t
+    mean = jnp.mean(mean_t, axis=0, keepdims=True)
+    between = mean_t - mean
+    mean = mean[0]
+    spread = jnp.einsum("t...i,t...j->...ij", between, between)
+    cov = ((c - 1) * jnp.sum(cov_t, axis=0) + c * spread) / (n - 1)
+    return mean, cov

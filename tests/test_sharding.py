@@ -1,0 +1,121 @@
+"""Sharded runs equal the single-device run: chains over a mesh, agents with shard_map.
+
+Four CPU devices exist only when XLA is told so before JAX starts, hence one subprocess with
+``XLA_FLAGS=--xla_force_host_platform_device_count=4`` that runs every check and prints JSON.
+
+Tolerances: both runs make the same draws, so they differ only by the rounding of matrix
+products over a different number of chains or rows per device. In float64 that is ~1e-16
+relative per operation, amplified over 20 contracting steps to well below 1e-10; a single
+differing draw would move positions by ~sqrt(2 η) = 0.3.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp, numpy as np
+    import dgsgld
+    from dgsgld import sharding
+    sys.path.insert(0, "tests")
+    from _problems import linear_regression, permuted_rings
+
+    full = sys.argv[1] == "full"
+    out = {"devices": jax.device_count()}
+    key = jax.random.key(3)
+    for batch in ((None, 2) if full else (2,)):
+        prob = linear_regression(num_agents=8, dim=2, batch_size=batch, dtype=np.float64)
+        mixing = permuted_rings(8, 3)
+        init = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8, 2)))
+        alg = dgsgld.diging_sgld(0.05)
+        ref = dgsgld.sample(alg, prob.potential, mixing, init, key, 20)
+        chains = sharding.sample_sharded(alg, prob.potential, mixing, init, key, 20)
+        pos, state = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
+        res = out[str(batch)] = {}
+        if full:
+            more = sharding.sample_sharded(alg, prob.potential, mixing, chains.state, key, 5)
+            ref_more = dgsgld.sample(alg, prob.potential, mixing, ref.state, key, 5)
+            two = sharding.sample_sharded(alg, prob.potential, mixing, init, key, 20,
+                                          mesh=sharding.chain_mesh(2))
+            res["resume_diff"] = float(jnp.abs(more.positions - ref_more.positions).max())
+            res["two_devices_diff"] = float(jnp.abs(two.positions - ref.positions).max())
+        res |= {
+            "chains_diff": float(jnp.abs(chains.positions - ref.positions).max()),
+            "chains_spec": str(chains.positions.sharding.spec),
+            "chains_devices": len(chains.positions.sharding.device_set),
+            "agents_diff": float(jnp.abs(pos - ref.positions).max()),
+            "agents_tracker_diff": float(jnp.abs(state.tracker - ref.state.tracker).max()),
+            "agents_spec": str(pos.sharding.spec),
+            "scale": float(jnp.abs(ref.positions).max()),
+        }
+    errors = {}
+    prob = linear_regression(num_agents=6, dim=2)
+    try:
+        sharding.sample_sharded(dgsgld.diging_sgld(0.05), prob.potential, np.eye(6),
+                                jnp.zeros((6, 6, 2)), key, 2)
+    except ValueError as err:
+        errors["chains"] = str(err)
+    try:
+        sharding.sample_agent_sharded(dgsgld.diging_sgld(0.05), prob.potential, np.eye(6),
+                                      jnp.zeros((4, 6, 2)), key, 2)
+    except ValueError as err:
+        errors["agents"] = str(err)
+    out["errors"] = errors
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+def _run(mode: str) -> dict:
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, mode], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+@pytest.fixture(scope="module")
+def result():
+    return _run("fast")
+
+
+def _check_equal(r: dict) -> None:
+    assert r["scale"] > 0.1                                  # a real, moving run
+    bound = 1e-10 * max(1.0, r["scale"])
+    assert r["chains_devices"] == 4 and "chains" in r["chains_spec"]
+    assert "agents" in r["agents_spec"]
+    assert r["chains_diff"] < bound
+    assert r["agents_diff"] < bound
+    assert r["agents_tracker_diff"] < 10 * bound             # trackers are gradient-sized
+    for name in ("resume_diff", "two_devices_diff"):
+        if name in r:
+            assert r[name] < bound
+
+
+def test_chain_and_agent_sharded_runs_equal_single_device_run(result):
+    assert result["devices"] == 4
+    _check_equal(result["2"])
+
+
+def test_indivisible_sizes_are_rejected_with_a_message(result):
+    assert "multiple of the number of devices" in result["errors"]["chains"]
+    assert "multiple of the number of devices" in result["errors"]["agents"]
+
+
+@pytest.mark.slow
+def test_full_batch_resumed_and_two_device_runs_equal_single_device_run():
+    result = _run("full")
+    for batch in ("None", "2"):
+        _check_equal(result[batch])

@@ -1,0 +1,84 @@
+"""Sparse mixing gives the dense results: same matrices, same products, same sampler traces."""
+
+import jax
+import jax.numpy as jnp
+import networkx as nx
+import numpy as np
+import pytest
+from _problems import linear_regression
+
+import dgsgld
+from dgsgld import networks, sparse
+
+
+def _stacks():
+    return {
+        "ring": np.asarray(networks.ring(12).matrices),
+        "barbell": np.asarray(networks.barbell(10, period=4, seed=0).matrices),
+        "link_failures": np.asarray(networks.link_failures(nx.cycle_graph(9), 0.4, period=5).matrices),
+        "star": np.asarray(networks.star(9).matrices),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_stacks()))
+@pytest.mark.parametrize("fmt", ["neighbors", "edges"])
+def test_round_trip_and_products_equal_dense(name, fmt):
+    stack = _stacks()[name]
+    s = sparse.from_dense(stack, format=fmt)
+    np.testing.assert_allclose(s.todense(), stack, atol=1e-7)
+    x = np.random.default_rng(0).normal(size=(stack.shape[1], 3, 2)).astype(np.float32)
+    ks = np.arange(stack.shape[0] + 2)    # past the period: cyclic like the dense stack
+    got = jax.jit(jax.vmap(lambda k: s.matrix_at(k) @ jnp.asarray(x)))(ks)
+    expected = np.einsum("kij,jab->kiab", stack[ks % stack.shape[0]], x)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_products_keep_the_row_sums_conserved():
+    # Doubly stochastic W: 1ᵀ W x = 1ᵀ x, the invariant behind the samplers' averages.
+    stack = _stacks()["link_failures"]
+    s = sparse.from_dense(stack, format="edges")
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(9, 4)), jnp.float32)
+    for k in range(5):
+        np.testing.assert_allclose(jnp.sum(s.matrix_at(k) @ x, axis=0), jnp.sum(x, axis=0),
+                                   rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [
+    dgsgld.diging_sgld,
+    pytest.param(dgsgld.de_sgld, marks=pytest.mark.slow),
+    pytest.param(dgsgld.extra_sgld, marks=pytest.mark.slow),
+])
+def test_sampler_trace_with_sparse_mixing_equals_dense(make):
+    prob = linear_regression(num_agents=12, dim=2, batch_size=2)
+    stack = np.asarray(networks.link_failures(nx.cycle_graph(12), 0.3, period=7, seed=1).matrices)
+    init = jnp.asarray(np.random.default_rng(2).normal(size=(3, 12, 2)), jnp.float32)
+    key = jax.random.key(4)
+    dense = dgsgld.sample(make(0.05), prob.potential, stack, init, key, 15)
+    for fmt in ("neighbors", "edges"):
+        sp = dgsgld.sample(make(0.05), prob.potential, sparse.from_dense(stack, format=fmt),
+                           init, key, 15)
+        # Same draws, same weights; only the order of the float32 sums differs.
+        np.testing.assert_allclose(sp.positions, dense.positions, rtol=1e-5, atol=1e-5)
+
+
+def test_automatic_choice_follows_the_documented_rule():
+    ring = networks.ring(100)
+    assert sparse.density(ring) == pytest.approx(2 / 100)
+    assert isinstance(sparse.auto(ring), sparse.SparseSchedule)
+    barbell = networks.barbell(100, period=2)
+    assert sparse.density(barbell) > 0.1
+    assert sparse.auto(barbell) is barbell
+    small = networks.ring(10)
+    assert sparse.auto(small) is small                     # below min_agents
+    # A star's hub has degree N - 1 ≫ the mean degree: the edge list is chosen.
+    assert isinstance(sparse.from_dense(networks.star(100)).snapshots, sparse.EdgeMixing)
+    assert isinstance(sparse.from_dense(ring).snapshots, sparse.NeighborMixing)
+
+
+def test_bad_input_is_rejected_with_the_argument_named():
+    with pytest.raises(ValueError, match="symmetric"):
+        sparse.from_dense(np.array([[0.5, 0.5], [0.4, 0.6]]))
+    with pytest.raises(ValueError, match="`format`"):
+        sparse.from_dense(np.eye(3), format="csr")
+    with pytest.raises(ValueError, match="N = 3"):
+        sparse.from_dense(np.eye(3)).matrix_at(0) @ jnp.ones((4, 2))

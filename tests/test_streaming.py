@@ -1,0 +1,128 @@
+"""Streamed metrics equal the same metrics computed afterwards from the stored trace."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _problems import linear_regression, permuted_rings
+
+import dgsgld
+from dgsgld import metrics, streaming
+
+N, D, C, T = 4, 2, 16, 12
+_rng = np.random.default_rng(3)
+TEST_INPUTS = jnp.asarray(_rng.normal(size=(40, D)), jnp.float32)
+TEST_LABELS = jnp.asarray(_rng.integers(0, 2, 40))
+
+
+def predict(x, z):
+    return (z @ x > 0).astype(jnp.int32)
+
+
+@pytest.fixture(scope="module")
+def run():
+    """One DIGing-SGLD run storing positions AND streaming every metric (one compilation), so
+    that both are computed from the very same draws."""
+    prob = linear_regression(num_agents=N, dim=D, batch_size=2)
+    mixing = permuted_rings(N, 3)
+    init = jnp.asarray(np.random.default_rng(0).normal(size=(C, N, D)), jnp.float32)
+    ensemble = streaming.combine(
+        w2=streaming.gaussian_w2(prob.mean, prob.cov),
+        mom=streaming.moments(),
+        var=streaming.moments(full=False),
+        ce=streaming.consensus_error(),
+        acc=streaming.accuracy(predict, TEST_INPUTS, TEST_LABELS),
+    )
+    per_chain = streaming.combine(
+        ce=streaming.consensus_error(per_chain=True),
+        acc=streaming.accuracy(predict, TEST_INPUTS, TEST_LABELS, per_chain=True),
+    )
+    trace = dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, mixing, init,
+                          jax.random.key(1), T, thin=2, ensemble_fn=ensemble,
+                          trace_fn=per_chain, store_positions=True)
+    return prob, trace
+
+
+def test_w2_equals_metric_of_stored_trace(run):
+    prob, trace = run
+    expected = metrics.per_agent_w2(trace.positions, prob.mean, prob.cov)
+    assert trace.ensemble["w2"].shape == (T // 2 + 1, N)
+    np.testing.assert_allclose(trace.ensemble["w2"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_moments_equal_those_of_stored_trace(run):
+    _, trace = run
+    mean, cov = metrics.empirical_moments(trace.positions, axis=0)      # (T', N, d), (T', N, d, d)
+    np.testing.assert_allclose(trace.ensemble["mom"].mean, mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(trace.ensemble["mom"].cov, cov, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(trace.ensemble["var"].cov, np.diagonal(cov, axis1=-2, axis2=-1),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_consensus_error_equals_metric_of_stored_trace(run):
+    _, trace = run
+    per_chain = metrics.consensus_error(trace.positions)                # (C, T')
+    np.testing.assert_allclose(trace.values["ce"], per_chain, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(trace.ensemble["ce"], np.sqrt(np.mean(per_chain**2, axis=0)),
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_pooled_moments_equal_sample_moments_over_chains_and_iterations(run):
+    _, trace = run
+    mean, cov = streaming.pool_moments(trace.ensemble["mom"], start=2)
+    kept = np.asarray(trace.positions[:, 2:], np.float64)               # (C, T'', N, d)
+    pooled = kept.reshape(-1, N, D)
+    np.testing.assert_allclose(mean, pooled.mean(axis=0), rtol=1e-5, atol=1e-6)
+    expected = np.stack([np.cov(pooled[:, i].T) for i in range(N)])
+    np.testing.assert_allclose(cov, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_w2_of_a_point_mass_is_the_root_trace_of_the_target_covariance():
+    # W2(δ_m, N(m, S))² = tr S: every chain at the target mean gives zero sample covariance.
+    mean, cov = np.array([1.0, -2.0]), np.array([[2.0, 0.3], [0.3, 0.5]])
+    states = dgsgld.DESGLDState(jnp.broadcast_to(jnp.asarray(mean, jnp.float32), (5, 3, 2)),
+                                jnp.zeros((5,), jnp.int32))
+    w2 = streaming.gaussian_w2(mean, cov)(states)
+    np.testing.assert_allclose(w2, np.full(3, np.sqrt(np.trace(cov))), rtol=1e-5)
+
+
+def test_accuracy_streamed_equals_accuracy_of_stored_trace(run):
+    _, trace = run
+    pred = np.asarray(trace.positions) @ np.asarray(TEST_INPUTS).T > 0  # (C, T', N, n_test)
+    acc = (pred == np.asarray(TEST_LABELS, bool)).mean(axis=-1)
+    np.testing.assert_allclose(trace.values["acc"], acc, atol=1e-6)
+    np.testing.assert_allclose(trace.ensemble["acc"], acc.mean(axis=0), atol=1e-6)
+
+
+def test_streaming_stores_no_positions_and_thinning_keeps_every_thin_th_iteration():
+    prob = linear_regression(num_agents=N, dim=D)
+    w2 = streaming.gaussian_w2(prob.mean, prob.cov)
+
+    def run(init):
+        return dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, permuted_rings(N, 2),
+                             init, jax.random.key(0), 20, thin=5, ensemble_fn=w2)
+
+    # Shapes only (no compilation): memory O(num_kept N), not O(C num_kept N d).
+    trace = jax.eval_shape(run, jnp.zeros((4, N, D)))
+    assert trace.positions is None
+    assert trace.ensemble.shape == (5, N)
+
+
+def test_pytree_positions_need_flatten():
+    states = dgsgld.DESGLDState({"a": jnp.zeros((3, 2, 1)), "b": jnp.ones((3, 2, 1))},
+                                jnp.zeros((3,), jnp.int32))
+    with pytest.raises(ValueError, match="flatten"):
+        streaming.moments()(states)
+    flatten = lambda p: jnp.concatenate([p["a"], p["b"]], axis=-1)
+    m = streaming.moments(flatten=flatten)(states)
+    np.testing.assert_allclose(m.mean, np.broadcast_to([0.0, 1.0], (2, 2)))
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="`mean` must be"):
+        streaming.gaussian_w2(np.zeros(2), np.eye(3))
+    with pytest.raises(ValueError, match="at least one metric"):
+        streaming.combine()
+    states = dgsgld.DESGLDState(jnp.zeros((1, 2, 2)), jnp.zeros((1,), jnp.int32))
+    with pytest.raises(ValueError, match="at least 2 chains"):
+        streaming.moments()(states)
