@@ -1,12 +1,13 @@
-"""Pytree helpers shared by the samplers: mixing, Gaussian noise, step-size resolution."""
+"""Pytree helpers shared by the samplers: mixing, Gaussian noise, step-size resolution.
 
-import math
+No reshapes in the per-chain code: under ``vmap`` with the chain axis last (how
+``dgsgld.sample`` batches small leaves), a reshape would move that axis to the front and back.
+"""
 
 import jax
 import jax.numpy as jnp
-import optax
 
-from . import _validation
+from . import _random, _validation
 from ._types import Array, PRNGKey, PyTree, StepSize
 
 
@@ -14,30 +15,29 @@ def mix(matrix: Array, tree: PyTree) -> PyTree:
     """Apply a mixing matrix across the agent axis of every leaf.
 
     ``matrix`` is ``(N, N)`` with ``matrix[i, j]`` the weight agent ``i`` puts on agent ``j``;
-    each leaf is ``(N, ...)``. Returns ``W @ leaf`` for every leaf.
+    each leaf is ``(N, ...)``. Returns ``W @ leaf`` for every leaf. ``matrix`` may also be an
+    object with ``@`` on ``(N, k)`` arrays (:mod:`dgsgld.sparse`).
     """
 
     def one(leaf):
+        if isinstance(matrix, jax.Array):
+            return jnp.tensordot(matrix.astype(leaf.dtype), leaf, axes=1)
         flat = leaf.reshape(leaf.shape[0], -1)
         return (matrix.astype(leaf.dtype) @ flat).reshape(leaf.shape)
 
     return jax.tree.map(one, tree)
 
 
-def _flat_normal(key: PRNGKey, shape, dtype) -> Array:
-    # Leaves with a short last axis (d = 6) are drawn as one flat vector, then reshaped: the
-    # same numbers as jax.random.normal(key, shape) (the generators count elements in
-    # row-major order), but XLA:CPU vectorises the generator along the long flat axis, 1.2-2x
-    # faster there. With a long last axis the reshape costs more than it saves (1.7x slower
-    # at d = 1000), so those are drawn in their shape. Measured in benchmarks/.
-    if len(shape) > 1 and shape[-1] >= 128:
-        return jax.random.normal(key, shape, dtype)
-    return jax.random.normal(key, (math.prod(shape),), dtype).reshape(shape)
-
-
 def normal_like(key: PRNGKey, tree: PyTree) -> PyTree:
-    """Standard normal noise with the structure, shapes and dtypes of ``tree``."""
-    return optax.tree_utils.tree_random_like(key, tree, _flat_normal)
+    """Standard normal noise with the structure, shapes and dtypes of ``tree``.
+
+    The numbers of ``optax.tree_utils.tree_random_like(key, tree)``: one key per leaf from
+    ``split(key, num_leaves)``; split here with :mod:`dgsgld._random`, which fuses in a loop.
+    """
+    leaves, treedef = jax.tree.flatten(tree)
+    keys = _random.split(key, len(leaves))
+    noise = [_random.normal(keys[i], jnp.shape(leaf), leaf.dtype) for i, leaf in enumerate(leaves)]
+    return jax.tree.unflatten(treedef, noise)
 
 
 def langevin_update(base: PyTree, drift: PyTree, noise: PyTree, step_size: Array) -> PyTree:
@@ -45,11 +45,7 @@ def langevin_update(base: PyTree, drift: PyTree, noise: PyTree, step_size: Array
     scale = jnp.sqrt(2.0 * step_size)
 
     def one(b, d, w):
-        # On flat vectors: XLA:CPU vectorises elementwise loops (and the noise generator fused
-        # into them) along the last axis, which is short for (N, d) leaves with small d.
-        eta, sd = step_size.astype(b.dtype), scale.astype(b.dtype)
-        flat = b.reshape(-1) - eta * d.reshape(-1) + sd * w.reshape(-1)
-        return flat.reshape(b.shape)
+        return b - step_size.astype(b.dtype) * d + scale.astype(b.dtype) * w
 
     return jax.tree.map(one, base, drift, noise)
 

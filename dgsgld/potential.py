@@ -9,8 +9,17 @@ per-datum log-likelihood is ``vmap``-ed over the local data. The stochastic esti
 mini-batch ``S`` of ``b`` local data inside the compiled loop and returns the unbiased
 
     (n_i / b) sum_{d in S} grad(-log p(d | x)) + grad(-log p(x)) / N.
+
+Mini-batches without replacement are uniform over the ``C(n_i, b)`` subsets. When these are few
+(``_MAX_SUBSET_ENTRIES``), they are tabulated once and a step draws one 32-bit word per agent,
+``subset = word mod C(n_i, b)``: a paper-size step (4000 agent-chains, n = 5, b = 3) then costs
+3x less than ranking n uniforms with ``top_k``. Otherwise the subset is the ``b`` smallest of
+``n_i`` uniforms. With replacement each index is ``word mod n_i``. (``mod`` favours some values
+by at most ``count / 2**32`` relative probability, far below Monte Carlo error.)
 """
 
+import itertools
+import math
 from collections.abc import Callable, Sequence
 
 import equinox as eqx
@@ -18,10 +27,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation
+from . import _random, _validation
 from ._types import Array, PRNGKey, PyTree
 
 __all__ = ["Potential", "pad_agent_data"]
+
+#: Largest table of mini-batch subsets (entries N * max_i C(n_i, b) * b) kept on a Potential.
+_MAX_SUBSET_ENTRIES = 2**18
+
+
+def _subset_table(counts: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(subsets (N, M, b), sizes (N,))``: agent i's ``C(n_i, b)`` subsets, padded to ``M``."""
+    sizes = np.array([math.comb(int(n), b) for n in counts])
+    if len(counts) * int(sizes.max()) * b > _MAX_SUBSET_ENTRIES:
+        return None
+    table = np.zeros((len(counts), int(sizes.max()), b), np.int32)
+    for i, n in enumerate(counts):
+        rows = np.array(list(itertools.combinations(range(int(n)), b)), np.int32)
+        table[i, : len(rows)] = rows
+    return table, sizes.astype(np.uint32)
 
 
 def pad_agent_data(datasets: Sequence[PyTree]) -> tuple[PyTree, Array]:
@@ -97,6 +121,8 @@ class Potential(eqx.Module):
 
     data: PyTree
     mask: Array | None
+    subsets: Array | None
+    num_subsets: Array | None
     log_likelihood: Callable | None = eqx.field(static=True)
     log_prior: Callable | None = eqx.field(static=True)
     batch_size: int | None = eqx.field(static=True)
@@ -173,6 +199,12 @@ class Potential(eqx.Module):
             batch_size = int(batch_size)
         self.data = jax.tree.map(jnp.asarray, data)
         self.mask = mask
+        self.subsets = self.num_subsets = None
+        if batch_size is not None and not replace:
+            counts = np.asarray(mask).sum(axis=1) if mask is not None else np.full(num_agents, local_size)
+            table = _subset_table(counts, batch_size)
+            if table is not None:
+                self.subsets, self.num_subsets = jnp.asarray(table[0]), jnp.asarray(table[1])
         self.log_likelihood = log_likelihood
         self.log_prior = log_prior
         self.batch_size = batch_size
@@ -202,22 +234,34 @@ class Potential(eqx.Module):
         """Indices ``(b,)`` of a uniform mini-batch among an agent's first ``count`` data."""
         b = self.batch_size
         if self.replace:
-            return jax.random.randint(key, (b,), 0, count)
+            return (_random.bits(key, (b,)) % count.astype(jnp.uint32)).astype(jnp.int32)
         # Without replacement: the b smallest of i.i.d. uniforms over the valid entries.
-        u = jax.random.uniform(key, (self.local_size,))
+        u = _random.uniform(key, (self.local_size,))
         u = jnp.where(jnp.arange(self.local_size) < count, u, 2.0)
         return jax.lax.top_k(-u, b)[1]
 
-    def _agent_grad(self, params, agent_data, count, weights, key):
+    def _agent_grad(self, params, agent_data, count, weights, key, idx=None):
         if self.gradient_fn is not None:
             return self.gradient_fn(params, agent_data, key)
         if self.batch_size is None:
             return jax.grad(self._local_value)(params, agent_data, weights, 1.0)
-        idx = self._batch(key, count)
+        if idx is None:
+            idx = self._batch(key, count)
         batch = jax.tree.map(lambda leaf: leaf[idx], agent_data)
         scale = count / self.batch_size
         ones = jnp.ones((self.batch_size,))
         return jax.grad(self._local_value)(params, batch, ones, scale)
+
+    @property
+    def tabulated(self) -> bool:
+        """Whether mini-batches are drawn from the table of subsets (see the module doc)."""
+        return self.subsets is not None and self.gradient_fn is None
+
+    def subset_indices(self, key: PRNGKey) -> Array:
+        """Every agent's mini-batch indices ``(N, b)`` from one word per agent (tabulated)."""
+        pick = _random.bits(key, (self.num_agents,)) % self.num_subsets
+        rows = jnp.take_along_axis(self.subsets, pick[:, None, None].astype(jnp.int32), axis=1)
+        return rows[:, 0]
 
     def _weights(self) -> Array:
         if self.mask is None:
@@ -236,8 +280,12 @@ class Potential(eqx.Module):
         Returns:
             Pytree like ``positions``: agent ``i``'s unbiased estimate of ``grad f_i(x_i)``.
         """
-        keys = jax.random.split(key, self.num_agents)
         weights = self._weights().astype(jax.tree.leaves(positions)[0].dtype)
+        if self.tabulated:
+            return jax.vmap(self._agent_grad, (0, 0, 0, 0, None, 0))(
+                positions, self.data, self._local_counts(), weights, None, self.subset_indices(key)
+            )
+        keys = _random.split(key, self.num_agents)
         return jax.vmap(self._agent_grad)(
             positions, self.data, self._local_counts(), weights, keys
         )

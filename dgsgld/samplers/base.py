@@ -4,15 +4,27 @@ A sampler is an ``eqx.Module`` so that a constant step size is an array leaf: ch
 ``vmap``-ing over a grid of step sizes, reuses the compiled run, and ``jax.grad`` flows to it.
 
 Decentralized samplers work on a *network state*: a pytree whose leaves are ``(N, ...)``, one
-row per agent. ``step(key, state, potential, mixing_matrix)`` takes the per-step inputs as
-arguments, so the same function serves ``dgsgld.sample`` and a user's own loop.
+row per agent. ``step(key, state, potential, mixing_matrix, noise=None)`` takes the per-step
+inputs as arguments, so the same function serves ``dgsgld.sample`` and a user's own loop.
+
+Randomness of a step: ``key`` splits into a noise key and a gradient key (mini-batches). The
+Gaussian noise ``w`` is ``noise(key, position)``; passing it to ``step`` gives the same step as
+drawing it there. Passing it also lets two samplers share their noise (synchronous coupling),
+and lets ``dgsgld.sample`` draw it for all chains in the memory layout of its loop.
 """
 
 from typing import ClassVar
 
 import equinox as eqx
 
+from .. import _random, _tree
 from .._types import Array, PRNGKey, PyTree, StepSize
+
+
+def step_keys(key: PRNGKey) -> tuple[PRNGKey, PRNGKey]:
+    """``(noise_key, grad_key)`` of one step."""
+    noise_key, grad_key = _random.split(key)
+    return noise_key, grad_key
 
 
 class SamplingAlgorithm(eqx.Module):
@@ -29,5 +41,10 @@ class SamplingAlgorithm(eqx.Module):
     def init(self, position: PyTree, potential, key: PRNGKey):  # pragma: no cover - interface
         raise NotImplementedError
 
-    def step(self, key: PRNGKey, state, potential, mixing_matrix: Array | None):  # pragma: no cover
+    def step(self, key: PRNGKey, state, potential, mixing_matrix: Array | None,
+             noise: PyTree | None = None):  # pragma: no cover
         raise NotImplementedError
+
+    def noise(self, key: PRNGKey, position: PyTree) -> PyTree:
+        """The standard normal ``w`` that ``step(key, ...)`` draws, shaped like ``position``."""
+        return _tree.normal_like(step_keys(key)[0], position)

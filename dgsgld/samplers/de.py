@@ -8,12 +8,11 @@ bias even with full batches; DIGing-SGLD and EXTRA-SGLD remove it.
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 from .. import _tree
 from .._types import Array, PRNGKey, PyTree, StepSize
-from .base import SamplingAlgorithm
+from .base import SamplingAlgorithm, step_keys
 
 __all__ = ["DESGLDState", "DESGLDInfo", "DESGLD", "de_sgld"]
 
@@ -37,12 +36,14 @@ class DESGLD(SamplingAlgorithm):
         return DESGLDState(position, jnp.zeros((), jnp.int32))
 
     def step(
-        self, key: PRNGKey, state: DESGLDState, potential, mixing_matrix: Array
+        self, key: PRNGKey, state: DESGLDState, potential, mixing_matrix: Array,
+        noise: PyTree | None = None,
     ) -> tuple[DESGLDState, DESGLDInfo]:
         eta = _tree.resolve_step_size(self.step_size, state.count)
-        noise_key, grad_key = jax.random.split(key)
+        noise_key, grad_key = step_keys(key)
         grad = potential.grad(state.position, grad_key)
-        noise = _tree.normal_like(noise_key, state.position)
+        if noise is None:
+            noise = _tree.normal_like(noise_key, state.position)
         position = _tree.langevin_update(_tree.mix(mixing_matrix, state.position), grad, noise, eta)
         return DESGLDState(position, state.count + 1), DESGLDInfo(eta)
 

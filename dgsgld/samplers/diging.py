@@ -11,12 +11,11 @@ let the average tracker random-walk.
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 from .. import _tree
 from .._types import Array, PRNGKey, PyTree, StepSize
-from .base import SamplingAlgorithm
+from .base import SamplingAlgorithm, step_keys
 
 __all__ = ["DIGingState", "DIGingInfo", "DIGingSGLD", "diging_sgld"]
 
@@ -52,12 +51,17 @@ class DIGingSGLD(SamplingAlgorithm):
         return DIGingState(position, grad, grad, jnp.zeros((), jnp.int32))
 
     def step(
-        self, key: PRNGKey, state: DIGingState, potential, mixing_matrix: Array
+        self, key: PRNGKey, state: DIGingState, potential, mixing_matrix: Array,
+        noise: PyTree | None = None,
     ) -> tuple[DIGingState, DIGingInfo]:
-        """One iteration with mixing matrix ``W⁽ᵏ⁾`` of shape ``(N, N)``."""
+        """One iteration with mixing matrix ``W⁽ᵏ⁾`` of shape ``(N, N)``.
+
+        ``noise``, if given, is the ``w`` of this step (default ``self.noise(key, position)``).
+        """
         eta = _tree.resolve_step_size(self.step_size, state.count)
-        noise_key, grad_key = jax.random.split(key)
-        noise = _tree.normal_like(noise_key, state.position)
+        noise_key, grad_key = step_keys(key)
+        if noise is None:
+            noise = _tree.normal_like(noise_key, state.position)
         position = _tree.langevin_update(
             _tree.mix(mixing_matrix, state.position), state.tracker, noise, eta
         )

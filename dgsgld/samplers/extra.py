@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from .. import _tree
 from .._types import Array, PRNGKey, PyTree, StepSize
-from .base import SamplingAlgorithm
+from .base import SamplingAlgorithm, step_keys
 
 __all__ = ["EXTRAState", "EXTRAInfo", "EXTRASGLD", "extra_sgld"]
 
@@ -49,12 +49,14 @@ class EXTRASGLD(SamplingAlgorithm):
         return EXTRAState(position, dual, jnp.zeros((), jnp.int32))
 
     def step(
-        self, key: PRNGKey, state: EXTRAState, potential, mixing_matrix: Array
+        self, key: PRNGKey, state: EXTRAState, potential, mixing_matrix: Array,
+        noise: PyTree | None = None,
     ) -> tuple[EXTRAState, EXTRAInfo]:
         eta = _tree.resolve_step_size(self.step_size, state.count)
-        noise_key, grad_key = jax.random.split(key)
+        noise_key, grad_key = step_keys(key)
         grad = potential.grad(state.position, grad_key)
-        noise = _tree.normal_like(noise_key, state.position)
+        if noise is None:
+            noise = _tree.normal_like(noise_key, state.position)
         mixed = _tree.mix(mixing_matrix, state.position)
         # W̃ x − z = (x + W x)/2 − z
         base = jax.tree.map(lambda x, wx, z: 0.5 * (x + wx) - z, state.position, mixed, state.dual)

@@ -12,12 +12,11 @@ on ``f / N`` with noise ``√(2η/N)``, i.e. like this sampler with step ``η / 
 
 from typing import ClassVar, NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 from .. import _tree
 from .._types import Array, PRNGKey, PyTree, StepSize
-from .base import SamplingAlgorithm
+from .base import SamplingAlgorithm, step_keys
 
 __all__ = ["SGLDState", "SGLDInfo", "SGLD", "sgld"]
 
@@ -43,13 +42,15 @@ class SGLD(SamplingAlgorithm):
         return SGLDState(position, jnp.zeros((), jnp.int32))
 
     def step(
-        self, key: PRNGKey, state: SGLDState, potential, mixing_matrix: Array | None = None
+        self, key: PRNGKey, state: SGLDState, potential, mixing_matrix: Array | None = None,
+        noise: PyTree | None = None,
     ) -> tuple[SGLDState, SGLDInfo]:
         del mixing_matrix
         eta = _tree.resolve_step_size(self.step_size, state.count)
-        noise_key, grad_key = jax.random.split(key)
+        noise_key, grad_key = step_keys(key)
         grad = potential.pooled_grad(state.position, grad_key)
-        noise = _tree.normal_like(noise_key, state.position)
+        if noise is None:
+            noise = _tree.normal_like(noise_key, state.position)
         position = _tree.langevin_update(state.position, grad, noise, eta)
         return SGLDState(position, state.count + 1), SGLDInfo(eta)
 
