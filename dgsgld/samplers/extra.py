@@ -14,6 +14,8 @@ Eliminating ``z`` gives EXTRA's two-step form ``x⁽ᵏ⁺²⁾ = (I+W)x⁽ᵏ�
 Time-varying stacks: the step uses ``W⁽ᵏ⁾`` in both places. ``sum_i z_i = 0`` still holds (each
 ``I − W⁽ᵏ⁾`` has zero column sums), so the network average still follows centralized SGLD, but
 the bias correction and the theory of [31] assume a static ``W``; use DIGing-SGLD there.
+
+The state keeps ``∇̃F(x)`` like DE-SGLD's (see :mod:`dgsgld.samplers.de`).
 """
 
 from typing import NamedTuple
@@ -29,11 +31,13 @@ __all__ = ["EXTRAState", "EXTRAInfo", "EXTRASGLD", "extra_sgld"]
 
 
 class EXTRAState(NamedTuple):
-    """``position`` and ``dual`` (``z``) leaves ``(N, *param_shape)``; ``count`` the iteration."""
+    """``position`` and ``dual`` (``z``) leaves ``(N, *param_shape)``; ``count`` the iteration;
+    ``grad`` the stochastic gradient at ``position`` the next step uses (``None``: drawn there)."""
 
     position: PyTree
     dual: PyTree
     count: Array
+    grad: PyTree = None
 
 
 class EXTRAInfo(NamedTuple):
@@ -44,9 +48,8 @@ class EXTRASGLD(SamplingAlgorithm):
     """EXTRA-SGLD. Build with :func:`extra_sgld`."""
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> EXTRAState:
-        del potential, key
         dual = jax.tree.map(jnp.zeros_like, position)
-        return EXTRAState(position, dual, jnp.zeros((), jnp.int32))
+        return EXTRAState(position, dual, jnp.zeros((), jnp.int32), potential.grad(position, key))
 
     def step(
         self, key: PRNGKey, state: EXTRAState, potential, mixing_matrix: Array,
@@ -54,7 +57,9 @@ class EXTRASGLD(SamplingAlgorithm):
     ) -> tuple[EXTRAState, EXTRAInfo]:
         eta = _tree.resolve_step_size(self.step_size, state.count)
         noise_key, grad_key = step_keys(key)
-        grad = potential.grad(state.position, grad_key)
+        grad = state.grad
+        if grad is None:
+            grad = potential.grad(state.position, grad_key)
         if noise is None:
             noise = _tree.normal_like(noise_key, state.position)
         mixed = _tree.mix(mixing_matrix, state.position)
@@ -63,7 +68,8 @@ class EXTRASGLD(SamplingAlgorithm):
         position = _tree.langevin_update(base, grad, noise, eta)
         mixed_new = _tree.mix(mixing_matrix, position)
         dual = jax.tree.map(lambda z, x, wx: z + 0.5 * (x - wx), state.dual, position, mixed_new)
-        return EXTRAState(position, dual, state.count + 1), EXTRAInfo(eta)
+        new_grad = potential.grad(position, grad_key)
+        return EXTRAState(position, dual, state.count + 1, new_grad), EXTRAInfo(eta)
 
 
 def extra_sgld(step_size: StepSize) -> EXTRASGLD:

@@ -8,6 +8,8 @@ data. Positions carry no agent axis; the gradient estimate sums every agent's lo
 
 Step-size scale: the network average of the decentralized samplers moves like centralized SGLD
 on ``f / N`` with noise ``√(2η/N)``, i.e. like this sampler with step ``η / N``.
+
+The state keeps ``∇̃f(x)`` like DE-SGLD's (see :mod:`dgsgld.samplers.de`).
 """
 
 from typing import ClassVar, NamedTuple
@@ -22,10 +24,12 @@ __all__ = ["SGLDState", "SGLDInfo", "SGLD", "sgld"]
 
 
 class SGLDState(NamedTuple):
-    """``position`` leaves ``(*param_shape)``; ``count`` the iteration number."""
+    """``position`` leaves ``(*param_shape)``; ``count`` the iteration number; ``grad`` the
+    stochastic gradient at ``position`` the next step uses (``None``: drawn there)."""
 
     position: PyTree
     count: Array
+    grad: PyTree = None
 
 
 class SGLDInfo(NamedTuple):
@@ -38,8 +42,7 @@ class SGLD(SamplingAlgorithm):
     decentralized: ClassVar[bool] = False
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> SGLDState:
-        del potential, key
-        return SGLDState(position, jnp.zeros((), jnp.int32))
+        return SGLDState(position, jnp.zeros((), jnp.int32), potential.pooled_grad(position, key))
 
     def step(
         self, key: PRNGKey, state: SGLDState, potential, mixing_matrix: Array | None = None,
@@ -48,11 +51,14 @@ class SGLD(SamplingAlgorithm):
         del mixing_matrix
         eta = _tree.resolve_step_size(self.step_size, state.count)
         noise_key, grad_key = step_keys(key)
-        grad = potential.pooled_grad(state.position, grad_key)
+        grad = state.grad
+        if grad is None:
+            grad = potential.pooled_grad(state.position, grad_key)
         if noise is None:
             noise = _tree.normal_like(noise_key, state.position)
         position = _tree.langevin_update(state.position, grad, noise, eta)
-        return SGLDState(position, state.count + 1), SGLDInfo(eta)
+        new_grad = potential.pooled_grad(position, grad_key)
+        return SGLDState(position, state.count + 1, new_grad), SGLDInfo(eta)
 
 
 def sgld(step_size: StepSize) -> SGLD:
