@@ -402,6 +402,11 @@ def _run(algorithm, potential, stack, state, positions, key, num_chains, num_ste
     if state is None:
         state = jax.vmap(algorithm.init, (0, None, 0))(positions, potential, init_keys)
     axes = _chain_axes(state, num_chains)
+    if stack is not None and not isinstance(
+        jax.eval_shape(lambda: mixing_at(stack, jnp.int32(0))), jax.ShapeDtypeStruct
+    ):
+        # Sparse snapshots gather along the agent axis with chains first.
+        axes = jax.tree.map(lambda _: 0, axes)
     # The barrier keeps XLA from folding this transpose into the layout of the product that
     # made the state (XLA:CPU's small-dot emitter aborts on such layouts, e.g. 3 chains, d = 2).
     state = _move_chains(jax.lax.optimization_barrier(state), axes, inward=True)

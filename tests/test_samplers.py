@@ -287,8 +287,17 @@ def test_vmap_over_step_sizes(key):
 
 @pytest.mark.slow
 def test_diging_paper_problem_long_run(key):
-    """Paper-size linear regression (N = 20, d = 6, time-varying): after a long run at a small
-    step each agent's W2 to the posterior is at the Monte Carlo floor of 2000 chains."""
+    """Paper-size linear regression (N = 20, d = 6, time-varying), 2000 chains started at
+    posterior draws, 2000 steps at η = 0.002: each agent's Monte Carlo W2 to the posterior
+    equals the exact W2 of DIGing-SGLD's law at that step (``theory.exact``, which carries the
+    O(η) discretisation bias: about 0.06 here, not 0).
+
+    Tolerance: by the triangle inequality |W2(fit, π) − W2(law, π)| ≤ W2(fit, law), the error
+    of a Gaussian fit to 2000 draws of the law, whose size is the Monte Carlo floor measured on
+    2000 exact posterior draws (≈ 0.008, same dimension and scale); 3× that floor.
+    """
+    from dgsgld import theory
+
     rng = np.random.default_rng(0)
     Z = np.concatenate([rng.normal(size=(100, 5)), np.ones((100, 1))], 1)
     x = rng.normal(size=6) / np.sqrt(0.1)
@@ -303,11 +312,20 @@ def test_diging_paper_problem_long_run(key):
     chol = np.linalg.cholesky(cov)
     draw = mean + np.asarray(jax.random.normal(key, (2000, 6))) @ chol.T
     init = jnp.asarray(np.repeat(draw[:, None], 20, 1), jnp.float32)
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.002), pot, permuted_rings(20, 50), init, key,
+    schedule = permuted_rings(20, 50)
+    trace = dgsgld.sample(dgsgld.diging_sgld(0.002), pot, schedule, init, key,
                           num_steps=2000, store_positions=False, trace_fn=lambda s: ())
     x = np.asarray(trace.state.position, np.float64)
     w2 = np.array([dgsgld.metrics.gaussian_w2_to_target(x[:, i], mean, cov) for i in range(20)])
-    # Reference: W2 of 2000 exact posterior draws to the posterior (the MC floor), times 2.
+    with jax.enable_x64(True):
+        q = theory.exact.quadratic_from_potential(pot, np.zeros((20, 6)))
+        q = q._replace(hessians=np.asarray(q.hessians, np.float64),
+                       shifts=np.asarray(q.shifts, np.float64))
+        moments = theory.exact.exact_moments(
+            dgsgld.diging_sgld(0.002), q, np.asarray(schedule, np.float64), mean,
+            np.kron(np.ones((20, 20)), cov), 2000)
+        exact_w2 = np.asarray(theory.exact.exact_w2(moments, mean, cov))[-1]
     exact = np.asarray(jax.random.normal(jax.random.key(7), (2000, 6))) @ chol.T + mean
     floor = float(dgsgld.metrics.gaussian_w2_to_target(exact, mean, cov))
-    assert w2.max() < 2 * floor + 0.02
+    assert exact_w2.min() > 5 * floor            # the bias is real and resolved by this test
+    np.testing.assert_array_less(np.abs(w2 - exact_w2), 3 * floor)

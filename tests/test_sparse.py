@@ -64,12 +64,14 @@ def test_sampler_trace_with_sparse_mixing_equals_dense(make):
 def test_automatic_choice_follows_the_documented_rule():
     ring = networks.ring(100)
     assert sparse.density(ring) == pytest.approx(2 / 100)
-    assert isinstance(sparse.auto(ring), sparse.SparseSchedule)
+    assert isinstance(sparse.auto(ring, min_agents=64), sparse.SparseSchedule)
+    assert sparse.auto(ring) is ring                       # below the default min_agents (1000)
+    assert isinstance(sparse.auto(networks.ring(1000)), sparse.SparseSchedule)
     barbell = networks.barbell(100, period=2)
     assert sparse.density(barbell) > 0.1
-    assert sparse.auto(barbell) is barbell
+    assert sparse.auto(barbell, min_agents=64) is barbell
     small = networks.ring(10)
-    assert sparse.auto(small) is small                     # below min_agents
+    assert sparse.auto(small, min_agents=64) is small      # below min_agents
     # A star's hub has degree N - 1 ≫ the mean degree: the edge list is chosen.
     assert isinstance(sparse.from_dense(networks.star(100)).snapshots, sparse.EdgeMixing)
     assert isinstance(sparse.from_dense(ring).snapshots, sparse.NeighborMixing)
