@@ -48,3 +48,18 @@ class SamplingAlgorithm(eqx.Module):
     def noise(self, key: PRNGKey, position: PyTree) -> PyTree:
         """The standard normal ``w`` that ``step(key, ...)`` draws, shaped like ``position``."""
         return _tree.normal_like(step_keys(key)[0], position)
+
+    def _step_inputs(self, key: PRNGKey, state, noise: PyTree | None, gradient):
+        """``(η, gradient key, ∇̃F(position), w)`` of one step.
+
+        The gradient is the state's kept one, or ``gradient(position, grad_key)`` when the
+        state has none (``grad=None``); ``w`` is ``noise`` or drawn from the key.
+        """
+        eta = _tree.resolve_step_size(self.step_size, state.count)
+        noise_key, grad_key = step_keys(key)
+        grad = state.grad
+        if grad is None:
+            grad = gradient(state.position, grad_key)
+        if noise is None:
+            noise = _tree.normal_like(noise_key, state.position)
+        return eta, grad_key, grad, noise

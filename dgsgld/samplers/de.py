@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from .. import _tree
 from .._types import Array, PRNGKey, PyTree, StepSize
-from .base import SamplingAlgorithm, step_keys
+from .base import SamplingAlgorithm
 
 __all__ = ["DESGLDState", "DESGLDInfo", "DESGLD", "de_sgld"]
 
@@ -45,13 +45,7 @@ class DESGLD(SamplingAlgorithm):
         self, key: PRNGKey, state: DESGLDState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
     ) -> tuple[DESGLDState, DESGLDInfo]:
-        eta = _tree.resolve_step_size(self.step_size, state.count)
-        noise_key, grad_key = step_keys(key)
-        grad = state.grad
-        if grad is None:
-            grad = potential.grad(state.position, grad_key)
-        if noise is None:
-            noise = _tree.normal_like(noise_key, state.position)
+        eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
         position = _tree.langevin_update(_tree.mix(mixing_matrix, state.position), grad, noise, eta)
         new_grad = potential.grad(position, grad_key)
         return DESGLDState(position, state.count + 1, new_grad), DESGLDInfo(eta)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from .. import _tree
 from .._types import Array, PRNGKey, PyTree, StepSize
-from .base import SamplingAlgorithm, step_keys
+from .base import SamplingAlgorithm
 
 __all__ = ["DIGingState", "DIGingInfo", "DIGingSGLD", "diging_sgld"]
 
@@ -58,10 +58,7 @@ class DIGingSGLD(SamplingAlgorithm):
 
         ``noise``, if given, is the ``w`` of this step (default ``self.noise(key, position)``).
         """
-        eta = _tree.resolve_step_size(self.step_size, state.count)
-        noise_key, grad_key = step_keys(key)
-        if noise is None:
-            noise = _tree.normal_like(noise_key, state.position)
+        eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
         position = _tree.langevin_update(
             _tree.mix(mixing_matrix, state.position), state.tracker, noise, eta
         )

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from .. import _tree
 from .._types import Array, PRNGKey, PyTree, StepSize
-from .base import SamplingAlgorithm, step_keys
+from .base import SamplingAlgorithm
 
 __all__ = ["EXTRAState", "EXTRAInfo", "EXTRASGLD", "extra_sgld"]
 
@@ -55,13 +55,7 @@ class EXTRASGLD(SamplingAlgorithm):
         self, key: PRNGKey, state: EXTRAState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
     ) -> tuple[EXTRAState, EXTRAInfo]:
-        eta = _tree.resolve_step_size(self.step_size, state.count)
-        noise_key, grad_key = step_keys(key)
-        grad = state.grad
-        if grad is None:
-            grad = potential.grad(state.position, grad_key)
-        if noise is None:
-            noise = _tree.normal_like(noise_key, state.position)
+        eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
         mixed = _tree.mix(mixing_matrix, state.position)
         # W̃ x − z = (x + W x)/2 − z
         base = jax.tree.map(lambda x, wx, z: 0.5 * (x + wx) - z, state.position, mixed, state.dual)

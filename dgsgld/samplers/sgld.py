@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from .. import _tree
 from .._types import Array, PRNGKey, PyTree, StepSize
-from .base import SamplingAlgorithm, step_keys
+from .base import SamplingAlgorithm
 
 __all__ = ["SGLDState", "SGLDInfo", "SGLD", "sgld"]
 
@@ -49,13 +49,7 @@ class SGLD(SamplingAlgorithm):
         noise: PyTree | None = None,
     ) -> tuple[SGLDState, SGLDInfo]:
         del mixing_matrix
-        eta = _tree.resolve_step_size(self.step_size, state.count)
-        noise_key, grad_key = step_keys(key)
-        grad = state.grad
-        if grad is None:
-            grad = potential.pooled_grad(state.position, grad_key)
-        if noise is None:
-            noise = _tree.normal_like(noise_key, state.position)
+        eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.pooled_grad)
         position = _tree.langevin_update(state.position, grad, noise, eta)
         new_grad = potential.pooled_grad(position, grad_key)
         return SGLDState(position, state.count + 1, new_grad), SGLDInfo(eta)
