@@ -110,6 +110,9 @@ class Potential(eqx.Module):
         gradient_fn: optional oracle ``(params, agent_data, key) -> grad`` of ``f_i`` for models
             that do not factor per datum; ``agent_data`` is the agent's slice of ``data``.
 
+    Derived fields: ``subsets`` ``(N, M, b)`` and ``num_subsets`` ``(N,)``, the table of every
+    agent's mini-batch subsets when it is small (see the module docstring), else ``None``.
+
     Example:
         >>> import jax.numpy as jnp
         >>> ll = lambda theta, d: -0.5 * (d[0] @ theta - d[1]) ** 2
