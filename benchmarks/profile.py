@@ -1,9 +1,9 @@
 """Where the time of a paper-size run goes: the toolkit's compiled run taken apart.
 
 Each row is a compiled ``lax.scan`` over the run's 100 iterations doing one part of a
-DIGing-SGLD step for all 200 chains, batched the way ``dgsgld.sample`` batches them (``vmap``
-over chains inside the scan body), with the same keys (``fold_in`` per chain and step, then
-``split``). Comparing the parts with the whole says which one to optimise; the one-shot noise
+DIGing-SGLD step for all 200 chains, batched by a plain ``vmap`` over chains inside the scan
+body (chains first; the engine's own loop keeps them last, see ``dgsgld.run._chain_axes``),
+with the same keys (``fold_in`` per chain and step, then ``split``). Comparing the parts with the whole says which one to optimise; the one-shot noise
 row is the floor of the noise (all normals of the run in one call).
 
 ``python -m benchmarks.profile [--prng philox4x32]``
@@ -52,7 +52,7 @@ def parts(key, chains=200, steps=100, agents=20, dim=6, batch=None, repeats=7) -
             lambda x, k, nk, gk, w: x + jax.random.key_data(nk)[:, :1, None].astype(x.dtype) * 0,
         "noise in the loop, drawn in shape (N, d)": noise(False),
         "noise in the loop, drawn flat (N d,) with jax.random": noise(True),
-        "noise in the loop, drawn in shape with dgsgld._random (as the engine does)":
+        "noise in the loop, drawn in shape with dgsgld._random (chains first)":
             noise(False, _random.normal),
         "mixing in the loop (W x and W y)":
             lambda x, k, nk, gk, w: 0.5 * (jax.vmap(lambda v: w[k % w.shape[0]] @ v)(x)
