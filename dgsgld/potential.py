@@ -190,6 +190,7 @@ class Potential(eqx.Module):
             smallest = int(counts.min())
             mask = jnp.asarray(mask_np)
         else:
+            counts = np.full(num_agents, local_size)
             smallest = local_size
         if batch_size is not None:
             if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
@@ -203,8 +204,7 @@ class Potential(eqx.Module):
         self.data = jax.tree.map(jnp.asarray, data)
         self.mask = mask
         self.subsets = self.num_subsets = None
-        if batch_size is not None and not replace:
-            counts = np.asarray(mask).sum(axis=1) if mask is not None else np.full(num_agents, local_size)
+        if batch_size is not None and not replace and gradient_fn is None:
             table = _subset_table(counts, batch_size)
             if table is not None:
                 self.subsets, self.num_subsets = jnp.asarray(table[0]), jnp.asarray(table[1])
@@ -258,7 +258,7 @@ class Potential(eqx.Module):
     @property
     def tabulated(self) -> bool:
         """Whether mini-batches are drawn from the table of subsets (see the module doc)."""
-        return self.subsets is not None and self.gradient_fn is None
+        return self.subsets is not None
 
     def subset_indices(self, key: PRNGKey) -> Array:
         """Every agent's mini-batch indices ``(N, b)`` from one word per agent (tabulated)."""
@@ -284,14 +284,21 @@ class Potential(eqx.Module):
             Pytree like ``positions``: agent ``i``'s unbiased estimate of ``grad f_i(x_i)``.
         """
         weights = self._weights().astype(jax.tree.leaves(positions)[0].dtype)
+        return self.grad_rows(positions, self.data, self._local_counts(), weights, key)
+
+    def grad_rows(self, positions: PyTree, data: PyTree, counts: Array, weights: Array,
+                  key: PRNGKey, first_row=0) -> PyTree:
+        """Rows ``first_row, ..., first_row + R - 1`` of ``grad(all positions, key)``, from
+        those agents' positions, data, data counts ``(R,)`` and weights ``(R, n_local)`` only
+        (how :mod:`dgsgld.sharding` computes a device's agents)."""
+        num_rows = jax.tree.leaves(positions)[0].shape[0]
+        rows = lambda a: jax.lax.dynamic_slice_in_dim(a, first_row, num_rows)  # noqa: E731
         if self.tabulated:
             return jax.vmap(self._agent_grad, (0, 0, 0, 0, None, 0))(
-                positions, self.data, self._local_counts(), weights, None, self.subset_indices(key)
+                positions, data, counts, weights, None, rows(self.subset_indices(key))
             )
-        keys = _random.split(key, self.num_agents)
-        return jax.vmap(self._agent_grad)(
-            positions, self.data, self._local_counts(), weights, keys
-        )
+        keys = rows(_random.split(key, self.num_agents))
+        return jax.vmap(self._agent_grad)(positions, data, counts, weights, keys)
 
     def full_grad(self, positions: PyTree) -> PyTree:
         """Exact full-batch gradients ``grad f_i(x_i)``; leaves ``(N, *param_shape)``."""

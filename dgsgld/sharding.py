@@ -191,7 +191,6 @@ def sample_agent_sharded(algorithm: DIGingSGLD, potential: Potential, mixing, in
 
     def local_grad(x_local, data_local, mask_local, grad_key, first_row):
         """Rows ``first_row ..`` of ``potential.grad(x, grad_key)`` from local data only."""
-        rows = lambda a: jax.lax.dynamic_slice_in_dim(a, first_row, block)  # noqa: E731
         dtype = x_local.dtype
         if mask_local is None:
             counts = jnp.full((block,), potential.local_size)
@@ -199,12 +198,7 @@ def sample_agent_sharded(algorithm: DIGingSGLD, potential: Potential, mixing, in
         else:
             counts = mask_local.sum(axis=1)
             weights = mask_local.astype(dtype)
-        if potential.tabulated:
-            idx = rows(potential.subset_indices(grad_key))
-            return jax.vmap(potential._agent_grad, (0, 0, 0, 0, None, 0))(
-                x_local, data_local, counts, weights, None, idx)
-        keys = rows(jax.random.split(grad_key, n))
-        return jax.vmap(potential._agent_grad)(x_local, data_local, counts, weights, keys)
+        return potential.grad_rows(x_local, data_local, counts, weights, grad_key, first_row)
 
     def per_device(init_local, stack_rows, data_local, mask_local, key):
         first_row = jax.lax.axis_index(axis) * block
