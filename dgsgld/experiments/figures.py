@@ -336,6 +336,23 @@ def _log(logger, msg):
 # ---------------------------------------------------------------- Figure 2
 
 
+def _sampling_setup(config, problem: Problem, seeds: dict):
+    """``(schedule, potential, run key, decentralized init, centralized init)`` of a figure."""
+    schedule = make_network(config, seeds["network"])
+    potential = problem.potential(config.batch_size)
+    key_run = jax.random.key(seeds["sampling"])
+    init_dec, init_cen = _initial_positions(seeds["init"], config, problem.dim)
+    return schedule, potential, key_run, init_dec, init_cen
+
+
+def _algorithm_runs(config, schedule, init_dec, init_cen):
+    """Per algorithm of the figures: ``(name, make, centralized, step grid, init, mixing)``."""
+    for alg_name, make in ALGORITHMS.items():
+        central = alg_name == CENTRALIZED
+        yield (alg_name, make, central, config.step_grid(centralized=central),
+               init_cen if central else init_dec, None if central else schedule.matrices)
+
+
 def run_linear_regression(
     config: LinearRegressionConfig,
     seed: int = 0,
@@ -355,19 +372,14 @@ def run_linear_regression(
         prior_precision=config.prior_precision,
         noise_std=config.noise_std,
     )
-    schedule = make_network(config, seeds["network"])
-    potential = problem.potential(config.batch_size)
-    key_run = jax.random.key(seeds["sampling"])
-    init_dec, init_cen = _initial_positions(seeds["init"], config, problem.dim)
+    schedule, potential, key_run, init_dec, init_cen = _sampling_setup(config, problem, seeds)
     grid = config.step_grid()
     target = (problem.posterior_mean, problem.posterior_cov)
     timings, results = {}, {}
-    for alg_name, make in ALGORITHMS.items():
+    for alg_name, make, central, alg_grid, init, mixing in _algorithm_runs(
+        config, schedule, init_dec, init_cen
+    ):
         t0 = time.perf_counter()
-        central = alg_name == CENTRALIZED
-        alg_grid = config.step_grid(centralized=central)
-        init = init_cen if central else init_dec
-        mixing = None if central else schedule.matrices
         search = grid_search(
             make,
             alg_grid,
@@ -512,10 +524,7 @@ def run_logistic_regression(
     start, cpu_start = time.perf_counter(), time.process_time()
     seeds = derive_seeds(seed)
     problem = _logistic_problem(config, seeds["data"])
-    schedule = make_network(config, seeds["network"])
-    potential = problem.potential(config.batch_size)
-    key_run = jax.random.key(seeds["sampling"])
-    init_dec, init_cen = _initial_positions(seeds["init"], config, problem.dim)
+    schedule, potential, key_run, init_dec, init_cen = _sampling_setup(config, problem, seeds)
     grid = config.step_grid()
     test = (problem.test_features, problem.test_targets)
     # Stream the accuracy curves of every grid point in the grid run when that is cheap
@@ -523,12 +532,10 @@ def run_logistic_regression(
     # second run at the chosen step (breast cancer: 512 test points x 31 features).
     stream_grid = grid.size * test[0].size <= _STREAM_BUDGET
     timings, results = {}, {}
-    for alg_name, make in ALGORITHMS.items():
+    for alg_name, make, _, alg_grid, init, mixing in _algorithm_runs(
+        config, schedule, init_dec, init_cen
+    ):
         t0 = time.perf_counter()
-        central = alg_name == CENTRALIZED
-        alg_grid = config.step_grid(centralized=central)
-        init = init_cen if central else init_dec
-        mixing = None if central else schedule.matrices
         if stream_grid:
             search = grid_search(
                 make,
