@@ -15,34 +15,24 @@ from pathlib import Path
 FIGURE_TARGETS = ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fig3c", "fig2", "fig3", "all")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _number(convert, valid, what: str):
+    """An argparse ``type``: ``convert(text)``, rejected unless ``valid``, naming ``what``."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+_positive_int = _number(int, lambda v: v >= 1, "a positive integer")
+_seed = _number(int, lambda v: v >= 0, "a non-negative integer")
+_positive_float = _number(float, lambda v: v > 0, "a positive number")
 
 
 def build_parser() -> argparse.ArgumentParser:
