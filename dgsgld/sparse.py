@@ -57,18 +57,9 @@ def _check_operand(x: Array, n: int) -> None:
                          f"got shape {x.shape}.")
 
 
-class NeighborMixing(eqx.Module):
-    """One mixing matrix as padded neighbour lists.
-
-    Attributes:
-        neighbors: ``(N, K)`` int32, agent ``i``'s neighbours (padding: ``i`` itself).
-        weights: ``(N, K)`` float, ``W[i, neighbors[i, k]]`` (padding: 0).
-        diagonal: ``(N,)`` float, ``W[i, i]``.
-    """
-
-    neighbors: Array
-    weights: Array
-    diagonal: Array
+class _Snapshot(eqx.Module):
+    """What both sparse formats share: the shape and dtype read from ``diagonal`` (``(N,)``)
+    and ``weights``, which each format declares as fields."""
 
     @property
     def num_agents(self) -> int:
@@ -81,6 +72,20 @@ class NeighborMixing(eqx.Module):
     @property
     def dtype(self):
         return self.weights.dtype
+
+
+class NeighborMixing(_Snapshot):
+    """One mixing matrix as padded neighbour lists.
+
+    Attributes:
+        neighbors: ``(N, K)`` int32, agent ``i``'s neighbours (padding: ``i`` itself).
+        weights: ``(N, K)`` float, ``W[i, neighbors[i, k]]`` (padding: 0).
+        diagonal: ``(N,)`` float, ``W[i, i]``.
+    """
+
+    neighbors: Array
+    weights: Array
+    diagonal: Array
 
     def astype(self, dtype) -> NeighborMixing:
         return NeighborMixing(self.neighbors, self.weights.astype(dtype), self.diagonal.astype(dtype))
@@ -100,7 +105,7 @@ class NeighborMixing(eqx.Module):
         return dense + jnp.diag(self.diagonal)
 
 
-class EdgeMixing(eqx.Module):
+class EdgeMixing(_Snapshot):
     """One mixing matrix as an edge list (both directions of every undirected edge).
 
     Attributes:
@@ -113,18 +118,6 @@ class EdgeMixing(eqx.Module):
     senders: Array
     weights: Array
     diagonal: Array
-
-    @property
-    def num_agents(self) -> int:
-        return self.diagonal.shape[-1]
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.num_agents, self.num_agents)
-
-    @property
-    def dtype(self):
-        return self.weights.dtype
 
     def astype(self, dtype) -> EdgeMixing:
         return EdgeMixing(self.receivers, self.senders, self.weights.astype(dtype),
