@@ -70,3 +70,13 @@ def permuted_rings(n, period, seed=0):
         p = np.eye(n)[rng.permutation(n)]
         out.append(p @ base @ p.T)
     return np.stack(out)
+
+
+def pair_swaps():
+    """Three snapshots, each averaging one pair: δ = 1 for B = 1, δ < 1 only from B = 2 on."""
+    out = []
+    for i, j in ((0, 1), (1, 2), (0, 2)):
+        W = np.eye(3)
+        W[np.ix_([i, j], [i, j])] = 0.5
+        out.append(W)
+    return np.stack(out)

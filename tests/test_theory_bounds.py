@@ -130,17 +130,15 @@ def test_h_k_matches_sum_including_equal_rates(k):
     )
 
 
+def _unit_inputs():
+    """κ = 1, B = 1, N = 1, δ = 1/2, agents at consensus."""
+    return make_inputs(mu=1.0, L=1.0, num_agents=1, B=1, delta=0.5,
+                       x_consensus=np.array([0.0]), y_consensus=np.array([0.0]))
+
+
 def test_lemma36_constants_by_hand():
     # κ = 1, B = 1, N = 1: J₁ = 3·1·1·(1 + 4) = 15.
-    inp = make_inputs(
-        mu=1.0,
-        L=1.0,
-        num_agents=1,
-        B=1,
-        delta=0.5,
-        x_consensus=np.array([0.0]),
-        y_consensus=np.array([0.0]),
-    )
+    inp = _unit_inputs()
     assert th.j1(inp) == pytest.approx(15.0)
     assert th.eta_bar(inp) == pytest.approx(1.5 * 0.25 / 15)  # 0.025
     assert th.eta_bar(inp, variant="printed") == pytest.approx(3 * 0.75 / 15)  # 0.15
@@ -251,15 +249,7 @@ def test_printed_eta_bar_violates_316():
 
 def test_printed_d_bar_can_be_vacuous():
     # ERRATA 2: with the printed η̄ the barred loop gain can exceed 1 (D̄ = inf).
-    inp = make_inputs(
-        mu=1.0,
-        L=1.0,
-        num_agents=1,
-        B=1,
-        delta=0.5,
-        x_consensus=np.array([0.0]),
-        y_consensus=np.array([0.0]),
-    )
+    inp = _unit_inputs()
     assert th.lemma36(inp, variant="printed").gain_bar > 1
     assert th.lemma36(inp, variant="printed").D_bar == np.inf
     assert th.lemma36(inp).gain_bar < 1

@@ -8,22 +8,13 @@ from scipy.stats import norm
 
 import dgsgld
 from dgsgld import theory as th
-from tests._problems import linear_regression, permuted_rings, ring
+from tests._problems import linear_regression, pair_swaps, permuted_rings, ring
 
 
 @pytest.fixture(autouse=True)
 def x64():
     with jax.enable_x64(True):
         yield
-
-
-def pair_swaps():
-    out = []
-    for i, j in ((0, 1), (1, 2), (0, 2)):
-        W = np.eye(3)
-        W[np.ix_([i, j], [i, j])] = 0.5
-        out.append(W)
-    return np.stack(out)
 
 
 def test_mu_L_exact_for_quadratics():

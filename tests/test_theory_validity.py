@@ -10,6 +10,7 @@ import pytest
 
 from dgsgld import theory as th
 from dgsgld.metrics import gaussian_w2
+from tests._problems import pair_swaps
 
 
 @pytest.fixture(autouse=True)
@@ -23,16 +24,6 @@ def two_agents():
     b = np.array([[1.0], [-2.0]])
     W = np.array([[0.6, 0.4], [0.4, 0.6]])  # δ = 0.2
     return th.Quadratic(A, b), W, np.array([3.0]), np.eye(1)
-
-
-def pair_swaps():
-    """Three snapshots, each averaging one pair: δ = 1 for B = 1, δ < 1 only from B = 2 on."""
-    out = []
-    for i, j in ((0, 1), (1, 2), (0, 2)):
-        W = np.eye(3)
-        W[np.ix_([i, j], [i, j])] = 0.5
-        out.append(W)
-    return np.stack(out)
 
 
 def three_agents_time_varying():
