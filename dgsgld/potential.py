@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _random, _validation
+from . import _layout, _random, _validation
 from ._types import Array, PRNGKey, PyTree
 
 __all__ = ["Potential", "pad_agent_data"]
@@ -228,10 +228,14 @@ class Potential(eqx.Module):
             return jnp.zeros(())
         return -self.log_prior(params) / self.num_agents
 
+    def _data_value(self, params, agent_data, weights, scale) -> Array:
+        """``-scale * sum_j weights_j log p(d_j | params)``."""
+        ll = jax.vmap(self.log_likelihood, in_axes=(None, 0))(params, agent_data)
+        return -scale * jnp.sum(weights * ll)
+
     def _local_value(self, params, agent_data, weights, scale) -> Array:
         """``-scale * sum_j weights_j log p(d_j | params) - log p(params) / N``."""
-        ll = jax.vmap(self.log_likelihood, in_axes=(None, 0))(params, agent_data)
-        return -scale * jnp.sum(weights * ll) + self._prior_term(params)
+        return self._data_value(params, agent_data, weights, scale) + self._prior_term(params)
 
     def _batch(self, key: PRNGKey, count: Array) -> Array:
         """Indices ``(b,)`` of a uniform mini-batch among an agent's first ``count`` data."""
@@ -244,16 +248,17 @@ class Potential(eqx.Module):
         return jax.lax.top_k(-u, b)[1]
 
     def _agent_grad(self, params, agent_data, count, weights, key, idx=None):
+        """The data term of ``grad f_i`` (the whole of it for a ``gradient_fn``)."""
         if self.gradient_fn is not None:
             return self.gradient_fn(params, agent_data, key)
         if self.batch_size is None:
-            return jax.grad(self._local_value)(params, agent_data, weights, 1.0)
+            return jax.grad(self._data_value)(params, agent_data, weights, 1.0)
         if idx is None:
             idx = self._batch(key, count)
         batch = jax.tree.map(lambda leaf: leaf[idx], agent_data)
         scale = count / self.batch_size
         ones = jnp.ones((self.batch_size,))
-        return jax.grad(self._local_value)(params, batch, ones, scale)
+        return jax.grad(self._data_value)(params, batch, ones, scale)
 
     @property
     def tabulated(self) -> bool:
@@ -294,11 +299,20 @@ class Potential(eqx.Module):
         num_rows = jax.tree.leaves(positions)[0].shape[0]
         rows = lambda a: jax.lax.dynamic_slice_in_dim(a, first_row, num_rows)  # noqa: E731
         if self.tabulated:
-            return jax.vmap(self._agent_grad, (0, 0, 0, 0, None, 0))(
+            grads = jax.vmap(self._agent_grad, (0, 0, 0, 0, None, 0))(
                 positions, data, counts, weights, None, rows(self.subset_indices(key))
             )
-        keys = rows(_random.split(key, self.num_agents))
-        return jax.vmap(self._agent_grad)(positions, data, counts, weights, keys)
+        else:
+            keys = rows(_random.split(key, self.num_agents))
+            grads = jax.vmap(self._agent_grad)(positions, data, counts, weights, keys)
+        # The data and prior terms are differentiated apart and each put in the sampling
+        # loop's layout before they are added: the data term's last operation is then its
+        # matrix product, which XLA can emit in the loop's layout (see dgsgld._layout).
+        grads = _layout.keep_chain_axis(grads)
+        if self.gradient_fn is not None or self.log_prior is None:
+            return grads
+        prior = _layout.keep_chain_axis(jax.vmap(jax.grad(self._prior_term))(positions))
+        return jax.tree.map(jnp.add, grads, prior)
 
     def full_grad(self, positions: PyTree) -> PyTree:
         """Exact full-batch gradients ``grad f_i(x_i)``; leaves ``(N, *param_shape)``."""

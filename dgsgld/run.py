@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _random, _validation
+from . import _layout, _random, _validation
 from . import progress as _progress
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
@@ -366,20 +366,9 @@ def _first_bad_agent(position: PyTree, decentralized: bool) -> tuple[Array, Arra
 
 
 def _chain_axes(state, num_chains: int):
-    """Where each state leaf keeps its chain axis inside the loop: ``0`` or ``-1`` (last).
-
-    XLA:CPU vectorises elementwise work along the last axis and runs a stack of per-chain
-    ``(N, d)`` products as one matrix product when chains are last. With the chain axis first,
-    a paper-size leaf ``(200, 20, 6)`` is processed in runs of 6 floats and the gradient's
-    products need transposes. A leaf keeps its chains first when its own last axis is at
-    least as long (d = 1000 with 200 chains). Measured in ``benchmarks/``.
-    """
-
-    def axis(leaf):
-        shape = jnp.shape(leaf)
-        return -1 if len(shape) >= 2 and num_chains > shape[-1] else 0
-
-    return jax.tree.map(axis, state)
+    """Where each state leaf keeps its chain axis inside the loop: ``0`` or ``-1`` (last);
+    see :func:`dgsgld._layout.chain_axis`. ``state`` leaves are ``(C, ...)``."""
+    return jax.tree.map(lambda leaf: _layout.chain_axis(jnp.shape(leaf)[1:], num_chains), state)
 
 
 def _move_chains(tree, axes, inward: bool):
@@ -402,11 +391,13 @@ def _run(algorithm, potential, stack, state, positions, key, num_chains, num_ste
     if state is None:
         state = jax.vmap(algorithm.init, (0, None, 0))(positions, potential, init_keys)
     axes = _chain_axes(state, num_chains)
+    axis_of = lambda shape: _layout.chain_axis(shape, num_chains)  # noqa: E731
     if stack is not None and not isinstance(
         jax.eval_shape(lambda: mixing_at(stack, jnp.int32(0))), jax.ShapeDtypeStruct
     ):
         # Sparse snapshots gather along the agent axis with chains first.
         axes = jax.tree.map(lambda _: 0, axes)
+        axis_of = lambda shape: 0  # noqa: E731
     # The barrier keeps XLA from folding this transpose into the layout of the product that
     # made the state (XLA:CPU's small-dot emitter aborts on such layouts, e.g. 3 chains, d = 2).
     state = _move_chains(jax.lax.optimization_barrier(state), axes, inward=True)
@@ -451,7 +442,9 @@ def _run(algorithm, potential, stack, state, positions, key, num_chains, num_ste
 
     minus_one = jnp.full((num_chains,), -1, jnp.int32)
     done = thin * jnp.arange(1, num_steps // thin + 1, dtype=jnp.int32)  # iterations run
-    (final, div), kept = jax.lax.scan(outer, (state, Divergence(minus_one, minus_one)), done)
+    # Gradients inside the step keep the chain axis where the state has it (see _layout).
+    with _layout.chain_layout(num_chains, axis_of):
+        (final, div), kept = jax.lax.scan(outer, (state, Divergence(minus_one, minus_one)), done)
     first = record(state)
     kept = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, kept)
     positions, values, ensemble = kept
