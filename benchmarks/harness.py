@@ -62,6 +62,27 @@ def time_calls(fn: Callable[[], object], repeats: int, warmup: int = 1) -> Timin
     return out
 
 
+def time_pairs(fn_a: Callable[[], object], fn_b: Callable[[], object], repeats: int,
+               warmup: int = 1) -> tuple[Timing, Timing, list[float]]:
+    """Time ``fn_a`` and ``fn_b`` in alternation: ``(timing a, timing b, [b_i / a_i])``.
+
+    On a shared machine the load drifts over seconds; alternating the two calls exposes both
+    to the same drift, and the median of the per-pair ratios is the robust comparison.
+    """
+    for _ in range(warmup):
+        jax.block_until_ready(fn_a())
+        jax.block_until_ready(fn_b())
+    a, b = Timing(), Timing()
+    for _ in range(repeats):
+        for fn, out in ((fn_a, a), (fn_b, b)):
+            gc.collect()
+            c0, t0 = time.process_time(), time.perf_counter()
+            jax.block_until_ready(fn())
+            out.wall.append(time.perf_counter() - t0)
+            out.cpu.append(time.process_time() - c0)
+    return a, b, [tb / ta for ta, tb in zip(a.wall, b.wall)]
+
+
 def compile_jax(fn: Callable, *args, static_argnums=()) -> tuple[object, float]:
     """``(compiled, seconds)``: ahead-of-time compile of ``jax.jit(fn)`` for ``args``."""
     t0 = time.perf_counter()

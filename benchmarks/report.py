@@ -50,6 +50,16 @@ def grid_table(rows) -> str:
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
+def _paired(p) -> str:
+    if not p:
+        return ""
+    q1, q3 = p["ratio_quartiles"]
+    return (f" Head to head ({p['repeats']} alternated pairs of the user's call and NumPy "
+            f"agent-major): {_ms(p['toolkit_s'])} ms against {_ms(p['numpy_s'])} ms, NumPy / "
+            f"toolkit {p['ratio_median']:.2f}× (median of the pairs; quartiles "
+            f"{q1:.2f}–{q3:.2f}×).")
+
+
 def paper_detail(rows) -> str:
     out = []
     for r in rows:
@@ -67,7 +77,8 @@ def paper_detail(rows) -> str:
                    + f". Noise alone: JAX {_ms(fl['noise_s'])} ms (dgsgld._random; "
                    f"jax.random.normal {_ms(fl.get('noise_jax_random_s'))} ms), "
                    f"NumPy {_ms(fl['noise_numpy_s'])} ms "
-                   f"({fl['normals']:,} normals); mixing alone {_ms(fl['mixing_s'])} ms.")
+                   f"({fl['normals']:,} normals); mixing alone {_ms(fl['mixing_s'])} ms."
+                   + _paired(r.get("paired")))
     return "\n\n".join(out)
 
 

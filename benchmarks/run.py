@@ -31,7 +31,8 @@ import numpy as np
 import dgsgld
 
 from . import floors, numpy_baseline, problem, scan_baseline
-from .harness import CompileCounter, compile_jax, jax_memory, numpy_peak_memory, time_calls, x64
+from .harness import (CompileCounter, compile_jax, jax_memory, numpy_peak_memory, time_calls,
+                      time_pairs, x64)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,22 @@ def bench_numpy(w: Workload, prob, layout: str, dtype=np.float32) -> dict:
             "steady_min_s": t.minimum, "memory_bytes": mem}
 
 
+def bench_paired(w: Workload, prob, key, repeats: int = 21) -> dict:
+    """The user's ``dgsgld.sample`` call and the NumPy baseline (agent-major), alternated."""
+    eta = problem.step_size(prob)
+    alg = _make_algorithm(w.algorithm, eta)
+    pot = problem.potential(prob, w.batch)
+    mixing = jnp.asarray(prob.mixing, jnp.float32)
+    init = jnp.zeros((w.chains, w.agents, w.dim), jnp.float32)
+    f = _toolkit_fn(alg, "final", w.steps)
+    run = partial(numpy_baseline.run, prob, w.chains, w.steps, eta, batch_size=w.batch,
+                  algorithm=w.algorithm)
+    toolkit, numpy_, ratios = time_pairs(lambda: f(alg, pot, mixing, init, key), run, repeats)
+    return {"repeats": repeats, "toolkit_s": toolkit.median, "numpy_s": numpy_.median,
+            "ratio_median": float(np.median(ratios)),
+            "ratio_quartiles": [float(q) for q in np.percentile(ratios, [25, 75])]}
+
+
 def bench_floors(w: Workload, prob, key, dtype=jnp.float32) -> dict:
     count = w.steps * w.chains * w.agents * w.dim
     reps = max(1, w.repeats)
@@ -182,6 +199,8 @@ def bench_workload(w: Workload, key, baselines: bool = True) -> dict:
         out["scan"] = bench_scan(w, prob, key)
         out["numpy"] = [bench_numpy(w, prob, layout) for layout in w.numpy_layouts]
     out["floors"] = bench_floors(w, prob, key)
+    if baselines and w.axis == "paper":
+        out["paired"] = bench_paired(w, prob, key)
     steps = w.chains * w.steps * w.agents
     # Paper-size ratios use the call a user makes (host-side checks included).
     tk = out["toolkit"].get("sample_call_s", out["toolkit"]["steady_s"])

@@ -11,7 +11,7 @@ layouts and cannot fold the gradient's final transpose into its matrix product.
 keeps it. It acts only while :func:`chain_layout` is active (``dgsgld.sample`` activates it
 around its loop) and only on the axis of that many chains; elsewhere it changes nothing.
 Measured in ``benchmarks/``: the paper-size DIGing-SGLD run keeps every state leaf in plain
-row-major layout and runs ~1.3x faster; every number it draws is unchanged.
+row-major layout and runs 1.2-1.4x faster; every number it draws is unchanged.
 """
 
 import contextlib
