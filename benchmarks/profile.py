@@ -2,7 +2,7 @@
 
 Each row is a compiled ``lax.scan`` over the run's 100 iterations doing one part of a
 DIGing-SGLD step for all 200 chains, batched by a plain ``vmap`` over chains inside the scan
-body (chains first; the engine's own loop keeps them last, see ``dgsgld.run._chain_axes``),
+body (chains first; the engine's own loop keeps them last, see ``dgsgld.run._chain_axis_rule``),
 with the same keys (``fold_in`` per chain and step, then ``split``). Comparing the parts with the whole says which one to optimise; the one-shot noise
 row is the floor of the noise (all normals of the run in one call).
 

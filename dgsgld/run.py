@@ -365,10 +365,18 @@ def _first_bad_agent(position: PyTree, decentralized: bool) -> tuple[Array, Arra
     return bad, jnp.zeros((), jnp.int32)
 
 
-def _chain_axes(state, num_chains: int):
-    """Where each state leaf keeps its chain axis inside the loop: ``0`` or ``-1`` (last);
-    see :func:`dgsgld._layout.chain_axis`. ``state`` leaves are ``(C, ...)``."""
-    return jax.tree.map(lambda leaf: _layout.chain_axis(jnp.shape(leaf)[1:], num_chains), state)
+def _chain_axis_rule(stack, num_chains: int) -> Callable[[tuple[int, ...]], int]:
+    """``per-chain shape -> 0 or -1``: where the loop keeps a value's chain axis.
+
+    :func:`dgsgld._layout.chain_axis`, except that sparse snapshots (which gather along the
+    agent axis) keep every chain axis first. The loop's state and the gradients inside the step
+    (:func:`dgsgld._layout.keep_chain_axis`) both follow this one rule.
+    """
+    if stack is not None and not isinstance(
+        jax.eval_shape(lambda: mixing_at(stack, jnp.int32(0))), jax.ShapeDtypeStruct
+    ):
+        return lambda shape: 0
+    return lambda shape: _layout.chain_axis(shape, num_chains)
 
 
 def _move_chains(tree, axes, inward: bool):
@@ -390,14 +398,8 @@ def _run(algorithm, potential, stack, state, positions, key, num_chains, num_ste
     init_keys, run_keys = split[:, 0], split[:, 1]
     if state is None:
         state = jax.vmap(algorithm.init, (0, None, 0))(positions, potential, init_keys)
-    axes = _chain_axes(state, num_chains)
-    axis_of = lambda shape: _layout.chain_axis(shape, num_chains)  # noqa: E731
-    if stack is not None and not isinstance(
-        jax.eval_shape(lambda: mixing_at(stack, jnp.int32(0))), jax.ShapeDtypeStruct
-    ):
-        # Sparse snapshots gather along the agent axis with chains first.
-        axes = jax.tree.map(lambda _: 0, axes)
-        axis_of = lambda shape: 0  # noqa: E731
+    axis_of = _chain_axis_rule(stack, num_chains)
+    axes = jax.tree.map(lambda leaf: axis_of(jnp.shape(leaf)[1:]), state)
     # The barrier keeps XLA from folding this transpose into the layout of the product that
     # made the state (XLA:CPU's small-dot emitter aborts on such layouts, e.g. 3 chains, d = 2).
     state = _move_chains(jax.lax.optimization_barrier(state), axes, inward=True)

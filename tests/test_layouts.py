@@ -1,7 +1,7 @@
 """The runner's chains-last layout: compiles for small odd shapes, and changes no numbers.
 
 ``dgsgld.sample`` keeps the chain axis last inside its loop for leaves shorter than the number
-of chains (see ``run._chain_axes``). XLA:CPU once aborted the whole process while compiling a
+of chains (see ``run._chain_axis_rule``). XLA:CPU once aborted the whole process while compiling a
 3-chain, d = 2 run in that layout (a transposed product layout its small-dot emitter rejects),
 so a grid of small shapes is compiled here in a subprocess, where an abort fails one test
 instead of killing the session.
@@ -62,7 +62,8 @@ def test_small_odd_shapes_compile_in_the_chains_last_layout():
 def test_layout_rule():
     state = {"short": jnp.zeros((200, 20, 6)), "long": jnp.zeros((200, 20, 1000)),
              "count": jnp.zeros((200,), jnp.int32)}
-    assert run_module._chain_axes(state, 200) == {"short": -1, "long": 0, "count": 0}
+    rule = run_module._chain_axis_rule(None, 200)
+    assert jax.tree.map(lambda a: rule(a.shape[1:]), state) == {"short": -1, "long": 0, "count": 0}
 
 
 def test_layout_changes_no_numbers(monkeypatch, key):
@@ -78,8 +79,7 @@ def test_layout_changes_no_numbers(monkeypatch, key):
     init = jax.random.normal(key, (8, 5, 2))
     args = (dgsgld.diging_sgld(0.02), pot, W, init, jax.random.key(4), 30)
     last = dgsgld.sample(*args)
-    assert run_module._chain_axes(last.state, 8).position == -1
-    monkeypatch.setattr(run_module, "_chain_axes",
-                        lambda state, n: jax.tree.map(lambda _: 0, state))
+    assert run_module._chain_axis_rule(W, 8)(last.state.position.shape[1:]) == -1
+    monkeypatch.setattr(run_module, "_chain_axis_rule", lambda stack, n: lambda shape: 0)
     first = dgsgld.sample(*args)
     np.testing.assert_allclose(last.positions, first.positions, rtol=1e-5, atol=1e-5)
