@@ -56,10 +56,10 @@ class SamplingAlgorithm(eqx.Module):
         state has none (``grad=None``); ``w`` is ``noise`` or drawn from the key.
         """
         eta = _tree.resolve_step_size(self.step_size, state.count)
-        noise_key, grad_key = step_keys(key)
+        _, grad_key = step_keys(key)
         grad = state.grad
         if grad is None:
             grad = gradient(state.position, grad_key)
         if noise is None:
-            noise = _tree.normal_like(noise_key, state.position)
+            noise = self.noise(key, state.position)
         return eta, grad_key, grad, noise
