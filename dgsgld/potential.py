@@ -218,10 +218,13 @@ class Potential(eqx.Module):
 
     # -- one agent -------------------------------------------------------------------------
 
-    def _local_counts(self) -> Array:
-        if self.mask is None:
-            return jnp.full((self.num_agents,), self.local_size)
-        return self.mask.sum(axis=1)
+    def _counts_weights(self, mask: Array | None, num_rows: int, dtype) -> tuple[Array, Array]:
+        """``(counts (R,), weights (R, n_local))`` of ``R = num_rows`` agents from their rows
+        of the mask (``None``: every datum is real): the data counts and the 0/1 weights."""
+        if mask is None:
+            return (jnp.full((num_rows,), self.local_size),
+                    jnp.ones((num_rows, self.local_size), dtype))
+        return mask.sum(axis=1), mask.astype(dtype)
 
     def _prior_term(self, params: PyTree) -> Array:
         if self.log_prior is None:
@@ -271,11 +274,6 @@ class Potential(eqx.Module):
         rows = jnp.take_along_axis(self.subsets, pick[:, None, None].astype(jnp.int32), axis=1)
         return rows[:, 0]
 
-    def _weights(self) -> Array:
-        if self.mask is None:
-            return jnp.ones((self.num_agents, self.local_size))
-        return self.mask.astype(jnp.result_type(float))
-
     # -- all agents ------------------------------------------------------------------------
 
     def grad(self, positions: PyTree, key: PRNGKey) -> PyTree:
@@ -288,8 +286,9 @@ class Potential(eqx.Module):
         Returns:
             Pytree like ``positions``: agent ``i``'s unbiased estimate of ``grad f_i(x_i)``.
         """
-        weights = self._weights().astype(jax.tree.leaves(positions)[0].dtype)
-        return self.grad_rows(positions, self.data, self._local_counts(), weights, key)
+        dtype = jax.tree.leaves(positions)[0].dtype
+        counts, weights = self._counts_weights(self.mask, self.num_agents, dtype)
+        return self.grad_rows(positions, self.data, counts, weights, key)
 
     def grad_rows(self, positions: PyTree, data: PyTree, counts: Array, weights: Array,
                   key: PRNGKey, first_row=0) -> PyTree:
@@ -318,7 +317,8 @@ class Potential(eqx.Module):
         """Exact full-batch gradients ``grad f_i(x_i)``; leaves ``(N, *param_shape)``."""
         if self.log_likelihood is None:
             raise ValueError("`full_grad` needs `log_likelihood`; this potential has an oracle.")
-        weights = self._weights().astype(jax.tree.leaves(positions)[0].dtype)
+        dtype = jax.tree.leaves(positions)[0].dtype
+        _, weights = self._counts_weights(self.mask, self.num_agents, dtype)
         one = jax.grad(self._local_value)
         return jax.vmap(one, in_axes=(0, 0, 0, None))(positions, self.data, weights, 1.0)
 
@@ -326,7 +326,8 @@ class Potential(eqx.Module):
         """Full-batch potentials ``f_i(x_i)``, shape ``(N,)``."""
         if self.log_likelihood is None:
             raise ValueError("`agent_values` needs `log_likelihood`; this potential has an oracle.")
-        weights = self._weights().astype(jax.tree.leaves(positions)[0].dtype)
+        dtype = jax.tree.leaves(positions)[0].dtype
+        _, weights = self._counts_weights(self.mask, self.num_agents, dtype)
         return jax.vmap(self._local_value, in_axes=(0, 0, 0, None))(
             positions, self.data, weights, 1.0
         )

@@ -45,9 +45,10 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from . import _tree
+from . import _random, _tree
 from .potential import Potential
 from .run import Trace, as_mixing_stack, chain_keys, sample
+from .samplers.base import step_keys
 from .samplers.diging import DIGingSGLD, DIGingState
 
 __all__ = ["agent_mesh", "chain_mesh", "sample_agent_sharded", "sample_sharded", "shard_chains"]
@@ -191,20 +192,14 @@ def sample_agent_sharded(algorithm: DIGingSGLD, potential: Potential, mixing, in
 
     def local_grad(x_local, data_local, mask_local, grad_key, first_row):
         """Rows ``first_row ..`` of ``potential.grad(x, grad_key)`` from local data only."""
-        dtype = x_local.dtype
-        if mask_local is None:
-            counts = jnp.full((block,), potential.local_size)
-            weights = jnp.ones((block, potential.local_size), dtype)
-        else:
-            counts = mask_local.sum(axis=1)
-            weights = mask_local.astype(dtype)
+        counts, weights = potential._counts_weights(mask_local, block, x_local.dtype)
         return potential.grad_rows(x_local, data_local, counts, weights, grad_key, first_row)
 
     def per_device(init_local, stack_rows, data_local, mask_local, key):
         first_row = jax.lax.axis_index(axis) * block
         gather = lambda a: jax.lax.all_gather(a, axis, axis=0, tiled=True)
         num_chains = init_local.shape[0]
-        split = jax.vmap(jax.random.split)(chain_keys(key, num_chains))
+        split = jax.vmap(_random.split)(chain_keys(key, num_chains))
         init_keys, run_keys = split[:, 0], split[:, 1]
 
         def init_chain(x, k):
@@ -213,9 +208,10 @@ def sample_agent_sharded(algorithm: DIGingSGLD, potential: Potential, mixing, in
 
         def step_chain(k_chain, state, w_rows):
             eta = _tree.resolve_step_size(algorithm.step_size, state.count)
-            noise_key, grad_key = jax.random.split(k_chain)
+            _, grad_key = step_keys(k_chain)
+            # The whole network's noise (what dgsgld.sample draws), of which this device's rows.
             full = jnp.zeros((n, *state.position.shape[1:]), state.position.dtype)
-            noise = jax.lax.dynamic_slice_in_dim(_tree.normal_like(noise_key, full), first_row, block)
+            noise = jax.lax.dynamic_slice_in_dim(algorithm.noise(k_chain, full), first_row, block)
             x_all = gather(state.position).reshape(n, -1)
             mixed = (w_rows.astype(x_all.dtype) @ x_all).reshape(state.position.shape)
             position = _tree.langevin_update(mixed, state.tracker, noise, eta)
@@ -229,7 +225,7 @@ def sample_agent_sharded(algorithm: DIGingSGLD, potential: Potential, mixing, in
 
         def body(states, _):
             k = states.count[0]
-            keys = jax.vmap(jax.random.fold_in, (0, None))(run_keys, k)
+            keys = jax.vmap(_random.fold_in, (0, None))(run_keys, k)
             w_rows = stack_rows[k % stack_rows.shape[0]]
             states = jax.vmap(step_chain, (0, 0, None))(keys, states, w_rows)
             return states, (states.position if store_positions else None)
