@@ -1,9 +1,10 @@
 """The benchmarked problem: the paper's Bayesian linear regression (§4.1), at any size.
 
-``n = 5 N`` synthetic data ``y = z·x + δ`` with ``z = [ẑ, 1]``, ``ẑ ~ N(0, I_{d-1})``,
-``x ~ N(0, I/λ)``, ``δ ~ N(0, 1)``, ``λ = 0.1``, five data per agent as in the paper, so that
-agent ``i`` has ``f_i(x) = ‖Z_i x − y_i‖²/2 + λ‖x‖²/(2N)`` and ``∇f_i(x) = Z_iᵀ(Z_i x − y_i) + λx/N``.
-The network is the paper's time-varying barbell (period 50, eq. 4.1 weights).
+The data are :func:`dgsgld.experiments.problems.linear_regression_problem`'s (``z = [ẑ, 1]``,
+``ẑ ~ N(0, I_{d-1})``, ``x ~ N(0, I/λ)``, ``y = z·x + N(0, 1)``, ``λ = 0.1``), five per agent
+as in the paper, so that agent ``i`` has ``f_i(x) = ‖Z_i x − y_i‖²/2 + λ‖x‖²/(2N)`` and
+``∇f_i(x) = Z_iᵀ(Z_i x − y_i) + λx/N``. The network is the paper's time-varying barbell
+(period 50, eq. 4.1 weights). The model functions below are written as a user would write them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 import dgsgld
 from dgsgld import networks
+from dgsgld.experiments.problems import linear_regression_problem
 
 LAMBDA = 0.1
 LOCAL_SIZE = 5
@@ -26,9 +28,8 @@ class Problem:
     """Host (NumPy) arrays of one benchmark problem.
 
     Attributes:
-        features: ``(N, n_local, d)``; responses: ``(N, n_local)``;
-        mixing: ``(P, N, N)`` barbell stack; post_mean ``(d,)``, post_cov ``(d, d)``: the
-        closed-form posterior.
+        features: ``(N, n_local, d)``; responses: ``(N, n_local)``; mixing: ``(P, N, N)``;
+        post_mean ``(d,)``, post_cov ``(d, d)``: the closed-form posterior.
     """
 
     features: np.ndarray
@@ -41,33 +42,21 @@ class Problem:
     def num_agents(self) -> int:
         return self.features.shape[0]
 
-    @property
-    def dim(self) -> int:
-        return self.features.shape[2]
-
 
 def make_problem(num_agents: int = 20, dim: int = 6, seed: int = 0, network: str = "barbell",
                  period: int = PERIOD) -> Problem:
     """Synthetic data and network; ``network`` is ``"barbell"`` (``period`` snapshots) or ``"ring"``."""
-    rng = np.random.default_rng(seed)
-    n = num_agents * LOCAL_SIZE
-    z = np.concatenate([rng.standard_normal((n, dim - 1)), np.ones((n, 1))], axis=1)
-    truth = rng.standard_normal(dim) / np.sqrt(LAMBDA)
-    y = z @ truth + rng.standard_normal(n)
-    cov = np.linalg.inv(z.T @ z + LAMBDA * np.eye(dim))
     if network == "barbell":
         mixing = np.asarray(networks.barbell(num_agents, period=period, seed=seed).matrices)
     elif network == "ring":
         mixing = np.asarray(networks.ring(num_agents).matrices)
     else:
         raise ValueError(f"`network` must be 'barbell' or 'ring'; got {network!r}.")
-    return Problem(
-        z.reshape(num_agents, LOCAL_SIZE, dim).astype(np.float32),
-        y.reshape(num_agents, LOCAL_SIZE).astype(np.float32),
-        mixing.astype(np.float32),
-        cov @ z.T @ y,
-        cov,
-    )
+    data = linear_regression_problem(seed, num_samples=num_agents * LOCAL_SIZE, dim=dim - 1,
+                                     num_agents=num_agents, prior_precision=LAMBDA)
+    return Problem(np.asarray(data.features, np.float32), np.asarray(data.targets, np.float32),
+                   mixing.astype(np.float32), np.asarray(data.posterior_mean),
+                   np.asarray(data.posterior_cov))
 
 
 def log_likelihood(x, datum):
