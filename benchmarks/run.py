@@ -189,7 +189,7 @@ def bench_floors(w: Workload, prob, key, dtype=jnp.float32) -> dict:
     }
 
 
-def bench_workload(w: Workload, key, baselines: bool = True) -> dict:
+def bench_workload(w: Workload, key, baselines: bool = True, pairs: int = 21) -> dict:
     print(f"[{time.strftime('%H:%M:%S')}] {w.name}: C={w.chains} T={w.steps} N={w.agents} "
           f"d={w.dim} b={w.batch} {w.algorithm}", flush=True)
     prob = problem.make_problem(w.agents, w.dim, period=w.period)
@@ -200,7 +200,7 @@ def bench_workload(w: Workload, key, baselines: bool = True) -> dict:
         out["numpy"] = [bench_numpy(w, prob, layout) for layout in w.numpy_layouts]
     out["floors"] = bench_floors(w, prob, key)
     if baselines and w.axis == "paper":
-        out["paired"] = bench_paired(w, prob, key)
+        out["paired"] = bench_paired(w, prob, key, pairs)
     steps = w.chains * w.steps * w.agents
     # Paper-size ratios use the call a user makes (host-side checks included).
     tk = out["toolkit"].get("sample_call_s", out["toolkit"]["steady_s"])
@@ -400,6 +400,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--prng", default=None, help="key implementation (default: JAX default)")
     parser.add_argument("--only", default=None, help="comma-separated workload name prefixes")
     parser.add_argument("--skip-baselines", action="store_true")
+    parser.add_argument("--pairs", type=int, default=21,
+                        help="alternated toolkit/NumPy pairs of the paper-size head to head")
     parser.add_argument("--sections", default="grid,recompile,prng,profile,dtype,memory,sparse",
                         help="comma-separated sections to run")
     args = parser.parse_args(argv)
@@ -412,7 +414,8 @@ def main(argv=None) -> dict:
     results = {"environment": environment(), "quick": args.quick, "prng": args.prng or "default"}
     t_start = time.perf_counter()
     if "grid" in sections:
-        results["grid"] = [bench_workload(w, key, not args.skip_baselines) for w in grid]
+        results["grid"] = [bench_workload(w, key, not args.skip_baselines, args.pairs)
+                           for w in grid]
     if "recompile" in sections:
         results["recompile"] = recompile_check(key)
         print(f"    recompile check: {results['recompile']}", flush=True)

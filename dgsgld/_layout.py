@@ -25,7 +25,7 @@ from jax.interpreters import ad, batching, mlir
 
 from ._types import PyTree
 
-__all__ = ["chain_axis", "chain_layout", "keep_chain_axis"]
+__all__ = ["chain_axis", "chain_layout", "chains_last", "keep_chain_axis"]
 
 
 def chain_axis(per_chain_shape: tuple[int, ...], num_chains: int) -> int:
@@ -55,6 +55,13 @@ def chain_layout(num_chains: int, axis: Callable[[tuple[int, ...]], int]):
         yield
     finally:
         _LAYOUT.reset(token)
+
+
+def chains_last(per_chain_shapes) -> bool:
+    """Whether the sampling loop being traced keeps the chain axis last for leaves of these
+    per-chain shapes (all of them); ``False`` outside :func:`chain_layout`."""
+    layout = _LAYOUT.get()
+    return layout is not None and all(layout[1](tuple(s)) == -1 for s in per_chain_shapes)
 
 
 _keep_p = Primitive("dgsgld_keep_chain_axis")

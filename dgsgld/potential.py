@@ -21,13 +21,14 @@ by at most ``count / 2**32`` relative probability, far below Monte Carlo error.)
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _layout, _random, _validation
+from . import _contraction, _layout, _random, _validation
 from ._types import Array, PRNGKey, PyTree
 
 __all__ = ["Potential", "pad_agent_data"]
@@ -250,18 +251,22 @@ class Potential(eqx.Module):
         u = jnp.where(jnp.arange(self.local_size) < count, u, 2.0)
         return jax.lax.top_k(-u, b)[1]
 
-    def _agent_grad(self, params, agent_data, count, weights, key, idx=None):
-        """The data term of ``grad f_i`` (the whole of it for a ``gradient_fn``)."""
+    def _agent_grad(self, params, agent_data, count, weights, key, idx=None, data_last=False):
+        """The data term of ``grad f_i`` (the whole of it for a ``gradient_fn``); with
+        ``data_last``, its products read the data along their contracted axes."""
         if self.gradient_fn is not None:
             return self.gradient_fn(params, agent_data, key)
+        grad = jax.grad(self._data_value)
+        if data_last:
+            grad = _contraction.contract_data_last(grad)
         if self.batch_size is None:
-            return jax.grad(self._data_value)(params, agent_data, weights, 1.0)
+            return grad(params, agent_data, weights, 1.0)
         if idx is None:
             idx = self._batch(key, count)
         batch = jax.tree.map(lambda leaf: leaf[idx], agent_data)
         scale = count / self.batch_size
         ones = jnp.ones((self.batch_size,))
-        return jax.grad(self._data_value)(params, batch, ones, scale)
+        return grad(params, batch, ones, scale)
 
     @property
     def tabulated(self) -> bool:
@@ -297,13 +302,18 @@ class Potential(eqx.Module):
         (how :mod:`dgsgld.sharding` computes a device's agents)."""
         num_rows = jax.tree.leaves(positions)[0].shape[0]
         rows = lambda a: jax.lax.dynamic_slice_in_dim(a, first_row, num_rows)  # noqa: E731
+        # With the loop's chains last, the data term's transposed product (Z^T r) is the one
+        # XLA:CPU runs slowly: give it the data with the contracted axis last (measured in
+        # benchmarks/; with chains first its output would need a large transpose instead).
+        data_last = _layout.chains_last(jnp.shape(p) for p in jax.tree.leaves(positions))
+        agent_grad = partial(self._agent_grad, data_last=data_last)
         if self.tabulated:
-            grads = jax.vmap(self._agent_grad, (0, 0, 0, 0, None, 0))(
+            grads = jax.vmap(agent_grad, (0, 0, 0, 0, None, 0))(
                 positions, data, counts, weights, None, rows(self.subset_indices(key))
             )
         else:
             keys = rows(_random.split(key, self.num_agents))
-            grads = jax.vmap(self._agent_grad)(positions, data, counts, weights, keys)
+            grads = jax.vmap(agent_grad)(positions, data, counts, weights, keys)
         # The data and prior terms are differentiated apart and each put in the sampling
         # loop's layout before they are added: the data term's last operation is then its
         # matrix product, which XLA can emit in the loop's layout (see dgsgld._layout).
