@@ -12,6 +12,7 @@ import pytest
 import dgsgld
 from dgsgld import _layout
 from dgsgld._layout import chain_layout, keep_chain_axis
+from _problems import paper_size_loop_hlo
 
 LAST = lambda shape: -1  # noqa: E731
 FIRST = lambda shape: 0  # noqa: E731
@@ -105,16 +106,7 @@ def test_paper_size_loop_state_keeps_row_major_layouts():
     # DIGing-SGLD loop carries stays in plain row-major layout. Without it XLA stored the
     # tracker chains-major ({1,0,2}) and the kept gradient as {1,2,0}, and transposed them
     # in every iteration (see benchmarks/results.md).
-    rng = np.random.default_rng(0)
-    ll = lambda th, d: -0.5 * (d[0] @ th - d[1]) ** 2  # noqa: E731
-    pot = dgsgld.Potential(ll, lambda th: -0.05 * th @ th,
-                           (jnp.asarray(rng.normal(size=(20, 5, 6)), jnp.float32),
-                            jnp.asarray(rng.normal(size=(20, 5)), jnp.float32)))
-    W = jnp.full((20, 20), 0.05)
-    run = jax.jit(lambda p, x0: dgsgld.sample(dgsgld.diging_sgld(0.01), p, W, x0,
-                                              jax.random.key(0), 10, store_positions=False,
-                                              on_divergence="flag").state.position)
-    hlo = run.lower(pot, jnp.zeros((200, 20, 6))).compile().as_text()
+    hlo = paper_size_loop_hlo()
     # The loop bodies' parameter tuples: what the while loops carry from step to step.
     tuples = [line for line in hlo.splitlines()
               if re.search(r"^\s*%\S+ = \(.*\) parameter\(0\)", line)]

@@ -11,6 +11,8 @@ import pytest
 import dgsgld
 from dgsgld import _contraction, _layout
 from dgsgld._contraction import contract_data_last
+from _problems import log_likelihood as _linear
+from _problems import paper_size_loop_hlo, paper_size_potential
 
 RNG = np.random.default_rng(0)
 
@@ -22,10 +24,6 @@ def _x(*shape):
 def _data_term(log_likelihood):
     """``(params, data) -> -sum_j log p(d_j | params)``, per-datum likelihoods vmapped."""
     return lambda th, data: -jnp.sum(jax.vmap(log_likelihood, (None, 0))(th, data))
-
-
-def _linear(th, d):
-    return -0.5 * (d[0] @ th - d[1]) ** 2
 
 
 def _logistic(th, d):
@@ -121,7 +119,7 @@ def test_potential_applies_it_only_in_a_chains_last_loop():
     # dgsgld.sample keeps chains last for (20, 6) leaves of 16 chains; with chains first (as
     # at d = 1000) the product's output would need a large transpose, and outside a sampling
     # loop the layout is unknown: the gradient is then left as jax.grad makes it.
-    pot = _paper_size_potential()
+    pot = paper_size_potential(1)
     x, key = jnp.zeros((16, 20, 6)), jax.random.key(0)
     barriers = lambda: str(jax.make_jaxpr(jax.vmap(pot.grad, (0, None)))(x, key)).count(  # noqa: E731
         "optimization_barrier")
@@ -136,17 +134,10 @@ def test_potential_applies_it_only_in_a_chains_last_loop():
         assert not _layout.chains_last([(20, 6), (20, 1000)])
 
 
-def _paper_size_potential():
-    rng = np.random.default_rng(1)
-    data = (jnp.asarray(rng.normal(size=(20, 5, 6)), jnp.float32),
-            jnp.asarray(rng.normal(size=(20, 5)), jnp.float32))
-    return dgsgld.Potential(_linear, lambda th: -0.05 * th @ th, data)
-
-
 def test_sample_is_unchanged(monkeypatch):
     # The same run with the rewrite off: every number of the trace agrees to the last bit
     # (the products are the same; only where XLA reads their operand from changes).
-    pot = _paper_size_potential()
+    pot = paper_size_potential(1)
     W = jnp.full((20, 20), 0.05)
     init = _x(16, 20, 6)
     run = lambda p: dgsgld.sample(  # noqa: E731
@@ -167,12 +158,7 @@ def test_paper_size_loop_products_contract_the_last_axis_of_their_left_operand()
     # The purpose: at paper size every matrix product in the DIGing-SGLD loop reads its left
     # operand along its last axis (XLA:CPU's fast path). Without the rewrite the gradient's
     # product was dot(Z, r) with lhs_contracting_dims={1} on Z (20, 5, 6).
-    pot = _paper_size_potential()
-    W = jnp.full((20, 20), 0.05)
-    run = jax.jit(lambda p, x0: dgsgld.sample(dgsgld.diging_sgld(0.01), p, W, x0,
-                                              jax.random.key(0), 10, store_positions=False,
-                                              on_divergence="flag").state.position)
-    hlo = run.lower(pot, jnp.zeros((200, 20, 6))).compile().as_text()
+    hlo = paper_size_loop_hlo()
     shapes = dict(re.findall(r"(%\S+) = \w+\[([0-9,]*)\]", hlo))
     products = [line for line in hlo.splitlines()
                 if "while/body" in line and re.search(r"= f32\[[0-9,]+\]\S* dot\(", line)]
