@@ -60,9 +60,11 @@ __all__ = ["BenchmarkConfig", "DIGITS", "DIGITS_SMALL", "DIABETES", "DIABETES_SM
 class BenchmarkConfig(NamedTuple):
     """Sizes of one benchmark run (defaults: the documented ``reproduce digits`` size).
 
-    ``grid`` is the decentralized step-size grid ``(low, high, num)``, log-spaced; centralized
-    SGLD uses it divided by ``num_agents`` (its step on the pooled potential moves like the
-    network average of a decentralized sampler with step ``η``, see :mod:`dgsgld.samplers.sgld`).
+    ``grid`` is the decentralized step-size grid ``(low, high, num)``, log-spaced, and
+    ``sgld_grid`` centralized SGLD's (its step on the pooled potential moves like the network
+    average of a decentralized sampler with a step ``num_agents`` times larger, see
+    :mod:`dgsgld.samplers.sgld`; its pooled mini-batch of ``num_agents * batch_size`` is less
+    noisy, so its grid reaches higher).
     ``batch_size=None`` means full local batches.
     """
 
@@ -73,6 +75,7 @@ class BenchmarkConfig(NamedTuple):
     thin: int = 50
     batch_size: int | None = 16
     grid: tuple = (3e-4, 3e-3, 3)
+    sgld_grid: tuple = (1e-4, 1e-3, 3)
     map_steps: int = 400
     map_every: int = 40
     learning_rate: float = 3e-3
@@ -81,11 +84,13 @@ class BenchmarkConfig(NamedTuple):
 
 
 DIGITS = BenchmarkConfig()
-DIGITS_SMALL = BenchmarkConfig(num_chains=2, num_steps=200, thin=50, grid=(1e-3, 3e-3, 2),
-                               map_steps=80, map_every=40)
+DIGITS_SMALL = BenchmarkConfig(num_steps=200, thin=50, grid=(1e-3, 3e-3, 2),
+                               sgld_grid=(1e-4, 3e-4, 2), map_steps=80, map_every=40)
 DIABETES = BenchmarkConfig(num_chains=8, num_steps=2000, thin=100, batch_size=None,
-                           grid=(1e-3, 6e-3, 4), map_steps=400, map_every=40, learning_rate=1e-2)
-DIABETES_SMALL = DIABETES._replace(num_chains=4, num_steps=400, grid=(1e-3, 3e-3, 2),
+                           grid=(2.5e-4, 2e-3, 4), sgld_grid=(2.5e-5, 2e-4, 4), map_steps=400,
+                           map_every=40, learning_rate=1e-2)
+DIABETES_SMALL = DIABETES._replace(num_chains=4, num_steps=400, grid=(5e-4, 1e-3, 2),
+                                   sgld_grid=(5e-5, 1e-4, 2),
                                    map_steps=80)
 
 
@@ -310,24 +315,40 @@ def _map_baseline(task: Task, potentials, init, config: BenchmarkConfig):
 
 
 def _classification_scores(log_pred, labels, ood_log_pred=None) -> dict:
+    """Scores of one log predictive ``(P, K)`` (arrays; vmap-able over agents)."""
     out = {
-        "accuracy": float(predictive.accuracy(log_pred, labels)),
-        "nll": float(predictive.nll(log_pred, labels)),
-        "ece": float(predictive.ece(log_pred, labels)),
-        "brier": float(predictive.brier(log_pred, labels)),
+        "accuracy": predictive.accuracy(log_pred, labels),
+        "nll": predictive.nll(log_pred, labels),
+        "ece": predictive.ece(log_pred, labels),
+        "brier": predictive.brier(log_pred, labels),
     }
     if ood_log_pred is not None:
-        out["ood_auroc"] = float(predictive.auroc(predictive.entropy(log_pred),
-                                                  predictive.entropy(ood_log_pred)))
+        out["ood_auroc"] = predictive.auroc(predictive.entropy(log_pred),
+                                            predictive.entropy(ood_log_pred))
     return out
 
 
-def _regression_scores(means, stds, targets, y_std) -> dict:
-    """RMSE and mixture NLL in the target's original units (samples on axis 0)."""
-    return {
-        "rmse": float(predictive.rmse(means, targets)) * y_std,
-        "nll": float(predictive.gaussian_nll(means, stds, targets)) + math.log(y_std),
-    }
+def _regression_scores(means, stds, targets) -> dict:
+    """RMSE and mixture NLL (standardized units) of samples ``(S, P)``; vmap-able."""
+    return {"rmse": predictive.rmse(means, targets),
+            "nll": predictive.gaussian_nll(means, stds, targets)}
+
+
+@jax.jit
+def _all_scores(outs, targets, ood):
+    """Per-agent (leading axis) and pooled scores, in one compiled call.
+
+    Classes: ``outs (N, P, K)`` log predictives, ``ood (N, P', K)`` or ``None``; regression:
+    ``outs = (means, stds)`` leaves ``(N, S, P)``.
+    """
+    if isinstance(outs, tuple):
+        agents = jax.vmap(_regression_scores, (0, 0, None))(*outs, targets)
+        flat = [v.reshape(-1, v.shape[-1]) for v in outs]
+        return agents, _regression_scores(*flat, targets)
+    agents = jax.vmap(_classification_scores, (0, None, None if ood is None else 0))(
+        outs, targets, ood)
+    pool = lambda lp: None if lp is None else predictive.log_predictive(lp, axis=0)  # noqa: E731
+    return agents, _classification_scores(pool(outs), targets, pool(ood))
 
 
 class _Scorer:
@@ -351,23 +372,20 @@ class _Scorer:
         """Scores for agent-level ``outs`` (classes: ``(N, P, K)`` log predictive; regression:
         ``(means, stds)`` with leaves ``(N, S, P)``): per agent, agent mean, network pooled."""
         task = self.task
-        if self.classify:
-            labels = task.val[1] if which == "val" else task.test[1]
-            lp = self.agent_outputs(outs, which)
-            ood = self.agent_outputs(outs, "ood") if which == "test" else None
-            agents = [_classification_scores(lp[i], labels, None if ood is None else ood[i])
-                      for i in range(lp.shape[0])]
-            pooled = _classification_scores(
-                predictive.log_predictive(lp, axis=0), labels,
-                None if ood is None else predictive.log_predictive(ood, axis=0))
-        else:
-            targets = task.val[1] if which == "val" else task.test[1]
-            means, stds = self.agent_outputs(outs, which)
+        targets = task.val[1] if which == "val" else task.test[1]
+        ood = None
+        if self.classify and which == "test":
+            ood = jnp.asarray(self.agent_outputs(outs, "ood"))
+        per_agent, pooled = jax.tree.map(
+            np.asarray, _all_scores(jax.tree.map(jnp.asarray, self.agent_outputs(outs, which)),
+                                    jnp.asarray(targets), ood))
+        if not self.classify:  # back to the target's original units
             y_std = task.extra["y_std"]
-            agents = [_regression_scores(means[i], stds[i], targets, y_std)
-                      for i in range(means.shape[0])]
-            flat = lambda v: v.reshape(-1, v.shape[-1])  # noqa: E731
-            pooled = _regression_scores(flat(means), flat(stds), targets, y_std)
+            for d in (per_agent, pooled):
+                d["rmse"], d["nll"] = d["rmse"] * y_std, d["nll"] + math.log(y_std)
+        pooled = {k: float(v) for k, v in pooled.items()}
+        agents = [{k: float(v[i]) for k, v in per_agent.items()}
+                  for i in range(len(per_agent["nll"]))]
         mean = {k: float(np.mean([a[k] for a in agents])) for k in agents[0]}
         worst = {k: float(max(a[k] for a in agents) if k != "accuracy"
                           else min(a[k] for a in agents)) for k in agents[0]}
@@ -433,7 +451,8 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
     chains = jax.vmap(task.init)(jax.random.split(init_key, config.num_chains))
     # Every agent of a chain starts from the same network (a consensus start).
     init_net = jax.tree.map(lambda a: jnp.repeat(a[:, None], n, axis=1), chains)
-    grid = np.geomspace(*config.grid[:2], int(config.grid[2])).astype(np.float32)
+    grid, sgld_grid = (np.geomspace(*g[:2], int(g[2])).astype(np.float32)
+                       for g in (config.grid, config.sgld_grid))
     nets = {"barbell": networks.barbell(n, config.barbell_period, seed=config.seed + 20),
             "ring": networks.ring(n)}
     num_kept = config.num_steps // config.thin + 1
@@ -445,7 +464,7 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
     methods = [(f"{name} ({net})", make, nets[net], init_net, potentials, grid)
                for name, make in (("DIGing-SGLD", diging_sgld), ("DE-SGLD", de_sgld))
                for net in nets]
-    methods.append(("SGLD (centralized)", sgld, None, chains, pooled, grid / n))
+    methods.append(("SGLD (centralized)", sgld, None, chains, pooled, sgld_grid))
 
     results = {s: {} for s in split_names}
     tuning, curves, calibration, timings = {}, {s: {} for s in split_names}, {}, {}
