@@ -351,6 +351,12 @@ def _all_scores(outs, targets, ood):
     return agents, _classification_scores(pool(outs), targets, pool(ood))
 
 
+def _original_units(scores: dict, task: Task) -> dict:
+    """Regression scores from the standardized target back to its original units."""
+    y_std = task.extra["y_std"]
+    return dict(scores, rmse=scores["rmse"] * y_std, nll=scores["nll"] + math.log(y_std))
+
+
 class _Scorer:
     """Scores agents' predictives on validation / test / OOD slices of the evaluation points."""
 
@@ -379,10 +385,8 @@ class _Scorer:
         per_agent, pooled = jax.tree.map(
             np.asarray, _all_scores(jax.tree.map(jnp.asarray, self.agent_outputs(outs, which)),
                                     jnp.asarray(targets), ood))
-        if not self.classify:  # back to the target's original units
-            y_std = task.extra["y_std"]
-            for d in (per_agent, pooled):
-                d["rmse"], d["nll"] = d["rmse"] * y_std, d["nll"] + math.log(y_std)
+        if not self.classify:
+            per_agent, pooled = (_original_units(d, task) for d in (per_agent, pooled))
         pooled = {k: float(v) for k, v in pooled.items()}
         agents = [{k: float(v[i]) for k, v in per_agent.items()}
                   for i in range(len(per_agent["nll"]))]
@@ -405,27 +409,23 @@ def _post_burn_in(ensemble, classify: bool, burn: int):
 
 
 def _curves(ensemble, scorer: _Scorer, iterations) -> dict:
-    """Agent-mean test accuracy and NLL (digits) or RMSE and NLL (diabetes) of each kept
-    iteration's own chains, vectorized over iterations and agents."""
+    """Agent-mean test accuracy and NLL (digits) or RMSE and NLL (diabetes) against iterations:
+    at kept iteration ``k`` the predictive of the kept iterations ``k // 2 .. k`` (the first half
+    discarded as burn-in, as for the final scores, which are the last point)."""
     task = scorer.task
-
-    def per_agent(f, num_sampled):  # f mapped over (iteration, agent) of its first arguments
-        axes = (0,) * num_sampled + (None,)
-        return jax.vmap(jax.vmap(f, axes), axes)
-
-    if scorer.classify:
-        lp = scorer.agent_outputs(jnp.asarray(ensemble), "test")  # (K, N, P, C)
-        labels = task.test[1]
-        first = ("accuracy", per_agent(predictive.accuracy, 1)(lp, labels))
-        nll = per_agent(predictive.nll, 1)(lp, labels)
-    else:
-        means, stds = (jnp.moveaxis(jnp.asarray(v), 1, 2) for v in scorer.agent_outputs(ensemble, "test"))
-        targets, y_std = task.test[1], task.extra["y_std"]  # leaves now (K, N, C, P)
-        first = ("rmse", per_agent(predictive.rmse, 1)(means, targets) * y_std)
-        nll = per_agent(predictive.gaussian_nll, 2)(means, stds, targets) + math.log(y_std)
-    return {"iteration": [int(i) for i in iterations],
-            first[0]: np.asarray(first[1]).mean(axis=1).tolist(),
-            "nll": np.asarray(nll).mean(axis=1).tolist()}
+    classify = scorer.classify
+    rows = []
+    for k in range(len(iterations)):
+        window = jax.tree.map(lambda v: v[k // 2 : k + 1], ensemble)  # noqa: B023
+        outs = _post_burn_in(window, classify, 0)
+        per_agent, _ = _all_scores(jax.tree.map(jnp.asarray, scorer.agent_outputs(outs, "test")),
+                                   jnp.asarray(task.test[1]), None)
+        if not classify:
+            per_agent = _original_units(per_agent, task)
+        rows.append({key: float(np.mean(v)) for key, v in per_agent.items()})
+    first = "accuracy" if classify else "rmse"
+    return {"iteration": [int(i) for i in iterations], first: [r[first] for r in rows],
+            "nll": [r["nll"] for r in rows]}
 
 
 # ----------------------------------------------------------------------------- benchmark
@@ -617,7 +617,8 @@ def plot_results(result: dict, path: Path) -> Path:
             axes[0, j].plot(c["iteration"], c[first], label=label)
             axes[1, j].plot(c["iteration"], c["nll"], label=label)
         axes[0, j].set_title(split)
-        axes[0, j].set_ylabel(f"test {first} (agent mean)")
+        axes[0, j].set_ylabel(f"test {first} (agent mean)\nsamples from iterations k/2..k",
+                              fontsize=8)
         axes[1, j].set_ylabel("test NLL (agent mean)")
         axes[1, j].set_xlabel("iteration")
         if not classify:
@@ -628,10 +629,10 @@ def plot_results(result: dict, path: Path) -> Path:
             ax.plot([0, 1], [0, 1], "k:", lw=1)
             for label, c in result["calibration"][split].items():
                 cnt = np.asarray(c["count"])
-                keep = cnt > 0
+                keep = cnt >= 5  # bins of fewer test points are noise
                 ax.plot(np.asarray(c["confidence"])[keep], np.asarray(c["accuracy"])[keep],
                         "o-", ms=3, label=label)
-            ax.set_xlabel("confidence (15 bins)")
+            ax.set_xlabel("confidence (15 bins, those with >= 5 points)")
             ax.set_ylabel("accuracy")
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
