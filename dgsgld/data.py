@@ -192,7 +192,8 @@ def split_by_label(
                 f"class {c} would be held by no agent: `num_agents` * `classes_per_agent` = "
                 f"{num_agents * k} must be at least the {num_classes} classes."
             )
-        for agent, part in zip(holders[c], np.array_split(rng.permutation(members), len(holders[c]))):
+        parts_c = np.array_split(rng.permutation(members), len(holders[c]))
+        for agent, part in zip(holders[c], parts_c):
             parts[agent].append(part)
     indices = [np.concatenate(p) if p else np.zeros(0, np.int64) for p in parts]
     empty = [i for i, idx in enumerate(indices) if idx.size == 0]

@@ -126,7 +126,7 @@ def ece(log_probs: Array, labels: Array, num_bins: int = ECE_BINS) -> Array:
 
 
 def entropy(log_probs: Array) -> Array:
-    """Entropy ``−sum_k p̂_k log p̂_k`` (nats) per point; ``log_probs (..., K)`` -> ``(...)``."""
+    """Entropy ``−sum_k p̂_k log p̂_k`` (nats) per point: ``log_probs (..., K) -> (...)``."""
     log_probs = jnp.asarray(log_probs)
     # 0 log 0 = 0: where p = 0 the product is replaced by 0 rather than 0 * (-inf) = NaN.
     return -jnp.sum(jnp.where(log_probs > -jnp.inf, jnp.exp(log_probs) * log_probs, 0.0), axis=-1)

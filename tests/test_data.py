@@ -28,7 +28,8 @@ def _assert_padded(split, data):
         assert np.array_equal(np.asarray(x[i, : idx.size]), data[0][idx])
         assert np.array_equal(np.asarray(y[i, : idx.size]), data[1][idx])
         # padding repeats the agent's first datum (pad_agent_data's convention)
-        assert np.array_equal(np.asarray(x[i, idx.size:]), np.repeat(data[0][idx[:1]], mask.shape[1] - idx.size, 0))
+        fill = np.repeat(data[0][idx[:1]], mask.shape[1] - idx.size, 0)
+        assert np.array_equal(np.asarray(x[i, idx.size:]), fill)
 
 
 def _label_entropy(split, labels):
@@ -97,7 +98,8 @@ def test_dirichlet_partition_min_size_and_draws():
     assert split.sizes.min() >= 30 and split.draws >= 1
     assert split.mask.shape == (N, 700) and split.data[0].shape == (N, 700, 2)
     # the split feeds a Potential with mini-batches up to min_size
-    pot = dgsgld.Potential(lambda p, d: -0.5 * (d[0] @ p) ** 2, None, split.data, 30, mask=split.mask)
+    ll = lambda p, d: -0.5 * (d[0] @ p) ** 2  # noqa: E731
+    pot = dgsgld.Potential(ll, None, split.data, 30, mask=split.mask)
     assert pot.num_agents == N
 
 

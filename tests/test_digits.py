@@ -69,11 +69,13 @@ def test_scores_agent_mean_and_pooled(task):
     labels = task.test[1]
     test = lp[:, scorer.slices["test"]]
     assert len(scores["agents"]) == 3
-    assert scores["agents"][1]["nll"] == pytest.approx(float(predictive.nll(test[1], labels)), rel=1e-5)
+    expect = float(predictive.nll(test[1], labels))
+    assert scores["agents"][1]["nll"] == pytest.approx(expect, rel=1e-5)
     assert scores["agent_mean"]["accuracy"] == pytest.approx(
         np.mean([float(predictive.accuracy(t, labels)) for t in test]))
     pooled = predictive.log_predictive(test, axis=0)
-    assert scores["network"]["brier"] == pytest.approx(float(predictive.brier(pooled, labels)), rel=1e-5)
+    expect = float(predictive.brier(pooled, labels))
+    assert scores["network"]["brier"] == pytest.approx(expect, rel=1e-5)
     assert 0 <= scores["network"]["ood_auroc"] <= 1
 
 

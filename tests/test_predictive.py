@@ -57,7 +57,8 @@ def test_auroc_ties_count_half_and_matches_sklearn():
     assert float(pr.auroc(np.array([0.0, 1.0, 2.0]), np.array([1.0, 3.0]))) == pytest.approx(0.75)
     assert float(pr.auroc(np.zeros(4), np.zeros(3))) == pytest.approx(0.5)
     rng = np.random.default_rng(0)
-    s_in, s_out = rng.integers(0, 5, 50).astype(np.float32), rng.integers(1, 6, 40).astype(np.float32)
+    s_in = rng.integers(0, 5, 50).astype(np.float32)
+    s_out = rng.integers(1, 6, 40).astype(np.float32)
     expect = roc_auc_score(np.r_[np.zeros(50), np.ones(40)], np.r_[s_in, s_out])
     assert float(pr.auroc(s_in, s_out)) == pytest.approx(expect, rel=1e-6)
 
@@ -69,11 +70,13 @@ def test_regression_rmse_and_mixture_nll():
     # one sample: the Gaussian NLL 0.5 z² + log σ + 0.5 log 2π
     one = float(pr.gaussian_nll(means[:1], np.float32(2.0), y))
     z = np.array([1.0, 2.0]) / 2  # residuals 1 - 0 and 0 - 2
-    assert one == pytest.approx(np.mean(0.5 * z**2 + math.log(2) + 0.5 * math.log(2 * math.pi)), rel=1e-6)
+    expect = np.mean(0.5 * z**2 + math.log(2) + 0.5 * math.log(2 * math.pi))
+    assert one == pytest.approx(expect, rel=1e-6)
     # two samples, sigma 1: point 0 at distance 1 from both; point 1 at 2 from both
     dens = lambda r: math.exp(-0.5 * r * r) / math.sqrt(2 * math.pi)  # noqa: E731
     expect = -(math.log(dens(1)) + math.log(dens(2))) / 2
-    assert float(pr.gaussian_nll(means, np.ones((2, 1), np.float32), y)) == pytest.approx(expect, rel=1e-6)
+    two = float(pr.gaussian_nll(means, np.ones((2, 1), np.float32), y))
+    assert two == pytest.approx(expect, rel=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -182,7 +182,8 @@ def diabetes_task(seed: int = 0) -> Task:
     scale = lambda t: ((t - y_mean) / y_std).astype(np.float32)  # noqa: E731
 
     def init(key):
-        return {"w": 0.1 * jax.random.normal(key, (10,)), "b": jnp.zeros(()), "log_sigma": jnp.zeros(())}
+        return {"w": 0.1 * jax.random.normal(key, (10,)), "b": jnp.zeros(()),
+                "log_sigma": jnp.zeros(())}
 
     def outputs(params, x):  # per-point predictive mean and std (standardized units)
         return x @ params["w"] + params["b"], jnp.exp(params["log_sigma"]) * jnp.ones(x.shape[0])
