@@ -12,6 +12,7 @@ into calls (a run resumed from ``trace.state`` with the same key continues ident
 """
 
 import copy
+import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -114,7 +115,9 @@ def chain_keys(key: PRNGKey, num_chains: int, start: int = 0) -> Array:
 
 
 def _is_state(init) -> bool:
-    return isinstance(init, tuple) and hasattr(init, "_fields") and hasattr(init, "count")
+    # Fields, not attributes: every NamedTuple has a `count` method (e.g. a user's parameters).
+    fields = getattr(init, "_fields", ()) if isinstance(init, tuple) else ()
+    return "position" in fields and "count" in fields
 
 
 def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume_state=None) -> int:
@@ -599,7 +602,8 @@ def _split_static(tree) -> tuple[PyTree, _Static | None]:
     return arrays, _Static(treedef, tuple(leaves))
 
 
-class _OnFull(NamedTuple):
+@dataclasses.dataclass(frozen=True)  # hashable by value, and weak-referenceable for jax's caches
+class _OnFull:
     """A user function called with the full parameters ``static.combine(arrays)``.
 
     ``kind``: ``"params"`` (``fn(params, *rest)``), ``"grad"`` (a gradient oracle: its
@@ -671,8 +675,9 @@ def _divergence_cause(trace: Trace, potential: Potential, key, decentralized: bo
     if j < 0:
         return None
     x = jax.tree.map(lambda leaf: leaf[c, j], trace.positions)
-    grad_of = potential.grad if decentralized else potential.pooled_grad
-    grad = jax.jit(grad_of)(x, key)
+    grad = eqx.filter_jit(
+        lambda pot, x, k: pot.grad(x, k) if decentralized else pot.pooled_grad(x, k)
+    )(potential, x, key)
     if all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grad)):
         return None
     leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(x)]
