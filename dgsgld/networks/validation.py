@@ -187,20 +187,25 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
                 f" ({scope}) has {len(parts)} connected components: {format_components(parts)}."
             )
         return
-    if hasattr(mixing, "snapshots"):  # dgsgld.sparse.SparseSchedule
-        snaps = [mixing.matrix_at(p) for p in range(mixing.period)]
-        n = mixing.num_agents
+    if hasattr(mixing, "snapshots"):  # dgsgld.sparse.SparseSchedule: read to the host once
+        import jax
+
+        host = jax.tree.map(np.asarray, mixing.snapshots)
+        period, n = mixing.period, mixing.num_agents
+        edges = [_snapshot_edges(jax.tree.map(lambda a, p=p: a[p], host)) for p in range(period)]
     else:
         stack = np.asarray(getattr(mixing, "matrices", mixing))
         if stack.ndim == 2:
             stack = stack[None]
-        snaps, n = list(stack), stack.shape[-1]
-    edges = [_snapshot_edges(w) for w in snaps]
-    period = len(edges)
+        period, n = stack.shape[0], stack.shape[-1]
+        if window is None or window >= period:  # the period's union: one pass over the stack
+            edges = [np.nonzero(np.any(stack != 0, axis=0))]
+        else:
+            edges = [_snapshot_edges(w) for w in stack]
     span = period if window is None else min(int(window), period)
     starts = [0] if span == period else range(period)
     for s in starts:
-        picked = [edges[(s + b) % period] for b in range(span)]
+        picked = [edges[(s + b) % len(edges)] for b in range(min(span, len(edges)))]
         rows = np.concatenate([r for r, _ in picked])
         cols = np.concatenate([c for _, c in picked])
         off = rows != cols
