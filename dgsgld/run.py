@@ -9,6 +9,8 @@ Randomness: chain ``c`` draws from ``fold_in(key, c)``, split into an init key a
 step ``k`` of that chain uses ``fold_in(run_key, k)``. So the draws of a chain do not depend on
 how many chains run beside it, how they are batched or sharded, or how the iterations are split
 into calls (a run resumed from ``trace.state`` with the same key continues identically).
+``chain_offset=k`` makes chain ``c`` of a call global chain ``k + c``: chains run apart then
+equal those of one run, and calls that share a key but not an offset stay independent.
 """
 
 import copy

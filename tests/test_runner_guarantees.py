@@ -160,6 +160,15 @@ def test_a_traced_disconnected_stack_raises_inside_jit():
         jax.block_until_ready(jitted_run()(jnp.eye(N)[None]))
 
 
+def test_a_schedule_with_a_traced_key_is_checked_inside_jit():
+    potential, _, init = problem()
+    run_with = jax.jit(lambda k: dgsgld.sample(
+        dgsgld.diging_sgld(0.05), potential,
+        onthefly.link_failures_on_the_fly(nx.cycle_graph(N), 1.0, key=k), init, KEY, 2).positions)
+    with pytest.raises(Exception, match="not jointly connected.*first 100 snapshots"):
+        jax.block_until_ready(run_with(jax.random.key(1)))
+
+
 def test_a_traced_valid_stack_gives_the_eager_result():
     got = jitted_run()(problem()[1])
     want = full_and_part()[0].positions

@@ -1,4 +1,6 @@
-"""Checks of Assumption 3.2 (i)–(ii) on a stack of mixing matrices, run on the host at set-up."""
+"""Checks of Assumption 3.2 on mixing matrices, run on the host at set-up: (i)–(ii) on every
+matrix (:func:`validate_schedule`) and (iii), joint connectivity of the graphs over the period or
+a window (:func:`check_joint_connectivity`, which :func:`dgsgld.sample` runs on every network)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ def validate_schedule(
     Square ``(P, N, N)`` shape, finite, symmetric, nonnegative and doubly stochastic within ``tol``
     (via :func:`dgsgld._validation.check_mixing`); when the graphs are known, also zero weight off
     the graph: ``|W[p, i, j]| <= off_graph_tol`` (exactly 0 by default) for every ``i ≠ j`` that is
-    not an edge of snapshot ``p``. Joint connectivity (iii) is a diagnostic, not a check: see
+    not an edge of snapshot ``p``. Joint connectivity (iii) is checked by
+    :func:`check_joint_connectivity`; the window it gives ``δ < 1`` is a diagnostic, see
     :func:`dgsgld.networks.smallest_joint_connectivity_window`.
 
     Args:
