@@ -37,7 +37,8 @@ class SGLDInfo(NamedTuple):
 
 
 class SGLD(SamplingAlgorithm):
-    """Centralized SGLD. Build with :func:`sgld`; it takes no mixing matrix (``None``)."""
+    """Centralized SGLD. Build with :func:`sgld`. ``step`` ignores ``mixing_matrix`` (the
+    samplers' common signature); :func:`dgsgld.sample` refuses a ``mixing`` for it."""
 
     decentralized: ClassVar[bool] = False
 
@@ -48,8 +49,7 @@ class SGLD(SamplingAlgorithm):
         self, key: PRNGKey, state: SGLDState, potential, mixing_matrix: Array | None = None,
         noise: PyTree | None = None,
     ) -> tuple[SGLDState, SGLDInfo]:
-        if mixing_matrix is not None:  # a network here would be silently ignored
-            raise ValueError("`mixing` must be None for dgsgld.sgld (centralized: no network).")
+        del mixing_matrix
         eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.pooled_grad)
         position = _tree.langevin_update(state.position, grad, noise, eta)
         new_grad = potential.pooled_grad(position, grad_key)
