@@ -363,3 +363,12 @@ def test_burn_in_drops_the_first_iterations_only():
 def test_bad_burn_in_is_refused(burn_in, match):
     with pytest.raises(ValueError, match=f"`burn_in`.*{match}"):
         run(num_steps=12, thin=2, burn_in=burn_in)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(chain_offset=-1), "chain_offset"), (dict(chain_offset=1.5), "chain_offset"),
+    (dict(chain_offset=2**31 - 4), "chain_offset"), (dict(connectivity_window=0), "connectivity_window"),
+])
+def test_bad_new_arguments_are_refused(kwargs, name):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        run(**kwargs)
