@@ -367,7 +367,8 @@ def test_bad_burn_in_is_refused(burn_in, match):
 
 @pytest.mark.parametrize("kwargs, name", [
     (dict(chain_offset=-1), "chain_offset"), (dict(chain_offset=1.5), "chain_offset"),
-    (dict(chain_offset=2**31 - 4), "chain_offset"), (dict(connectivity_window=0), "connectivity_window"),
+    (dict(chain_offset=2**31 - 4), "chain_offset"),
+    (dict(connectivity_window=0), "connectivity_window"),
 ])
 def test_bad_new_arguments_are_refused(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):

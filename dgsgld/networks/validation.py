@@ -172,7 +172,9 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
     """
     if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer))
                                or window < 1):
-        raise ValueError(f"`connectivity_window` must be a positive integer or None; got {window!r}.")
+        raise ValueError(
+            f"`connectivity_window` must be a positive integer or None; got {window!r}."
+        )
     on_the_fly = hasattr(mixing, "matrix_at") and not hasattr(mixing, "snapshots")
     if on_the_fly:
         import jax
@@ -186,8 +188,9 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
             scope = ("the whole period" if period is not None and num == period
                      else "a window set by `connectivity_window`; a longer one may connect")
             raise ValueError(
-                f"`{name}` is not jointly connected: the union of the graphs of snapshots 0..{num - 1}"
-                f" ({scope}) has {len(parts)} connected components: {format_components(parts)}."
+                f"`{name}` is not jointly connected: the union of the graphs of snapshots "
+                f"0..{num - 1} ({scope}) has {len(parts)} connected components: "
+                f"{format_components(parts)}."
             )
         return
     if hasattr(mixing, "snapshots"):  # dgsgld.sparse.SparseSchedule: read to the host once
