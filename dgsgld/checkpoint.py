@@ -540,14 +540,16 @@ def _check_state(file, run, state, divergence, steps_done, stopped) -> None:
 def _compare(saved: list, current: list, path: str) -> None:
     """Raise naming the first field where two fingerprints differ."""
     old, new = dict(saved), dict(current)
-    for field, _ in current + [f for f in saved if f[0] not in new]:
-        if old.get(field) != new.get(field):
-            raise CheckpointError(
-                f"`{field}` differs from the checkpoint in {path}: "
-                f"{old.get(field, '<absent>')} (checkpoint) vs {new.get(field, '<absent>')} "
-                "(this call). Resume with the same arguments, or pass another `path` (or delete "
-                "it) to start a new run."
-            )
+    fields = [f for f, _ in current] + [f for f, _ in saved if f not in new]
+    differ = [f for f in fields if old.get(f) != new.get(f)]
+    if differ:
+        field, more = differ[0], ", ".join(f"`{f}`" for f in differ[1:6])
+        raise CheckpointError(
+            f"`{field}` differs from the checkpoint in {path}: "
+            f"{old.get(field, '<absent>')} (checkpoint) vs {new.get(field, '<absent>')} "
+            f"(this call){f'; also differ: {more}' if more else ''}. Resume with the same "
+            "arguments, or pass another `path` (or delete it) to start a new run."
+        )
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
