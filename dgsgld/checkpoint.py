@@ -690,6 +690,13 @@ def sample_chunked(
     shapes = jax.eval_shape(
         lambda: _sample(algorithm, potential, mixing, init, key, thin, **sample_options)
     )
+    kept = {jnp.shape(x)[axis] for g, axis in _GROUPS.items()
+            for x in jax.tree.leaves(getattr(shapes, g))}
+    if kept - {2}:  # e.g. an option that drops early iterations: chunks cannot be spliced
+        raise ValueError(
+            f"sample_chunked cannot split this run: with options {sorted(options)}, "
+            f"dgsgld.sample keeps {sorted(kept)} iterations of a {thin}-step call, not 2."
+        )
     num_chains = int(shapes.divergence.iteration.shape[0])
     outputs = {"positions": shapes.positions, "values": shapes.values, "ensemble": shapes.ensemble}
     state_paths = jax.tree_util.tree_flatten_with_path(shapes.state)[0]

@@ -441,3 +441,48 @@ def test_fuzzed_arguments_on_resume_are_refused_or_identical(partial, reference,
     else:
         # Accepted only when nothing that matters changed: the trace of the original run.
         assert_identical(got, reference)
+
+
+# -- resumes that must be accepted ----------------------------------------------------------------
+
+
+def test_stopped_run_is_committed_consistently_and_read_back(tmp_path):
+    """A run frozen by a divergence: its checkpoint passes the cross-checks (stopped flag, frozen
+    count, divergence record) and reads back as one ``sample`` call with the same option."""
+    import test_divergence as td
+
+    potential, init = td.problem()
+    args = (dgsgld.diging_sgld(1.0), potential, jnp.eye(td.N), init, jax.random.key(3))
+    _, options = checkpoint._sample_options("stop", {})
+    want = dgsgld.sample(*args, td.NUM_STEPS, **options)
+    got = sample_chunked(*args, td.NUM_STEPS, chunk_size=20, path=tmp_path, on_divergence="stop")
+    meta = read_checkpoint(tmp_path)["meta"]
+    assert meta["stopped"] and meta["steps_done"] == td.NUM_STEPS
+    again = sample_chunked(*args, td.NUM_STEPS, chunk_size=20, path=tmp_path, on_divergence="stop")
+    for trace in (got, again):
+        for a, b in zip(jax.tree.leaves(trace), jax.tree.leaves(want)):
+            assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+
+
+def test_run_continued_from_a_state_resumes(partial, tmp_path):
+    """``init`` a state with ``count`` 20: the counts in the checkpoint start there."""
+    alg, potential, _ = problem()
+    leaves = read_checkpoint(partial)["state"]
+    state = jax.tree.unflatten(jax.tree.structure(problem_state()), [jnp.asarray(x) for x in leaves])
+    args = (alg, potential, W, state, jax.random.key(KEY_SEED), 4)
+    want = dgsgld.sample(*args, **KWARGS)
+    path = tmp_path / "run"
+
+    def stop(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sample_chunked(*args, chunk_size=2, path=path, on_chunk=stop, **KWARGS)
+    assert read_checkpoint(path)["meta"]["run"]["first_count"] == 20
+    assert_identical(sample_chunked(*args, chunk_size=2, path=path, **KWARGS), want)
+
+
+def problem_state():
+    alg, potential, init = problem()
+    return jax.eval_shape(lambda: dgsgld.sample(alg, potential, W, init, jax.random.key(0), THIN,
+                                                **KWARGS).state)
