@@ -448,20 +448,26 @@ def test_fuzzed_arguments_on_resume_are_refused_or_identical(partial, reference,
 
 def test_stopped_run_is_committed_consistently_and_read_back(tmp_path):
     """A run frozen by a divergence: its checkpoint passes the cross-checks (stopped flag, frozen
-    count, divergence record) and reads back as one ``sample`` call with the same option."""
+    count, divergence record) and reads back bit for bit. (That it equals one ``sample`` call
+    is test_divergence's.)"""
     import test_divergence as td
 
     potential, init = td.problem()
-    args = (dgsgld.diging_sgld(1.0), potential, jnp.eye(td.N), init, jax.random.key(3))
-    _, options = checkpoint._sample_options("stop", {})
-    want = dgsgld.sample(*args, td.NUM_STEPS, **options)
-    got = sample_chunked(*args, td.NUM_STEPS, chunk_size=20, path=tmp_path, on_divergence="stop")
+    args = (dgsgld.diging_sgld(1.0), potential, jnp.eye(td.N), init, jax.random.key(3),
+            td.NUM_STEPS)
+    got = sample_chunked(*args, chunk_size=20, path=tmp_path, on_divergence="stop")
     meta = read_checkpoint(tmp_path)["meta"]
     assert meta["stopped"] and meta["steps_done"] == td.NUM_STEPS
-    again = sample_chunked(*args, td.NUM_STEPS, chunk_size=20, path=tmp_path, on_divergence="stop")
-    for trace in (got, again):
-        for a, b in zip(jax.tree.leaves(trace), jax.tree.leaves(want)):
+    assert np.asarray(got.diverged).any()
+    for again in (sample_chunked(*args, chunk_size=20, path=tmp_path, on_divergence="stop"),
+                  sample_chunked(*args, chunk_size=20, path=None, on_divergence="stop")):
+        for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(got)):
             assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    # A stopped flag taken away is caught by the cross-check.
+    state = tmp_path / "state.npz"
+    rewrite(state, meta={**meta_of(state), "stopped": False})
+    with pytest.raises(CheckpointError, match="metadata `stopped` is False but the divergence"):
+        sample_chunked(*args, chunk_size=20, path=tmp_path, on_divergence="stop")
 
 
 def test_run_continued_from_a_state_resumes(partial, tmp_path):
