@@ -253,7 +253,8 @@ def _figure_memory(args) -> tuple[int, str]:
         # Metrics are streamed (one kept state per chain); breast-cancer data has 30 features.
         dim = 31 if isinstance(cfg, LogisticRegressionConfig) else cfg.dim + 1
         nbytes = estimate_bytes(trials * cfg.num_step_sizes, 1, cfg.num_agents, dim)
-        worst = max(worst, (nbytes, f"{fig} with --trials {trials} ({cfg.num_step_sizes} step sizes)"))
+        what = f"{fig} with --trials {trials} ({cfg.num_step_sizes} step sizes)"
+        worst = max(worst, (nbytes, what))
     return worst
 
 

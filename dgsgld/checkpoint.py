@@ -173,7 +173,9 @@ def _read_npz(file: str, expected: dict[str, list | None], partial: bool = False
             except CheckpointError:
                 raise
             except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-                raise fail(f"has an unreadable entry `{name}` ({type(err).__name__}: {err})") from err
+                raise fail(
+                    f"has an unreadable entry `{name}` ({type(err).__name__}: {err})"
+                ) from err
             array = np.frombuffer(buffer, dtype).reshape(shape, order="F" if fortran else "C")
             if spec is None:
                 try:
@@ -424,9 +426,13 @@ class CheckpointDir:
         expected = {"meta": None, "divergence/iteration": _spec((c,), np.int32),
                     "divergence/agent": _spec((c,), np.int32)}
         try:
-            expected.update({f"state/{i}": [list(s[0]), s[1]] for i, s in enumerate(specs["state"])})
+            expected.update(
+                {f"state/{i}": [list(s[0]), s[1]] for i, s in enumerate(specs["state"])}
+            )
         except (TypeError, IndexError, KeyError):
-            raise CheckpointError(f"Checkpoint file {file!r}: metadata `specs` is malformed.") from None
+            raise CheckpointError(
+                f"Checkpoint file {file!r}: metadata `specs` is malformed."
+            ) from None
         record = _read_npz(file, expected)
         if record["meta"] != meta:  # replaced between the two reads by a writer's commit
             raise CheckpointError(f"Checkpoint file {file!r} changed while it was read; retry.")
@@ -518,7 +524,8 @@ def _check_state(file, run, state, divergence, steps_done, stopped) -> None:
                    f"{int(np.sum(iteration >= 0))} diverged chains (stop on divergence: "
                    f"{run['stop']})")
     if stopped:
-        ok = np.all(count == count.reshape(-1)[0]) and iteration[iteration >= 0].min() <= count.min() <= end
+        frozen_at = iteration[iteration >= 0].min()
+        ok = np.all(count == count.reshape(-1)[0]) and frozen_at <= count.min() <= end
     else:
         ok = np.all(count == end)
     if not ok:

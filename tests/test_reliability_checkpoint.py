@@ -5,7 +5,6 @@ writer) before checkpoints carried a fingerprint, cross-checked files and a lock
 its compiled chunks and the reference trace are those of ``test_checkpoint``.
 """
 
-import functools
 import io
 import json
 import os
@@ -179,7 +178,8 @@ def meta_of(file):
         (lambda m: {**m, "steps_done": "24"}, "metadata `steps_done` is '24'; expected an integer"),
         (lambda m: {k: v for k, v in m.items() if k != "run"}, "metadata `run` is None"),
         (lambda m: {**m, "run": {**m["run"], "thin": 1}}, "metadata `thin` (1) disagrees"),
-        (lambda m: {**m, "version": 1}, "version 1; this dgsgld reads 'dgsgld-checkpoint' version 2"),
+        (lambda m: {**m, "version": 1},
+         "version 1; this dgsgld reads 'dgsgld-checkpoint' version 2"),
         (lambda m: "{not json", "has `meta` that is not valid JSON"),
         (lambda m: [1, 2], "has `meta` that is not a JSON object"),
     ],
@@ -215,8 +215,8 @@ def test_short_or_foreign_chunk_is_refused(finished, tmp_path):
     with np.load(chunk) as archive:
         positions = archive["positions/0"]
     rewrite(chunk, **{"positions/0": positions[:, :3]})
-    with pytest.raises(CheckpointError, match=r"entry `positions/0` of shape \(2, 3, 3, 2\) and dtype "
-                                              r"float32; expected \(2, 5, 3, 2\)"):
+    with pytest.raises(CheckpointError, match=r"entry `positions/0` of shape \(2, 3, 3, 2\) and "
+                                              r"dtype float32; expected \(2, 5, 3, 2\)"):
         resume(path)
     # A chunk of another run (same shapes, other key) in place of this one.
     other = tmp_path / "other"
@@ -361,7 +361,8 @@ def test_second_writer_fails_at_once_and_first_finishes_intact(partial, tmp_path
 def test_lock_is_per_directory_in_one_process_too(tmp_path):
     ckpt = CheckpointDir(tmp_path / "run")
     with ckpt.lock():
-        with pytest.raises(CheckpointError, match=f"is in use by another writer \\(process {os.getpid()}"):
+        busy = f"is in use by another writer \\(process {os.getpid()}"
+        with pytest.raises(CheckpointError, match=busy):
             with CheckpointDir(tmp_path / "run").lock():
                 pass
     with ckpt.lock():  # released
@@ -474,7 +475,8 @@ def test_run_continued_from_a_state_resumes(partial, tmp_path):
     """``init`` a state with ``count`` 20: the counts in the checkpoint start there."""
     alg, potential, _ = problem()
     leaves = read_checkpoint(partial)["state"]
-    state = jax.tree.unflatten(jax.tree.structure(problem_state()), [jnp.asarray(x) for x in leaves])
+    state = jax.tree.unflatten(jax.tree.structure(problem_state()),
+                               [jnp.asarray(x) for x in leaves])
     args = (alg, potential, W, state, jax.random.key(KEY_SEED), 4)
     want = dgsgld.sample(*args, **KWARGS)
     path = tmp_path / "run"
