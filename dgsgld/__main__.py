@@ -304,7 +304,6 @@ def _run(args) -> int:
 def _theory(args) -> int:
     if args.config is not None:
         raise ValueError("--config applies to the figures, not to the theory report.")
-    check_out(args.out)
     try:
         from dgsgld.experiments.theory_report import theory_report
     except ImportError as err:
@@ -329,7 +328,6 @@ def _reproduce(args) -> int:
         return _theory(args)
     from dgsgld.experiments import reproduce
 
-    check_out(args.out)
     check_memory(*_figure_memory(args))
     start = time.perf_counter()
     reproduce(
@@ -349,7 +347,6 @@ def _reproduce(args) -> int:
 def _sweep(args) -> int:
     from dgsgld.experiments import seed_sweep
 
-    check_out(args.out)
     check_memory(*_figure_memory(args))
     seed_sweep(
         args.target,
@@ -376,9 +373,6 @@ def _one_line(err: BaseException) -> str:
                                      " (run with --debug for the traceback)")
 
 
-COMMANDS = {"run": _run, "reproduce": _reproduce, "sweep": _sweep}
-
-
 def main(argv=None) -> int:
     """Entry point of ``python -m dgsgld`` and the ``dgsgld`` script; returns the exit code.
 
@@ -388,7 +382,13 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        if getattr(args, "out", None) is not None:  # every command writing a directory
+            check_out(args.out)
+        if args.command == "run":
+            return _run(args)
+        if args.command == "sweep":
+            return _sweep(args)
+        return _reproduce(args)
     except KeyboardInterrupt:
         if args.debug:
             raise

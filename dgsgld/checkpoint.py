@@ -143,7 +143,8 @@ def _read_npz(file: str, expected: dict[str, list | None], partial: bool = False
         ):
             missing, extra = sorted(set(expected) - names), sorted(set(members) - {
                 n + ".npy" for n in expected})
-            raise fail(f"holds entries {sorted(members)}; missing {missing}, unexpected {extra}")
+            raise fail(f"holds {len(members)} entries; missing {missing[:10]}, unexpected "
+                       f"{extra[:10]}")
         for name, spec in expected.items():
             info = members[name + ".npy"]
             if info.compress_type != zipfile.ZIP_STORED:
