@@ -33,11 +33,12 @@ def _array_description(x) -> str:
     if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
         impl = str(jax.random.key_impl(x))
         return f"key<{impl}> " + _array_description(jax.random.key_data(x))
-    arr = np.ascontiguousarray(np.asarray(x))
+    arr = np.asarray(x)
     if arr.size <= _SHOW_VALUES and arr.dtype.kind in "biuf":
         values = str(arr[()]) if arr.ndim == 0 else "[" + ", ".join(map(str, arr.ravel())) + "]"
         return f"{values} ({arr.dtype}{list(arr.shape) if arr.ndim else ''})"
-    digest = hashlib.sha256(arr.tobytes()).hexdigest()[:16]
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)  # no copy when contiguous
+    digest = hashlib.sha256(flat).hexdigest()[:16]
     return f"array {arr.dtype}{list(arr.shape)} sha256:{digest}"
 
 

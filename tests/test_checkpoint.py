@@ -235,7 +235,7 @@ def test_on_disk_format_is_plain_numpy(tmp_path, reference):
     assert meta["format"] == "dgsgld-checkpoint" and meta["version"] == 2
     fingerprint = dict(meta["fingerprint"])
     assert fingerprint["algorithm"] == "dgsgld.samplers.diging.DIGingSGLD"
-    assert fingerprint["algorithm.step_size"] == "[0.05] (float32[1])"
+    assert fingerprint["algorithm.step_size"] == "0.05 (float32)"
     assert fingerprint["key"] == f"key<threefry2x32> [0, {KEY_SEED}] (uint32[2])"
     assert meta["run"]["num_steps"] == NUM_STEPS and meta["run"]["thin"] == THIN
     assert meta["steps_done"] == NUM_STEPS and meta["chunks_done"] == 3

@@ -98,8 +98,8 @@ W2 = np.array([[0.6, 0.4, 0.0], [0.4, 0.2, 0.4], [0.0, 0.4, 0.6]], np.float32)
     "changes, message",
     [
         (dict(algorithm=dgsgld.diging_sgld(0.06)),
-         "`algorithm.step_size` differs from the checkpoint in {path}: [0.05] (float32[1]) "
-         "(checkpoint) vs [0.06] (float32[1]) (this call)"),
+         "`algorithm.step_size` differs from the checkpoint in {path}: 0.05 (float32) "
+         "(checkpoint) vs 0.06 (float32) (this call)"),
         (dict(algorithm=dgsgld.de_sgld(0.05)), "`algorithm` differs"),
         (dict(potential="data"), "`potential.data` differs"),
         (dict(potential="batch_size"), "`potential.subsets` differs"),  # also names batch_size
