@@ -623,6 +623,52 @@ def _rows(tree, start: int | None, count: int | None, axis: int):
     return jax.tree.map(one, tree)
 
 
+def _plan(algorithm, potential, mixing, init, key, num_steps, chunk_size, options, stop,
+          sample_options):
+    """``(shapes, meta)``: the shapes of a ``thin``-step call (a Trace of ShapeDtypeStructs) and
+    the checkpoint's metadata for this run, fingerprint included."""
+    thin = options.get("thin", 1)
+    # From `sample` itself (validating its arguments) without running it: a finished checkpoint
+    # is read back with no compilation.
+    shapes = jax.eval_shape(
+        lambda: _sample(algorithm, potential, mixing, init, key, thin, **sample_options)
+    )
+    kept = {jnp.shape(x)[axis] for g, axis in _GROUPS.items()
+            for x in jax.tree.leaves(getattr(shapes, g))}
+    if kept - {2}:  # e.g. an option that drops early iterations: chunks cannot be spliced
+        raise ValueError(
+            f"sample_chunked cannot split this run: with options {sorted(options)}, "
+            f"dgsgld.sample keeps {sorted(kept)} iterations of a {thin}-step call, not 2."
+        )
+    state_paths = jax.tree_util.tree_flatten_with_path(shapes.state)[0]
+    run = {
+        "num_chains": int(shapes.divergence.iteration.shape[0]), "num_steps": num_steps,
+        "chunk_size": chunk_size, "thin": thin,
+        "first_count": int(np.asarray(init.count).reshape(-1)[0]) if hasattr(init, "count") else 0,
+        "stop": stop,
+        "count_leaf": [jax.tree_util.keystr(p) for p, _ in state_paths].index(".count"),
+    }
+    specs = {"state": [_spec(s.shape, s.dtype) for _, s in state_paths],
+             **{g: _row_specs(getattr(shapes, g), axis) for g, axis in _GROUPS.items()}}
+    fingerprint = _fingerprint(algorithm, potential, mixing, init, key, options,
+                               _layout_fields(run, specs))
+    return shapes, {"fingerprint": fingerprint, "run": run, "specs": specs, "steps_done": 0,
+                    "stopped": False}
+
+
+def _restore(saved: Checkpoint, shapes):
+    """``(state, divergence, parts)`` of a loaded checkpoint, as pytrees shaped like ``shapes``."""
+
+    def tree(template, leaves):
+        if template is None:
+            return None
+        return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
+
+    parts = [{g: tree(getattr(shapes, g), chunk[g]) for g in _GROUPS} for chunk in saved.chunks]
+    divergence = Divergence(*(jnp.asarray(x) for x in saved.divergence))
+    return tree(shapes.state, saved.state), divergence, parts
+
+
 def sample_chunked(
     algorithm,
     potential,
@@ -682,34 +728,9 @@ def sample_chunked(
     if num_steps % thin:
         raise ValueError(f"`num_steps` ({num_steps}) must be a multiple of `thin` ({thin}).")
 
-    # Shapes of the state and of one kept row of every output, from `sample` itself (validating
-    # its arguments) without running it: a finished checkpoint is read back with no compilation.
-    shapes = jax.eval_shape(
-        lambda: _sample(algorithm, potential, mixing, init, key, thin, **sample_options)
-    )
-    kept = {jnp.shape(x)[axis] for g, axis in _GROUPS.items()
-            for x in jax.tree.leaves(getattr(shapes, g))}
-    if kept - {2}:  # e.g. an option that drops early iterations: chunks cannot be spliced
-        raise ValueError(
-            f"sample_chunked cannot split this run: with options {sorted(options)}, "
-            f"dgsgld.sample keeps {sorted(kept)} iterations of a {thin}-step call, not 2."
-        )
-    num_chains = int(shapes.divergence.iteration.shape[0])
-    outputs = {"positions": shapes.positions, "values": shapes.values, "ensemble": shapes.ensemble}
-    state_paths = jax.tree_util.tree_flatten_with_path(shapes.state)[0]
-    run = {
-        "num_chains": num_chains, "num_steps": num_steps, "chunk_size": chunk_size, "thin": thin,
-        "first_count": int(np.asarray(init.count).reshape(-1)[0]) if hasattr(init, "count") else 0,
-        "stop": stop,
-        "count_leaf": [jax.tree_util.keystr(p) for p, _ in state_paths].index(".count"),
-    }
-    specs = {"state": [_spec(s.shape, s.dtype) for _, s in state_paths],
-             **{g: _row_specs(outputs[g], axis) for g, axis in _GROUPS.items()}}
-    fingerprint = _fingerprint(algorithm, potential, mixing, init, key, options,
-                               _layout_fields(run, specs))
-    meta = {"fingerprint": fingerprint, "run": run, "specs": specs, "steps_done": 0,
-            "stopped": False}
-
+    shapes, meta = _plan(algorithm, potential, mixing, init, key, num_steps, chunk_size,
+                         options, stop, sample_options)
+    run, num_chains = meta["run"], meta["run"]["num_chains"]
     state = init
     divergence = Divergence(jnp.full((num_chains,), -1, jnp.int32),
                             jnp.full((num_chains,), -1, jnp.int32))
@@ -719,15 +740,9 @@ def sample_chunked(
         if ckpt is not None:
             stack.enter_context(ckpt.lock())
             if ckpt.exists():
-                saved = ckpt.load(fingerprint)
-                state = jax.tree.unflatten(jax.tree.structure(shapes.state),
-                                           [jnp.asarray(x) for x in saved.state])
-                divergence = Divergence(*(jnp.asarray(x) for x in saved.divergence))
+                saved = ckpt.load(meta["fingerprint"])
+                state, divergence, parts = _restore(saved, shapes)
                 meta.update(steps_done=saved.meta["steps_done"], stopped=saved.meta["stopped"])
-                for chunk in saved.chunks:
-                    parts.append({g: None if outputs[g] is None else jax.tree.unflatten(
-                        jax.tree.structure(outputs[g]), [jnp.asarray(x) for x in chunk[g]])
-                        for g in _GROUPS})
         bar = (_progress.ProgressBar(num_steps, initial=meta["steps_done"])
                if _progress.wants_progress(progress) else None)
         if bar is not None:
