@@ -592,8 +592,9 @@ def _fingerprint(algorithm, potential, mixing, init, key, options, layout) -> li
     fields += describe(algorithm, "algorithm") + describe(potential, "potential")
     fields += describe(mixing, "mixing") + describe(init, "init") + describe(key, "key")
     for name, param in params.items():
-        if param.kind is param.KEYWORD_ONLY and name not in ("progress", "on_divergence",
-                                                             "stop_on_divergence"):
+        if param.kind is param.KEYWORD_ONLY and name not in (
+            "progress", "on_divergence", "stop_on_divergence", "burn_in"  # not in the chunks
+        ):
             fields += describe(options.get(name, param.default), name)
     return [list(f) for f in fields] + layout
 
@@ -641,6 +642,8 @@ def _plan(algorithm, potential, mixing, init, key, num_steps, chunk_size, option
             f"dgsgld.sample keeps {sorted(kept)} iterations of a {thin}-step call, not 2."
         )
     state_paths = jax.tree_util.tree_flatten_with_path(shapes.state)[0]
+    if not all(isinstance(s, jax.ShapeDtypeStruct) for _, s in state_paths):
+        raise ValueError("sample_chunked saves array states only; `init` has non-array leaves.")
     run = {
         "num_chains": int(shapes.divergence.iteration.shape[0]), "num_steps": num_steps,
         "chunk_size": chunk_size, "thin": thin,
@@ -727,6 +730,8 @@ def sample_chunked(
     stop, sample_options = _sample_options(on_divergence, options)
     if num_steps % thin:
         raise ValueError(f"`num_steps` ({num_steps}) must be a multiple of `thin` ({thin}).")
+    # The burn-in is dropped from the whole run's outputs at the end (the chunks keep it).
+    burn_in = _validation.check_burn_in(sample_options.pop("burn_in", 0), num_steps, thin)
 
     shapes, meta = _plan(algorithm, potential, mixing, init, key, num_steps, chunk_size,
                          options, stop, sample_options)
@@ -780,8 +785,9 @@ def sample_chunked(
 
     if on_divergence in ("raise", "warn"):  # also a checkpoint written with "flag"
         _report_divergence(divergence, on_divergence)
-    return Trace(*(_concat([p[g] for p in parts], axis) for g, axis in _GROUPS.items()),
-                 state, divergence)
+    outputs = (_concat([p[g] for p in parts], axis) for g, axis in _GROUPS.items())
+    return Trace(*(_rows(out, burn_in // thin, None, axis) if burn_in else out
+                   for out, axis in zip(outputs, _GROUPS.values())), state, divergence)
 
 
 def _version() -> str:

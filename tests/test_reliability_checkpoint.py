@@ -456,19 +456,20 @@ def test_stopped_run_is_committed_consistently_and_read_back(tmp_path):
     potential, init = td.problem()
     args = (dgsgld.diging_sgld(1.0), potential, jnp.eye(td.N), init, jax.random.key(3),
             td.NUM_STEPS)
-    got = sample_chunked(*args, chunk_size=20, path=tmp_path, on_divergence="stop")
+    kwargs = dict(chunk_size=20, on_divergence="stop", allow_disconnected=True)  # W = I
+    got = sample_chunked(*args, path=tmp_path, **kwargs)
     meta = read_checkpoint(tmp_path)["meta"]
     assert meta["stopped"] and meta["steps_done"] == td.NUM_STEPS
     assert np.asarray(got.diverged).any()
-    for again in (sample_chunked(*args, chunk_size=20, path=tmp_path, on_divergence="stop"),
-                  sample_chunked(*args, chunk_size=20, path=None, on_divergence="stop")):
+    for again in (sample_chunked(*args, path=tmp_path, **kwargs),
+                  sample_chunked(*args, path=None, **kwargs)):
         for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(got)):
             assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
     # A stopped flag taken away is caught by the cross-check.
     state = tmp_path / "state.npz"
     rewrite(state, meta={**meta_of(state), "stopped": False})
     with pytest.raises(CheckpointError, match="metadata `stopped` is False but the divergence"):
-        sample_chunked(*args, chunk_size=20, path=tmp_path, on_divergence="stop")
+        sample_chunked(*args, path=tmp_path, **kwargs)
 
 
 def test_run_continued_from_a_state_resumes(partial, tmp_path):
@@ -494,3 +495,17 @@ def problem_state():
     alg, potential, init = problem()
     return jax.eval_shape(lambda: dgsgld.sample(alg, potential, W, init, jax.random.key(0), THIN,
                                                 **KWARGS).state)
+
+
+def test_chain_offset_and_burn_in_pass_through(finished, reference):
+    """``chain_offset`` reaches every chunk (and is part of the contract); ``burn_in`` is
+    dropped from the whole run's outputs, so it may change on a finished checkpoint."""
+    alg, potential, init = problem()
+    args = (alg, potential, W, init, jax.random.key(KEY_SEED), NUM_STEPS)
+    want = dgsgld.sample(*args, chain_offset=5, **KWARGS)
+    assert not np.array_equal(np.asarray(want.positions), np.asarray(reference.positions))
+    assert_identical(sample_chunked(*args, chunk_size=10, chain_offset=5, **KWARGS), want)
+    with pytest.raises(CheckpointError, match=r"`chain_offset` differs .*: 0 \(checkpoint\) vs 5"):
+        resume(finished, chain_offset=5)
+    assert_identical(resume(finished, burn_in=6),
+                     dgsgld.sample(*args, burn_in=6, **KWARGS))
