@@ -1,7 +1,7 @@
 """Fingerprints: everything that determines a run's numbers, as named, comparable fields.
 
 ``describe(obj, name)`` walks ``obj`` and returns ``[(field, description), ...]`` in a fixed
-order: equinox modules and dataclasses field by field, pytree containers through
+order: equinox modules and dataclasses field by field (settings before arrays), pytree containers through
 ``jax.tree_util.tree_flatten_with_path``, arrays as shape, dtype and a SHA-256 of their bytes
 (small ones by value), and functions as their qualified name plus a hash of their bytecode and
 constants, their defaults, the values they close over and the module-level values they read.
@@ -101,8 +101,11 @@ def describe(obj, name: str, *, _depth: int = 0, _module: str | None = None) -> 
             out.append((path, f"{type(x).__name__} {getattr(x, '__qualname__', x.__name__)}"))
         elif dataclasses.is_dataclass(x):  # equinox modules, NamedTuple-free configs
             out.append((path, f"{type(x).__module__}.{type(x).__qualname__}"))
-            for field in dataclasses.fields(x):
-                walk(getattr(x, field.name, None), f"{path}.{field.name}", depth + 1, module)
+            values = [(f.name, getattr(x, f.name, None)) for f in dataclasses.fields(x)]
+            # Settings before arrays, so that a changed setting (e.g. a batch size) is named
+            # before the arrays derived from it.
+            for key, value in sorted(values, key=lambda kv: _is_array(kv[1])):
+                walk(value, f"{path}.{key}", depth + 1, module)
         elif isinstance(x, (tuple, list, dict)):
             out.append((path, f"{type(x).__qualname__} of {len(x)}"))
             children, _ = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
