@@ -17,7 +17,8 @@ class Params(NamedTuple):
 
 
 def make_trace(positions, values=None, ensemble=None):
-    state = dgsgld.DIGingState(jax.tree.map(lambda x: x[:, -1], positions),
+    state = dgsgld.DIGingState(jax.tree.map(lambda x: x[:, -1] if hasattr(x, "shape") else x,
+                                            positions),
                                None, None, jnp.full((3,), 7, jnp.int32))
     divergence = dgsgld.Divergence(jnp.array([-1, 4, -1]), jnp.array([-1, 2, -1]))
     return dgsgld.Trace(positions, values, ensemble, state, divergence)
