@@ -11,18 +11,23 @@
    makes agents disagree more at a given ``η``, which the pilot sees directly).
 3. **Pilot.** Every grid step size, every chain of ``init`` (up to ``max_chains``), for
    ``num_steps`` iterations, in one ``jax.vmap`` over the grid (a constant step size is an
-   array leaf of the sampler). At the end it records, per step size: divergence, the spread of
-   the chains (the geometric mean over agents and coordinates of the standard deviation across
-   chains) and the consensus error.
+   array leaf of the sampler). It records, per step size, at the start, middle and end:
+   divergence, every agent's spread (the geometric mean over coordinates of the standard
+   deviation across chains) and the consensus error.
 
 A step size is **stable** when no chain diverged and neither the spread nor the consensus
 error more than doubled over the second half of the pilot. Among stable step sizes the spread
 first shrinks as ``η`` grows (the chains reach the posterior in the pilot's ``num_steps``),
 then grows (the discretization and network bias inflate it: Langevin's stationary variance on a
 Gaussian of curvature ``λ`` is ``1 / (λ (1 − ηλ/2))``). The **accurate** range holds the stable
-step sizes whose spread is at most ``spread_tolerance`` times the smallest spread on the grid;
-the proposal is its largest step size: the fastest-mixing step whose spread is not inflated by
-more than the tolerance.
+step sizes at which every agent's spread is at most ``spread_tolerance`` times that agent's
+smallest spread over the grid; the proposal is its largest step size: the fastest-mixing step
+that inflates no agent's spread by more than the tolerance.
+
+The pilot must reach the posterior: when the posterior is wider than where the chains start
+(e.g. the flat directions of a neural network's weights under a unit prior), the spread grows
+with ``η`` through slow diffusion rather than bias, and the proposal is conservative (see
+``report.stable_range`` for the largest stable step; a longer pilot, ``num_steps``, helps).
 
 :func:`check_step_size` warns when a chosen step lies outside the range a report found.
 """
@@ -55,7 +60,10 @@ class StepSizeReport(NamedTuple):
         accurate_range: ``(low, high)`` stable step sizes whose spread is within
             ``spread_tolerance`` of the smallest; ``step_size`` is ``high``.
         step_sizes: ``(G,)`` the pilot grid.
-        spread: ``(G,)`` geometric-mean standard deviation across chains at the end.
+        spread: ``(G,)`` geometric mean over agents and coordinates of the standard deviation
+            across chains at the end of the pilot.
+        inflation: ``(G,)`` the largest, over agents, ratio of an agent's spread to its smallest
+            over the stable grid points (``inf`` where unstable).
         consensus: ``(G,)`` mean consensus error over chains at the end (0 without a network).
         stable: ``(G,)`` boolean.
         curvature: ``(N,)`` largest Hessian eigenvalue magnitude of each ``f_i``.
@@ -69,6 +77,7 @@ class StepSizeReport(NamedTuple):
     accurate_range: tuple[float, float]
     step_sizes: np.ndarray
     spread: np.ndarray
+    inflation: np.ndarray
     consensus: np.ndarray
     stable: np.ndarray
     curvature: np.ndarray
@@ -89,14 +98,15 @@ class StepSizeReport(NamedTuple):
             f"Pilot: {self.num_chains} chains x {self.num_steps} iterations per step size, "
             "one compiled call.",
             f"Stable (no divergence, no growth): {_range(self.stable_range)}.",
-            f"Accurate (spread <= {self.spread_tolerance:g} x the smallest spread "
-            f"{np.nanmin(np.where(self.stable, self.spread, np.nan)):.4g}): "
+            f"Accurate (every agent's spread <= {self.spread_tolerance:g} x its smallest): "
             f"{_range(self.accurate_range)}; the proposal is its largest step.",
-            "   step size    spread  consensus  stable",
+            "   step size    spread  inflation  consensus  stable",
         ]
-        for eta, s, c, ok in zip(self.step_sizes, self.spread, self.consensus, self.stable):
+        for eta, s, r, c, ok in zip(self.step_sizes, self.spread, self.inflation,
+                                    self.consensus, self.stable):
             mark = " <-" if eta == self.step_size else ""
-            lines.append(f"  {eta:10.4g}  {s:8.4g}  {c:9.4g}  {'yes' if ok else 'no':>6}{mark}")
+            lines.append(f"  {eta:10.4g}  {s:8.4g}  {r:9.3g}  {c:9.4g}  "
+                         f"{'yes' if ok else 'no':>6}{mark}")
         return "\n".join(lines)
 
 
@@ -161,18 +171,20 @@ def local_curvature(potential, position: PyTree, key: PRNGKey, *, iterations: in
 
 
 class _PilotStats(eqx.Module):
-    """Per kept iteration: log geometric-mean spread across chains, mean consensus error."""
+    """Per kept iteration: each agent's log geometric-mean spread across chains ``(N,)``
+    (``(1,)`` without agents) and the mean consensus error over chains."""
 
     decentralized: bool = eqx.field(static=True)
 
     def __call__(self, states):
         leaves = jax.tree.leaves(states.position)  # (C, N, ...) or (C, ...)
-        tiny = jnp.finfo(leaves[0].dtype).tiny
-        logs = [jnp.log(jnp.maximum(jnp.std(x, axis=0, ddof=1), tiny)) for x in leaves]
-        log_spread = sum(jnp.sum(s) for s in logs) / sum(s.size for s in logs)
         if not self.decentralized:
-            return log_spread, jnp.zeros((), log_spread.dtype)
+            leaves = [x[:, None] for x in leaves]
         flat = jnp.concatenate([x.reshape(x.shape[0], x.shape[1], -1) for x in leaves], -1)
+        tiny = jnp.finfo(flat.dtype).tiny
+        log_spread = jnp.mean(jnp.log(jnp.maximum(jnp.std(flat, axis=0, ddof=1), tiny)), -1)
+        if not self.decentralized:
+            return log_spread, jnp.zeros((), flat.dtype)
         return log_spread, jnp.mean(metrics.consensus_error(flat))
 
 
@@ -259,9 +271,10 @@ def propose_step_size(
         make_algorithm, jnp.asarray(grid), potential, mixing, pilot_init, pilot_key,
         num_steps, _PilotStats(decentralized),
     )
-    spread = np.exp(np.asarray(log_spread, np.float64))  # (G, 3): start, middle, end
+    agent_spread = np.exp(np.asarray(log_spread, np.float64))  # (G, 3, N): start, mid, end
+    spread = np.exp(np.mean(np.log(agent_spread), axis=-1))     # (G, 3) over agents
     consensus = np.asarray(consensus, np.float64)
-    finite = np.isfinite(spread).all(1) & np.isfinite(consensus).all(1)
+    finite = np.isfinite(agent_spread).all((1, 2)) & np.isfinite(consensus).all(1)
     with np.errstate(invalid="ignore"):
         growing = (spread[:, 2] > 2 * spread[:, 1]) | (consensus[:, 2] > 2 * consensus[:, 1]
                                                         + 1e-12)
@@ -271,8 +284,10 @@ def propose_step_size(
             f"No step size in the pilot grid [{grid[0]:.3g}, {grid[-1]:.3g}] ran stably; check "
             "the model's gradient (scale of the log-likelihood, prior) and `init`."
         )
-    end = np.where(stable, spread[:, 2], np.inf)
-    accurate = stable & (end <= spread_tolerance * end.min())
+    # Every agent's spread against its own smallest over the stable grid points.
+    end = np.where(stable[:, None], agent_spread[:, 2], np.inf)  # (G, N)
+    inflation = np.max(end / end.min(axis=0), axis=1)             # (G,) worst agent
+    accurate = stable & (inflation <= spread_tolerance)
     pick = np.flatnonzero(accurate)
     stable_idx = np.flatnonzero(stable)
     return StepSizeReport(
@@ -281,6 +296,7 @@ def propose_step_size(
         accurate_range=(float(grid[pick[0]]), float(grid[pick[-1]])),
         step_sizes=grid,
         spread=spread[:, 2],
+        inflation=inflation,
         consensus=consensus[:, 2],
         stable=stable,
         curvature=curvature,
