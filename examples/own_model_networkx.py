@@ -110,11 +110,10 @@ def main(small: bool = False, out: str | None = None) -> dict:
 
     summary = diagnostics.agent_summary(trace, burn_in=keep)  # dicts of (N, ...) arrays
     average = diagnostics.network_average(trace.positions)   # dicts of (C, T, ...) arrays
-    avg_summary = diagnostics.agent_summary(
-        jax.tree.map(lambda a: np.asarray(a)[:, :, None], average), burn_in=keep)
+    avg_summary = diagnostics.agent_summary(average, burn_in=keep)  # leaves (...) per param
     ref_mean, ref_sd = laplace_reference(datasets)
     mean, sd = flat(summary["mean"]), flat(summary["sd"])            # (N, 4)
-    avg_mean, avg_sd = flat(avg_summary["mean"])[0], flat(avg_summary["sd"])[0]
+    avg_mean, avg_sd = flat(avg_summary["mean"]), flat(avg_summary["sd"])
     min_ess = min(float(np.min(v)) for v in jax.tree.leaves(summary["ess"]))
     max_rhat = max(float(np.max(v)) for v in jax.tree.leaves(summary["rhat"]))
 
