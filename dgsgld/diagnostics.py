@@ -189,13 +189,6 @@ def _rhat_basic(x: np.ndarray) -> np.ndarray:
         return np.sqrt((between / within + n - 1) / n)
 
 
-_SAMPLES_DOC = """samples: draws, any pytree whose array leaves are ``(chain, draw, ...)``
-            (``trace.positions``), or a :class:`dgsgld.Trace`.
-        diverged: ``"raise"`` (default) refuses draws with a diverged chain (a non-finite draw
-            in any leaf), saying how many; ``"drop"`` leaves such chains out of every leaf
-            with a warning that says how many."""
-
-
 def split_rhat(samples, *, diverged: str = "raise"):
     """Classic split R-hat (Gelman et al., BDA3 §11.4), no rank normalization.
 
@@ -383,8 +376,12 @@ def network_average(positions, *, axis: int = 2):
 def _burn(arrays, burn_in, name: str):
     """Drop the first ``burn_in`` draws of every leaf (checked against the shortest)."""
     burn_in = int(burn_in)
-    draws = min(np.shape(leaf)[1] for _, leaf in _array_leaves(arrays, name)
-                if np.ndim(leaf) > 1) if arrays is not None else 0
+    flat = _array_leaves(arrays, name)
+    for path, leaf in flat:
+        if np.ndim(leaf) < 2:
+            raise ValueError(f"`{_leaf_name(name, path)}` must be (chain, draw, ...); got shape "
+                             f"{np.shape(leaf)}.")
+    draws = min(np.shape(leaf)[1] for _, leaf in flat)
     if burn_in < 0 or burn_in >= draws:
         raise ValueError(f"`burn_in` must be in [0, draws) = [0, {draws}); got {burn_in}.")
     return jax.tree.map(lambda leaf: np.asarray(leaf)[:, burn_in:], arrays)
