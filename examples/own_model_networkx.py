@@ -17,6 +17,7 @@ are a good yardstick; the table prints both for the network average and for ever
 import argparse
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -96,6 +97,11 @@ def main(small: bool = False, out: str | None = None) -> dict:
     print(report.explain())
     eta = report.step_size
     stepsize.check_step_size(eta, report)  # silent: the proposal is in range
+    with warnings.catch_warnings(record=True) as caught:  # a step 3x too large is flagged
+        warnings.simplefilter("always")
+        stepsize.check_step_size(0.02, report)
+    for w in caught:
+        print(f"check_step_size(0.02) warns: {w.message}")
 
     start = time.perf_counter()
     trace = dgsgld.sample(dgsgld.diging_sgld(eta), potential, network, init, key_run, num_steps,
