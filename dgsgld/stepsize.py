@@ -149,6 +149,20 @@ def _power_iteration(potential, position: PyTree, key: PRNGKey, iterations: int)
     return value
 
 
+def _on_arrays(potential, static):
+    """The same potential as a function of the array leaves only (an equinox module's other
+    leaves, e.g. its activation, put back from ``static`` before the user's functions)."""
+    from .potential import Potential
+
+    full = lambda arrays: eqx.combine(arrays, static)  # noqa: E731
+    ll, lp = potential.log_likelihood, potential.log_prior
+    if ll is None:
+        raise ValueError("Curvature of an equinox-module model needs `log_likelihood` (the "
+                         "potential has only a `gradient_fn` oracle).")
+    return Potential(lambda a, d: ll(full(a), d), None if lp is None else lambda a: lp(full(a)),
+                     potential.data, mask=potential.mask)
+
+
 def local_curvature(potential, position: PyTree, key: PRNGKey, *, iterations: int = 50):
     """Largest Hessian eigenvalue magnitude ``L_i`` of every agent's potential ``f_i``.
 
@@ -161,6 +175,9 @@ def local_curvature(potential, position: PyTree, key: PRNGKey, *, iterations: in
     Returns:
         ``(N,)`` NumPy float64 array.
     """
+    arrays, static = eqx.partition(position, eqx.is_array)
+    if jax.tree.leaves(static):  # e.g. an eqx.nn.MLP's activation
+        potential, position = _on_arrays(potential, static), arrays
     value = np.asarray(_power_iteration(potential, position, key, int(iterations)), np.float64)
     if not np.all(np.isfinite(value)):
         raise ValueError(
@@ -177,7 +194,8 @@ class _PilotStats(eqx.Module):
     decentralized: bool = eqx.field(static=True)
 
     def __call__(self, states):
-        leaves = jax.tree.leaves(states.position)  # (C, N, ...) or (C, ...)
+        # (C, N, ...) or (C, ...); an equinox module's non-array leaves skipped.
+        leaves = jax.tree.leaves(eqx.filter(states.position, eqx.is_array))
         if not self.decentralized:
             leaves = [x[:, None] for x in leaves]
         flat = jnp.concatenate([x.reshape(x.shape[0], x.shape[1], -1) for x in leaves], -1)
@@ -295,7 +313,7 @@ def propose_step_size(
         stable_range=(float(grid[stable_idx[0]]), float(grid[stable_idx[-1]])),
         accurate_range=(float(grid[pick[0]]), float(grid[pick[-1]])),
         step_sizes=grid,
-        spread=spread[:, 2],
+        spread=np.where(finite, spread[:, 2], np.nan),
         inflation=inflation,
         consensus=consensus[:, 2],
         stable=stable,
