@@ -111,3 +111,22 @@ def test_proposal_against_the_papers_tuned_step(fig, alg):
     grid = tuned["tuning_grid"]
     at = np.interp(np.log(report.step_size), np.log(grid["step_sizes"]), grid["final"])
     assert at >= tuned["final_mean"] - 2 * tuned["final_std"], (ratio, at, tuned["final_mean"])
+
+
+def test_curvature_of_an_equinox_model_with_static_leaves():
+    eqx = pytest.importorskip("equinox")
+    # depth=0: y = final_activation(W x + b) with the identity, so the model is linear in
+    # (W, b) and the Hessian of f_i is Σ_j (z_j, 1)(z_j, 1)ᵀ + PRIOR/N I exactly; the MLP's
+    # activation functions are non-array (static) leaves.
+    mlp = eqx.nn.MLP(D, "scalar", 4, 0, key=jax.random.key(0))
+    pot = dgsgld.Potential(
+        lambda m, d: -0.5 * (m(d[0]) - d[1]) ** 2,
+        lambda m: -0.5 * PRIOR * sum(jnp.sum(w**2) for w in
+                                     jax.tree.leaves(eqx.filter(m, eqx.is_array))),
+        (Z, Y))
+    position = jax.tree.map(lambda a: jnp.broadcast_to(a, (N, *a.shape))
+                            if eqx.is_array(a) else a, mlp)
+    z1 = np.concatenate([Z, np.ones((N, n, 1), np.float32)], axis=-1)
+    want = np.linalg.eigvalsh(np.einsum("inp,inq->ipq", z1, z1) + PRIOR / N * np.eye(D + 1))
+    got = stepsize.local_curvature(pot, position, jax.random.key(1))
+    assert np.allclose(got, want[:, -1], rtol=1e-3)
