@@ -309,10 +309,8 @@ def ess(samples, *, diverged: str = "raise"):
 
 
 def _flat_agents(positions, *, agent_axis: int = 2) -> np.ndarray:
-    """Concatenate the parameter leaves of ``positions`` to ``(..., N, D)``."""
-    leaves = jax.tree.leaves(positions)
-    if not leaves:
-        raise ValueError("`positions` must hold at least one array leaf; got an empty pytree.")
+    """Concatenate the array leaves of ``positions`` to ``(..., N, D)``."""
+    leaves = [leaf for _, leaf in _array_leaves(positions, "positions")]
     flat = []
     for leaf in leaves:
         arr = np.asarray(leaf)

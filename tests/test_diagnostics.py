@@ -178,6 +178,9 @@ def test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves():
     assert isinstance(got, eqx.nn.MLP) and got.activation is None  # non-array leaf skipped
     assert got.layers[0].weight.shape == (3, 4, 1)
     assert np.array_equal(got.layers[1].bias, diagnostics.ess(stacked.layers[1].bias))
+    assert diagnostics.consensus_error_over_time(stacked).shape == (2, 50)
+    avg = diagnostics.network_average(stacked)
+    assert np.allclose(avg.layers[0].weight, stacked.layers[0].weight.mean(axis=2))
     idata_names = diagnostics.to_arviz(stacked).posterior.data_vars
     assert set(idata_names) == {"layers.0.weight", "layers.0.bias", "layers.1.weight",
                                 "layers.1.bias"}
