@@ -100,8 +100,14 @@ class StepSizeReport(NamedTuple):
             f"Stable (no divergence, no growth): {_range(self.stable_range)}.",
             f"Accurate (every agent's spread <= {self.spread_tolerance:g} x its smallest): "
             f"{_range(self.accurate_range)}; the proposal is its largest step.",
-            "   step size    spread  inflation  consensus  stable",
         ]
+        if self.accurate_range[0] <= self.step_sizes[0]:
+            lines.append(
+                "Note: the accurate range reaches the grid's smallest step (some agent's spread "
+                "never shrank with η): the pilot may not reach the posterior; the proposal is "
+                "then conservative (a longer pilot, num_steps, tells)."
+            )
+        lines.append("   step size    spread  inflation  consensus  stable")
         for eta, s, r, c, ok in zip(self.step_sizes, self.spread, self.inflation,
                                     self.consensus, self.stable):
             mark = " <-" if eta == self.step_size else ""
