@@ -7,10 +7,9 @@ posterior predictive spread of ``f(x)`` should be small where there are data and
 gap and outside: the script prints the sd of ``f(x)`` over posterior samples (chains, kept
 iterations, agents) in the three regions, and with ``--out`` draws the predictive band.
 
-The parameters are the MLP itself: its array leaves carry leading ``(chain, agent)`` axes,
-built with ``eqx.filter_vmap`` over keys. (Stop-gap until ``dgsgld.sample`` takes an
-``eqx.Module`` as ``init`` directly: the arrays are split off with ``eqx.partition`` and the
-log-likelihood recombines them with the static part.) The step size is proposed by
+The parameters are the MLP itself, passed directly as ``init``: its array leaves carry leading
+``(chain, agent)`` axes (built with ``eqx.filter_vmap`` over keys); its other leaves (the
+activation) are static, and the log-likelihood receives a whole ``eqx.nn.MLP``. The step size is proposed by
 `dgsgld.stepsize.propose_step_size`; diverged chains, if any, are dropped from the summaries
 with a warning (``diverged="drop"``).
 
@@ -36,21 +35,18 @@ def make_model(key):
     return eqx.nn.MLP(1, "scalar", WIDTH, 2, activation=jnp.tanh, key=key)
 
 
-_, STATIC = eqx.partition(make_model(jax.random.key(0)), eqx.is_inexact_array)
-
-
-def f(params, x):
+def f(model, x):
     """The network's output at a scalar input ``x``."""
-    return eqx.combine(params, STATIC)(x[None])
+    return model(x[None])
 
 
-def log_likelihood(params, datum):
+def log_likelihood(model, datum):
     x, y = datum
-    return -0.5 * ((f(params, x) - y) / NOISE) ** 2
+    return -0.5 * ((f(model, x) - y) / NOISE) ** 2
 
 
-def log_prior(params):  # N(0, I) on every weight and bias
-    return -0.5 * sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(params))
+def log_prior(model):  # N(0, I) on every weight and bias
+    return -0.5 * sum(jnp.sum(w**2) for w in jax.tree.leaves(eqx.filter(model, eqx.is_array)))
 
 
 def make_data(rng):
@@ -69,8 +65,8 @@ def main(small: bool = False, out: str | None = None) -> dict:
     network = networks.ring(NUM_AGENTS)
     keys = jax.random.split(jax.random.key(1), num_chains * NUM_AGENTS)
     models = eqx.filter_vmap(make_model)(keys)  # one MLP per (chain, agent), leaves (C N, ...)
-    params = eqx.filter(models, eqx.is_inexact_array)
-    init = jax.tree.map(lambda a: a.reshape(num_chains, NUM_AGENTS, *a.shape[1:]), params)
+    init = jax.tree.map(lambda a: a.reshape(num_chains, NUM_AGENTS, *a.shape[1:])
+                        if eqx.is_array(a) else a, models)  # an eqx.nn.MLP, leaves (C, N, ...)
     key_pilot, key_run = jax.random.split(jax.random.key(2))
 
     start = time.perf_counter()
@@ -82,26 +78,26 @@ def main(small: bool = False, out: str | None = None) -> dict:
 
     start = time.perf_counter()
     trace = dgsgld.sample(dgsgld.diging_sgld(eta), potential, network, init, key_run, num_steps,
-                          thin=thin, on_divergence="warn")
+                          thin=thin, burn_in=burn_in, on_divergence="warn")
     jax.block_until_ready(trace.positions)
     run_s = time.perf_counter() - start
-    keep = burn_in // thin
     print(f"\nstep size {eta:.4g} (pilot {pilot_s:.1f} s); {num_chains} chains x {num_steps} "
           f"iterations on {NUM_AGENTS} agents in {run_s:.1f} s; "
           f"{int(np.sum(trace.diverged))} chains diverged")
 
-    summary = diagnostics.agent_summary(trace, burn_in=keep, diverged="drop")
+    summary = diagnostics.agent_summary(trace, diverged="drop")
     worst_rhat = max(float(np.nanmax(v)) for v in jax.tree.leaves(summary["rhat"]))
     print(f"largest R-hat over all weights and agents {worst_rhat:.3f} (a BNN's weights are not "
           "identifiable: permutations and sign flips; judge it by its predictions)")
 
     ok = ~np.asarray(diagnostics.diverged_chains(trace))
-    kept = jax.tree.map(lambda a: a[ok, keep:], trace.positions)  # (C', K, N, ...)
+    # trace.positions is an eqx.nn.MLP whose array leaves are (C, K, N, ...): one network per
+    # chain, kept iteration (after burn-in) and agent. Keep the non-diverged chains, flatten.
+    kept = jax.tree.map(lambda a: a[ok].reshape(-1, *a.shape[3:])
+                        if eqx.is_array(a) else a, trace.positions)
     grid = np.linspace(-5, 5, 101).astype(np.float32)
-    predict = jax.vmap(lambda p: jax.vmap(lambda x: f(p, x))(jnp.asarray(grid)))
-    flat = jax.tree.map(lambda a: a.reshape(-1, *a.shape[3:]), kept)  # (samples, ...)
-    fx = np.asarray(jax.lax.map(predict, jax.tree.map(
-        lambda a: a.reshape(-1, NUM_AGENTS, *a.shape[1:]), flat)))
+    fx = np.asarray(eqx.filter_vmap(lambda m: jax.vmap(lambda x: f(m, x))(jnp.asarray(grid)))(
+        kept))
     fx = fx.reshape(-1, grid.size)  # (samples, grid)
     mean, sd = fx.mean(0), fx.std(0)
     ax = np.abs(grid)

@@ -105,18 +105,17 @@ def main(small: bool = False, out: str | None = None) -> dict:
 
     start = time.perf_counter()
     trace = dgsgld.sample(dgsgld.diging_sgld(eta), potential, network, init, key_run, num_steps,
-                          thin=10)
+                          thin=10, burn_in=burn_in)  # keeps iterations burn_in, burn_in + 10, ...
     jax.block_until_ready(trace.positions)
     run_s = time.perf_counter() - start
-    keep = burn_in // 10
 
     with tempfile.TemporaryDirectory() as tmp:  # save and reload the finished run
         trace = traceio.load_trace(traceio.save_trace(Path(tmp) / "run", trace,
                                                       metadata={"step_size": eta}))
 
-    summary = diagnostics.agent_summary(trace, burn_in=keep)  # dicts of (N, ...) arrays
+    summary = diagnostics.agent_summary(trace)  # dicts of (N, ...) arrays
     average = diagnostics.network_average(trace.positions)   # dicts of (C, T, ...) arrays
-    avg_summary = diagnostics.agent_summary(average, burn_in=keep)  # leaves (...) per param
+    avg_summary = diagnostics.agent_summary(average)  # leaves (...) per parameter
     ref_mean, ref_sd = laplace_reference(datasets)
     mean, sd = flat(summary["mean"]), flat(summary["sd"])            # (N, 4)
     avg_mean, avg_sd = flat(avg_summary["mean"]), flat(avg_summary["sd"])
