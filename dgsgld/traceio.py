@@ -185,7 +185,7 @@ def _build(desc: dict, files, like):
     if t == "opaque":
         if like is None:
             raise ValueError(
-                f"`{desc['path']}` was saved from a {desc['type']}, a pytree node that the file "
+                f"`{desc['path']}` holds a {desc['type']}, a pytree node type that the file "
                 "cannot describe; pass like= (a trace or pytree of the same structure, e.g. "
                 "from a short run with the same model) to load it."
             )

@@ -131,3 +131,23 @@ def test_a_loaded_state_continues_the_run_exactly(tmp_path):
     again = [dgsgld.sample(algorithm, potential, mixing, t.state, jax.random.key(1), 5)
              for t in (trace, loaded)]
     assert_same(again[0].positions, again[1].positions)
+
+
+def test_an_mlp_run_saves_loads_and_continues(tmp_path):
+    # An eqx.nn.MLP passed directly as init: the trace's positions and state are MLPs.
+    eqx = pytest.importorskip("equinox")
+    mlp = eqx.nn.MLP(1, "scalar", 3, 1, key=jax.random.key(0))
+    init = jax.tree.map(lambda a: jnp.broadcast_to(a, (2, 3, *a.shape))
+                        if eqx.is_array(a) else a, mlp)
+    data = (jnp.ones((3, 4)), jnp.zeros((3, 4)))
+    potential = dgsgld.Potential(lambda m, d: -0.5 * (m(d[0][None]) - d[1]) ** 2, None, data)
+    algorithm, mixing = dgsgld.diging_sgld(0.01), dgsgld.networks.ring(3)
+    trace = dgsgld.sample(algorithm, potential, mixing, init, jax.random.key(1), 4)
+    path = traceio.save_trace(tmp_path / "mlp.npz", trace)
+    with pytest.raises(ValueError, match=r"`trace.positions` holds a equinox.*pass like="):
+        traceio.load_trace(path)
+    loaded = traceio.load_trace(path, like=trace)
+    assert_same(loaded, trace)
+    again = [dgsgld.sample(algorithm, potential, mixing, t.state, jax.random.key(2), 3)
+             for t in (trace, loaded)]
+    assert_same(again[0].positions, again[1].positions)
