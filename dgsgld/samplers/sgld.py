@@ -37,7 +37,8 @@ class SGLDInfo(NamedTuple):
 
 
 class SGLD(SamplingAlgorithm):
-    """Centralized SGLD. Build with :func:`sgld`; ``mixing_matrix`` is ignored."""
+    """Centralized SGLD (``SGLD(step_size)`` equals :func:`sgld`); ``mixing_matrix`` is
+    ignored."""
 
     decentralized: ClassVar[bool] = False
 
@@ -57,4 +58,4 @@ class SGLD(SamplingAlgorithm):
 
 def sgld(step_size: StepSize) -> SGLD:
     """Centralized SGLD with a constant step size or a schedule ``count -> η``."""
-    return SGLD(_tree.as_step_size(step_size))
+    return SGLD(step_size)
