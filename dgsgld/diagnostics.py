@@ -1,4 +1,6 @@
-"""Convergence diagnostics per agent: effective sample size, split R-hat, consensus error.
+"""Convergence diagnostics per agent: effective sample size, split R-hat.
+
+(Consensus error over time: :func:`dgsgld.metrics.consensus_error` of ``trace.positions``.)
 
 Every function takes draws laid out chain-major, ``(chain, draw, ...)``, as in
 ``trace.positions`` (``(num_chains, num_kept, N, *param_shape)``), and treats each trailing
@@ -34,13 +36,11 @@ import numpy as np
 from scipy import special, stats
 
 from . import _validation
-from .metrics import consensus_error
 
 __all__ = [
     "ess",
     "rhat",
     "split_rhat",
-    "consensus_error_over_time",
     "agent_summary",
     "to_arviz",
 ]
@@ -193,38 +193,6 @@ def ess(samples) -> np.ndarray:
     """
     x = _as_draws(samples, "samples")
     return _ess_basic(_rank_normalize(_split(x))).reshape(np.shape(samples)[2:])
-
-
-def _flat_agents(positions, *, agent_axis: int = 2) -> np.ndarray:
-    """Concatenate the parameter leaves of ``positions`` to ``(..., N, D)``."""
-    leaves = jax.tree.leaves(positions)
-    if not leaves:
-        raise ValueError("`positions` must hold at least one array leaf; got an empty pytree.")
-    flat = []
-    for leaf in leaves:
-        arr = np.asarray(leaf)
-        if arr.ndim <= agent_axis:
-            raise ValueError(
-                "`positions` leaves must be (chain, draw, N, *param_shape); got a leaf of shape "
-                f"{arr.shape}."
-            )
-        flat.append(arr.reshape(*arr.shape[: agent_axis + 1], -1))
-    return np.concatenate(flat, axis=-1)
-
-
-def consensus_error_over_time(positions) -> np.ndarray:
-    """Root-mean-square distance of the agents to their network average, per chain and draw.
-
-    Args:
-        positions: ``trace.positions`` of a decentralized sampler, leaves
-            ``(chain, draw, N, *param_shape)`` (all parameter leaves count as one vector).
-
-    Returns:
-        ``(chain, draw)``: ``sqrt(mean_i ‖x_i − x̄‖²)``.
-    """
-    x = _flat_agents(positions)
-    _validation.check_samples(x, name="positions", min_ndim=4, layout="(chain, draw, N, ...)")
-    return np.asarray(consensus_error(x))
 
 
 def agent_summary(positions, *, burn_in: int = 0) -> dict[str, np.ndarray]:

@@ -339,7 +339,7 @@ def sample(
         trace = _run(
             algorithm, potential, stack, init if resume else None, positions, key,
             num_chains, num_steps, thin, trace_fn, ensemble_fn, bool(store_positions),
-            on_divergence == "stop", every, token, jax.default_backend() == "cpu",
+            on_divergence == "stop", every, token, _chains_last(),
         )
     finally:
         if bar is not None:
@@ -379,6 +379,11 @@ def _first_bad_agent(position: PyTree, decentralized: bool) -> tuple[Array, Arra
         return jnp.any(bad), jnp.argmax(bad).astype(jnp.int32)
     bad = jnp.any(jnp.stack([~jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(position)]))
     return bad, jnp.zeros((), jnp.int32)
+
+
+def _chains_last() -> bool:
+    """Whether the loop keeps small leaves' chain axis last: on XLA:CPU (see :func:`_chain_axes`)."""
+    return jax.default_backend() == "cpu"
 
 
 def _chain_axes(state, num_chains: int, chains_last: bool):

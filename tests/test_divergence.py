@@ -119,8 +119,8 @@ def test_stable_step_size_is_not_flagged():
     assert np.asarray(trace.divergence.agent).tolist() == [-1] * C
 
 
-def test_stop_on_divergence_freezes_every_chain(flagged):
-    trace = run(on_divergence="flag", stop_on_divergence=True)
+def test_on_divergence_stop_freezes_every_chain(flagged):
+    trace = run(on_divergence="stop")
     first = int(np.min(np.asarray(flagged.divergence.iteration)))
     # Only the earliest chain is caught (the others stop before they overflow), at the same
     # iteration and agent as without stopping.
@@ -138,12 +138,12 @@ def test_stop_on_divergence_freezes_every_chain(flagged):
     assert np.isfinite(pos[: C - 1]).all()
 
 
-def test_stop_on_divergence_in_chunks_matches_one_call(tmp_path):
-    want = run(on_divergence="flag", stop_on_divergence=True)
+def test_on_divergence_stop_in_chunks_matches_one_call(tmp_path):
+    want = run(on_divergence="stop")
     potential, init = problem()
     got = sample_chunked(dgsgld.diging_sgld(1.0), potential, jnp.eye(N), init,
                          jax.random.key(3), NUM_STEPS, chunk_size=20, path=tmp_path,
-                         on_divergence="flag", stop_on_divergence=True)
+                         on_divergence="stop")
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
 

@@ -117,7 +117,7 @@ class Schedule(eqx.Module):
         """``P``, the number of distinct matrices before the schedule repeats."""
         return self.matrices.shape[0]
 
-    def matrix(self, k: int | jax.Array) -> jax.Array:
+    def matrix_at(self, k: int | jax.Array) -> jax.Array:
         """``W⁽ᵏ⁾ = matrices[k % P]``, shape ``(N, N)``; ``k`` may be traced."""
         return self.matrices[k % self.period]
 
