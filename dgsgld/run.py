@@ -185,16 +185,11 @@ def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume
                 f"`mixing`.matrix_at(0) failed: {type(err).__name__}: {err}"
             ) from err
         shape = tuple(getattr(w0, "shape", ()))
-        if len(shape) >= 2 and shape[-2:] != (potential.num_agents,) * 2:
+        size = shape[-1] if len(shape) >= 2 else getattr(stack, "num_agents", potential.num_agents)
+        if size != potential.num_agents or (len(shape) >= 2 and shape[-2] != size):
             raise ValueError(
-                f"`mixing`.matrix_at(0) returned shape {shape}; expected "
-                f"({potential.num_agents}, {potential.num_agents})."
-            )
-        size = getattr(stack, "num_agents", potential.num_agents)
-        if size != potential.num_agents:
-            raise ValueError(
-                f"`mixing` matrices are {size}x{size} but there are "
-                f"{potential.num_agents} agents; expected (P, {potential.num_agents}, "
+                f"`mixing` matrices are {shape or (size, size)} but there are "
+                f"{potential.num_agents} agents; expected ({potential.num_agents}, "
                 f"{potential.num_agents})."
             )
     # Trace the model once on one chain's shapes so that shape/pytree mistakes in the user's
