@@ -7,7 +7,8 @@ import optax
 import pytest
 
 import dgsgld
-from _problems import complete_graph, linear_regression, log_likelihood, permuted_rings, ring
+from _problems import (complete_graph, linear_regression, log_likelihood, paper_size_potential,
+                       permuted_rings, ring)
 
 CHAINS = 4000
 
@@ -340,11 +341,8 @@ def test_chain_layout_changes_no_number(batch_size, monkeypatch, key):
     choice applies). Differences can only be reordered float32 sums: a few ulps of |x| ~ 1."""
     from dgsgld import run as run_module
 
-    rng = np.random.default_rng(0)
-    data = (jnp.asarray(rng.normal(size=(20, 5, 6)), jnp.float32),
-            jnp.asarray(rng.normal(size=(20, 5)), jnp.float32))
-    potential = dgsgld.Potential(log_likelihood, lambda th: -0.05 * th @ th, data, batch_size)
-    init = jnp.asarray(rng.normal(size=(200, 20, 6)), jnp.float32)
+    potential = paper_size_potential(batch_size)
+    init = jax.random.normal(jax.random.key(1), (200, 20, 6))
 
     def run():
         return dgsgld.sample(dgsgld.diging_sgld(0.01), potential, complete_graph(20), init, key,
