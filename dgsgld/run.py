@@ -15,8 +15,8 @@ is converted at entry to :mod:`dgsgld._random`'s implementation of the same thre
 which XLA:CPU runs 2-3x faster inside a loop; so the draws equal those of ``jax.random`` with
 the user's key in a hand-written loop.
 
-Mixing: anything with ``matrix_at(k) -> W⁽ᵏ⁾`` (a :class:`MixingStack`, ``dgsgld.networks``
-schedules, ``dgsgld.sparse`` schedules); arrays are wrapped in a :class:`MixingStack`.
+Mixing: anything with ``matrix_at(k) -> W⁽ᵏ⁾`` (:mod:`dgsgld._mixing`); arrays are wrapped in a
+:class:`MixingStack`.
 """
 
 import warnings
@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _random, _validation
+from ._mixing import MixingStack, as_mixing
 from . import progress as _progress
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
@@ -38,7 +39,6 @@ __all__ = [
     "Divergence",
     "DivergenceError",
     "Trace",
-    "MixingStack",
     "sample",
 ]
 
@@ -85,43 +85,6 @@ class Trace(NamedTuple):
     def diverged(self) -> Array:
         """``(num_chains,)`` boolean: chains whose positions became non-finite."""
         return self.divergence.iteration >= 0
-
-
-class MixingStack(eqx.Module):
-    """``P`` dense mixing matrices used cyclically: ``matrix_at(k) = matrices[k % P]``.
-
-    ``W[i, j]`` is the weight agent ``i`` puts on agent ``j`` (``x⁺ = W @ x``). Checked to be
-    finite, symmetric, nonnegative and doubly stochastic (traced stacks: shapes only).
-
-    Args:
-        matrices: ``(P, N, N)``, or one ``(N, N)`` matrix (``P = 1``).
-    """
-
-    matrices: Array
-
-    def __init__(self, matrices):
-        stack = jnp.asarray(matrices)
-        self.matrices = stack[None] if stack.ndim == 2 else stack
-        _validation.check_mixing(self.matrices, name="mixing")
-
-    @property
-    def num_agents(self) -> int:
-        return self.matrices.shape[-1]
-
-    @property
-    def period(self) -> int:
-        return self.matrices.shape[0]
-
-    def matrix_at(self, k: Array) -> Array:
-        """``W⁽ᵏ⁾``, shape ``(N, N)``; ``k`` may be traced."""
-        return self.matrices[k % self.period]
-
-
-def as_mixing(mixing):
-    """``mixing`` if it has ``matrix_at(k)``, else the array wrapped in a :class:`MixingStack`."""
-    if mixing is None or callable(getattr(mixing, "matrix_at", None)):
-        return mixing
-    return MixingStack(mixing)
 
 
 def chain_keys(key: PRNGKey, num_chains: int, start: int = 0) -> Array:

@@ -398,7 +398,7 @@ def test_every_mixing_form_gives_the_same_run(key):
     """A stack, a MixingStack, a networks.Schedule and a sparse schedule all reach the step as
     ``matrix_at(k) = W[k % P]``; one matrix is a stack of one."""
     from dgsgld import networks, sparse
-    from dgsgld.run import MixingStack
+    from dgsgld._mixing import MixingStack
 
     pb = linear_regression()
     stack = np.asarray(permuted_rings(5, 3), np.float32)
