@@ -39,11 +39,18 @@ SCRIPT = textwrap.dedent(
         alg = dgsgld.diging_sgld(0.05)
         ref = dgsgld.sample(alg, prob.potential, mixing, init, key, 20)
         chains = sharding.sample_sharded(alg, prob.potential, mixing, init, key, 20)
-        pos, state = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
+        agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
+        pos, state = agents.positions, agents.state
+        # Any decentralized sampler's own step runs sharded: DE-SGLD, and a resumed run.
+        de = dgsgld.de_sgld(0.05)
+        ref_de = dgsgld.sample(de, prob.potential, mixing, init, key, 20)
+        de_agents = sharding.sample_agent_sharded(de, prob.potential, mixing, init, key, 20)
+        ref_more = dgsgld.sample(alg, prob.potential, mixing, ref.state, key, 5)
+        more_agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, state, key, 5,
+                                                    store_positions=False)
         res = out[str(batch)] = {}
         if full:
             more = sharding.sample_sharded(alg, prob.potential, mixing, chains.state, key, 5)
-            ref_more = dgsgld.sample(alg, prob.potential, mixing, ref.state, key, 5)
             two = sharding.sample_sharded(alg, prob.potential, mixing, init, key, 20,
                                           mesh=sharding.chain_mesh(2))
             res["resume_diff"] = float(jnp.abs(more.positions - ref_more.positions).max())
@@ -55,6 +62,10 @@ SCRIPT = textwrap.dedent(
             "agents_diff": float(jnp.abs(pos - ref.positions).max()),
             "agents_tracker_diff": float(jnp.abs(state.tracker - ref.state.tracker).max()),
             "agents_spec": str(pos.sharding.spec),
+            "agents_de_diff": float(jnp.abs(de_agents.positions - ref_de.positions).max()),
+            "agents_resume_diff": float(jnp.abs(more_agents.state.position
+                                                - ref_more.state.position).max()),
+            "agents_diverged": bool(agents.diverged.any()),
             "scale": float(jnp.abs(ref.positions).max()),
         }
     errors = {}
@@ -99,6 +110,8 @@ def _check_equal(r: dict) -> None:
     assert r["chains_diff"] < bound
     assert r["agents_diff"] < bound
     assert r["agents_tracker_diff"] < 10 * bound             # trackers are gradient-sized
+    assert r["agents_de_diff"] < bound and r["agents_resume_diff"] < bound
+    assert not r["agents_diverged"]
     for name in ("resume_diff", "two_devices_diff"):
         if name in r:
             assert r[name] < bound
