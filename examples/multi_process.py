@@ -40,6 +40,28 @@ def parse(argv=None):
     return p.parse_args(argv)
 
 
+def setup(args):
+    """``(problem, mixing stack, init (C, N, p), key, algorithm)`` of the Fig. 2(a) run,
+    the same on every process (the data of every agent are generated; see ``local`` below)."""
+    import jax
+
+    import dgsgld
+    from dgsgld.experiments.configs import LinearRegressionConfig
+    from dgsgld.experiments.figures import _initial_positions, derive_seeds, make_network
+    from dgsgld.experiments.problems import linear_regression_problem
+
+    config = LinearRegressionConfig(network="barbell", num_agents=args.agents,
+                                    num_samples=5 * args.agents, trials=args.chains,
+                                    num_steps=args.steps)
+    seeds = derive_seeds(args.seed)
+    problem = linear_regression_problem(seeds["data"], num_samples=config.num_samples,
+                                        num_agents=config.num_agents)
+    mixing = make_network(config, seeds["network"]).matrices
+    init = _initial_positions(seeds["init"], config, problem.dim)[0]
+    return problem, mixing, init, jax.random.key(seeds["sampling"]), \
+        dgsgld.diging_sgld(args.step_size)
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     import jax
@@ -49,30 +71,19 @@ def main(argv=None) -> int:
     if args.coordinator is not None:
         distributed.initialize(args.process_id, args.num_processes, args.coordinator,
                                heartbeat_timeout=args.heartbeat_timeout)
+        print(f"process {args.process_id} of {args.num_processes} joined", flush=True)
     import numpy as np
 
     import dgsgld
     from dgsgld import sharding
-    from dgsgld.experiments.configs import LinearRegressionConfig
-    from dgsgld.experiments.figures import _initial_positions, derive_seeds, make_network
-    from dgsgld.experiments.problems import linear_regression_problem
 
     start = time.perf_counter()
-    config = LinearRegressionConfig(network="barbell", num_agents=args.agents,
-                                    num_samples=5 * args.agents, trials=args.chains,
-                                    num_steps=args.steps)
-    seeds = derive_seeds(args.seed)
-    problem = linear_regression_problem(seeds["data"], num_samples=config.num_samples,
-                                        num_agents=config.num_agents)
-    mixing = make_network(config, seeds["network"]).matrices
-    init = _initial_positions(seeds["init"], config, problem.dim)[0]    # (C, N, p), everywhere
-    key = jax.random.key(seeds["sampling"])
-    algorithm = dgsgld.diging_sgld(args.step_size)
+    problem, mixing, init, key, algorithm = setup(args)
     like = jax.eval_shape(jax.vmap(algorithm.init, (0, None, 0)), init, problem.potential(),
-                          dgsgld.chain_keys(key, config.trials))
+                          dgsgld.chain_keys(key, args.chains))
 
     if args.placement == "chains":
-        offset, size = distributed.chain_block(config.trials)
+        offset, size = distributed.chain_block(args.chains)
         potential = problem.potential()
         state = init[offset:offset + size]
         if args.resume:
@@ -81,7 +92,7 @@ def main(argv=None) -> int:
                                           chain_offset=offset, store_positions=False)
     else:
         mesh = sharding.agent_mesh()
-        first, size = distributed.agent_block(config.num_agents)
+        first, size = distributed.agent_block(args.agents)
         # This process's agents only: in a deployment each process would read its own files.
         local = dgsgld.Potential(problem.log_likelihood, problem.log_prior,
                                  (problem.features[first:first + size],
@@ -99,8 +110,8 @@ def main(argv=None) -> int:
     if jax.process_index() == 0:
         np.savez(args.out, positions=np.asarray(final.position),
                  diverged=np.asarray(divergence.iteration) >= 0, seconds=seconds)
-        print(f"{args.placement}: {jax.process_count()} processes, {config.trials} chains, "
-              f"{config.num_agents} agents, {args.steps} steps: {seconds:.2f} s; wrote {args.out}")
+        print(f"{args.placement}: {jax.process_count()} processes, {args.chains} chains, "
+              f"{args.agents} agents, {args.steps} steps: {seconds:.2f} s; wrote {args.out}")
     return 0
 
 
