@@ -315,19 +315,24 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
             keys = jax.vmap(_random.fold_in, (0, None))(run_keys, k)
             step = lambda kc, s: algorithm.step(kc, s, local, w, noise(kc, s.position))[0]  # noqa: E731
             states = jax.vmap(step)(keys, states)
-            # First non-finite agent of each chain over the whole network (n: none).
+            # First non-finite local agent of each chain; combined over devices after the
+            # loop, so that the mixing stays the only exchange per step.
             bad = jnp.stack([~jnp.all(jnp.isfinite(leaf.reshape(*leaf.shape[:2], -1)), axis=-1)
                              for leaf in jax.tree.leaves(states.position)]).any(axis=0)
-            agent = jax.lax.pmin(jnp.where(bad.any(axis=1), first + jnp.argmax(bad, axis=1), n),
-                                 axis)
-            new = (agent < n) & (div.iteration < 0)
+            new = bad.any(axis=1) & (div.iteration < 0)
             div = Divergence(jnp.where(new, k + 1, div.iteration).astype(jnp.int32),
-                             jnp.where(new, agent, div.agent).astype(jnp.int32))
+                             jnp.where(new, first + jnp.argmax(bad, axis=1), div.agent)
+                             .astype(jnp.int32))
             return (states, div), (states.position if store_positions else None)
 
         none = jnp.full((num_chains,), -1, jnp.int32)
         (final, div), kept = jax.lax.scan(one_step, (states, Divergence(none, none)), None,
                                           length=num_steps)
+        never = jnp.iinfo(jnp.int32).max
+        iteration = jax.lax.pmin(jnp.where(div.iteration < 0, never, div.iteration), axis)
+        agent = jax.lax.pmin(jnp.where(div.iteration == iteration, div.agent, n), axis)
+        div = Divergence(jnp.where(iteration == never, -1, iteration),
+                         jnp.where(iteration == never, -1, agent))
         if store_positions:
             kept = jax.tree.map(lambda a, b: jnp.moveaxis(jnp.concatenate([a[None], b]), 0, 1),
                                 states.position, kept)

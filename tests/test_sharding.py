@@ -68,6 +68,15 @@ SCRIPT = textwrap.dedent(
             "agents_diverged": bool(agents.diverged.any()),
             "scale": float(jnp.abs(ref.positions).max()),
         }
+    # A diverging run: the same first non-finite iteration and agent per chain.
+    prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
+    blow = dgsgld.diging_sgld(1e4)   # non-finite after ~72 steps, agents 1 and 5
+    ref = dgsgld.sample(blow, prob.potential, mixing, init, key, 100, on_divergence="flag",
+                        store_positions=False)
+    agents = sharding.sample_agent_sharded(blow, prob.potential, mixing, init, key, 100,
+                                           store_positions=False)
+    out["divergence"] = [np.asarray(ref.divergence).tolist(),
+                         np.asarray(agents.divergence).tolist()]
     errors = {}
     prob = linear_regression(num_agents=6, dim=2)
     try:
@@ -120,6 +129,12 @@ def _check_equal(r: dict) -> None:
 def test_chain_and_agent_sharded_runs_equal_single_device_run(result):
     assert result["devices"] == 4
     _check_equal(result["2"])
+
+
+def test_agent_sharded_divergence_is_that_of_the_single_device_run(result):
+    ref, agents = result["divergence"]
+    assert min(ref[0]) > 0                     # every chain diverged, after a few steps
+    assert agents == ref
 
 
 def test_indivisible_sizes_are_rejected_with_a_message(result):
