@@ -10,31 +10,22 @@ round differently in the last bit (``~1e-7`` relative in float32, ``~1e-16`` in 
 they also do on one device between runs with different numbers of chains.
 
 **Agents across devices** (:func:`sample_agent_sharded`): for networks or models too large
-for one device, DIGing-SGLD's ``N`` agents are split into blocks of ``N / D`` rows with
-``jax.shard_map``. Each step, every device ``all_gather`` s the positions and the trackers
-(``2 N F`` numbers received per device, ``F`` the parameter size) and multiplies its block of
-rows of ``W⁽ᵏ⁾`` with them; the gradients stay local. The noise of the single-device run is
-reproduced exactly by drawing the full ``(N, F)`` array on every device and keeping the
-device's rows (``D``-fold redundant work on the noise, the price of bitwise-equal results).
+for one device, a decentralized sampler's ``N`` agents are split into blocks of ``N / D`` rows
+with ``jax.shard_map``, and the sampler's own ``step`` runs on each block: its mixing matrix is a
+:class:`RowBlock`, whose ``@`` all-gathers the agents' rows and multiplies the device's rows of
+``W⁽ᵏ⁾``, and its potential an :class:`AgentRows`, the device's agents only. Each step a device
+receives ``(N - N / D) F`` numbers per chain and per mixed quantity (``F`` the parameter size;
+DIGing-SGLD mixes positions and trackers); the gradients stay local. The noise of the
+single-device run is reproduced exactly by drawing the full ``(N, F)`` array on every device and
+keeping the device's rows (``D``-fold redundant work on the noise, the price of equal draws).
 Gathering is the simplest exchange and optimal for dense ``W``; for a sparse network a
-neighbour exchange (``ppermute`` of boundary rows) would send less.
+neighbour exchange (``ppermute`` of the rows neighbours need) would send less
+(``docs/scale.md``).
 
-**Several hosts**: the same code runs on a multi-host cluster once every process has called
-``jax.distributed.initialize``; ``jax.devices()`` then lists every host's devices::
-
-    import jax, dgsgld
-    from dgsgld import sharding
-    jax.distributed.initialize(coordinator_address="10.0.0.1:1234",   # same on every host
-                               num_processes=4, process_id=HOST_INDEX)
-    mesh = jax.make_mesh((jax.device_count(),), ("chains",))
-    # each host builds its contiguous slice of the initial positions (local_init):
-    init = jax.make_array_from_process_local_data(
-        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("chains")), local_init)
-    trace = sharding.sample_sharded(alg, potential, mixing, init, key, num_steps, mesh=mesh)
-    # every host passes the same key; chain c uses fold_in(key, c) with c its global index.
-
-Results are global ``jax.Array`` s sharded like the input; ``jax.experimental.multihost_utils
-.process_allgather`` brings them to every host.
+**Several processes** (hosts): :mod:`dgsgld.distributed`. The mesh of
+:func:`sample_agent_sharded` may span processes (inputs are placed with :func:`place`).
+:func:`sample_sharded` may not: :func:`dgsgld.sample` checks its inputs on the host, so across
+processes each process runs its own block of chains (``dgsgld.distributed.chain_block``).
 """
 
 from __future__ import annotations
