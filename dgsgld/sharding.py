@@ -267,7 +267,6 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
     if not shapes or any(len(s) < 2 or s[1] != n for s in shapes) or len({s[0] for s in shapes}) != 1:
         raise ValueError(f"`init` leaves must be (num_chains, {n}, *param_shape); got shapes "
                          f"{shapes}.")
-    num_chains = shapes[0][0]
     stack = as_mixing_stack(mixing)
     on_the_fly = hasattr(stack, "matrix_at")
     if on_the_fly:
@@ -277,8 +276,41 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
                              "agent sharding (sparse snapshots are not split by rows).")
     elif stack.shape[1:] != (n, n):
         raise ValueError(f"`mixing` must be a dense (P, {n}, {n}) stack; got {stack.shape}.")
-    block = n // devices
     impl = jax.random.key_impl(key) if _is_key(key) else None
+    key_data = key if impl is None else jax.random.key_data(key)
+    specs = _agent_in_specs(potential, stack, init, axis)
+    args = place((init, stack, potential, key_data), mesh, specs)
+    kept, final, div = _agent_run(algorithm, *args, mesh=mesh, axis=axis, resume=resume,
+                                  impl=impl, num_steps=num_steps, chain_offset=int(chain_offset),
+                                  store_positions=bool(store_positions))
+    return Trace(kept, None, None, final, div)
+
+
+def _keys(key_data, impl):
+    return key_data if impl is None else jax.random.wrap_key_data(key_data, impl=impl)
+
+
+def _agent_in_specs(potential, stack, init, axis):
+    """``PartitionSpec`` s of ``(init, mixing, potential, key)``: agent axes split, the rest
+    (counters, key, mini-batch tables) replicated."""
+    n = potential.num_agents
+    pot_specs = jax.tree_util.tree_map_with_path(
+        lambda path, _: PartitionSpec(axis) if path[0].name in ("data", "mask") else PartitionSpec(),
+        potential)
+    mix_specs = (jax.tree.map(lambda _: PartitionSpec(), stack) if hasattr(stack, "matrix_at")
+                 else PartitionSpec(None, axis))
+    return _agent_specs(init, n, axis, 1), mix_specs, pot_specs, PartitionSpec()
+
+
+@eqx.filter_jit
+def _agent_run(algorithm, init, stack, potential, key_data, *, mesh, axis, resume, impl,
+               num_steps, chain_offset, store_positions):
+    """The compiled agent-sharded run (cached per configuration and shapes)."""
+    n = potential.num_agents
+    block = n // mesh.shape[axis]
+    on_the_fly = hasattr(stack, "matrix_at")
+    positions = init.position if resume else init
+    num_chains = jax.tree.leaves(positions)[0].shape[0]
 
     def per_device(state0, stack_rows, potential, key_data):
         run_key = key_data if impl is None else jax.random.wrap_key_data(key_data, impl=impl)
@@ -328,27 +360,18 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
             kept = jax.tree.map(lambda a, b: jnp.moveaxis(jnp.concatenate([a[None], b]), 0, 1),
                                 states.position, kept)
         return kept, final, div
-
-    state_shape = init if resume else jax.eval_shape(
+    in_specs = _agent_in_specs(potential, stack, init, axis)
+    state = init if resume else jax.eval_shape(
         jax.vmap(algorithm.init, (0, None, 0)), positions, potential,
-        chain_keys(key, num_chains))
-    state_specs = _agent_specs(state_shape, n, axis, 1)
-    init_specs = state_specs if resume else _agent_specs(positions, n, axis, 1)
-    pot_specs = jax.tree_util.tree_map_with_path(
-        lambda path, _: PartitionSpec(axis) if path[0].name in ("data", "mask") else PartitionSpec(),
-        potential)
-    mix_specs = jax.tree.map(lambda _: PartitionSpec(), stack) if on_the_fly \
-        else PartitionSpec(None, axis)
-    key_data = key if impl is None else jax.random.key_data(key)
-    args = place((init, stack, potential, key_data), mesh,
-                 (init_specs, mix_specs, pot_specs, PartitionSpec()))
-    pos_specs = _agent_specs(positions, n, axis, 1) if store_positions else None
-    pos_specs = jax.tree.map(lambda s: PartitionSpec(None, *s), pos_specs)
+        chain_keys(_keys(key_data, impl), num_chains))
+    pos_specs = None
+    if store_positions:
+        pos_specs = jax.tree.map(lambda s: PartitionSpec(None, *s),
+                                 _agent_specs(positions, n, axis, 1))
     fn = jax.shard_map(
-        per_device, mesh=mesh,
-        in_specs=(init_specs, mix_specs, pot_specs, PartitionSpec()),
-        out_specs=(pos_specs, state_specs, Divergence(PartitionSpec(), PartitionSpec())),
+        per_device, mesh=mesh, in_specs=in_specs,
+        out_specs=(pos_specs, _agent_specs(state, n, axis, 1),
+                   Divergence(PartitionSpec(), PartitionSpec())),
         check_vma=False,
     )
-    kept, final, div = jax.jit(fn)(*args)
-    return Trace(kept, None, None, final, div)
+    return fn(init, stack, potential, key_data)
