@@ -192,9 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
         "fails. Example: python -m dgsgld launch --processes 2 -- python "
         "examples/multi_process.py --placement agents --out positions.npz",
     )
-    launch.add_argument("--processes", type=_positive_int, required=True, metavar="P")
-    launch.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS")
-    launch.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    launch.add_argument("--processes", type=_positive_int, required=True, metavar="P",
+                        help="number of local processes")
+    launch.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
+                        help="stop all processes and fail (code 124) after this long")
+    launch.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="the program and its arguments, after --")
     return parser
 
 
