@@ -30,6 +30,8 @@ def parse(argv=None):
     p.add_argument("--agents", type=int, default=20, help="N (20 in the paper)")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--step-size", type=float, default=0.008)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="local mini-batch b (Fig. 2(b): 3); default: full batch (Fig. 2(a))")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-state", default=None, metavar="DIR",
                    help="write each process's final state to DIR/process_<id>.npz")
@@ -84,7 +86,7 @@ def main(argv=None) -> int:
                           dgsgld.chain_keys(key, args.chains))
     if args.placement == "chains":
         offset, size = distributed.chain_block(args.chains)
-        potential = problem.potential()
+        potential = problem.potential(args.batch_size)
         state = init[offset:offset + size]
         if args.resume:
             state = distributed.load_process_state(args.resume, like)
@@ -99,7 +101,8 @@ def main(argv=None) -> int:
         # Keep this process's agents only (a deployment would read only its own files).
         local = dgsgld.Potential(problem.log_likelihood, problem.log_prior,
                                  (problem.features[first:first + size],
-                                  problem.targets[first:first + size]))
+                                  problem.targets[first:first + size]),
+                                 batch_size=args.batch_size)
         del problem
         potential = distributed.agent_potential(local, mesh)
         state = init

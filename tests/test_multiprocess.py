@@ -50,8 +50,7 @@ def _positions(path) -> np.ndarray:
         return f["positions"]
 
 
-@pytest.fixture(scope="module")
-def reference():
+def _reference(*extra):
     """The single-process run: dgsgld.sample on all chains, in this process."""
     import importlib.util
 
@@ -60,11 +59,16 @@ def reference():
     spec = importlib.util.spec_from_file_location("multi_process", EXAMPLE[1])
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    args = example.parse(["--out", "unused", *SMALL])
+    args = example.parse(["--out", "unused", *SMALL, *extra])
     problem, mixing, init, key, algorithm = example.setup(args)
-    trace = dgsgld.sample(algorithm, problem.potential(), mixing, init, key, args.steps,
-                          store_positions=False)
+    trace = dgsgld.sample(algorithm, problem.potential(args.batch_size), mixing, init, key,
+                          args.steps, store_positions=False)
     return np.asarray(trace.state.position)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return _reference()
 
 
 def _close(x, ref):
@@ -147,6 +151,14 @@ def test_bad_arguments_are_rejected_with_a_message():
         distributed.initialize(3, 2, "127.0.0.1:1")
     with pytest.raises(ValueError, match="command"):
         distributed.launch(2, [])
+
+
+@pytest.mark.slow
+def test_mini_batches_across_two_processes_equal_single_process_run(tmp_path):
+    # Fig. 2(b): b = 3 of 5 local data, drawn from each agent's table of C(5, 3) subsets.
+    _run(["--placement", "agents", "--batch-size", "3", "--out", str(tmp_path / "m.npz"),
+          *SMALL], processes=2)
+    assert _close(_positions(tmp_path / "m.npz"), _reference("--batch-size", "3"))
 
 
 @pytest.mark.slow
