@@ -135,30 +135,6 @@ def agent_potential(local: Potential, mesh: Mesh, axis_name: str | None = None) 
     return new
 
 
-def _sample_block(algorithm, potential, mixing, init, key, num_steps, *, chain_offset, **kwargs):
-    """``dgsgld.sample(..., chain_offset=chain_offset)`` for a block of chains.
-
-    Until the runner takes ``chain_offset``, the block's keys are reproduced by running chains
-    ``0, ..., chain_offset + size - 1`` (the block's starts repeated in front) and keeping the
-    last ``size``: the same draws, at up to ``P`` times the work.
-    """
-    import inspect
-
-    from .run import sample
-
-    if "chain_offset" in inspect.signature(sample).parameters:
-        return sample(algorithm, potential, mixing, init, key, num_steps,
-                      chain_offset=chain_offset, **kwargs)
-    if kwargs.get("ensemble_fn") is not None:
-        raise ValueError("`ensemble_fn` needs dgsgld.sample's chain_offset (not in this version).")
-    size = jax.tree.leaves(init.position if hasattr(init, "count") else init)[0].shape[0]
-    reps = -(-chain_offset // size) + 1
-    padded = jax.tree.map(lambda a: np.concatenate([np.asarray(a)] * reps)[-(chain_offset + size):],
-                          init)
-    trace = sample(algorithm, potential, mixing, padded, key, num_steps, **kwargs)
-    return jax.tree.map(lambda a: a[chain_offset:], trace._replace(ensemble=None))
-
-
 def gather(tree):
     """Every leaf whole on every process: blocks of chains run per process are concatenated
     along the chain axis, global (agent-split) arrays assembled. A collective: every process

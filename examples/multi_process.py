@@ -92,9 +92,8 @@ def main(argv=None) -> int:
             state = distributed.load_process_state(args.resume, like)
 
         def run():
-            return distributed._sample_block(algorithm, potential, mixing, state, key,
-                                             args.steps, chain_offset=offset,
-                                             store_positions=False)
+            return dgsgld.sample(algorithm, potential, mixing, state, key, args.steps,
+                                 chain_offset=offset, store_positions=False)
     else:
         mesh = sharding.agent_mesh()
         first, size = distributed.agent_block(args.agents)
