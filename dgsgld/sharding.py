@@ -106,9 +106,8 @@ def sample_sharded(algorithm, potential: Potential, mixing, init, key, num_steps
     Args:
         algorithm, potential, mixing, key, num_steps, **kwargs: as for :func:`dgsgld.sample`.
         init: ``(num_chains, N, ...)`` positions or a previous ``trace.state``; the number of
-            chains must be a multiple of the number of devices. Arrays already sharded (e.g.
-            built with ``jax.make_array_from_process_local_data`` on several hosts) are used
-            as they are.
+            chains must be a multiple of the number of devices. One process only (across
+            processes: :func:`dgsgld.distributed.chain_block`).
         mesh: a one-axis mesh (default :func:`chain_mesh` over all devices).
         axis_name: the mesh axis of the chains (default: the mesh's only axis).
 
@@ -166,9 +165,8 @@ class AgentRows(eqx.Module):
     first: Array
 
     def grad(self, positions: PyTree, key: PRNGKey) -> PyTree:
-        pot = self.potential
-        rows = jax.tree.leaves(positions)[0].shape[0]
-        counts, weights = pot._counts_weights(pot.mask, rows, jax.tree.leaves(positions)[0].dtype)
+        pot, leaf = self.potential, jax.tree.leaves(positions)[0]
+        counts, weights = pot._counts_weights(pot.mask, leaf.shape[0], leaf.dtype)
         return pot.grad_rows(positions, pot.data, counts, weights, key, self.first)
 
 
