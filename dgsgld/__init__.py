@@ -36,7 +36,7 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Subpackages with heavier set-up code load on first use.
     lazy = {"networks", "theory", "experiments", "diagnostics", "checkpoint", "progress",
-            "sparse", "streaming", "sharding", "stepsize", "traceio"}
+            "sparse", "streaming", "sharding", "stepsize", "traceio", "distributed"}
     if name in lazy:
         import importlib
 
