@@ -42,7 +42,8 @@ import numpy as np
 from . import _random, _validation
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
-from .run import Divergence, Trace, as_mixing_stack, chain_keys, sample
+from ._mixing import MixingStack, as_mixing
+from .run import Divergence, Trace, chain_keys, sample
 from .samplers.base import SamplingAlgorithm
 
 __all__ = ["AgentRows", "RowBlock", "agent_mesh", "chain_mesh", "place", "sample_agent_sharded",
@@ -122,8 +123,7 @@ def sample_sharded(algorithm, potential: Potential, mixing, init, key, num_steps
     init = shard_chains(init, mesh, axis)
     potential = jax.device_put(potential, replicated)
     if mixing is not None:
-        mixing = mixing if hasattr(mixing, "matrix_at") else as_mixing_stack(mixing)
-        mixing = jax.device_put(mixing, replicated)
+        mixing = jax.device_put(as_mixing(mixing), replicated)
     key = jax.device_put(key, replicated)
     return sample(algorithm, potential, mixing, init, key, num_steps, **kwargs)
 
@@ -210,7 +210,8 @@ def _agent_specs(tree: PyTree, num_agents: int, axis: str, agent_axis: int) -> P
 
 def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num_steps: int, *,
                          mesh: Mesh | None = None, axis_name: str | None = None,
-                         store_positions: bool = True, chain_offset: int = 0) -> Trace:
+                         store_positions: bool = True, chain_offset: int = 0,
+                         allow_disconnected: bool = False) -> Trace:
     """A decentralized sampler with its agents split across the devices of ``mesh``.
 
     Runs the sampler's own ``init``/``step`` inside ``jax.shard_map`` with a
@@ -236,6 +237,8 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
         axis_name: its axis (default: the only one).
         store_positions: return the positions at every iteration.
         chain_offset: global index of the first chain (a block of chains run elsewhere).
+        allow_disconnected: run a dense stack that is not jointly connected over its period
+            (refused by default, as by :func:`dgsgld.sample`).
 
     Returns:
         A :class:`~dgsgld.Trace`: ``positions`` leaves ``(num_chains, num_steps + 1, N, ...)``
@@ -265,7 +268,13 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
     if not shapes or any(len(s) < 2 or s[1] != n for s in shapes) or len({s[0] for s in shapes}) != 1:
         raise ValueError(f"`init` leaves must be (num_chains, {n}, *param_shape); got shapes "
                          f"{shapes}.")
-    stack = as_mixing_stack(mixing)
+    stack = as_mixing(mixing)
+    if isinstance(stack, MixingStack):  # dense: its rows are split over the devices
+        stack = stack.matrices
+        if not allow_disconnected and _validation.is_concrete(stack):
+            from .networks.validation import check_joint_connectivity
+
+            check_joint_connectivity(stack, name="mixing")  # as dgsgld.sample does
     on_the_fly = hasattr(stack, "matrix_at")
     if on_the_fly:
         w0 = jax.eval_shape(stack.matrix_at, jnp.int32(0))
@@ -274,6 +283,7 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
                              "agent sharding (sparse snapshots are not split by rows).")
     elif stack.shape[1:] != (n, n):
         raise ValueError(f"`mixing` must be a dense (P, {n}, {n}) stack; got {stack.shape}.")
+    key = _random.fast_key(key)  # the runner's key implementation: the same numbers, faster
     impl = jax.random.key_impl(key) if _is_key(key) else None
     key_data = key if impl is None else jax.random.key_data(key)
     specs = _agent_in_specs(potential, stack, init, axis)
@@ -314,7 +324,7 @@ def _agent_run(algorithm, init, stack, potential, key_data, *, mesh, axis, resum
         run_key = key_data if impl is None else jax.random.wrap_key_data(key_data, impl=impl)
         first = jax.lax.axis_index(axis) * block
         local = AgentRows(potential, first)
-        split = jax.vmap(_random.split)(chain_keys(run_key, num_chains, chain_offset))
+        split = jax.vmap(jax.random.split)(chain_keys(run_key, num_chains, chain_offset))
         init_keys, run_keys = split[:, 0], split[:, 1]
         states = state0 if resume else jax.vmap(algorithm.init, (0, None, 0))(
             state0, local, init_keys)
@@ -333,7 +343,7 @@ def _agent_run(algorithm, init, stack, potential, key_data, *, mesh, axis, resum
             else:
                 rows = stack_rows[k % stack_rows.shape[0]]
             w = RowBlock(rows, axis)
-            keys = jax.vmap(_random.fold_in, (0, None))(run_keys, k)
+            keys = jax.vmap(jax.random.fold_in, (0, None))(run_keys, k)
             step = lambda kc, s: algorithm.step(kc, s, local, w, noise(kc, s.position))[0]  # noqa: E731
             states = jax.vmap(step)(keys, states)
             # First non-finite local agent of each chain; combined over devices after the

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
 
     problem, mixing, init, key, algorithm = setup(args)
     like = jax.eval_shape(jax.vmap(algorithm.init, (0, None, 0)), init, problem.potential(),
-                          dgsgld.chain_keys(key, args.chains))
+                          jax.random.split(key, args.chains))  # shapes only
     if args.placement == "chains":
         offset, size = distributed.chain_block(args.chains)
         potential = problem.potential(args.batch_size)

@@ -100,3 +100,17 @@ def test_bnn_equinox_example():
           re.findall(r"predictive sd of f\(x\), (\w+) .*: (\d+\.\d+)", out)}
     # Far from the data the posterior predictive is wider than where the data are.
     assert sd["outside"] > 1.5 * sd["data"]
+
+
+@pytest.mark.slow
+def test_theory_report_example_writes_where_asked(tmp_path):
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "theory_report.py"), "--small", "--out", str(out)],
+        capture_output=True, text=True, check=False, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "theory_report.json").exists() and not (tmp_path / "--small").exists()
+    # The stationary W2 is O(η): the local slope at η ~ 1e-6 is 1 to three decimals.
+    slopes = [_numbers(line)[-1] for line in proc.stdout.splitlines() if "local slope" in line]
+    assert len(slopes) == 3 and all(abs(s - 1.0) < 0.01 for s in slopes)
