@@ -36,7 +36,8 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Subpackages with heavier set-up code load on first use.
     lazy = {"networks", "theory", "experiments", "diagnostics", "checkpoint", "progress",
-            "sparse", "streaming", "sharding", "stepsize", "traceio", "distributed"}
+            "sparse", "streaming", "sharding", "stepsize", "traceio", "distributed", "data",
+            "predictive"}
     if name in lazy:
         import importlib
 

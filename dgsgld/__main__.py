@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 FIGURE_TARGETS = ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fig3c", "fig2", "fig3", "all")
+#: Real-data benchmarks (dgsgld.experiments.digits): Bayesian models across label-skewed agents.
+DATA_TARGETS = ("digits", "diabetes")
 
 
 def _number(convert, valid, what: str):
@@ -109,10 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument(
         "target",
-        choices=FIGURE_TARGETS + ("theory",),
+        choices=FIGURE_TARGETS + ("theory",) + DATA_TARGETS,
         metavar="TARGET",
         help="fig2a|fig2b|fig2c|fig3a|fig3b|fig3c, fig2 or fig3 (a family), all "
-        "(the six figures), or theory",
+        "(the six figures), theory, or digits|diabetes (real-data benchmarks)",
     )
     rep.add_argument(
         "--out",
@@ -145,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--no-plots", action="store_true", help="write JSON only, no PNG files")
     rep.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    rep.add_argument("--small", action="store_true",
+                     help="digits|diabetes only: the reduced size the tests run")
 
     sweep = sub.add_parser(
         "sweep",
@@ -338,9 +342,22 @@ def _theory(args) -> int:
     return 0
 
 
+def _real_data(args) -> int:
+    from dgsgld.experiments.digits import reproduce_digits
+
+    if args.config is not None:
+        raise ValueError("--config applies to the figures, not to the digits/diabetes benchmarks.")
+    reproduce_digits(args.out, small=args.small, tasks=(args.target,), seed=args.seed,
+                     num_chains=args.trials, plot=not args.no_plots,
+                     logger=None if args.quiet else print)
+    return 0
+
+
 def _reproduce(args) -> int:
     if args.target == "theory":
         return _theory(args)
+    if args.target in DATA_TARGETS:
+        return _real_data(args)
     from dgsgld.experiments import reproduce
 
     check_memory(*_figure_memory(args))

@@ -1,0 +1,183 @@
+"""Scores of a posterior predictive from samples: what Bayesian deep-learning papers report.
+
+Classification works from per-sample log-probabilities ``(S, P, K)`` (samples, points,
+classes). The posterior predictive is the MEAN of the samples' probabilities,
+
+    log p̂(y | x) = logsumexp_s log p_s(y | x) − log S      (:func:`log_predictive`),
+
+not the mean of their logs (that would score a geometric mean and reward overconfidence).
+The scores then take the predictive ``(P, K)``:
+
+* :func:`accuracy`: fraction of points whose most probable class is the label;
+* :func:`nll`: mean negative log predictive probability of the label (nats);
+* :func:`ece`: expected calibration error with equal-width confidence bins (15 by default):
+  ``sum_b (n_b / P) |accuracy_b − mean confidence_b|``, confidence ``= max_k p̂_k``; bins are
+  ``((b − 1)/B, b/B]``, the first also holding 0;
+* :func:`brier`: multi-class Brier score ``mean_p sum_k (p̂_k − 1[y = k])²``, in ``[0, 2]``;
+* :func:`entropy` and :func:`auroc`: out-of-distribution detection by predictive entropy,
+  scored by the area under the ROC curve (the Mann–Whitney statistic; ties count one half).
+
+Regression works from per-sample Gaussian predictive means and standard deviations ``(S, P)``:
+:func:`rmse` of the predictive mean, and :func:`gaussian_nll`, the negative log density of the
+mixture ``(1/S) sum_s N(y; μ_s, σ_s²)``, again by ``logsumexp``.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._types import Array
+
+__all__ = [
+    "accuracy",
+    "auroc",
+    "brier",
+    "calibration_curve",
+    "ece",
+    "entropy",
+    "gaussian_nll",
+    "log_predictive",
+    "nll",
+    "rmse",
+]
+
+#: Equal-width confidence bins of :func:`ece` (Guo et al., 2017).
+ECE_BINS = 15
+
+
+def _check_labels(log_probs: Array, labels: Array) -> Array:
+    shape = jnp.shape(log_probs)
+    if len(shape) != 2:
+        raise ValueError(f"`log_probs` must be (points, classes); got shape {shape}.")
+    labels = jnp.asarray(labels)
+    if labels.shape != shape[:1]:
+        raise ValueError(f"`labels` must have shape ({shape[0]},); got {labels.shape}.")
+    if not jnp.issubdtype(labels.dtype, jnp.integer):
+        raise ValueError(f"`labels` must be integer classes; got dtype {labels.dtype}.")
+    if shape[0] == 0:
+        raise ValueError("`log_probs` holds no points.")
+    return labels
+
+
+def log_predictive(log_probs: Array, axis: int | tuple[int, ...] = 0) -> Array:
+    """Log of the mean over sample axes of the probabilities: ``logsumexp − log S``.
+
+    Args:
+        log_probs: per-sample log-probabilities, e.g. ``(S, P, K)``.
+        axis: the sample axis or axes.
+
+    Returns:
+        The log predictive with the sample axes removed, e.g. ``(P, K)``.
+    """
+    log_probs = jnp.asarray(log_probs)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    count = int(np.prod([log_probs.shape[a] for a in axes]))
+    if count == 0:
+        raise ValueError(f"`log_probs` has no samples along axis {axis}; shape {log_probs.shape}.")
+    return jax.nn.logsumexp(log_probs, axis=axes) - jnp.log(float(count))
+
+
+def accuracy(log_probs: Array, labels: Array) -> Array:
+    """Fraction of points whose arg-max class equals ``labels``; ``log_probs (P, K)``."""
+    labels = _check_labels(log_probs, labels)
+    return jnp.mean(jnp.argmax(log_probs, axis=-1) == labels)
+
+
+def nll(log_probs: Array, labels: Array) -> Array:
+    """Mean of ``-log p̂(label)`` over points; ``log_probs (P, K)`` (a log predictive)."""
+    labels = _check_labels(log_probs, labels)
+    return -jnp.mean(jnp.take_along_axis(log_probs, labels[:, None], axis=-1))
+
+
+def brier(log_probs: Array, labels: Array) -> Array:
+    """Multi-class Brier score ``mean_p sum_k (p̂_k − 1[y = k])²``; ``log_probs (P, K)``."""
+    labels = _check_labels(log_probs, labels)
+    probs = jnp.exp(log_probs)
+    onehot = jax.nn.one_hot(labels, probs.shape[-1], dtype=probs.dtype)
+    return jnp.mean(jnp.sum((probs - onehot) ** 2, axis=-1))
+
+
+def calibration_curve(log_probs: Array, labels: Array, num_bins: int = ECE_BINS):
+    """Reliability diagram data over ``num_bins`` equal-width confidence bins.
+
+    Returns:
+        ``(counts, accuracy, confidence)``, each ``(num_bins,)``: points per bin, their
+        accuracy and mean confidence (``0`` in empty bins).
+    """
+    labels = _check_labels(log_probs, labels)
+    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 1:
+        raise ValueError(f"`num_bins` must be a positive int; got {num_bins!r}.")
+    probs = jnp.exp(log_probs)
+    confidence = jnp.max(probs, axis=-1)
+    correct = (jnp.argmax(probs, axis=-1) == labels).astype(probs.dtype)
+    # Bin b holds ((b-1)/B, b/B]; confidence 0 (impossible for a distribution) goes to bin 0.
+    bins = jnp.clip(jnp.ceil(confidence * num_bins).astype(jnp.int32) - 1, 0, num_bins - 1)
+    counts = jnp.zeros(num_bins).at[bins].add(1.0)
+    safe = jnp.maximum(counts, 1.0)
+    acc = jnp.zeros(num_bins).at[bins].add(correct) / safe
+    conf = jnp.zeros(num_bins).at[bins].add(confidence) / safe
+    return counts, acc, conf
+
+
+def ece(log_probs: Array, labels: Array, num_bins: int = ECE_BINS) -> Array:
+    """Expected calibration error ``sum_b (n_b / P) |acc_b − conf_b|`` (15 bins by default)."""
+    counts, acc, conf = calibration_curve(log_probs, labels, num_bins)
+    return jnp.sum(counts * jnp.abs(acc - conf)) / jnp.sum(counts)
+
+
+def entropy(log_probs: Array) -> Array:
+    """Entropy ``−sum_k p̂_k log p̂_k`` (nats) per point: ``log_probs (..., K) -> (...)``."""
+    log_probs = jnp.asarray(log_probs)
+    # 0 log 0 = 0: where p = 0 the product is replaced by 0 rather than 0 * (-inf) = NaN.
+    return -jnp.sum(jnp.where(log_probs > -jnp.inf, jnp.exp(log_probs) * log_probs, 0.0), axis=-1)
+
+
+def auroc(scores_in: Array, scores_out: Array) -> Array:
+    """Area under the ROC curve for telling ``scores_out`` (positives) from ``scores_in``.
+
+    The probability that a random out-of-distribution score exceeds a random in-distribution
+    one, ties counting one half (the Mann–Whitney ``U / (n_in n_out)``); computed from ranks by
+    sorting, ``O((n_in + n_out) log n_in)``.
+
+    Args:
+        scores_in: ``(n_in,)`` scores of in-distribution points (e.g. predictive entropy).
+        scores_out: ``(n_out,)`` scores of out-of-distribution points.
+    """
+    scores_in, scores_out = jnp.asarray(scores_in), jnp.asarray(scores_out)
+    for name, s in (("scores_in", scores_in), ("scores_out", scores_out)):
+        if s.ndim != 1 or s.size == 0:
+            raise ValueError(f"`{name}` must be a non-empty 1-D array; got shape {s.shape}.")
+    ordered = jnp.sort(scores_in)
+    below = jnp.searchsorted(ordered, scores_out, side="left")
+    equal = jnp.searchsorted(ordered, scores_out, side="right") - below
+    return jnp.mean(below + 0.5 * equal) / scores_in.size
+
+
+def _check_regression(means: Array, stds: Array, targets: Array) -> tuple[Array, Array, Array]:
+    means, targets = jnp.asarray(means), jnp.asarray(targets)
+    if means.ndim != 2:
+        raise ValueError(f"`means` must be (samples, points); got shape {means.shape}.")
+    if targets.shape != means.shape[1:]:
+        raise ValueError(f"`targets` must have shape ({means.shape[1]},); got {targets.shape}.")
+    stds = jnp.broadcast_to(jnp.asarray(stds, means.dtype), means.shape)
+    return means, stds, targets
+
+
+def rmse(means: Array, targets: Array) -> Array:
+    """Root-mean-square error of the predictive mean ``mean_s μ_s``; ``means (S, P)``."""
+    means, _, targets = _check_regression(means, 1.0, targets)
+    return jnp.sqrt(jnp.mean((jnp.mean(means, axis=0) - targets) ** 2))
+
+
+def gaussian_nll(means: Array, stds: Array, targets: Array) -> Array:
+    """Mean over points of ``−log (1/S) sum_s N(y; μ_s, σ_s²)``.
+
+    Args:
+        means: ``(S, P)`` per-sample predictive means.
+        stds: ``(S, P)`` (or broadcastable, e.g. ``(S, 1)``) positive standard deviations.
+        targets: ``(P,)``.
+    """
+    means, stds, targets = _check_regression(means, stds, targets)
+    z = (targets[None, :] - means) / stds
+    log_density = -0.5 * z**2 - jnp.log(stds) - 0.5 * jnp.log(2 * jnp.pi)
+    return -jnp.mean(log_predictive(log_density, axis=0))
