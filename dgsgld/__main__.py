@@ -183,11 +183,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML file of experiment settings, as for reproduce",
     )
     sweep.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    for command in (run, rep, sweep):
+        command.add_argument(
+            "--no-cache",
+            action="store_true",
+            help="do not store or reuse compiled programs (default: reuse them from "
+            "$XDG_CACHE_HOME/dgsgld or ~/.cache/dgsgld; DGSGLD_NO_CACHE=1 also disables)",
+        )
     return parser
 
 
 def _run(args) -> int:
-    from dgsgld.experiments import quick_run
+    from dgsgld.experiments.quick import quick_run
 
     print(
         f"Bayesian linear regression (Fig. 2 problem) on the time-varying {args.network}, "
@@ -201,6 +208,7 @@ def _run(args) -> int:
         step_size=args.step_size,
         sgld_step_size=args.sgld_step_size,
         seed=args.seed,
+        cache_dir=args.cache_dir,
     )
     print("per-agent W2 to the exact posterior at the final iteration:")
     print(result.table())
@@ -268,6 +276,9 @@ def main(argv=None) -> int:
     """Entry point of ``python -m dgsgld`` and the ``dgsgld`` script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from dgsgld import _cache
+
+    args.cache_dir = _cache.enable(disabled=args.no_cache)
     try:
         if args.command == "run":
             return _run(args)
