@@ -10,7 +10,8 @@ Against :mod:`benchmarks.numpy_baseline` (the plain vectorized loop, kept as a s
   threads as there are cores (one generator per thread; NumPy releases the GIL while filling)
   and scaled by ``√(2η)`` there;
 * mini-batches by the toolkit's subset-table trick: the ``C(n_local, b)`` subsets of an agent's
-  samples listed once, one integer drawn per agent and chain (no ``argpartition`` of uniforms).
+  samples listed once as rows of 0 / ``n_local/b`` weights, one integer drawn per agent and
+  chain (no ``argpartition`` of uniforms), the weights applied to the full residual.
 
 Same problem, same update rules, same data layout on return: final positions ``(C, N, d)``.
 """
@@ -79,27 +80,21 @@ def run(problem: Problem, num_chains: int, num_steps: int, step_size: float, *,
     resid = np.empty((n, n_local, c), f32)
     rng = np.random.default_rng(seed)
     if batch_size is not None:
-        subsets = np.array(list(itertools.combinations(range(n_local), batch_size)))  # (S, b)
-        agents = np.arange(n)[:, None, None]
-        ratio = f32(n_local / batch_size)
-        resid_b = np.empty((n, c, batch_size, 1), f32)
-        g_b = np.empty((n, c, d, 1), f32)
+        # Row s of the table: weight n_local / b on the samples of the s-th b-subset, else 0.
+        subsets = itertools.combinations(range(n_local), batch_size)
+        table = np.array([np.isin(np.arange(n_local), sub) for sub in subsets], f32)
+        table *= f32(n_local / batch_size)                            # (S, n_local)
+        table_t = np.ascontiguousarray(table.T)                       # (n_local, S)
+        rows = np.arange(n_local)[None, :, None]
 
     def gradient(x: np.ndarray, out: np.ndarray) -> None:
         """``out ← ∇f_i(x_i)`` for ``x`` of shape ``(N, d, C)``."""
-        if batch_size is None:
-            np.matmul(z, x, out=resid)
-            np.subtract(resid, yv[:, :, None], out=resid)
-            np.matmul(zt, resid, out=out)
-        else:
-            pick = subsets[rng.integers(0, len(subsets), size=(n, c))]   # (N, C, b)
-            zb, yb = z[agents, pick], yv[agents, pick]                    # (N, C, b, d), (N, C, b)
-            xc = np.swapaxes(x, 1, 2)[..., None]                          # (N, C, d, 1) view
-            np.matmul(zb, xc, out=resid_b)
-            resid_b[..., 0] -= yb
-            np.matmul(np.swapaxes(zb, 2, 3), resid_b, out=g_b)
-            np.multiply(g_b, ratio, out=g_b)
-            out[...] = np.swapaxes(g_b[..., 0], 1, 2)
+        np.matmul(z, x, out=resid)
+        np.subtract(resid, yv[:, :, None], out=resid)
+        if batch_size is not None:           # residuals of the samples outside the subset: 0
+            pick = rng.integers(0, table.shape[0], size=(n, 1, c))      # one word per agent, chain
+            np.multiply(resid, table_t[rows, pick], out=resid)             # (N, n_local, C)
+        np.matmul(zt, resid, out=out)
         np.multiply(x, prior, out=tmp)
         out += tmp
 
