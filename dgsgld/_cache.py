@@ -88,36 +88,45 @@ def _describe(obj: Any) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
 
 
-def load_or_compile(fn: Callable, args: tuple, *, tag: str, directory: Path | None):
-    """``fn(*args)`` run from a stored executable when ``directory`` holds one, else compiled
-    (and stored there, unless the program calls library kernels: those stay with JAX's cache).
+def load_or_compile(fn: Callable, args: tuple, *, tag: str, directory: Path | None,
+                    constants: tuple = ()):
+    """``fn(*constants, *args)`` run from a stored executable when ``directory`` holds one, else
+    compiled (and stored there, unless the program calls library kernels or host callbacks:
+    those stay with JAX's cache).
 
     Args:
-        fn: a jittable function of ``args`` (array leaves traced, other leaves static).
-        args: a tuple of pytrees; array leaves must not be typed PRNG keys (pass key data).
+        fn: a jittable function.
+        args: a tuple of pytrees; their array leaves are the program's arguments (not typed
+            PRNG keys: pass key data), other leaves are static.
         tag: what the program is (part of its file name's digest).
-        directory: :func:`cache_dir` (from :func:`enable`), or ``None`` to just ``jax.jit``.
+        directory: :func:`cache_dir` (from :func:`enable`), or ``None`` to call ``fn`` as is.
+        constants: arrays passed to ``fn`` as concrete values (baked into the program; their
+            bytes are part of the digest), e.g. a mixing stack that ``dgsgld.sample`` then
+            checks on the host instead of inside the computation.
 
     Returns:
-        ``fn(*args)``.
+        ``fn(*constants, *args)``.
     """
+    if directory is None:
+        return fn(*constants, *args)
     import equinox as eqx
     import jax
+    import numpy as np
 
     dynamic, static = eqx.partition(args, eqx.is_array)
     leaves, treedef = jax.tree.flatten(dynamic)
 
     def flat(*arrays):
-        return fn(*eqx.combine(jax.tree.unflatten(treedef, list(arrays)), static))
+        return fn(*constants, *eqx.combine(jax.tree.unflatten(treedef, list(arrays)), static))
 
-    if directory is None:
-        return jax.jit(flat)(*leaves)
     from jax.experimental import serialize_executable
 
     device = jax.devices()[0]
     description = [tag, jax.__version__, device.platform, device.device_kind, _source_digest(),
                    _describe(treedef), [_describe(x) for x in jax.tree.leaves(static)],
-                   [(x.shape, str(x.dtype)) for x in leaves]]
+                   [(x.shape, str(x.dtype)) for x in leaves],
+                   [hashlib.sha256(np.ascontiguousarray(c).tobytes()).hexdigest()
+                    + str((np.shape(c), np.asarray(c).dtype)) for c in constants]]
     digest = hashlib.sha256(repr(description).encode()).hexdigest()[:32]
     path = Path(directory) / "executables" / f"{digest}.pkl"
     try:
@@ -127,8 +136,8 @@ def load_or_compile(fn: Callable, args: tuple, *, tag: str, directory: Path | No
         lowered = jax.jit(flat).lower(*leaves)
         compiled = lowered.compile()
         if "custom_call" in lowered.as_text():
-            # Library kernels (LAPACK's eigh, ...) are registered while lowering, which a loaded
-            # executable skips: loading one that calls them crashes. JAX's cache serves these.
+            # Library kernels (LAPACK's eigh, ...) and host callbacks are registered while
+            # lowering, which a loaded executable skips: loading one that calls them crashes.
             return compiled(*leaves)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

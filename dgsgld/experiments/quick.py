@@ -9,9 +9,11 @@ loads them instead of tracing and compiling them.
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .. import _cache, run
@@ -114,10 +116,14 @@ def quick_run(
     for name, make in ALGORITHMS.items():
         central = name == CENTRALIZED
         steps[name] = float(sgld_step_size if central else step_size)
-        args = (make(steps[name]), potential, None if central else schedule.matrices,
-                init_cen if central else init_dec, key_data, num_steps)
+        # The mixing is a constant of the program: sample checks it on the host (once, when the
+        # program is built for exactly these matrices), not inside every run.
+        mixing = () if central else (jnp.asarray(schedule.matrices),)
+        args = (make(steps[name]), potential, init_cen if central else init_dec, key_data,
+                num_steps)
         position, divergence = _cache.load_or_compile(
-            _final_positions, args, tag=f"quick_run/{name}", directory=cache_dir)
+            _final_positions if mixing else partial(_final_positions, None), args,
+            tag=f"quick_run/{name}", directory=cache_dir, constants=mixing)
         run._report_divergence(run.Divergence(*divergence), "warn")
         finals.append(np.asarray(_agent_axis(position)))
     draws = _exact_draws(problem, trials, seeds["reference"])
@@ -131,7 +137,7 @@ def quick_run(
     return QuickRun(config, steps, final_w2, floor, time.perf_counter() - start)
 
 
-def _final_positions(algorithm, potential, mixing, init, key_data, num_steps):
+def _final_positions(mixing, algorithm, potential, init, key_data, num_steps):
     """Final positions and ``(iteration, agent)`` of each chain's divergence."""
     trace = run.sample(algorithm, potential, mixing, init, jax.random.wrap_key_data(key_data),
                        num_steps, store_positions=False, on_divergence="flag")
