@@ -1,15 +1,21 @@
 """The benchmark suite: ``python -m benchmarks.run [--quick] [--out benchmarks/results.json]``.
 
-Times DIGing-SGLD (and DE-SGLD) on the paper's Bayesian linear regression with ``dgsgld.sample``
-against, in the same process, a vectorized NumPy implementation (:mod:`benchmarks.numpy_baseline`),
-the simplest hand-written ``lax.scan`` + ``vmap`` implementation (:mod:`benchmarks.scan_baseline`)
-and the hardware floors (:mod:`benchmarks.floors`). Workloads vary one axis at a time from the
-paper size (200 chains × 100 iterations × 20 agents × d = 6). Writes a JSON file and a markdown
-table file next to it (``results.md``). Methods: :mod:`benchmarks.harness`.
+Times DIGing-SGLD (and DE-SGLD for one row) on the paper's Bayesian linear regression with
+``dgsgld.sample`` against, in the same process, the strongest NumPy loop we could write
+(:mod:`benchmarks.numpy_fast`, the ratios' baseline), the plain vectorized NumPy loop
+(:mod:`benchmarks.numpy_baseline`, a second column), the simplest hand-written ``lax.scan`` +
+``vmap`` (:mod:`benchmarks.scan_baseline`) and the hardware floors (:mod:`benchmarks.floors`).
+Workloads vary one axis at a time from the paper size (200 chains × 100 iterations × 20 agents
+× d = 6). Further sections: the main job as a whole process against a NumPy script
+(:mod:`benchmarks.whole_process`), rings with dense, circulant and neighbour-list mixing against
+NumPy + ``scipy.sparse``, normal transforms (``erf⁻¹`` against Box–Muller), PRNGs, a profile,
+float64, memory. Writes a JSON file and a markdown file next to it (``results.md``) that opens
+with issue 19's targets checked against their baselines. Methods: :mod:`benchmarks.harness`;
+notebook: ``benchmarks/README.md``.
 
 Options: ``--prng`` (the key implementation of every toolkit/scan row; default JAX's default,
 ``threefry2x32``), ``--only NAME[,NAME]`` (workloads whose name starts with one of these),
-``--skip-baselines``.
+``--skip-baselines``, ``--sections``, ``--pairs``.
 """
 
 from __future__ import annotations

@@ -187,8 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--no-cache",
             action="store_true",
-            help="do not store or reuse compiled programs (default: reuse them from "
-            "$XDG_CACHE_HOME/dgsgld or ~/.cache/dgsgld; DGSGLD_NO_CACHE=1 also disables)",
+            help="do not store or reuse compiled programs (default: keep them in "
+            "$DGSGLD_CACHE_DIR, $XDG_CACHE_HOME/dgsgld/jax or ~/.cache/dgsgld/jax; "
+            "DGSGLD_NO_CACHE=1 also disables)",
         )
     return parser
 
