@@ -285,7 +285,7 @@ def check_out(out: Path) -> None:
 
 
 def _run(args) -> int:
-    from dgsgld.experiments.quick import quick_run
+    from dgsgld.experiments import quick_run
 
     # Three samplers run one after the other; positions are not stored (20 agents, d = 6).
     check_memory(estimate_bytes(args.trials, 1, 20, 6), f"--trials {args.trials}")

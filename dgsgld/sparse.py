@@ -23,13 +23,13 @@ Convention as everywhere in dgsgld: ``x⁺ = W @ x``, ``W[i, j]`` the weight age
 agent ``j``. The weights are those of the dense matrix, so results equal the dense run up to
 floating-point summation order (float32 rounding).
 
-Automatic choice (:func:`auto`) from a cost model (:class:`CostModel`, :func:`cost`), not a
-density threshold: the sparse formats' products are cheap at any size, but ``dgsgld.sample``
-runs sparse snapshots with the chain axis first, where the rest of a step (noise, gradient,
-update) costs about six times what it costs in the dense run's chains-last loop on XLA:CPU.
-So a sparse run only wins once the dense product's ``N²`` dominates: measured DIGing-SGLD on a
-ring, 200 chains, d = 6, 20 steps, CPU seconds: N = 200 dense 0.08, circulant 0.19;
-N = 500 0.34 / 0.49; N = 1 000 1.28 / 1.01; N = 2 000 4.95 / 2.04 (``benchmarks/README.md``).
+Automatic choice (:func:`auto`) from a cost model (:class:`CostModel`, :func:`cost`) fitted
+to whole sampling runs, not a density threshold: the sparse formats' products are cheap at any
+size, but a run with sparse snapshots (chains first in ``dgsgld.sample``'s loop) spends about
+six times a dense run's per-agent time outside the product, so sparse only wins once the dense
+product's ``N²`` dominates. Measured DIGing-SGLD on a ring, 200 chains, d = 6, 20 steps, CPU
+seconds, dense / circulant: N = 200 0.08 / 0.19; N = 500 0.34 / 0.49; N = 1 000 1.28 / 1.01;
+N = 2 000 4.95 / 2.04 (``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -175,6 +175,11 @@ class CirculantMixing(_Snapshot):
         for k, shift in enumerate(self.shifts):
             out = out + self.weights[k] * jnp.roll(x, -shift, axis=0)
         return out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        # The dense matrix for host-side readers of any snapshot (the runner's connectivity
+        # check reads unknown formats through np.asarray).
+        return np.asarray(self.todense(), dtype=dtype)
 
     def todense(self) -> Array:
         n = self.num_agents
@@ -326,11 +331,11 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
 class CostModel(NamedTuple):
     """Modelled cost of one sampling step per agent, in units of a dense run's per-agent work.
 
-    ``dense = N (1 + N / dense_crossover)``: the per-agent work (noise, gradient, update) plus
-    the ``N²`` product; ``sparse = N (sparse_loop + entry[format] (K + 1))``: the same work in a
-    chains-first loop (what ``dgsgld.sample`` runs with sparse snapshots) plus ``K + 1`` stored
-    entries per agent. Defaults fitted to DIGing-SGLD on rings of 200-2 000 agents, 200 chains,
-    d = 6 (``python -m benchmarks.run --sections sparse``, CPU seconds, XLA:CPU).
+    ``dense = N (1 + N / dense_crossover)``: per-agent work plus the ``N²`` product;
+    ``sparse = N (sparse_loop + entry[format] (K + 1))``: per-agent work as a run with sparse
+    snapshots does it, plus ``K + 1`` stored entries per agent. Defaults fitted to whole
+    DIGing-SGLD runs on rings of 200-2 000 agents, 200 chains, d = 6 (``python -m
+    benchmarks.run --sections sparse``, CPU seconds, XLA:CPU); refit them on other hardware.
     """
 
     dense_crossover: float = 132.0

@@ -127,3 +127,14 @@ def test_bad_input_is_rejected_with_the_argument_named():
         sparse.from_dense(np.eye(3), format="csr")
     with pytest.raises(ValueError, match="N = 3"):
         sparse.from_dense(np.eye(3)).matrix_at(0) @ jnp.ones((4, 2))
+
+
+def test_a_disconnected_circulant_schedule_is_refused_like_its_dense_stack():
+    # Shift 2 on 8 agents links evens and odds separately: two components, whatever format.
+    prob = linear_regression(num_agents=8, dim=2, batch_size=2)
+    stack = _circulant_graph(8, (2,))
+    init = jnp.zeros((2, 8, 2), jnp.float32)
+    for mixing in (stack, sparse.from_dense(stack, format="circulant")):
+        with pytest.raises(ValueError, match="connected"):
+            dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, mixing, init,
+                          jax.random.key(0), 2)
