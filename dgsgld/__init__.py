@@ -39,7 +39,7 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Subpackages with heavier set-up code load on first use.
     lazy = {"networks", "theory", "experiments", "diagnostics", "checkpoint", "progress",
-            "sparse", "streaming", "sharding"}
+            "sparse", "streaming", "sharding", "stepsize", "traceio"}
     if name in lazy:
         import importlib
 
