@@ -188,6 +188,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML file of experiment settings, as for reproduce",
     )
     sweep.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+    launch = sub.add_parser(
+        "launch",
+        help="start P local processes of one multi-process run (dgsgld.distributed.launch)",
+        description="Run COMMAND as P processes on this machine, appending --process-id I "
+        "--num-processes P --coordinator 127.0.0.1:PORT to each; stop all and fail when one "
+        "fails. Example: python -m dgsgld launch --processes 2 -- python "
+        "examples/multi_process.py --placement agents --out positions.npz",
+    )
+    launch.add_argument("--processes", type=_positive_int, required=True, metavar="P",
+                        help="number of local processes")
+    launch.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
+                        help="stop all processes and fail (code 124) after this long")
+    launch.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="the program and its arguments, after --")
     for command in (run, rep, sweep):
         command.add_argument(
             "--no-cache",
@@ -392,7 +407,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from dgsgld import _cache
 
-    args.cache_dir = _cache.enable(disabled=args.no_cache)
+    # Compiling commands only (not `launch`, which starts other processes).
+    args.cache_dir = _cache.enable(disabled=args.no_cache) if hasattr(args, "no_cache") else None
     try:
         if getattr(args, "out", None) is not None:  # every command writing a directory
             check_out(args.out)
@@ -400,6 +416,11 @@ def main(argv=None) -> int:
             return _run(args)
         if args.command == "sweep":
             return _sweep(args)
+        if args.command == "launch":
+            from dgsgld.distributed import launch
+
+            cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+            return launch(args.processes, cmd, timeout=args.timeout)
         return _reproduce(args)
     except KeyboardInterrupt:
         if args.debug:

@@ -575,13 +575,8 @@ def _sample_options(on_divergence: str, options: dict) -> tuple[bool, dict]:
             f"`sample_chunked` got unknown option(s) {unknown}; the options it passes on to "
             f"dgsgld.sample are {sorted(allowed)}."
         )
-    opts = dict(options)
-    stop = on_divergence == "stop" or bool(opts.pop("stop_on_divergence", False))
-    if "stop_on_divergence" in accepted:
-        opts.update(on_divergence="flag", stop_on_divergence=stop)
-    else:
-        opts["on_divergence"] = "stop" if stop else "flag"
-    return stop, opts
+    stop = on_divergence == "stop"
+    return stop, dict(options, on_divergence="stop" if stop else "flag")
 
 
 def _fingerprint(algorithm, potential, mixing, init, key, options, layout) -> list:
@@ -593,7 +588,7 @@ def _fingerprint(algorithm, potential, mixing, init, key, options, layout) -> li
     fields += describe(mixing, "mixing") + describe(init, "init") + describe(key, "key")
     for name, param in params.items():
         if param.kind is param.KEYWORD_ONLY and name not in (
-            "progress", "on_divergence", "stop_on_divergence", "burn_in"  # not in the chunks
+            "progress", "on_divergence", "burn_in"  # not in the chunks
         ):
             fields += describe(options.get(name, param.default), name)
     return [list(f) for f in fields] + layout

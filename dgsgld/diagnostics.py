@@ -1,4 +1,6 @@
-"""Convergence diagnostics per agent: effective sample size, split R-hat, consensus error.
+"""Convergence diagnostics per agent: effective sample size, split R-hat.
+
+(Consensus error over time: :func:`dgsgld.metrics.consensus_error` of ``trace.positions``.)
 
 Every function takes draws laid out chain-major, ``(chain, draw, ...)``, as in
 ``trace.positions`` (``(num_chains, num_kept, N, *param_shape)``), and treats each trailing
@@ -45,13 +47,11 @@ import numpy as np
 from scipy import special, stats
 
 from . import _validation
-from .metrics import consensus_error
 
 __all__ = [
     "ess",
     "rhat",
     "split_rhat",
-    "consensus_error_over_time",
     "network_average",
     "diverged_chains",
     "agent_summary",
@@ -306,36 +306,6 @@ def ess(samples, *, diverged: str = "raise"):
     """
     arrays = _finite_chains(samples, "samples", diverged)
     return _per_leaf(_bulk_ess, arrays, "samples")
-
-
-def _flat_agents(positions, *, agent_axis: int = 2) -> np.ndarray:
-    """Concatenate the array leaves of ``positions`` to ``(..., N, D)``."""
-    leaves = [leaf for _, leaf in _array_leaves(positions, "positions")]
-    flat = []
-    for leaf in leaves:
-        arr = np.asarray(leaf)
-        if arr.ndim <= agent_axis:
-            raise ValueError(
-                "`positions` leaves must be (chain, draw, N, *param_shape); got a leaf of shape "
-                f"{arr.shape}."
-            )
-        flat.append(arr.reshape(*arr.shape[: agent_axis + 1], -1))
-    return np.concatenate(flat, axis=-1)
-
-
-def consensus_error_over_time(positions) -> np.ndarray:
-    """Root-mean-square distance of the agents to their network average, per chain and draw.
-
-    Args:
-        positions: ``trace.positions`` of a decentralized sampler, leaves
-            ``(chain, draw, N, *param_shape)`` (all parameter leaves count as one vector).
-
-    Returns:
-        ``(chain, draw)``: ``sqrt(mean_i ‖x_i − x̄‖²)``.
-    """
-    x = _flat_agents(positions)
-    _validation.check_samples(x, name="positions", min_ndim=4, layout="(chain, draw, N, ...)")
-    return np.asarray(consensus_error(x))
 
 
 def network_average(positions, *, axis: int = 2):

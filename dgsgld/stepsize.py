@@ -289,8 +289,10 @@ def propose_step_size(
                          "`curvature_at` at a point where the model is curved.")
     grid = np.geomspace(1e-3 / lmax, 3.0 / lmax, num_step_sizes).astype(np.float32)
     gap = math.nan
-    if mixing is not None:
-        gap = float(np.mean(network_diagnostics.spectral_gap(run.as_mixing_stack(mixing))))
+    # Reported only, for dense stacks (sparse and on-the-fly schedules have no stored stack).
+    dense = getattr(mixing, "matrices", None) if hasattr(mixing, "matrix_at") else mixing
+    if dense is not None:
+        gap = float(np.mean(network_diagnostics.spectral_gap(dense)))
     (log_spread, consensus), diverged = _pilot(
         make_algorithm, jnp.asarray(grid), potential, mixing, pilot_init, pilot_key,
         num_steps, _PilotStats(decentralized),

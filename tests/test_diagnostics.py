@@ -82,21 +82,6 @@ def test_against_arviz():
         assert np.isclose(diagnostics.split_rhat(x), az.rhat(x, method="split"), rtol=1e-10)
 
 
-def test_consensus_error_over_time_flattens_parameter_pytrees():
-    rng = np.random.default_rng(4)
-    a = rng.standard_normal((2, 5, 3, 2))
-    b = rng.standard_normal((2, 5, 3))
-    got = diagnostics.consensus_error_over_time({"a": a, "b": b})
-    x = np.concatenate([a, b[..., None]], axis=-1)
-    centred = x - x.mean(axis=2, keepdims=True)
-    assert got.shape == (2, 5)
-    assert np.allclose(got, np.sqrt((centred**2).sum(-1).mean(-1)), rtol=1e-5)
-    # Agents at ±c around any centre are at consensus error c.
-    c = 0.7
-    pm = np.stack([np.full((2, 5, 2), 3.0 + c), np.full((2, 5, 2), 3.0 - c)], axis=2)
-    assert np.allclose(diagnostics.consensus_error_over_time(pm), c * np.sqrt(2), rtol=1e-5)
-
-
 def fake_trace(positions, centralized=False):
     div = dgsgld.Divergence(np.full(C, -1), np.full(C, -1))
     count = np.zeros(C, np.int32)
@@ -178,7 +163,6 @@ def test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves():
     assert isinstance(got, eqx.nn.MLP) and got.activation is None  # non-array leaf skipped
     assert got.layers[0].weight.shape == (3, 4, 1)
     assert np.array_equal(got.layers[1].bias, diagnostics.ess(stacked.layers[1].bias))
-    assert diagnostics.consensus_error_over_time(stacked).shape == (2, 50)
     avg = diagnostics.network_average(stacked)
     assert np.allclose(avg.layers[0].weight, stacked.layers[0].weight.mean(axis=2))
     idata_names = diagnostics.to_arviz(stacked).posterior.data_vars

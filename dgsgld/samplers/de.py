@@ -36,7 +36,7 @@ class DESGLDInfo(NamedTuple):
 
 
 class DESGLD(SamplingAlgorithm):
-    """DE-SGLD. Build with :func:`de_sgld`."""
+    """DE-SGLD; ``DESGLD(step_size)`` is the same as :func:`de_sgld`."""
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGLDState:
         return DESGLDState(position, jnp.zeros((), jnp.int32), potential.grad(position, key))
@@ -53,4 +53,4 @@ class DESGLD(SamplingAlgorithm):
 
 def de_sgld(step_size: StepSize) -> DESGLD:
     """DE-SGLD with a constant step size or a schedule ``count -> η``."""
-    return DESGLD(_tree.as_step_size(step_size))
+    return DESGLD(step_size)

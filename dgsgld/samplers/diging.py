@@ -43,7 +43,8 @@ class DIGingInfo(NamedTuple):
 
 
 class DIGingSGLD(SamplingAlgorithm):
-    """DIGing-SGLD over a time-varying network. Build with :func:`diging_sgld`."""
+    """DIGing-SGLD over a time-varying network; ``DIGingSGLD(step_size)`` equals
+    :func:`diging_sgld`."""
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingState:
         """State at ``k = 0``: ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``. ``position`` leaves are ``(N, ...)``."""
@@ -71,4 +72,4 @@ class DIGingSGLD(SamplingAlgorithm):
 
 def diging_sgld(step_size: StepSize) -> DIGingSGLD:
     """DIGing-SGLD with a constant step size or a schedule ``count -> η`` (e.g. from optax)."""
-    return DIGingSGLD(_tree.as_step_size(step_size))
+    return DIGingSGLD(step_size)

@@ -45,7 +45,7 @@ class EXTRAInfo(NamedTuple):
 
 
 class EXTRASGLD(SamplingAlgorithm):
-    """EXTRA-SGLD. Build with :func:`extra_sgld`."""
+    """EXTRA-SGLD; ``EXTRASGLD(step_size)`` is the same as :func:`extra_sgld`."""
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> EXTRAState:
         dual = jax.tree.map(jnp.zeros_like, position)
@@ -68,4 +68,4 @@ class EXTRASGLD(SamplingAlgorithm):
 
 def extra_sgld(step_size: StepSize) -> EXTRASGLD:
     """EXTRA-SGLD with a constant step size or a schedule ``count -> η``."""
-    return EXTRASGLD(_tree.as_step_size(step_size))
+    return EXTRASGLD(step_size)
