@@ -1,7 +1,8 @@
 """What the hardware allows: the Gaussian noise alone and the mixing products alone.
 
 * noise floor: all ``T C N d`` standard normals of a run drawn in ONE jitted call of
-  ``dgsgld._random.normal(key, (T C N d,))`` with the run's PRNG implementation (the numbers of
+  ``jax.random.normal(dgsgld._random.fast_key(key), (T C N d,))``, the run's PRNG as
+  ``dgsgld.sample`` converts it (the numbers of
   ``jax.random.normal``, bit for bit; written out for threefry keys, 3x faster on CPU than
   ``jax.random.normal``'s rolled loop; other keys go through ``jax.random``); the NumPy figure
   draws the same count with ``Generator.standard_normal``.
@@ -24,9 +25,14 @@ from dgsgld import _random
 from .harness import compile_jax, time_calls
 
 
+def _normal(key, shape, dtype=jnp.float32):
+    """The normals ``dgsgld.sample`` draws: ``jax.random`` on the key as the runner converts it."""
+    return jax.random.normal(_random.fast_key(key), shape, dtype)
+
+
 def noise(key, count: int, repeats: int, dtype=jnp.float32):
     """``(Timing, compiled)`` of drawing ``count`` normals in one call."""
-    compiled, _ = compile_jax(lambda k: _random.normal(k, (count,), dtype), key)
+    compiled, _ = compile_jax(lambda k: _normal(k, (count,), dtype), key)
     return time_calls(lambda: compiled(key), repeats), compiled
 
 
@@ -37,7 +43,7 @@ def jax_random_noise(key, count: int, repeats: int, dtype=jnp.float32):
 
 
 def noise_shaped(key, shape, repeats: int, dtype=jnp.float32):
-    compiled, _ = compile_jax(lambda k: _random.normal(k, shape, dtype), key)
+    compiled, _ = compile_jax(lambda k: _normal(k, shape, dtype), key)
     return time_calls(lambda: compiled(key), repeats)
 
 
