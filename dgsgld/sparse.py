@@ -29,8 +29,7 @@ size, but a run with sparse snapshots (chains first in ``dgsgld.sample``'s loop)
 six times a dense run's per-agent time outside the product, so sparse only wins once the dense
 product's ``N²`` dominates. Measured DIGing-SGLD on a ring, 200 chains, d = 6, 20 steps, CPU
 seconds, dense / circulant, before the engine rework: N = 200 0.08 / 0.19; N = 500 0.34 / 0.49;
-N = 1 000 1.28 / 1.01;
-N = 2 000 4.95 / 2.04 (``benchmarks/README.md``).
+N = 1 000 1.28 / 1.01; N = 2 000 4.95 / 2.04 (``benchmarks/README.md``).
 """
 
 from __future__ import annotations
