@@ -62,25 +62,32 @@ def time_calls(fn: Callable[[], object], repeats: int, warmup: int = 1) -> Timin
     return out
 
 
-def time_pairs(fn_a: Callable[[], object], fn_b: Callable[[], object], repeats: int,
-               warmup: int = 1) -> tuple[Timing, Timing, list[float]]:
-    """Time ``fn_a`` and ``fn_b`` in alternation: ``(timing a, timing b, [b_i / a_i])``.
+def time_rounds(fns: dict[str, Callable[[], object]], repeats: int,
+                warmup: int = 1) -> dict[str, Timing]:
+    """Time callables in alternation, one call of each per round.
 
-    On a shared machine the load drifts over seconds; alternating the two calls exposes both
-    to the same drift, and the median of the per-pair ratios is the robust comparison.
+    On a shared machine the load drifts over seconds; alternating the calls exposes all of them
+    to the same drift, and the median of per-round ratios (:func:`round_ratio`) is the robust
+    comparison.
     """
     for _ in range(warmup):
-        jax.block_until_ready(fn_a())
-        jax.block_until_ready(fn_b())
-    a, b = Timing(), Timing()
+        for fn in fns.values():
+            jax.block_until_ready(fn())
+    out = {name: Timing() for name in fns}
     for _ in range(repeats):
-        for fn, out in ((fn_a, a), (fn_b, b)):
+        for name, fn in fns.items():
             gc.collect()
             c0, t0 = time.process_time(), time.perf_counter()
             jax.block_until_ready(fn())
-            out.wall.append(time.perf_counter() - t0)
-            out.cpu.append(time.process_time() - c0)
-    return a, b, [tb / ta for ta, tb in zip(a.wall, b.wall)]
+            out[name].wall.append(time.perf_counter() - t0)
+            out[name].cpu.append(time.process_time() - c0)
+    return out
+
+
+def round_ratio(num: Timing, den: Timing, cpu: bool = False) -> float:
+    """Median over rounds of ``num / den`` (wall, or CPU with ``cpu``)."""
+    a, b = (num.cpu, den.cpu) if cpu else (num.wall, den.wall)
+    return float(np.median([x / y for x, y in zip(a, b)]))
 
 
 def compile_jax(fn: Callable, *args, static_argnums=()) -> tuple[object, float]:

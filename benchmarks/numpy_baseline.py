@@ -20,8 +20,9 @@ from .problem import LAMBDA, Problem
 
 def run(problem: Problem, num_chains: int, num_steps: int, step_size: float, *,
         batch_size: int | None = None, algorithm: str = "diging", layout: str = "agent",
-        seed: int = 0, dtype=np.float32) -> np.ndarray:
-    """Final positions ``(C, N, d)`` after ``num_steps`` iterations from zero."""
+        seed: int = 0, dtype=np.float32, sparse: bool = False) -> np.ndarray:
+    """Final positions ``(C, N, d)`` after ``num_steps`` iterations from zero; with ``sparse``
+    the mixing matrices are ``scipy.sparse`` CSR matrices (agent layout only)."""
     if algorithm not in ("diging", "de"):
         raise ValueError(f"`algorithm` must be 'diging' or 'de'; got {algorithm!r}.")
     if layout not in ("agent", "chain"):
@@ -30,6 +31,10 @@ def run(problem: Problem, num_chains: int, num_steps: int, step_size: float, *,
     z = problem.features.astype(dtype)                 # (N, n_local, d)
     y = problem.responses.astype(dtype)                # (N, n_local)
     w = problem.mixing.astype(dtype)                   # (P, N, N)
+    if sparse:
+        import scipy.sparse
+
+        w = [scipy.sparse.csr_array(m) for m in w]
     n_agents, n_local, dim = z.shape
     eta, scale = dtype(step_size), dtype(np.sqrt(2 * step_size))
     prior = dtype(LAMBDA / n_agents)
@@ -63,7 +68,7 @@ def run(problem: Problem, num_chains: int, num_steps: int, step_size: float, *,
     g = grad(x)
     tracker = g
     for k in range(num_steps):
-        m = w[k % w.shape[0]]
+        m = w[k % len(w)]
         noise = rng.standard_normal(shape, dtype=dtype)
         if algorithm == "diging":
             x = mix(m, x) - eta * tracker + scale * noise

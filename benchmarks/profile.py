@@ -53,7 +53,7 @@ def parts(key, chains=200, steps=100, agents=20, dim=6, batch=None, repeats=7) -
         "noise in the loop, drawn in shape (N, d)": noise(False),
         "noise in the loop, drawn flat (N d,) with jax.random": noise(True),
         "noise in the loop, drawn in shape with dgsgld._random (chains first)":
-            noise(False, _random.normal),
+            noise(False, lambda k, shape: jax.random.normal(_random.fast_key(k), shape)),
         "mixing in the loop (W x and W y)":
             lambda x, k, nk, gk, w: 0.5 * (jax.vmap(lambda v: w[k % w.shape[0]] @ v)(x)
                                             + jax.vmap(lambda v: w[k % w.shape[0]] @ v)(x)),

@@ -27,37 +27,49 @@ def _rate(r) -> str:
 
 def grid_table(rows) -> str:
     head = ("| workload | C | T | N | d | b | alg | toolkit ms | compile s | agent-steps/s | "
-            "memory MB | NumPy ms | scan ms | floor ms (noise + mix) | NumPy / toolkit | "
-            "scan / toolkit | toolkit / floor |")
+            "memory MB | strongest NumPy ms | plain NumPy ms | scan ms | floor ms (noise + mix) | "
+            "strongest NumPy / toolkit | plain NumPy / toolkit | scan / toolkit | "
+            "toolkit / floor |")
     lines = [head, "|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|"]
     for r in rows:
         w, tk, fl, ra = r["workload"], r["toolkit"], r["floors"], r["ratios"]
         numpy = min((n["steady_s"] for n in r.get("numpy", [])), default=None)
+        fast = r.get("numpy_fast", {}).get("steady_s")
         scan = r.get("scan", {}).get("steady_s")
         lines.append(
             f"| {w['name']} | {w['chains']:,} | {w['steps']:,} | {w['agents']:,} | {w['dim']:,} | "
             f"{w['batch'] or 'full'} | {w['algorithm']} | "
             f"{_ms(tk.get('sample_call_s', tk['steady_s']))}{'†' if 'sample_call_s' in tk else ''} | "
             f"{tk['compile_s']:.2f} | {_rate(r['agent_steps_per_s'])} | {_mb(tk['memory_bytes'])} | "
-            f"{_ms(numpy)} | {_ms(scan)} | {_ms(fl['floor_s'])} ({_ms(fl['noise_s'])} + "
-            f"{_ms(fl['mixing_s'])}) | {_x(ra.get('numpy_over_toolkit'))} | "
+            f"{_ms(fast)} | {_ms(numpy)} | {_ms(scan)} | {_ms(fl['floor_s'])} "
+            f"({_ms(fl['noise_s'])} + {_ms(fl['mixing_s'])}) | "
+            f"{_x(ra.get('strongest_numpy_over_toolkit'))} | {_x(ra.get('numpy_over_toolkit'))} | "
             f"{_x(ra.get('scan_over_toolkit'))} | {_x(ra['toolkit_over_floor'])} |"
         )
     notes = [f"- {r['workload']['name']}: {r['workload']['note']}" for r in rows if r["workload"]["note"]]
     if any("sample_call_s" in r["toolkit"] for r in rows):
         notes.insert(0, "- †: the `dgsgld.sample(...)` call as a user makes it (host-side checks "
                         "included); other rows: the compiled run. The ratios use the same figure.")
-    return "\n".join(lines + ([""] + notes if notes else []))
+    notes.insert(0, "- strongest NumPy: `benchmarks/numpy_fast.py` (one product for [x | y], "
+                    "in-place updates, float32 SFC64 normals in blocks on every core, the subset "
+                    "table for mini-batches); plain NumPy: `benchmarks/numpy_baseline.py`.")
+    return "\n".join(lines + [""] + notes)
 
 
 def _paired(p) -> str:
     if not p:
         return ""
     q1, q3 = p["ratio_quartiles"]
-    return (f" Head to head ({p['repeats']} alternated pairs of the user's call and NumPy "
-            f"agent-major): {_ms(p['toolkit_s'])} ms against {_ms(p['numpy_s'])} ms, NumPy / "
-            f"toolkit {p['ratio_median']:.2f}× (median of the pairs; quartiles "
-            f"{q1:.2f}–{q3:.2f}×).")
+    text = (f" Head to head ({p['repeats']} alternated rounds of the user's call, the plain "
+            f"NumPy and the strongest NumPy): {_ms(p['toolkit_s'])} ms against plain "
+            f"{_ms(p['numpy_s'])} ms, plain NumPy / toolkit {p['ratio_median']:.2f}× (median of "
+            f"the rounds; quartiles {q1:.2f}–{q3:.2f}×)")
+    if "fast_ratio_median" in p:
+        f1, f3 = p["fast_ratio_quartiles"]
+        text += (f"; strongest NumPy {_ms(p['numpy_fast_s'])} ms, strongest NumPy / toolkit "
+                 f"{p['fast_ratio_median']:.2f}× (quartiles {f1:.2f}–{f3:.2f}×; CPU time "
+                 f"{p['fast_ratio_cpu_median']:.2f}×)")
+    return text + "."
 
 
 def paper_detail(rows) -> str:
@@ -121,14 +133,68 @@ def memory_table(rows) -> str:
 
 
 def sparse_table(rows) -> str:
-    lines = ["| ring N | C × T | edges | dense toolkit ms | sparse toolkit ms | dense mixing ms | "
-             "sparse mixing ms | dense memory MB | sparse memory MB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| ring N | C × T | toolkit dense ms | toolkit circulant ms | toolkit neighbours ms "
+             "| NumPy + scipy.sparse ms | NumPy dense ms | scipy / circulant | dense / circulant "
+             "| `sparse.auto` picks | mixing alone: dense / circulant / neighbours ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['agents']:,} | {r['chains']} × {r['steps']} | {r['edges']:,} | "
-                     f"{_ms(r['dense']['steady_s'])} | {_ms(r['sparse']['steady_s'])} | "
-                     f"{_ms(r['mixing_dense_s'])} | {_ms(r['mixing_sparse_s'])} | "
-                     f"{_mb(r['dense']['memory_bytes'])} | {_mb(r['sparse']['memory_bytes'])} |")
+        cell = lambda k: "–" if k not in r else (  # noqa: E731
+            f"{_ms(r[k]['wall_s'])} ({_ms(r[k]['cpu_s'])} CPU)")
+        lines.append(
+            f"| {r['agents']:,} | {r['chains']} × {r['steps']} | {cell('dense')} | "
+            f"{cell('circulant')} | {cell('neighbors')} | {cell('numpy_scipy')} | "
+            f"{cell('numpy_dense')} | {_x(r['scipy_over_circulant'])} (CPU "
+            f"{_x(r['scipy_over_circulant_cpu'])}) | {_x(r['dense_over_circulant'])} (CPU "
+            f"{_x(r['dense_over_circulant_cpu'])}) | {r['auto']} | {_ms(r['mixing_dense_s'])} / "
+            f"{_ms(r['mixing_circulant_s'])} / {_ms(r['mixing_neighbors_s'])} |")
+    return "\n".join(lines + ["", "Alternated rounds, medians of wall time (CPU time of the "
+                               "process in brackets); ratios are medians of per-round ratios, "
+                               "> 1× means the circulant toolkit run is faster."])
+
+
+def process_table(p) -> str:
+    lines = ["| command | wall s | CPU s | peak memory MiB | wall / NumPy script | CPU / NumPy |",
+             "|---|---|---|---|---|---|"]
+    names = {"first": "`python -m dgsgld run`, first (empty cache)",
+             "second": "`python -m dgsgld run`, second (cache filled)",
+             "numpy": "`python benchmarks/main_job_numpy.py`",
+             "import_jax": "`python -c \"import jax; jax.numpy.zeros(1)\"` (JAX's floor)"}
+    for key, label in names.items():
+        if key not in p:
+            continue
+        r = p[key]
+        ratio = ("1×", "1×") if key == "numpy" else (_x(p[f"{key}_over_numpy_wall"]),
+                                                    _x(p[f"{key}_over_numpy_cpu"]))
+        lines.append(f"| {label} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['memory_mib']:.0f} | "
+                     f"{ratio[0]} | {ratio[1]} |")
+    return "\n".join(lines + ["", f"{p['rounds']} alternated rounds, medians; ratios are "
+                               "medians of per-round ratios."])
+
+
+def targets_table(results: dict) -> str:
+    """Issue 19's targets against their baselines, from this run."""
+    rows = []
+    p = results.get("process")
+    if p:
+        rows.append(("main job, second run within 3× of the NumPy script (wall)",
+                     _x(p["second_over_numpy_wall"]), p["second_over_numpy_wall"] <= 3))
+        rows.append(("main job, first run within 8× of the NumPy script (wall)",
+                     _x(p["first_over_numpy_wall"]), p["first_over_numpy_wall"] <= 8))
+    for r in results.get("grid", []):
+        if r["workload"]["name"] == "paper" and "paired" in r:
+            v = r["paired"]["fast_ratio_median"]
+            rows.append(("paper-size DIGing-SGLD ≥ 1.3× the strongest NumPy (head to head)",
+                         _x(v), v >= 1.3))
+    for r in results.get("sparse", []):
+        if r["agents"] == 1_000:
+            v, d = r["scipy_over_circulant"], r["dense_over_circulant"]
+            rows.append(("1 000-agent ring at least as fast as NumPy + scipy.sparse",
+                         _x(v), v >= 1))
+            rows.append(("1 000-agent ring faster than dense", _x(d), d > 1))
+            rows.append(("`sparse.auto` picks the faster of dense and sparse at N = 1 000",
+                         r["auto"], (r["auto"] != "dense") == (d > 1)))
+    lines = ["| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {t} | {m} | {'yes' if ok else 'NO'} |" for t, m, ok in rows]
     return "\n".join(lines)
 
 
@@ -145,6 +211,9 @@ def markdown(results: dict) -> str:
         "`memory_analysis()` (arguments + outputs + temporaries) for JAX and tracemalloc's peak "
         "for NumPy. Ratios > 1× in the NumPy and scan columns mean the toolkit is faster.",
     ]
+    parts += ["## Targets (issue 19)", targets_table(results)]
+    if "process" in results:
+        parts += ["## The main job as a whole process", process_table(results["process"])]
     if "grid" in results:
         parts += ["## Workloads", grid_table(results["grid"]), "### Paper size in detail",
                   paper_detail(results["grid"])]
@@ -163,6 +232,15 @@ def markdown(results: dict) -> str:
         for name in names:
             lines.append(f"| {name} | " + " | ".join(_ms(v[name]) for v in results["profile"].values()) + " |")
         parts += ["## Where the time goes (paper size)", "\n".join(lines)]
+    if "noise" in results:
+        n = results["noise"]
+        m = n["box_muller_moments"]
+        parts += ["## Fast noise? Normals from the same random words (paper size)",
+                  f"{n['count']:,} normals: the words {_ms(n['bits_s'])} ms; JAX's transform "
+                  f"(`√2 erf⁻¹(2u − 1)`, what `jax.random.normal` does) {_ms(n['erf_inv_s'])} ms; "
+                  f"Box–Muller {_ms(n['box_muller_s'])} ms (mean {m[0]:.4f}, variance {m[1]:.4f}, "
+                  f"fourth moment {m[2]:.3f}; normal: 0, 1, 3). XLA:CPU's log/sin/cos cost more "
+                  "than its erf⁻¹ polynomial, so Box–Muller is no fast-noise option here."]
     if "dtypes" in results:
         parts += ["## float32 against float64 (paper size)", dtype_table(results["dtypes"])]
     if "memory" in results:

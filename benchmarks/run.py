@@ -1,15 +1,21 @@
 """The benchmark suite: ``python -m benchmarks.run [--quick] [--out benchmarks/results.json]``.
 
-Times DIGing-SGLD (and DE-SGLD) on the paper's Bayesian linear regression with ``dgsgld.sample``
-against, in the same process, a vectorized NumPy implementation (:mod:`benchmarks.numpy_baseline`),
-the simplest hand-written ``lax.scan`` + ``vmap`` implementation (:mod:`benchmarks.scan_baseline`)
-and the hardware floors (:mod:`benchmarks.floors`). Workloads vary one axis at a time from the
-paper size (200 chains × 100 iterations × 20 agents × d = 6). Writes a JSON file and a markdown
-table file next to it (``results.md``). Methods: :mod:`benchmarks.harness`.
+Times DIGing-SGLD (and DE-SGLD for one row) on the paper's Bayesian linear regression with
+``dgsgld.sample`` against, in the same process, the strongest NumPy loop we could write
+(:mod:`benchmarks.numpy_fast`, the ratios' baseline), the plain vectorized NumPy loop
+(:mod:`benchmarks.numpy_baseline`, a second column), the simplest hand-written ``lax.scan`` +
+``vmap`` (:mod:`benchmarks.scan_baseline`) and the hardware floors (:mod:`benchmarks.floors`).
+Workloads vary one axis at a time from the paper size (200 chains × 100 iterations × 20 agents
+× d = 6). Further sections: the main job as a whole process against a NumPy script
+(:mod:`benchmarks.whole_process`), rings with dense, circulant and neighbour-list mixing against
+NumPy + ``scipy.sparse``, normal transforms (``erf⁻¹`` against Box–Muller), PRNGs, a profile,
+float64, memory. Writes a JSON file and a markdown file next to it (``results.md``) that opens
+with issue 19's targets checked against their baselines. Methods: :mod:`benchmarks.harness`;
+notebook: ``benchmarks/README.md``.
 
 Options: ``--prng`` (the key implementation of every toolkit/scan row; default JAX's default,
 ``threefry2x32``), ``--only NAME[,NAME]`` (workloads whose name starts with one of these),
-``--skip-baselines``.
+``--skip-baselines``, ``--sections``, ``--pairs``.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ import numpy as np
 
 import dgsgld
 
-from . import floors, numpy_baseline, problem, scan_baseline
-from .harness import (CompileCounter, compile_jax, jax_memory, numpy_peak_memory, time_calls,
-                      time_pairs, x64)
+from . import floors, numpy_baseline, numpy_fast, problem, scan_baseline
+from .harness import (CompileCounter, compile_jax, jax_memory, numpy_peak_memory, round_ratio,
+                      time_calls, time_rounds, x64)
 
 
 @dataclass(frozen=True)
@@ -154,20 +160,40 @@ def bench_numpy(w: Workload, prob, layout: str, dtype=np.float32) -> dict:
             "steady_min_s": t.minimum, "memory_bytes": mem}
 
 
+def bench_numpy_fast(w: Workload, prob) -> dict:
+    eta = problem.step_size(prob)
+    run = partial(numpy_fast.run, prob, w.chains, batch_size=w.batch, algorithm=w.algorithm)
+    t = time_calls(lambda: run(w.steps, eta), w.repeats, warmup=1)
+    mem = numpy_peak_memory(lambda: run(min(w.steps, 3), eta))
+    return {"steady_s": t.median, "steady_cpu_s": t.cpu_median, "steady_min_s": t.minimum,
+            "memory_bytes": mem}
+
+
 def bench_paired(w: Workload, prob, key, repeats: int = 21) -> dict:
-    """The user's ``dgsgld.sample`` call and the NumPy baseline (agent-major), alternated."""
+    """The user's ``dgsgld.sample`` call, the strongest NumPy and the plain NumPy, alternated."""
     eta = problem.step_size(prob)
     alg = _make_algorithm(w.algorithm, eta)
     pot = problem.potential(prob, w.batch)
     mixing = jnp.asarray(prob.mixing, jnp.float32)
     init = jnp.zeros((w.chains, w.agents, w.dim), jnp.float32)
     f = _toolkit_fn(alg, "final", w.steps)
-    run = partial(numpy_baseline.run, prob, w.chains, w.steps, eta, batch_size=w.batch,
-                  algorithm=w.algorithm)
-    toolkit, numpy_, ratios = time_pairs(lambda: f(alg, pot, mixing, init, key), run, repeats)
-    return {"repeats": repeats, "toolkit_s": toolkit.median, "numpy_s": numpy_.median,
-            "ratio_median": float(np.median(ratios)),
-            "ratio_quartiles": [float(q) for q in np.percentile(ratios, [25, 75])]}
+    common = dict(batch_size=w.batch, algorithm=w.algorithm)
+    t = time_rounds({
+        "toolkit": lambda: f(alg, pot, mixing, init, key),
+        "numpy": partial(numpy_baseline.run, prob, w.chains, w.steps, eta, **common),
+        "numpy_fast": partial(numpy_fast.run, prob, w.chains, w.steps, eta, **common),
+    }, repeats)
+    out = {"repeats": repeats, "toolkit_s": t["toolkit"].median, "numpy_s": t["numpy"].median,
+           "numpy_fast_s": t["numpy_fast"].median,
+           "toolkit_cpu_s": t["toolkit"].cpu_median, "numpy_fast_cpu_s": t["numpy_fast"].cpu_median,
+           "ratio_median": round_ratio(t["numpy"], t["toolkit"]),
+           "fast_ratio_median": round_ratio(t["numpy_fast"], t["toolkit"]),
+           "fast_ratio_cpu_median": round_ratio(t["numpy_fast"], t["toolkit"], cpu=True)}
+    ratios = [b / a for a, b in zip(t["toolkit"].wall, t["numpy_fast"].wall)]
+    out["fast_ratio_quartiles"] = [float(q) for q in np.percentile(ratios, [25, 75])]
+    ratios = [b / a for a, b in zip(t["toolkit"].wall, t["numpy"].wall)]
+    out["ratio_quartiles"] = [float(q) for q in np.percentile(ratios, [25, 75])]
+    return out
 
 
 def bench_floors(w: Workload, prob, key, dtype=jnp.float32) -> dict:
@@ -198,6 +224,7 @@ def bench_workload(w: Workload, key, baselines: bool = True, pairs: int = 21) ->
     if baselines:
         out["scan"] = bench_scan(w, prob, key)
         out["numpy"] = [bench_numpy(w, prob, layout) for layout in w.numpy_layouts]
+        out["numpy_fast"] = bench_numpy_fast(w, prob)
     out["floors"] = bench_floors(w, prob, key)
     if baselines and w.axis == "paper":
         out["paired"] = bench_paired(w, prob, key, pairs)
@@ -209,11 +236,13 @@ def bench_workload(w: Workload, key, baselines: bool = True, pairs: int = 21) ->
     if baselines:
         best_np = min(r["steady_s"] for r in out["numpy"])
         ratios["numpy_over_toolkit"] = best_np / tk
+        ratios["strongest_numpy_over_toolkit"] = out["numpy_fast"]["steady_s"] / tk
         ratios["scan_over_toolkit"] = out["scan"]["steady_s"] / tk
     out["ratios"] = ratios
     print(f"    toolkit {tk * 1e3:9.1f} ms (compile {out['toolkit']['compile_s']:.2f} s) | floor {out['floors']['floor_s'] * 1e3:.1f} ms"
           + (f" | scan {out['scan']['steady_s'] * 1e3:.1f} ms | numpy "
-             f"{min(r['steady_s'] for r in out['numpy']) * 1e3:.1f} ms" if baselines else ""),
+             f"{min(r['steady_s'] for r in out['numpy']) * 1e3:.1f} ms | strongest numpy "
+             f"{out['numpy_fast']['steady_s'] * 1e3:.1f} ms" if baselines else ""),
           flush=True)
     return out
 
@@ -346,34 +375,59 @@ def memory_section(key, quick: bool) -> list[dict]:
     return rows
 
 
-def sparse_section(key, quick: bool) -> list[dict]:
-    """Dense against sparse (edge-list) mixing on a ring, where |E| = N ≪ N²."""
+def sparse_section(key, quick: bool, rounds: int = 3) -> list[dict]:
+    """Rings (circulant, |E| = N ≪ N²): the toolkit with dense, circulant and neighbour-list
+    mixing and with ``sparse.auto``'s choice, against NumPy + ``scipy.sparse`` and dense NumPy,
+    20 DIGing-SGLD iterations of 200 chains, alternated rounds (wall and CPU medians)."""
     from dgsgld import sparse
 
     rows = []
-    for n in ((200, 2_000) if not quick else (200,)):
-        w = Workload(f"ring_{n}", "sparse", agents=n, steps=100 if n <= 200 else 20, repeats=1 if n > 200 else 3)
+    for n in ((1_000,) if quick else (200, 1_000, 2_000)):
+        w = Workload(f"ring_{n}", "sparse", agents=n, steps=20, period=1)
         prob = problem.make_problem(n, w.dim, network="ring")
         print(f"[{time.strftime('%H:%M:%S')}] sparse ring N={n}", flush=True)
-        dense = bench_toolkit(w, prob, key)
         eta = problem.step_size(prob)
         alg = dgsgld.diging_sgld(eta)
         pot = problem.potential(prob)
         init = jnp.zeros((w.chains, w.agents, w.dim))
-        sp = sparse.from_dense(prob.mixing)
         f = _toolkit_fn(alg, "final", w.steps)
-        compiled, compile_s = compile_jax(f, alg, pot, sp, init, key)
-        t = time_calls(lambda: f(alg, pot, sp, init, key), w.repeats)
-        mix_dense = floors.mixing(jnp.asarray(prob.mixing), w.chains, w.dim, w.steps, w.repeats)[0]
-        mix_sparse = floors.mixing(sp, w.chains, w.dim, w.steps, w.repeats)[0]
-        rows.append({
-            "agents": n, "steps": w.steps, "chains": w.chains, "edges": int(sp.num_edges),
-            "dense": dense,
-            "sparse": {"compile_s": compile_s, "steady_s": t.median,
-                       "memory_bytes": jax_memory(compiled)},
-            "mixing_dense_s": mix_dense.median, "mixing_sparse_s": mix_sparse.median,
-        })
+        chosen = sparse.auto(prob.mixing)
+        mixings = {"dense": jnp.asarray(prob.mixing),
+                   "circulant": sparse.from_dense(prob.mixing, format="circulant"),
+                   "neighbors": sparse.from_dense(prob.mixing, format="neighbors")}
+        fns, row = {}, {"agents": n, "steps": w.steps, "chains": w.chains,
+                        "auto": type(chosen.snapshots).__name__
+                        if isinstance(chosen, sparse.SparseSchedule) else "dense"}
+        for name, m in mixings.items():
+            compiled, compile_s = compile_jax(f, alg, pot, m, init, key)
+            fns[name] = partial(compiled, alg, pot, m, init, key)
+            row[f"{name}_compile_s"] = compile_s
+            row[f"{name}_memory_bytes"] = jax_memory(compiled)
+        fns["numpy_scipy"] = partial(numpy_baseline.run, prob, w.chains, w.steps, eta, sparse=True)
+        if n <= 1_000:
+            fns["numpy_dense"] = partial(numpy_baseline.run, prob, w.chains, w.steps, eta)
+        t = time_rounds(fns, rounds)
+        for name, timing in t.items():
+            row[name] = {"wall_s": timing.median, "cpu_s": timing.cpu_median}
+        row["scipy_over_circulant"] = round_ratio(t["numpy_scipy"], t["circulant"])
+        row["scipy_over_circulant_cpu"] = round_ratio(t["numpy_scipy"], t["circulant"], cpu=True)
+        row["dense_over_circulant"] = round_ratio(t["dense"], t["circulant"])
+        row["dense_over_circulant_cpu"] = round_ratio(t["dense"], t["circulant"], cpu=True)
+        row["mixing_dense_s"] = floors.mixing(mixings["dense"], w.chains, w.dim, w.steps, 1)[0].median
+        row["mixing_circulant_s"] = floors.mixing(mixings["circulant"], w.chains, w.dim, w.steps,
+                                                  3)[0].median
+        row["mixing_neighbors_s"] = floors.mixing(mixings["neighbors"], w.chains, w.dim, w.steps,
+                                                  3)[0].median
+        rows.append(row)
     return rows
+
+
+def process_section(rounds: int) -> dict:
+    """Whole-process times of ``python -m dgsgld run`` (first and second) and the NumPy script."""
+    from . import whole_process
+
+    print(f"[{time.strftime('%H:%M:%S')}] whole process ({rounds} rounds)", flush=True)
+    return whole_process.measure(rounds)
 
 
 def environment() -> dict:
@@ -402,7 +456,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--skip-baselines", action="store_true")
     parser.add_argument("--pairs", type=int, default=21,
                         help="alternated toolkit/NumPy pairs of the paper-size head to head")
-    parser.add_argument("--sections", default="grid,recompile,prng,profile,dtype,memory,sparse",
+    parser.add_argument("--sections",
+                        default="process,grid,recompile,prng,profile,noise,dtype,memory,sparse",
                         help="comma-separated sections to run")
     args = parser.parse_args(argv)
     sections = set(args.sections.split(","))
@@ -413,6 +468,8 @@ def main(argv=None) -> dict:
         grid = [w for w in grid if w.name.startswith(prefixes)]
     results = {"environment": environment(), "quick": args.quick, "prng": args.prng or "default"}
     t_start = time.perf_counter()
+    if "process" in sections:
+        results["process"] = process_section(3 if args.quick else 5)
     if "grid" in sections:
         results["grid"] = [bench_workload(w, key, not args.skip_baselines, args.pairs)
                            for w in grid]
@@ -432,6 +489,10 @@ def main(argv=None) -> dict:
                                                            batch=b, repeats=reps)
             for name, b in (("threefry2x32", None), ("philox4x32", None), ("threefry2x32", 3))
         }
+    if "noise" in sections:
+        print(f"[{time.strftime('%H:%M:%S')}] noise transforms", flush=True)
+        count = PAPER.steps * PAPER.chains * PAPER.agents * PAPER.dim
+        results["noise"] = floors.normal_transforms(key, count, reps)
     if "memory" in sections:
         results["memory"] = memory_section(key, args.quick)
     if "sparse" in sections:

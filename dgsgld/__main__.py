@@ -207,6 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop all processes and fail (code 124) after this long")
     launch.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the program and its arguments, after --")
+    for command in (run, rep, sweep):
+        command.add_argument(
+            "--no-cache",
+            action="store_true",
+            help="do not store or reuse compiled programs (default: keep them in "
+            "$DGSGLD_CACHE_DIR, $XDG_CACHE_HOME/dgsgld/jax or ~/.cache/dgsgld/jax; "
+            "DGSGLD_NO_CACHE=1 also disables)",
+        )
     return parser
 
 
@@ -313,6 +321,7 @@ def _run(args) -> int:
         step_size=args.step_size,
         sgld_step_size=args.sgld_step_size,
         seed=args.seed,
+        cache_dir=args.cache_dir,
     )
     print("per-agent W2 to the exact posterior at the final iteration:")
     print(result.table())
@@ -413,6 +422,10 @@ def main(argv=None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    from dgsgld import _cache
+
+    # Compiling commands only (not `launch`, which starts other processes).
+    args.cache_dir = _cache.enable(disabled=args.no_cache) if hasattr(args, "no_cache") else None
     try:
         if getattr(args, "out", None) is not None:  # every command writing a directory
             check_out(args.out)

@@ -1,12 +1,16 @@
 """Sparse mixing: ``W @ x`` in ``O(|E| d)`` instead of ``O(N² d)`` for large, sparse networks.
 
-Two formats, both ``eqx.Module`` s that implement ``W @ x`` for ``x`` of shape ``(N, F)`` and
+Three formats, all ``eqx.Module`` s that implement ``W @ x`` for ``x`` of shape ``(N, F)`` and
 therefore work wherever a dense ``(N, N)`` mixing matrix does (the samplers only ever compute
 ``W @ x``):
 
+* :class:`CirculantMixing` — shifts ``s_k`` and weights ``w_k`` of a circulant matrix (rings,
+  circulant graphs: ``W[i, j]`` depends only on ``(j - i) mod N``):
+  ``(W x)_i = W_ii x_i + Σ_k w_k x_{(i + s_k) mod N}``, one roll of ``x`` per shift. No index
+  arrays, no gather: the cheapest format when it applies.
 * :class:`NeighborMixing` — padded neighbour lists ``(N, K)``, ``K`` the largest degree:
   ``(W x)_i = W_ii x_i + Σ_k w_ik x_{nbr_ik}``. Gathers only (no scatter), the fast format
-  when degrees are similar (rings, grids, link failures, one-peer graphs).
+  when degrees are similar (grids, link failures, one-peer graphs).
 * :class:`EdgeMixing` — an edge list ``(E,)`` summed with ``jax.ops.segment_sum``: memory
   ``O(|E|)`` whatever the degree distribution (a star, a hub-and-spoke network).
 
@@ -19,19 +23,18 @@ Convention as everywhere in dgsgld: ``x⁺ = W @ x``, ``W[i, j]`` the weight age
 agent ``j``. The weights are those of the dense matrix, so results equal the dense run up to
 floating-point summation order (float32 rounding).
 
-Automatic choice (:func:`auto`): sparse when the densest snapshot has at most
-``max_density · N²`` nonzero off-diagonal weights (default 10 %) and ``N >= min_agents``
-(default 1000). Below that size the dense run is faster: ``dgsgld.sample`` keeps chains last
-with dense matrices, and sparse snapshots, whose gathers move the chain axis to the front, run
-chains first (a ring of 200 agents: dense 0.54 s, sparse 1.1 s; of 2000 agents: dense 3.1 s,
-sparse 2.5 s; ``benchmarks/``). A dense ``(N, N) @ (N, F)`` product runs at matrix-multiply
-speed, about ten times the rate of the gather-and-add of the sparse formats, hence the 10 %. Neighbour lists are chosen unless the largest degree exceeds four times the
-mean degree (then padding would waste more than the edge list's scatter costs).
+Automatic choice (:func:`auto`) from a cost model (:class:`CostModel`, :func:`cost`) fitted
+to whole sampling runs, not a density threshold: the sparse formats' products are cheap at any
+size, but a run with sparse snapshots (chains first in ``dgsgld.sample``'s loop) spends about
+six times a dense run's per-agent time outside the product, so sparse only wins once the dense
+product's ``N²`` dominates. Measured DIGing-SGLD on a ring, 200 chains, d = 6, 20 steps, CPU
+seconds, dense / circulant, before the engine rework: N = 200 0.08 / 0.19; N = 500 0.34 / 0.49;
+N = 1 000 1.28 / 1.01; N = 2 000 4.95 / 2.04 (``benchmarks/README.md``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -42,13 +45,19 @@ from . import _validation
 from ._types import Array
 
 __all__ = [
+    "CirculantMixing",
     "EdgeMixing",
     "NeighborMixing",
+    "CostModel",
     "SparseSchedule",
     "auto",
+    "cost",
     "density",
     "from_dense",
 ]
+
+
+_FORMATS = ("auto", "circulant", "neighbors", "edges")
 
 
 def _check_operand(x: Array, n: int) -> None:
@@ -138,6 +147,49 @@ class EdgeMixing(_Snapshot):
         return dense + jnp.diag(self.diagonal)
 
 
+class CirculantMixing(_Snapshot):
+    """One circulant mixing matrix (a ring, a circulant graph: ``W[i, j]`` depends only on
+    ``(j - i) mod N``) as shifts: ``(W x)_i = W_ii x_i + Σ_k w_k x_{(i + s_k) mod N}``.
+
+    Each term is a roll of ``x`` along the agent axis (two contiguous slices): no index array,
+    no gather, and the chain axis may sit anywhere.
+
+    Attributes:
+        shifts: static tuple of ``K`` nonzero offsets ``s_k`` in ``1..N-1``.
+        weights: ``(K,)`` float, ``W[i, (i + s_k) mod N]``.
+        diagonal: ``(N,)`` float, ``W[i, i]`` (the same value for every ``i``).
+    """
+
+    shifts: tuple[int, ...] = eqx.field(static=True)
+    weights: Array
+    diagonal: Array
+
+    def astype(self, dtype) -> CirculantMixing:
+        return CirculantMixing(self.shifts, self.weights.astype(dtype), self.diagonal.astype(dtype))
+
+    def __matmul__(self, x: Array) -> Array:
+        """``W @ x`` for ``x`` of shape ``(N, ...)``."""
+        _check_operand(x, self.num_agents)
+        expand = (slice(None),) + (None,) * (x.ndim - 1)
+        out = self.diagonal[expand] * x
+        for k, shift in enumerate(self.shifts):
+            out = out + self.weights[k] * jnp.roll(x, -shift, axis=0)
+        return out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        # The dense matrix for host-side readers of any snapshot (the runner's connectivity
+        # check reads unknown formats through np.asarray).
+        return np.asarray(self.todense(), dtype=dtype)
+
+    def todense(self) -> Array:
+        n = self.num_agents
+        cols = (jnp.arange(n)[:, None] + jnp.asarray(self.shifts, jnp.int32)[None, :]) % n
+        rows = jnp.broadcast_to(jnp.arange(n)[:, None], cols.shape)
+        dense = jnp.zeros((n, n), self.weights.dtype).at[rows, cols].add(
+            jnp.broadcast_to(self.weights, cols.shape))
+        return dense + jnp.diag(self.diagonal)
+
+
 class SparseSchedule(eqx.Module):
     """``P`` sparse snapshots used cyclically: ``matrix_at(k)`` is snapshot ``k % P``.
 
@@ -146,7 +198,7 @@ class SparseSchedule(eqx.Module):
             ``P`` axis (all snapshots padded to the same ``K`` or ``E``).
     """
 
-    snapshots: NeighborMixing | EdgeMixing
+    snapshots: NeighborMixing | EdgeMixing | CirculantMixing
 
     @property
     def num_agents(self) -> int:
@@ -160,13 +212,15 @@ class SparseSchedule(eqx.Module):
     def num_edges(self) -> int:
         """Stored (directed) entries per snapshot, padding included."""
         s = self.snapshots
+        if isinstance(s, CirculantMixing):
+            return self.num_agents * len(s.shifts)
         return int(np.prod(s.neighbors.shape[1:])) if isinstance(s, NeighborMixing) else int(s.senders.shape[1])
 
     @property
     def dtype(self):
         return self.snapshots.weights.dtype
 
-    def matrix_at(self, k) -> NeighborMixing | EdgeMixing:
+    def matrix_at(self, k) -> NeighborMixing | EdgeMixing | CirculantMixing:
         """``W⁽ᵏ⁾``; ``k`` may be traced."""
         return jax.tree.map(lambda leaf: leaf[k % self.period], self.snapshots)
 
@@ -186,6 +240,20 @@ def _dense_stack(mixing: Any) -> np.ndarray:
     return stack
 
 
+def _circulant(stack: np.ndarray) -> tuple[tuple[int, ...], np.ndarray] | None:
+    """``(shifts, first rows (P, N))`` when every snapshot is circulant (``W[i, j] = c[(j - i)
+    mod N]`` up to float32 rounding), else ``None``."""
+    n = stack.shape[-1]
+    offset = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n     # (j - i) mod N
+    first = stack[:, 0, :]
+    tol = 4 * np.finfo(np.float32).eps * max(float(np.abs(first).max()), 1.0)
+    for w, c in zip(stack, first):                                     # one (N, N) at a time
+        if not np.allclose(w, c[offset], rtol=0, atol=tol):
+            return None
+    shifts = tuple(int(s) for s in np.flatnonzero(np.any(first[:, 1:] != 0, axis=0)) + 1)
+    return shifts, first
+
+
 def density(mixing: Any) -> float:
     """Largest fraction of nonzero off-diagonal weights over the snapshots, in ``[0, 1)``."""
     stack = _dense_stack(mixing)
@@ -199,8 +267,9 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
 
     Args:
         mixing: the dense matrices (checked: symmetric, nonnegative, doubly stochastic).
-        format: ``"neighbors"``, ``"edges"`` or ``"auto"`` (neighbour lists unless the largest
-            degree exceeds four times the mean degree).
+        format: ``"circulant"``, ``"neighbors"``, ``"edges"`` or ``"auto"`` (shifts when every
+            snapshot is circulant, else neighbour lists unless the largest degree exceeds four
+            times the mean degree).
         dtype: weight dtype (default: that of ``mixing``, float32 for NumPy float64 input).
 
     Returns:
@@ -214,18 +283,26 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
         >>> bool(np.allclose(s.matrix_at(0) @ np.eye(4), ring))
         True
     """
-    if format not in ("auto", "neighbors", "edges"):
-        raise ValueError(f"`format` must be 'auto', 'neighbors' or 'edges'; got {format!r}.")
+    if format not in _FORMATS:
+        raise ValueError(f"`format` must be one of {_FORMATS}; got {format!r}.")
     stack = _dense_stack(mixing)
     if dtype is None:
         dtype = jnp.float32 if stack.dtype == np.float64 and not jax.config.jax_enable_x64 else stack.dtype
     period, n, _ = stack.shape
+    if format == "auto":
+        format = _auto_format(stack)
+    if format == "circulant":
+        circulant = _circulant(stack)
+        if circulant is None:
+            raise ValueError("`format='circulant'` needs circulant snapshots (W[i, j] a function "
+                             "of (j - i) mod N); this `mixing` is not.")
+        shifts, first = circulant
+        diagonal = np.repeat(first[:, :1], n, axis=1)                 # (P, N)
+        return SparseSchedule(CirculantMixing(shifts, jnp.asarray(first[:, list(shifts)], dtype),
+                                              jnp.asarray(diagonal, dtype)))
     off = (stack != 0) & ~np.eye(n, dtype=bool)
     degrees = off.sum(axis=2)                                       # (P, N)
     k_max = max(int(degrees.max()), 1)
-    if format == "auto":
-        mean = max(float(degrees.mean()), 1e-12)
-        format = "edges" if k_max > 4 * mean else "neighbors"
     diagonal = np.stack([np.diag(w) for w in stack])
     if format == "neighbors":
         nbr = np.tile(np.arange(n)[None, :, None], (period, 1, k_max))   # padding: self, weight 0
@@ -251,19 +328,62 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
     return SparseSchedule(snaps)
 
 
-def auto(mixing: Any, *, max_density: float = 0.1, min_agents: int = 1000):
-    """``mixing`` as it is, or :func:`from_dense` of it when sparse mixing pays off.
+class CostModel(NamedTuple):
+    """Modelled cost of one sampling step per agent, in units of a dense run's per-agent work.
 
-    Sparse when ``N >= min_agents`` and the densest snapshot has at most ``max_density · N²``
-    nonzero off-diagonal weights (see the module docstring for why these defaults).
-    Schedules generated on the fly (``matrix_at`` without ``matrices``) and sparse schedules
-    are returned as they are.
+    ``dense = N (1 + N / dense_crossover)``: per-agent work plus the ``N²`` product;
+    ``sparse = N (sparse_loop + entry[format] (K + 1))``: per-agent work as a run with sparse
+    snapshots does it, plus ``K + 1`` stored entries per agent. Defaults fitted to whole
+    DIGing-SGLD runs on rings of 200-2 000 agents, 200 chains, d = 6 (``python -m
+    benchmarks.run --sections sparse``, CPU seconds, XLA:CPU); refit them on other hardware.
     """
-    if isinstance(mixing, SparseSchedule) or (
-        hasattr(mixing, "matrix_at") and not hasattr(mixing, "matrices")
-    ):
+
+    dense_crossover: float = 132.0
+    sparse_loop: float = 6.0
+    entry: tuple[tuple[str, float], ...] = (("circulant", 0.17), ("neighbors", 0.33),
+                                            ("edges", 0.30))
+
+
+def cost(mixing: Any, format: str = "dense", model: CostModel = CostModel()) -> float:
+    """:class:`CostModel`'s cost of one step of ``mixing`` in ``format`` (``"dense"`` or a sparse
+    format; ``"auto"``: the format :func:`from_dense` would choose)."""
+    stack = _dense_stack(mixing)
+    n = stack.shape[-1]
+    if format == "dense":
+        return n * (1.0 + n / model.dense_crossover)
+    if format == "auto":
+        format = _auto_format(stack)
+    if format not in dict(model.entry):
+        raise ValueError(f"`format` must be 'dense' or one of {_FORMATS}; got {format!r}.")
+    off = (stack != 0) & ~np.eye(n, dtype=bool)
+    degrees = off.sum(axis=2)
+    k = float(degrees.max() if format != "edges" else degrees.sum(axis=1).max() / n)
+    return n * (model.sparse_loop + dict(model.entry)[format] * (k + 1.0))
+
+
+def _auto_format(stack: np.ndarray) -> str:
+    """The format ``from_dense(format="auto")`` picks (see there)."""
+    if _circulant(stack) is not None:
+        return "circulant"
+    n = stack.shape[-1]
+    degrees = ((stack != 0) & ~np.eye(n, dtype=bool)).sum(axis=2)
+    return "edges" if degrees.max() > 4 * max(float(degrees.mean()), 1e-12) else "neighbors"
+
+
+def auto(mixing: Any, *, model: CostModel = CostModel()):
+    """``mixing`` as it is, or :func:`from_dense` of it when the sparse run is modelled cheaper.
+
+    The modelled costs are :func:`cost` of the dense and of the automatic sparse format; sparse
+    only when strictly cheaper. With the default model: a ring from about 730 agents on, a
+    degree-10 graph from about 1 100. Schedules generated on the fly (``matrix_at`` without
+    ``matrices``) are returned as they are.
+    """
+    if hasattr(mixing, "matrix_at") and not hasattr(mixing, "matrices"):
+        return mixing
+    if isinstance(mixing, SparseSchedule):
         return mixing
     stack = _dense_stack(mixing)
-    if stack.shape[-1] >= min_agents and density(stack) <= max_density:
-        return from_dense(stack)
+    fmt = _auto_format(stack)
+    if cost(stack, fmt, model) < cost(stack, "dense", model):
+        return from_dense(stack, format=fmt)
     return mixing

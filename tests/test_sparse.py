@@ -61,20 +61,63 @@ def test_sampler_trace_with_sparse_mixing_equals_dense(make):
         np.testing.assert_allclose(sp.positions, dense.positions, rtol=1e-5, atol=1e-5)
 
 
-def test_automatic_choice_follows_the_documented_rule():
+def _circulant_graph(n, shifts):
+    """Metropolis-Hastings weights of the circulant graph linking i and i ± s for s in shifts."""
+    adj = np.zeros((n, n), bool)
+    i = np.arange(n)
+    for s in shifts:
+        adj[i, (i + s) % n] = adj[(i + s) % n, i] = True
+    return np.asarray(networks.from_graph(nx.from_numpy_array(adj.astype(int)),
+                                          weights="metropolis_hastings").matrices)
+
+
+@pytest.mark.parametrize("stack", [np.asarray(networks.ring(12).matrices), _circulant_graph(11, (1, 3))],
+                         ids=["ring", "shifts_1_3"])
+def test_circulant_products_equal_dense(stack):
+    s = sparse.from_dense(stack)                      # auto: circulant graphs take shifts
+    assert isinstance(s.snapshots, sparse.CirculantMixing)
+    np.testing.assert_allclose(s.todense(), stack, atol=1e-7)
+    x = np.random.default_rng(0).normal(size=(stack.shape[1], 3, 2)).astype(np.float32)
+    got = jax.jit(lambda x: s.matrix_at(5) @ x)(jnp.asarray(x))
+    # float32 products of O(1) numbers: |error| ≲ K · 2⁻²⁴ · max|x| ≈ 1e-6.
+    np.testing.assert_allclose(got, np.einsum("ij,jab->iab", stack[0], x), rtol=1e-5, atol=1e-6)
+
+
+def test_circulant_is_refused_for_a_non_circulant_graph():
+    with pytest.raises(ValueError, match="circulant"):
+        sparse.from_dense(networks.star(6), format="circulant")
+    assert not isinstance(sparse.from_dense(networks.star(6)).snapshots, sparse.CirculantMixing)
+
+
+def test_sampler_trace_with_circulant_mixing_equals_dense():
+    prob = linear_regression(num_agents=12, dim=2, batch_size=2)
+    stack = np.asarray(networks.ring(12).matrices)
+    init = jnp.asarray(np.random.default_rng(2).normal(size=(3, 12, 2)), jnp.float32)
+    key = jax.random.key(4)
+    dense = dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, stack, init, key, 15)
+    sp = dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential,
+                       sparse.from_dense(stack, format="circulant"), init, key, 15)
+    np.testing.assert_allclose(sp.positions, dense.positions, rtol=1e-5, atol=1e-5)
+
+
+def test_automatic_choice_follows_the_cost_model():
+    model = sparse.CostModel()
     ring = networks.ring(100)
     assert sparse.density(ring) == pytest.approx(2 / 100)
-    assert isinstance(sparse.auto(ring, min_agents=64), sparse.SparseSchedule)
-    assert sparse.auto(ring) is ring                       # below the default min_agents (1000)
-    assert isinstance(sparse.auto(networks.ring(1000)), sparse.SparseSchedule)
+    # dense N (1 + N / 132) against sparse N (6 + 0.17 · 3): equal at N = 132 · 5.51 ≈ 727.
+    assert sparse.cost(ring, "dense") == pytest.approx(100 * (1 + 100 / 132))
+    assert sparse.cost(ring, "auto") == pytest.approx(100 * (6 + 0.17 * 3))
+    assert sparse.auto(networks.ring(700)) is not None
+    assert not isinstance(sparse.auto(networks.ring(700)), sparse.SparseSchedule)
+    big = sparse.auto(networks.ring(760))
+    assert isinstance(big, sparse.SparseSchedule) and isinstance(big.snapshots, sparse.CirculantMixing)
+    # A cheaper chains-first loop moves the crossover down.
+    assert isinstance(sparse.auto(ring, model=model._replace(sparse_loop=1.0)), sparse.SparseSchedule)
     barbell = networks.barbell(100, period=2)
-    assert sparse.density(barbell) > 0.1
-    assert sparse.auto(barbell, min_agents=64) is barbell
-    small = networks.ring(10)
-    assert sparse.auto(small, min_agents=64) is small      # below min_agents
+    assert sparse.auto(barbell, model=model._replace(sparse_loop=1.0)) is barbell   # dense-ish
     # A star's hub has degree N - 1 ≫ the mean degree: the edge list is chosen.
     assert isinstance(sparse.from_dense(networks.star(100)).snapshots, sparse.EdgeMixing)
-    assert isinstance(sparse.from_dense(ring).snapshots, sparse.NeighborMixing)
+    assert isinstance(sparse.from_dense(ring, format="neighbors").snapshots, sparse.NeighborMixing)
 
 
 def test_bad_input_is_rejected_with_the_argument_named():
@@ -84,3 +127,14 @@ def test_bad_input_is_rejected_with_the_argument_named():
         sparse.from_dense(np.eye(3), format="csr")
     with pytest.raises(ValueError, match="N = 3"):
         sparse.from_dense(np.eye(3)).matrix_at(0) @ jnp.ones((4, 2))
+
+
+def test_a_disconnected_circulant_schedule_is_refused_like_its_dense_stack():
+    # Shift 2 on 8 agents links evens and odds separately: two components, whatever format.
+    prob = linear_regression(num_agents=8, dim=2, batch_size=2)
+    stack = _circulant_graph(8, (2,))
+    init = jnp.zeros((2, 8, 2), jnp.float32)
+    for mixing in (stack, sparse.from_dense(stack, format="circulant")):
+        with pytest.raises(ValueError, match="connected"):
+            dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, mixing, init,
+                          jax.random.key(0), 2)

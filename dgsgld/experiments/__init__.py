@@ -37,7 +37,6 @@ from .problems import logistic_regression_problem as logistic_regression_problem
 from .quick import QuickRun as QuickRun
 from .quick import quick_run as quick_run
 from .reproduce import TARGETS as TARGETS
-from .theory_report import theory_report as theory_report
 from .reproduce import expand_target as expand_target
 from .reproduce import reproduce as reproduce
 from .reproduce import save_result as save_result
@@ -49,3 +48,13 @@ from .tuning import GridSearch as GridSearch
 from .tuning import grid_search as grid_search
 from .tuning import log_grid as log_grid
 from .tuning import tune_step_size_gradient as tune_step_size_gradient
+
+
+def __getattr__(name):
+    # The theory report loads SciPy and dgsgld.theory: only when asked for (not by `run`).
+    if name == "theory_report":
+        from .theory_report import theory_report
+
+        globals()[name] = theory_report   # the function, not the submodule of the same name
+        return theory_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

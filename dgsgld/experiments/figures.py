@@ -317,14 +317,18 @@ def _w2_curves(mean, cov, target_mean, target_cov):
     return _w2(mean, cov, target_mean, target_cov)
 
 
-def _exact_draw_floor(problem: Problem, trials: int, seed: int, replicates: int = 64) -> float:
-    """Expected W2 between the Gaussian fit of ``trials`` exact posterior draws and the
-    posterior: the level a perfect sampler reaches with this many trials."""
+def _exact_draws(problem: Problem, trials: int, seed: int, replicates: int = 64) -> np.ndarray:
+    """``(trials, replicates, p)`` float32 exact posterior draws (drawn with NumPy)."""
     rng = np.random.default_rng(seed)
     mean = np.asarray(problem.posterior_mean, np.float64)
     cov = np.asarray(problem.posterior_cov, np.float64)
-    draws = rng.multivariate_normal(mean, cov, size=(trials, replicates))  # (C, R, p)
-    m, s = _moments(jnp.asarray(draws, jnp.float32))
+    return rng.multivariate_normal(mean, cov, size=(trials, replicates)).astype(np.float32)
+
+
+def _exact_draw_floor(problem: Problem, trials: int, seed: int, replicates: int = 64) -> float:
+    """Expected W2 between the Gaussian fit of ``trials`` exact posterior draws and the
+    posterior: the level a perfect sampler reaches with this many trials."""
+    m, s = _moments(jnp.asarray(_exact_draws(problem, trials, seed, replicates)))
     return float(np.mean(_w2_curves(m, s, problem.posterior_mean, problem.posterior_cov)))
 
 
