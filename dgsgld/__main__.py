@@ -321,7 +321,6 @@ def _run(args) -> int:
         step_size=args.step_size,
         sgld_step_size=args.sgld_step_size,
         seed=args.seed,
-        cache_dir=args.cache_dir,
     )
     print("per-agent W2 to the exact posterior at the final iteration:")
     print(result.table())
@@ -425,7 +424,8 @@ def main(argv=None) -> int:
     from dgsgld import _cache
 
     # Compiling commands only (not `launch`, which starts other processes).
-    args.cache_dir = _cache.enable(disabled=args.no_cache) if hasattr(args, "no_cache") else None
+    if hasattr(args, "no_cache"):
+        _cache.enable(disabled=args.no_cache)
     try:
         if getattr(args, "out", None) is not None:  # every command writing a directory
             check_out(args.out)

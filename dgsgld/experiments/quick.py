@@ -1,22 +1,18 @@
 """The quick decentralized run behind ``python -m dgsgld run``: Bayesian linear regression
 (Figure 2's problem) at fixed step sizes, no tuning, final per-agent W2 of every algorithm.
 
-Four programs: one sampling loop per algorithm and one for every W2 (all agents of all
-algorithms and the exact-draw floor's replicates side by side). With ``cache_dir`` (the command
-line's, :mod:`dgsgld._cache`) the sampling loops are stored as executables and a second process
-loads them instead of tracing and compiling them.
+Four programs: one sampling loop per algorithm (each a plain :func:`dgsgld.sample` call) and
+one for every W2 (all agents of all algorithms and the exact-draw floor's replicates side by
+side). The command line keeps them in JAX's persistent compilation cache (:mod:`dgsgld._cache`).
 """
 
 import time
 from dataclasses import dataclass
-from functools import partial
-from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from .. import _cache, run
+from .. import run
 from .configs import LinearRegressionConfig
 from .figures import (
     ALGORITHMS,
@@ -78,7 +74,6 @@ def quick_run(
     step_size: float = DEFAULT_STEP_SIZE,
     sgld_step_size: float | None = None,
     seed: int = 0,
-    cache_dir: Path | None = None,
 ) -> QuickRun:
     """Sample Figure 2's posterior with DIGing-SGLD, DE-SGLD and centralized SGLD at fixed steps.
 
@@ -90,8 +85,6 @@ def quick_run(
         step_size: decentralized step size ``η``.
         sgld_step_size: centralized step (default ``η / N``, the same scale).
         seed: master seed.
-        cache_dir: where compiled programs are stored and loaded from
-            (:func:`dgsgld._cache.load_or_compile`); ``None`` (default) stores nothing.
 
     Returns:
         A :class:`QuickRun`.
@@ -111,37 +104,23 @@ def quick_run(
     schedule = make_network(config, seeds["network"])
     potential = problem.potential(batch_size)
     init_dec, init_cen = _initial_positions(seeds["init"], config, problem.dim)
-    key_data = jax.random.key_data(jax.random.key(seeds["sampling"]))
+    key = jax.random.key(seeds["sampling"])
     steps, finals = {}, []
     for name, make in ALGORITHMS.items():
         central = name == CENTRALIZED
         steps[name] = float(sgld_step_size if central else step_size)
-        # The mixing is a constant of the program: sample checks it on the host (once, when the
-        # program is built for exactly these matrices), not inside every run.
-        mixing = () if central else (jnp.asarray(schedule.matrices),)
-        args = (make(steps[name]), potential, init_cen if central else init_dec, key_data,
-                num_steps)
-        position, divergence = _cache.load_or_compile(
-            _final_positions if mixing else partial(_final_positions, None), args,
-            tag=f"quick_run/{name}", directory=cache_dir, constants=mixing)
-        run._report_divergence(run.Divergence(*divergence), "warn")
-        finals.append(np.asarray(_agent_axis(position)))
+        trace = run.sample(make(steps[name]), potential, None if central else schedule,
+                           init_cen if central else init_dec, key, num_steps,
+                           store_positions=False, on_divergence="warn")
+        finals.append(np.asarray(_agent_axis(trace.state.position)))
     draws = _exact_draws(problem, trials, seeds["reference"])
     # One program for every W2: agents of all algorithms, then the floor's replicates.
-    # (Its eigendecompositions call LAPACK: JAX's own cache serves it, see dgsgld._cache.)
     w2 = np.asarray(_final_w2(np.concatenate(finals + [draws], axis=1), problem.posterior_mean,
                               problem.posterior_cov), np.float64)
     bounds = np.cumsum([0] + [f.shape[1] for f in finals])
     final_w2 = {name: w2[lo:hi] for name, lo, hi in zip(steps, bounds[:-1], bounds[1:])}
     floor = float(np.mean(w2[bounds[-1]:]))
     return QuickRun(config, steps, final_w2, floor, time.perf_counter() - start)
-
-
-def _final_positions(mixing, algorithm, potential, init, key_data, num_steps):
-    """Final positions and ``(iteration, agent)`` of each chain's divergence."""
-    trace = run.sample(algorithm, potential, mixing, init, jax.random.wrap_key_data(key_data),
-                       num_steps, store_positions=False, on_divergence="flag")
-    return trace.state.position, tuple(trace.divergence)
 
 
 @jax.jit
