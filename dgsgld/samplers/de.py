@@ -16,6 +16,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 from .. import _tree
+from ..gradients import GradientEstimator, MiniBatch, as_estimator
 from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
 
@@ -29,6 +30,7 @@ class DESGLDState(NamedTuple):
     position: PyTree
     count: Array
     grad: PyTree = None
+    estimator: PyTree = ()
 
 
 class DESGLDInfo(NamedTuple):
@@ -38,19 +40,24 @@ class DESGLDInfo(NamedTuple):
 class DESGLD(SamplingAlgorithm):
     """DE-SGLD. Build with :func:`de_sgld`."""
 
+    estimator: GradientEstimator = MiniBatch()
+
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGLDState:
-        return DESGLDState(position, jnp.zeros((), jnp.int32), potential.grad(position, key))
+        grad, est = self.estimator.start(potential, position, key)
+        return DESGLDState(position, jnp.zeros((), jnp.int32), grad, est)
 
     def step(
         self, key: PRNGKey, state: DESGLDState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
     ) -> tuple[DESGLDState, DESGLDInfo]:
-        eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
+        eta, grad_key, grad, noise = self._step_inputs(
+            key, state, noise, self.estimator.gradient(state.estimator, potential))
         position = _tree.langevin_update(_tree.mix(mixing_matrix, state.position), grad, noise, eta)
-        new_grad = potential.grad(position, grad_key)
-        return DESGLDState(position, state.count + 1, new_grad), DESGLDInfo(eta)
+        new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
+        return DESGLDState(position, state.count + 1, new_grad, est), DESGLDInfo(eta)
 
 
-def de_sgld(step_size: StepSize) -> DESGLD:
-    """DE-SGLD with a constant step size or a schedule ``count -> η``."""
-    return DESGLD(_tree.as_step_size(step_size))
+def de_sgld(step_size: StepSize, estimator: GradientEstimator | None = None) -> DESGLD:
+    """DE-SGLD with a constant step size or a schedule ``count -> η``; ``estimator`` from
+    :mod:`dgsgld.gradients` (default: plain mini-batches)."""
+    return DESGLD(_tree.as_step_size(step_size), as_estimator(estimator))
