@@ -13,10 +13,12 @@ Same algorithm; keeping every input of the position update in the state lets
 
 from typing import NamedTuple
 
+import equinox as eqx
+
 import jax.numpy as jnp
 
 from .. import _tree
-from ..gradients import GradientEstimator, MiniBatch, as_estimator
+from ..gradients import GradientEstimator, as_estimator
 from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
 
@@ -40,7 +42,7 @@ class DESGLDInfo(NamedTuple):
 class DESGLD(SamplingAlgorithm):
     """DE-SGLD. Build with :func:`de_sgld`."""
 
-    estimator: GradientEstimator = MiniBatch()
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGLDState:
         grad, est = self.estimator.start(potential, position, key)

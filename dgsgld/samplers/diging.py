@@ -11,10 +11,12 @@ let the average tracker random-walk.
 
 from typing import NamedTuple
 
+import equinox as eqx
+
 import jax.numpy as jnp
 
 from .. import _tree
-from ..gradients import GradientEstimator, MiniBatch, as_estimator
+from ..gradients import GradientEstimator, as_estimator
 from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
 
@@ -48,7 +50,7 @@ class DIGingInfo(NamedTuple):
 class DIGingSGLD(SamplingAlgorithm):
     """DIGing-SGLD over a time-varying network. Build with :func:`diging_sgld`."""
 
-    estimator: GradientEstimator = MiniBatch()
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingState:
         """State at ``k = 0``: ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``. ``position`` leaves are ``(N, ...)``."""

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from .. import _tree, _validation
 from .._types import Array, PRNGKey, PyTree, StepSize
-from ..gradients import GradientEstimator, MiniBatch, as_estimator
+from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm
 
 __all__ = ["DULA", "DULAInfo", "DULAState", "PolynomialDecay", "d_ula"]
@@ -50,6 +50,16 @@ class PolynomialDecay(eqx.Module):
         return self.initial / (jnp.asarray(count) + 1.0) ** self.exponent
 
 
+def _consensus(consensus) -> StepSize:
+    """A constant in ``(0, 1]`` (beyond 1, ``(1 − β) I + β W`` has negative weights) or a
+    schedule (checked at count 0 to be positive)."""
+    _validation.check_step_size(consensus, name="consensus")
+    consensus = _tree.as_step_size(consensus)
+    if not callable(consensus) and _validation.is_concrete(consensus) and float(consensus) > 1:
+        raise ValueError(f"`consensus` must lie in (0, 1]; got {float(consensus)!r}.")
+    return consensus
+
+
 class DULAState(NamedTuple):
     """``position`` and ``grad = ∇̃F(position)`` leaves ``(N, *param_shape)``; ``count`` the
     iteration; ``estimator`` the gradient estimator's state."""
@@ -68,8 +78,8 @@ class DULAInfo(NamedTuple):
 class DULA(SamplingAlgorithm):
     """D-ULA. Build with :func:`d_ula`. ``step_size`` is ``α``, ``consensus`` is ``β``."""
 
-    consensus: StepSize
-    estimator: GradientEstimator = MiniBatch()
+    consensus: StepSize = eqx.field(converter=_consensus)
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DULAState:
         grad, est = self.estimator.start(potential, position, key)
@@ -96,13 +106,6 @@ def d_ula(
     step_size: StepSize, consensus: StepSize = 1.0, estimator: GradientEstimator | None = None
 ) -> DULA:
     """D-ULA with step ``α_k`` and consensus weight ``β_k`` (each a constant or a schedule
-    ``count -> value``, e.g. :class:`PolynomialDecay` or an optax schedule).
-
-    A constant ``consensus`` must lie in ``(0, 1]`` (beyond 1, ``(1 − β) I + β W`` has
-    negative weights and may amplify disagreement).
-    """
-    _validation.check_step_size(consensus, name="consensus")
-    consensus = _tree.as_step_size(consensus)
-    if not callable(consensus) and float(consensus) > 1.0:
-        raise ValueError(f"`consensus` must lie in (0, 1]; got {float(consensus)!r}.")
-    return DULA(_tree.as_step_size(step_size), consensus, as_estimator(estimator))
+    ``count -> value``, e.g. :class:`PolynomialDecay` or an optax schedule); a constant
+    ``consensus`` must lie in ``(0, 1]``."""
+    return DULA(_tree.as_step_size(step_size), consensus, estimator)

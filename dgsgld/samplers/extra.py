@@ -20,11 +20,13 @@ The state keeps ``∇̃F(x)`` like DE-SGLD's (see :mod:`dgsgld.samplers.de`).
 
 from typing import NamedTuple
 
+import equinox as eqx
+
 import jax
 import jax.numpy as jnp
 
 from .. import _tree
-from ..gradients import GradientEstimator, MiniBatch, as_estimator
+from ..gradients import GradientEstimator, as_estimator
 from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
 
@@ -49,7 +51,7 @@ class EXTRAInfo(NamedTuple):
 class EXTRASGLD(SamplingAlgorithm):
     """EXTRA-SGLD. Build with :func:`extra_sgld`."""
 
-    estimator: GradientEstimator = MiniBatch()
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> EXTRAState:
         dual = jax.tree.map(jnp.zeros_like, position)

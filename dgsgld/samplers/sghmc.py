@@ -28,12 +28,14 @@ with step ``η²``. Both samplers take the estimator of :mod:`dgsgld.gradients`.
 
 from typing import NamedTuple
 
+import equinox as eqx
+
 import jax
 import jax.numpy as jnp
 
 from .. import _tree, _validation
 from .._types import Array, PRNGKey, PyTree, StepSize
-from ..gradients import GradientEstimator, MiniBatch, as_estimator
+from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm
 
 __all__ = [
@@ -87,11 +89,18 @@ def _position_update(mixed, velocity, eta):
     return jax.tree.map(lambda wx, v: wx + eta.astype(wx.dtype) * v, mixed, velocity)
 
 
+def _friction(friction) -> Array:
+    _validation.check_step_size(friction, name="friction")
+    if callable(friction):
+        raise ValueError("`friction` must be a positive constant; got a callable.")
+    return jnp.asarray(friction, dtype=jnp.result_type(float))
+
+
 class DESGHMC(SamplingAlgorithm):
     """DE-SGHMC. Build with :func:`de_sghmc`."""
 
-    friction: Array
-    estimator: GradientEstimator = MiniBatch()
+    friction: Array = eqx.field(converter=_friction)
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGHMCState:
         """``v⁽⁰⁾ = 0``; ``position`` leaves ``(N, *param_shape)``."""
@@ -113,8 +122,8 @@ class DESGHMC(SamplingAlgorithm):
 class DIGingSGHMC(SamplingAlgorithm):
     """DIGing-SGHMC. Build with :func:`diging_sghmc`."""
 
-    friction: Array
-    estimator: GradientEstimator = MiniBatch()
+    friction: Array = eqx.field(converter=_friction)
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingSGHMCState:
         """``v⁽⁰⁾ = 0``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``; ``position`` leaves ``(N, *param_shape)``."""
@@ -137,19 +146,12 @@ class DIGingSGHMC(SamplingAlgorithm):
         return new, SGHMCInfo(eta)
 
 
-def _friction(friction) -> Array:
-    _validation.check_step_size(friction, name="friction")
-    if callable(friction):
-        raise ValueError("`friction` must be a positive constant; got a callable.")
-    return jnp.asarray(friction, dtype=jnp.result_type(float))
-
-
 def de_sghmc(
     step_size: StepSize, friction: float = 1.0, estimator: GradientEstimator | None = None
 ) -> DESGHMC:
     """DE-SGHMC with step ``η`` (constant or schedule), friction ``γ > 0`` and an estimator
     from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DESGHMC(_tree.as_step_size(step_size), _friction(friction), as_estimator(estimator))
+    return DESGHMC(_tree.as_step_size(step_size), friction, estimator)
 
 
 def diging_sghmc(
@@ -157,5 +159,5 @@ def diging_sghmc(
 ) -> DIGingSGHMC:
     """DIGing-SGHMC with step ``η`` (constant or schedule), friction ``γ > 0`` and an estimator
     from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DIGingSGHMC(_tree.as_step_size(step_size), _friction(friction), as_estimator(estimator))
+    return DIGingSGHMC(_tree.as_step_size(step_size), friction, estimator)
 
