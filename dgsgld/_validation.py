@@ -309,3 +309,87 @@ def check_samples(samples, *, name: str, min_ndim: int, layout: str) -> None:
         check_finite_tree(samples, name=name)
     except ValueError as err:
         raise ValueError(f"{err} Did the run diverge? See `trace.divergence`.") from None
+
+
+# -- checks inside the computation, for values traced under a user's ``jit`` ------------------
+
+
+def mixing_error_if(target, stack, *, tol: float = MIXING_TOL, name: str = "mixing"):
+    """``target`` with :func:`check_mixing`'s checks on a traced ``(P, N, N)`` ``stack`` attached
+    by ``equinox.error_if``: they run inside the computation and raise when it executes.
+
+    Under a user's ``jit`` the host cannot read the stack; attaching the checks to a value the
+    run needs (e.g. the initial positions) keeps them from being skipped or optimized away.
+    """
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    w = jnp.asarray(stack)
+    limit = jnp.asarray(tol, w.dtype)
+    checks = (
+        (~jnp.all(jnp.isfinite(w)), "not finite"),
+        (jnp.max(jnp.abs(w - jnp.swapaxes(w, 1, 2))) > limit, "not symmetric"),
+        (jnp.min(w) < -limit, "not nonnegative"),
+        (jnp.max(jnp.abs(jnp.sum(w, axis=2) - 1)) > limit,
+         "not doubly stochastic (a row sum is not 1)"),
+        (jnp.max(jnp.abs(jnp.sum(w, axis=1) - 1)) > limit,
+         "not doubly stochastic (a column sum is not 1)"),
+    )
+    for bad, what in checks:
+        target = eqx.error_if(
+            target, bad, f"`{name}` (traced under jit, checked inside the computation) is {what} "
+                         f"within tolerance {tol:g}."
+        )
+    return target
+
+
+def connectivity_error_if(target, adjacency, *, name: str = "mixing", what: str = "its period"):
+    """``target`` with an ``equinox.error_if`` that fails when the graph of the boolean ``(N, N)``
+    ``adjacency`` (a union of snapshots' graphs) is disconnected.
+
+    Components by min-label propagation in a ``while_loop``: ``O(N² · diameter)``.
+    """
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    n = adjacency.shape[-1]
+    adj = adjacency | jnp.eye(n, dtype=bool)
+
+    def spread(carry):
+        labels, _ = carry
+        new = jnp.min(jnp.where(adj, labels[None, :], n), axis=1)
+        return new, jnp.any(new != labels)
+
+    labels, _ = jax.lax.while_loop(lambda c: c[1], spread, (jnp.arange(n), jnp.asarray(True)))
+    return eqx.error_if(
+        target, jnp.any(labels != 0),
+        f"`{name}` (traced under jit, checked inside the computation) is not jointly connected: "
+        f"the union of its graphs over {what} is disconnected. Pass allow_disconnected=True "
+        "to run anyway."
+    )
+
+
+def check_iteration_range(start: int, num_steps: int, *, name: str = "num_steps") -> None:
+    """Iteration counts are int32 in the compiled loop: ``start + num_steps`` must fit."""
+    limit = 2**31 - 1
+    if num_steps > limit:
+        raise ValueError(
+            f"`{name}` must be at most 2**31 - 1 = {limit} (iteration counts are int32); got "
+            f"{num_steps}."
+        )
+    if start + num_steps > limit:
+        raise ValueError(
+            f"`init` has run {start} iterations (`init.count`), and {name} = {num_steps} more "
+            f"would pass 2**31 - 1 = {limit}, the largest iteration count (int32)."
+        )
+
+
+def check_burn_in(burn_in, num_steps: int, thin: int) -> int:
+    """``0 <= burn_in <= num_steps`` and a multiple of ``thin`` (so a kept iteration starts)."""
+    if isinstance(burn_in, bool) or not isinstance(burn_in, (int, np.integer)) or burn_in < 0:
+        raise ValueError(f"`burn_in` must be a nonnegative integer; got {burn_in!r}.")
+    if burn_in > num_steps:
+        raise ValueError(f"`burn_in` ({burn_in}) must not exceed `num_steps` ({num_steps}).")
+    if burn_in % thin:
+        raise ValueError(f"`burn_in` ({burn_in}) must be a multiple of `thin` ({thin}).")
+    return int(burn_in)

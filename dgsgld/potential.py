@@ -148,6 +148,11 @@ class Potential(eqx.Module):
     ):
         if log_likelihood is None and gradient_fn is None:
             raise ValueError("Give `log_likelihood` or `gradient_fn`; both are None.")
+        if log_likelihood is not None and gradient_fn is not None:
+            raise ValueError(
+                "Give `log_likelihood` or `gradient_fn`, not both: with both, one would be "
+                "silently ignored. Pass log_likelihood=None to use the gradient oracle."
+            )
         if log_likelihood is not None and not callable(log_likelihood):
             raise ValueError(f"`log_likelihood` must be callable; got {type(log_likelihood)}.")
         if log_prior is not None and not callable(log_prior):

@@ -9,8 +9,12 @@ Randomness: chain ``c`` draws from ``fold_in(key, c)``, split into an init key a
 step ``k`` of that chain uses ``fold_in(run_key, k)``. So the draws of a chain do not depend on
 how many chains run beside it, how they are batched or sharded, or how the iterations are split
 into calls (a run resumed from ``trace.state`` with the same key continues identically).
+``chain_offset=k`` makes chain ``c`` of a call global chain ``k + c``: chains run apart then
+equal those of one run, and calls that share a key but not an offset stay independent.
 """
 
+import copy
+import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -107,12 +111,15 @@ def mixing_at(mixing, k: Array):
 
 
 def chain_keys(key: PRNGKey, num_chains: int, start: int = 0) -> Array:
-    """Keys ``fold_in(key, c)`` for chains ``c = start, ..., start + num_chains - 1``."""
-    return jax.vmap(_random.fold_in, (None, 0))(key, jnp.arange(start, start + num_chains))
+    """Keys ``fold_in(key, c)`` for chains ``c = start, ..., start + num_chains - 1``
+    (``start`` may be traced)."""
+    return jax.vmap(_random.fold_in, (None, 0))(key, start + jnp.arange(num_chains))
 
 
 def _is_state(init) -> bool:
-    return isinstance(init, tuple) and hasattr(init, "_fields") and hasattr(init, "count")
+    # Fields, not attributes: every NamedTuple has a `count` method (e.g. a user's parameters).
+    fields = getattr(init, "_fields", ()) if isinstance(init, tuple) else ()
+    return "position" in fields and "count" in fields
 
 
 def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume_state=None) -> int:
@@ -130,9 +137,14 @@ def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume
         raise ValueError("`init` must be a pytree with at least one array leaf.")
     lead = 2 if algorithm.decentralized else 1
     expect = "(num_chains, num_agents, *param_shape)" if lead == 2 else "(num_chains, *param_shape)"
-    for leaf in leaves:
+    for path, leaf in jax.tree_util.tree_flatten_with_path(positions)[0]:
         if jnp.ndim(leaf) < lead:
-            raise ValueError(f"`init` leaves must be {expect}; got a leaf of shape {jnp.shape(leaf)}.")
+            raise ValueError(
+                f"`init` array leaves must be {expect}; got `init{jax.tree_util.keystr(path)}` "
+                f"of shape {jnp.shape(leaf)}. Build per-chain (and per-agent) parameters with "
+                "jax.vmap / eqx.filter_vmap; non-array leaves (e.g. an eqx.nn.MLP's activation) "
+                "are static and need no axes."
+            )
     _validation.check_floating_tree(positions, name="init")
     _validation.check_finite_tree(positions, name="init")
     num_chains = {jnp.shape(leaf)[0] for leaf in leaves}
@@ -149,6 +161,7 @@ def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume
         _validation.check_resume_state(resume_state, template, name="init")
         if _validation.is_concrete(resume_state.count):
             start = int(np.asarray(resume_state.count).reshape(-1)[0])
+    _validation.check_iteration_range(start, num_steps)
     _validation.check_step_size_range(algorithm.step_size, start, start + num_steps)
     if algorithm.decentralized:
         agents = {jnp.shape(leaf)[1] for leaf in leaves}
@@ -257,8 +270,24 @@ def sample(
     on_divergence: str = "raise",
     stop_on_divergence: bool = False,
     progress: bool | int | str = False,
+    burn_in: int = 0,
+    chain_offset: int = 0,
+    allow_disconnected: bool = False,
+    connectivity_window: int | None = None,
 ) -> Trace:
     """Run ``num_chains`` independent chains of a sampler for ``num_steps`` iterations.
+
+    Chain identity: chain ``c`` of the call draws as global chain ``chain_offset + c`` of
+    ``key``. Two calls with the same ``key`` and ``chain_offset`` produce coupled chains (the
+    same noise), whatever their starting points; pooling them silently shrinks every variance.
+    To run one experiment's chains in several calls, give them disjoint offsets (chains 6-7 of
+    an 8-chain run are ``sample(..., init[6:8], key, ..., chain_offset=6)``) or different keys.
+
+    Parameters: ``init`` may be any pytree, e.g. an ``eqx.nn.MLP`` built with
+    ``eqx.filter_vmap`` over chains and agents. Its array leaves carry the ``(num_chains,
+    num_agents)`` axes; every other leaf (an activation function, an int) is static (the
+    ``eqx.partition(init, eqx.is_array)`` convention): the loop carries the arrays, and the
+    user's functions and ``trace.positions`` see ``eqx.combine(arrays, static)``.
 
     Args:
         algorithm: a sampler, e.g. ``dgsgld.diging_sgld(step_size=0.01)``.
@@ -266,7 +295,9 @@ def sample(
         mixing: a ``(P, N, N)`` stack (``W⁽ᵏ⁾ = mixing[k % P]``), one ``(N, N)`` matrix, or a
             schedule with ``.matrices`` (``dgsgld.networks``); ``None`` for ``dgsgld.sgld``.
             ``W[i, j]`` is the weight agent ``i`` puts on agent ``j``: ``x⁺ = W @ x``. Checked
-            to be symmetric, nonnegative and doubly stochastic.
+            to be finite, symmetric, nonnegative and doubly stochastic, and jointly connected
+            (see ``allow_disconnected``); a stack traced under the caller's ``jit`` is checked
+            inside the computation (``equinox.error_if``: the call raises when it runs).
         init: initial positions, leaves ``(num_chains, N, *param_shape)``
             (``(num_chains, *param_shape)`` for ``dgsgld.sgld``), or ``trace.state`` of an
             earlier call to continue it.
@@ -289,6 +320,17 @@ def sample(
             :mod:`dgsgld.progress`): ``False`` (default), ``True`` (about 100 reports, only when
             standard error is a terminal), ``"always"``, or a number of iterations between
             reports. ``DGSGLD_PROGRESS=0`` in the environment silences it.
+        burn_in: drop the first ``burn_in`` iterations of this call from ``positions``,
+            ``values`` and ``ensemble`` (kept: iterations ``burn_in, burn_in + thin, ...,
+            num_steps``); a multiple of ``thin``. ``trace.state`` is the final state either way.
+        chain_offset: global index of the call's first chain (see "Chain identity" above).
+            Continue a run with the offset it was started with.
+        allow_disconnected: run even when the union of the network's graphs over its period
+            (or over ``connectivity_window``) is disconnected, e.g. to study what happens then;
+            by default such a network is refused with a ``ValueError`` naming the components.
+        connectivity_window: ``B``: require every ``B`` consecutive snapshots of a stack to be
+            jointly connected (default: the whole period). For schedules generated on the fly,
+            the number of first snapshots checked (default 100, or the period when shorter).
 
     Returns:
         A :class:`Trace`.
@@ -301,15 +343,26 @@ def sample(
     thin = _validation.check_positive_int(thin, name="thin")
     if num_steps % thin:
         raise ValueError(f"`num_steps` ({num_steps}) must be a multiple of `thin` ({thin}).")
+    burn_in = _validation.check_burn_in(burn_in, num_steps, thin)
     _validation.check_callable(trace_fn, name="trace_fn")
     _validation.check_callable(ensemble_fn, name="ensemble_fn")
     show = _progress.wants_progress(progress)
     resume = _is_state(init)
-    positions = init.position if resume else init
+    positions, static = _split_static(init.position if resume else init)
+    if resume:
+        init = init._replace(position=positions)
+    if static is not None:
+        potential, trace_fn, ensemble_fn = _see_static(static, potential, trace_fn, ensemble_fn)
+    _check_mixing_role(algorithm, mixing)
     stack = None if mixing is None else as_mixing_stack(mixing)
     num_chains = _check_inputs(
         algorithm, potential, stack, positions, key, num_steps, init if resume else None
     )
+    chain_offset = _check_chain_offset(chain_offset, num_chains)
+    if stack is not None:
+        checked = _check_network(stack, init if resume else positions, allow_disconnected,
+                                 connectivity_window)
+        init, positions = (checked, positions) if resume else (init, checked)
     if store_positions is None:
         store_positions = trace_fn is None and ensemble_fn is None
     # The bar is reached through an int32 token (a traced argument), so that turning progress
@@ -323,7 +376,7 @@ def sample(
         trace = _run(
             algorithm, potential, stack, init if resume else None, positions, key,
             num_chains, num_steps, thin, trace_fn, ensemble_fn, bool(store_positions),
-            bool(stop_on_divergence), every, token,
+            bool(stop_on_divergence), every, token, chain_offset=jnp.int32(chain_offset),
         )
     finally:
         if bar is not None:
@@ -331,11 +384,12 @@ def sample(
             bar.update_to(num_steps)
             bar.close()
     if on_divergence != "flag" and _validation.is_concrete(trace.divergence.iteration):
-        _report_divergence(trace.divergence, on_divergence)
-    return trace
+        cause = _divergence_cause(trace, potential, key, algorithm.decentralized, num_steps, thin)
+        _report_divergence(trace.divergence, on_divergence, cause)
+    return _with_static(_drop_burn_in(trace, burn_in // thin), static)
 
 
-def _report_divergence(divergence: Divergence, how: str) -> None:
+def _report_divergence(divergence: Divergence, how: str, cause: str | None = None) -> None:
     iteration = np.asarray(divergence.iteration)
     bad = np.flatnonzero(iteration >= 0)
     if bad.size == 0:
@@ -344,8 +398,9 @@ def _report_divergence(divergence: Divergence, how: str) -> None:
     message = (
         f"{bad.size} of {iteration.size} chains diverged (non-finite positions); the first at "
         f"iteration {int(iteration[first])}, chain {int(first)}, agent "
-        f"{int(np.asarray(divergence.agent)[first])}. Reduce the step size, or pass "
-        "on_divergence='flag' to get the trace back with `trace.divergence` set."
+        f"{int(np.asarray(divergence.agent)[first])}. "
+        + ("Reduce the step size" if cause is None else cause)
+        + ", or pass on_divergence='flag' to get the trace back with `trace.divergence` set."
     )
     if how == "raise":
         raise DivergenceError(message)
@@ -393,8 +448,8 @@ def _move_chains(tree, axes, inward: bool):
 @eqx.filter_jit
 def _run(algorithm, potential, stack, state, positions, key, num_chains, num_steps, thin,
          trace_fn, ensemble_fn, store_positions, stop_on_divergence, progress_every=0,
-         progress_token=None):
-    split = jax.vmap(_random.split)(chain_keys(key, num_chains))
+         progress_token=None, chain_offset=0):
+    split = jax.vmap(_random.split)(chain_keys(key, num_chains, chain_offset))
     init_keys, run_keys = split[:, 0], split[:, 1]
     if state is None:
         state = jax.vmap(algorithm.init, (0, None, 0))(positions, potential, init_keys)
@@ -465,3 +520,176 @@ def num_kept(num_steps: int, thin: int = 1) -> int:
     return num_steps // thin + 1
 
 
+
+
+# -- runner guarantees: chain identity, networks that connect, checks under jit, pytrees ------
+
+
+def _check_chain_offset(chain_offset, num_chains: int) -> int:
+    if (isinstance(chain_offset, bool) or not isinstance(chain_offset, (int, np.integer))
+            or chain_offset < 0):
+        raise ValueError(f"`chain_offset` must be a nonnegative integer; got {chain_offset!r}.")
+    if chain_offset + num_chains > 2**31 - 1:
+        raise ValueError(
+            f"`chain_offset` + num_chains must be at most 2**31 - 1; got {chain_offset} + "
+            f"{num_chains}."
+        )
+    return int(chain_offset)
+
+
+def _check_mixing_role(algorithm, mixing) -> None:
+    """A centralized sampler has no network: a mixing given to it would be silently unused."""
+    if mixing is not None and not getattr(algorithm, "decentralized", True):
+        raise ValueError(
+            f"`mixing` must be None for {type(algorithm).__name__} (centralized: it has no "
+            f"network and would ignore one); got {type(mixing).__name__}."
+        )
+
+
+def _check_network(stack, target, allow_disconnected: bool, window):
+    """Joint connectivity of ``stack`` (host, or inside the computation when traced), plus the
+    mixing checks that :func:`_validation.check_mixing` could not run on a traced stack.
+
+    Returns ``target`` (the run's initial positions or state) with the in-computation checks
+    attached, so that the compiled run cannot skip them.
+    """
+    from .networks import validation as net
+
+    if window is not None:
+        _validation.check_positive_int(window, name="connectivity_window")
+    schedule = hasattr(stack, "matrix_at")
+    if all(_validation.is_concrete(leaf) for leaf in jax.tree.leaves(stack)):
+        if not allow_disconnected:
+            try:
+                net.check_joint_connectivity(stack, window, name="mixing")
+            except ValueError as err:
+                raise ValueError(
+                    f"{err} Agents in different components never exchange information, so "
+                    "their samples do not target the posterior (Assumption 3.2(iii)). Pass "
+                    "allow_disconnected=True to run anyway"
+                    + ("." if schedule else ", or check a window with connectivity_window=B.")
+                ) from None
+        return target
+    if not schedule:
+        target = _validation.mixing_error_if(target, stack, name="mixing")
+    if allow_disconnected:
+        return target
+    if schedule:
+        num = net.on_the_fly_window(stack, window) if not hasattr(stack, "snapshots") else None
+        union = (jnp.any(stack.todense() != 0, axis=0) if num is None
+                 else net.union_adjacency(stack, num))
+        what = "its period" if num is None else f"its first {num} snapshots"
+    else:
+        union, what = jnp.any(stack != 0, axis=0), "its period"
+    return _validation.connectivity_error_if(target, union, name="mixing", what=what)
+
+
+class _Static(NamedTuple):
+    """The non-array leaves of the parameters (``eqx.partition(init, eqx.is_array)[1]``),
+    flattened so that it is hashable: wrapped user functions then reuse compiled runs."""
+
+    treedef: Any
+    leaves: tuple
+
+    def combine(self, arrays: PyTree) -> PyTree:
+        return eqx.combine(arrays, jax.tree.unflatten(self.treedef, self.leaves))
+
+
+def _split_static(tree) -> tuple[PyTree, _Static | None]:
+    """``(array leaves, static part)``; the static part is ``None`` when every leaf is an array."""
+    if all(eqx.is_array(leaf) for leaf in jax.tree.leaves(tree)):
+        return tree, None
+    arrays, static = eqx.partition(tree, eqx.is_array)
+    leaves, treedef = jax.tree.flatten(static)
+    return arrays, _Static(treedef, tuple(leaves))
+
+
+@dataclasses.dataclass(frozen=True)  # hashable by value, and weak-referenceable for jax's caches
+class _OnFull:
+    """A user function called with the full parameters ``static.combine(arrays)``.
+
+    ``kind``: ``"params"`` (``fn(params, *rest)``), ``"grad"`` (a gradient oracle: its
+    non-array output leaves dropped) or ``"state"`` (``fn(state)``, ``state.position`` full).
+    """
+
+    fn: Callable
+    static: _Static
+    kind: str
+
+    def __call__(self, first, *rest):
+        if self.kind == "state":
+            return self.fn(first._replace(position=self.static.combine(first.position)))
+        out = self.fn(self.static.combine(first), *rest)
+        return eqx.filter(out, eqx.is_array) if self.kind == "grad" else out
+
+
+def _see_static(static: _Static, potential: Potential, trace_fn, ensemble_fn):
+    """The potential, ``trace_fn`` and ``ensemble_fn`` rewired to see the full parameters
+    while the loop (and ``jax.grad`` inside ``Potential``) works on the array leaves only."""
+    potential = copy.copy(potential)
+    for field, kind in (("log_likelihood", "params"), ("log_prior", "params"),
+                        ("gradient_fn", "grad")):
+        if getattr(potential, field) is not None:
+            # A copy of a frozen module: set a field the way eqx.Module.__init__ does.
+            object.__setattr__(potential, field, _OnFull(getattr(potential, field), static, kind))
+    wrap = lambda fn: None if fn is None else _OnFull(fn, static, "state")  # noqa: E731
+    return potential, wrap(trace_fn), wrap(ensemble_fn)
+
+
+def _with_static(trace: Trace, static: _Static | None) -> Trace:
+    """``trace.positions`` and ``trace.state.position`` as full parameters (models to call)."""
+    if static is None:
+        return trace
+    positions = None if trace.positions is None else static.combine(trace.positions)
+    state = trace.state._replace(position=static.combine(trace.state.position))
+    return trace._replace(positions=positions, state=state)
+
+
+def _drop_burn_in(trace: Trace, skip: int) -> Trace:
+    """Drop the first ``skip`` kept iterations (axis 1 per chain, axis 0 of ``ensemble``)."""
+    if skip == 0:
+        return trace
+    return trace._replace(
+        positions=jax.tree.map(lambda a: a[:, skip:], trace.positions),
+        values=jax.tree.map(lambda a: a[:, skip:], trace.values),
+        ensemble=jax.tree.map(lambda a: a[skip:], trace.ensemble),
+    )
+
+
+def _divergence_cause(trace: Trace, potential: Potential, key, decentralized: bool,
+                      num_steps: int, thin: int) -> str | None:
+    """A model that returns NaN at finite parameters, when that is what diverged.
+
+    Re-evaluates the gradient (host, once) at the first diverged chain's last finite stored
+    position. A non-finite gradient there, at parameters far from overflow (``|x| <
+    sqrt(max float)``; an unstable step size reaches them only just before overflowing), is
+    the model's fault, not the step size's. ``None``: not the model, or not checkable
+    (positions not stored).
+    """
+    iteration = np.asarray(trace.divergence.iteration)
+    bad = np.flatnonzero(iteration >= 0)
+    if bad.size == 0 or trace.positions is None:
+        return None
+    c = int(bad[np.argmin(iteration[bad])])
+    chain = [np.asarray(leaf[c]) for leaf in jax.tree.leaves(trace.positions)]
+    finite = np.all([np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1) for a in chain], axis=0)
+    j = int(np.argmin(finite)) - 1 if not finite.all() else len(finite) - 1
+    if j < 0:
+        return None
+    x = jax.tree.map(lambda leaf: leaf[c, j], trace.positions)
+    grad = eqx.filter_jit(
+        lambda pot, x, k: pot.grad(x, k) if decentralized else pot.pooled_grad(x, k)
+    )(potential, x, key)
+    if all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grad)):
+        return None
+    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(x)]
+    largest = max(float(np.abs(a).max(initial=0.0)) for a in leaves)
+    if largest > np.sqrt(float(np.finfo(leaves[0].dtype).max)):
+        return None
+    at = int(np.asarray(trace.state.count).reshape(-1)[0]) - num_steps + j * thin
+    return (
+        f"The model's gradient is already non-finite at chain {c}'s last finite stored position "
+        f"(iteration {at}, largest |parameter| {largest:.3g}): `log_likelihood`, `log_prior` or "
+        "`gradient_fn` returns NaN or inf at finite parameters (e.g. the log or square root of "
+        "a negative number, 0/0), which a smaller step size will not fix. Fix the model"
+    )

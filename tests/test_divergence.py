@@ -46,10 +46,12 @@ def problem():
     return potential, init
 
 
-def run(step_size=1.0, **kwargs):
+def run(step_size=1.0, mixing=None, **kwargs):
     potential, init = problem()
-    return dgsgld.sample(dgsgld.diging_sgld(step_size), potential, jnp.eye(N), init,
-                         jax.random.key(3), NUM_STEPS, **kwargs)
+    # W = I is refused by default (never connected); here it is the point: allow it.
+    return dgsgld.sample(dgsgld.diging_sgld(step_size), potential,
+                         jnp.eye(N) if mixing is None else mixing, init, jax.random.key(3),
+                         NUM_STEPS, allow_disconnected=mixing is None, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +115,8 @@ def test_stable_step_size_is_not_flagged():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         trace = dgsgld.sample(dgsgld.diging_sgld(0.05), potential, jnp.eye(N), init / 1e16,
-                              jax.random.key(3), NUM_STEPS, on_divergence="raise")
+                              jax.random.key(3), NUM_STEPS, on_divergence="raise",
+                              allow_disconnected=True)
     assert not np.asarray(trace.diverged).any()
     assert np.asarray(trace.divergence.iteration).tolist() == [-1] * C
     assert np.asarray(trace.divergence.agent).tolist() == [-1] * C
@@ -139,9 +142,12 @@ def test_stop_on_divergence_freezes_every_chain(flagged):
 
 
 def test_stop_on_divergence_in_chunks_matches_one_call(tmp_path):
-    want = run(on_divergence="flag", stop_on_divergence=True)
+    # Complete-graph averaging (connected: sample_chunked does not take allow_disconnected);
+    # the agents' mean curvature 2 * 3 still makes η = 1 unstable (factor |1 - 6| = 5).
+    complete = jnp.full((N, N), 1.0 / N)
+    want = run(on_divergence="flag", stop_on_divergence=True, mixing=complete)
     potential, init = problem()
-    got = sample_chunked(dgsgld.diging_sgld(1.0), potential, jnp.eye(N), init,
+    got = sample_chunked(dgsgld.diging_sgld(1.0), potential, complete, init,
                          jax.random.key(3), NUM_STEPS, chunk_size=20, path=tmp_path,
                          on_divergence="flag", stop_on_divergence=True)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):

@@ -28,6 +28,7 @@ from .schedules import one_peer_exponential as one_peer_exponential
 from .schedules import random_regular as random_regular
 from .schedules import ring as ring
 from .schedules import star as star
+from .validation import check_joint_connectivity as check_joint_connectivity
 from .validation import validate_schedule as validate_schedule
 from .weights import max_degree_weights as max_degree_weights
 from .weights import metropolis_hastings_weights as metropolis_hastings_weights
@@ -38,6 +39,7 @@ __all__ = [
     "Schedule",
     "as_schedule",
     "barbell",
+    "check_joint_connectivity",
     "complete",
     "delta",
     "draw_snapshot",

@@ -37,7 +37,8 @@ class SGLDInfo(NamedTuple):
 
 
 class SGLD(SamplingAlgorithm):
-    """Centralized SGLD. Build with :func:`sgld`; ``mixing_matrix`` is ignored."""
+    """Centralized SGLD. Build with :func:`sgld`. ``step`` ignores ``mixing_matrix`` (the
+    samplers' common signature); :func:`dgsgld.sample` refuses a ``mixing`` for it."""
 
     decentralized: ClassVar[bool] = False
 
