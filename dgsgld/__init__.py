@@ -14,9 +14,6 @@ from .potential import pad_agent_data as pad_agent_data
 from .run import Divergence as Divergence
 from .run import DivergenceError as DivergenceError
 from .run import Trace as Trace
-from .run import mixing_at as mixing_at
-from .run import as_mixing_stack as as_mixing_stack
-from .run import chain_keys as chain_keys
 from .run import sample as sample
 from .checkpoint import sample_chunked as sample_chunked
 from .samplers import DESGLD as DESGLD
@@ -46,7 +43,7 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Subpackages with heavier set-up code load on first use.
     lazy = {"networks", "theory", "experiments", "diagnostics", "checkpoint", "progress",
-            "sparse", "streaming", "sharding"}
+            "sparse", "streaming", "sharding", "stepsize", "traceio", "distributed"}
     if name in lazy:
         import importlib
 

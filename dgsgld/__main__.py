@@ -8,7 +8,9 @@ prints each algorithm's final per-agent W2 distance. ``reproduce`` runs the pape
 """
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m dgsgld",
         description="Decentralized stochastic gradient Langevin sampling over time-varying "
         "networks (DIGing-SGLD): a quick run, and the paper's experiments.",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="on an error, show the full traceback"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -184,11 +189,114 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML file of experiment settings, as for reproduce",
     )
     sweep.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+    launch = sub.add_parser(
+        "launch",
+        help="start P local processes of one multi-process run (dgsgld.distributed.launch)",
+        description="Run COMMAND as P processes on this machine, appending --process-id I "
+        "--num-processes P --coordinator 127.0.0.1:PORT to each; stop all and fail when one "
+        "fails. Example: python -m dgsgld launch --processes 2 -- python "
+        "examples/multi_process.py --placement agents --out positions.npz",
+    )
+    launch.add_argument("--processes", type=_positive_int, required=True, metavar="P",
+                        help="number of local processes")
+    launch.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
+                        help="stop all processes and fail (code 124) after this long")
+    launch.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="the program and its arguments, after --")
     return parser
+
+
+# -- checks before computing ----------------------------------------------------------------------
+
+#: Copies of the positions a decentralized sampler keeps per chain (position, tracker, gradient,
+#: noise) when estimating a run's memory.
+_STATE_COPIES = 4
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available now (``MemAvailable``, else free pages), or ``None``."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if nbytes < 1000 or unit == "TB":
+            return f"{nbytes:.0f} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1000
+    return ""  # pragma: no cover
+
+
+def estimate_bytes(chains: int, kept: int, agents: int, dim: int) -> int:
+    """Float32 bytes of a run: kept positions ``chains × kept × agents × dim`` plus the state
+    (:data:`_STATE_COPIES` arrays of ``chains × agents × dim``)."""
+    return 4 * chains * agents * dim * (kept + _STATE_COPIES)
+
+
+def check_memory(nbytes: int, what: str, available: int | None = None) -> None:
+    """Refuse a run whose estimated memory exceeds what is available, naming the option."""
+    available = _available_memory() if available is None else available
+    if available is not None and nbytes > available:
+        raise ValueError(
+            f"{what} needs about {_size(nbytes)} of memory (estimated: chains x kept iterations "
+            f"x agents x d x 4 bytes plus the samplers' state) but about {_size(available)} is "
+            "available; lower --trials."
+        )
+
+
+def _figure_memory(args) -> tuple[int, str]:
+    """The largest estimated memory of the figures ``args`` would run (tuning grid included)."""
+    from dgsgld.experiments.configs import LogisticRegressionConfig, apply_overrides, figure_config
+    from dgsgld.experiments.configs import load_overrides
+    from dgsgld.experiments.reproduce import expand_target
+
+    figures = expand_target(args.target)
+    overrides = load_overrides(args.config, figures) if args.config is not None else {}
+    worst = (0, "")
+    for fig in figures:
+        cfg = apply_overrides(figure_config(fig), overrides.get(fig, {}))
+        trials = cfg.trials if args.trials is None else args.trials
+        # Metrics are streamed (one kept state per chain); breast-cancer data has 30 features.
+        dim = 31 if isinstance(cfg, LogisticRegressionConfig) else cfg.dim + 1
+        nbytes = estimate_bytes(trials * cfg.num_step_sizes, 1, cfg.num_agents, dim)
+        what = f"{fig} with --trials {trials} ({cfg.num_step_sizes} step sizes)"
+        worst = max(worst, (nbytes, what))
+    return worst
+
+
+def check_out(out: Path) -> None:
+    """``--out`` is a directory this process can write: created if missing, else an error."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} is a file, not a directory.")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".dgsgld-write-test-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ValueError(
+            f"--out {str(out)!r} is not a writable directory ({err.strerror or err})."
+        ) from err
+
+
+# -- subcommands -----------------------------------------------------------------------------------
 
 
 def _run(args) -> int:
     from dgsgld.experiments import quick_run
+
+    # Three samplers run one after the other; positions are not stored (20 agents, d = 6).
+    check_memory(estimate_bytes(args.trials, 1, 20, 6), f"--trials {args.trials}")
 
     print(
         f"Bayesian linear regression (Fig. 2 problem) on the time-varying {args.network}, "
@@ -236,6 +344,7 @@ def _reproduce(args) -> int:
         return _theory(args)
     from dgsgld.experiments import reproduce
 
+    check_memory(*_figure_memory(args))
     start = time.perf_counter()
     reproduce(
         args.target,
@@ -274,6 +383,7 @@ def _sweep(args) -> int:
         return _sweep_methods(args)
     from dgsgld.experiments import seed_sweep
 
+    check_memory(*_figure_memory(args))
     seed_sweep(
         args.target,
         range(args.seeds),
@@ -285,18 +395,50 @@ def _sweep(args) -> int:
     return 0
 
 
+def _one_line(err: BaseException) -> str:
+    """An exception as one line: the message of an error we raise, else its type too."""
+    if isinstance(err, OSError) and err.strerror:
+        text = f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+    elif isinstance(err, ValueError):  # our own checks (and CheckpointError): the message says it
+        text = str(err)
+    elif isinstance(err, MemoryError):
+        text = f"out of memory ({str(err) or 'MemoryError'}); lower --trials or --num-steps"
+    else:
+        text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    return " ".join(text.split()) + ("" if isinstance(err, ValueError) else
+                                     " (run with --debug for the traceback)")
+
+
 def main(argv=None) -> int:
-    """Entry point of ``python -m dgsgld`` and the ``dgsgld`` script; returns the exit code."""
+    """Entry point of ``python -m dgsgld`` and the ``dgsgld`` script; returns the exit code.
+
+    Every error (not only bad values) becomes one ``error: ...`` line on standard error and exit
+    status 2 (130 on Ctrl-C); ``--debug`` shows the traceback instead.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "out", None) is not None:  # every command writing a directory
+            check_out(args.out)
         if args.command == "run":
             return _run(args)
         if args.command == "sweep":
             return _sweep(args)
+        if args.command == "launch":
+            from dgsgld.distributed import launch
+
+            cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+            return launch(args.processes, cmd, timeout=args.timeout)
         return _reproduce(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - every error is reported the same way
+        if args.debug:
+            raise
+        print(f"error: {_one_line(err)}", file=sys.stderr)
         return 2
 
 

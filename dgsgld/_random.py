@@ -1,28 +1,30 @@
-"""The few ``jax.random`` functions the sampling loop calls, written to fuse inside a scan.
+"""JAX's threefry2x32 keys with the hash written out, registered as a ``jax.random`` implementation.
 
 On CPU, XLA lowers JAX's threefry2x32 hash as a rolled five-iteration ``while`` loop (it keeps
 compile times down). Inside the runner's ``lax.scan`` every ``fold_in``, ``split`` and
 ``normal`` of every step then becomes a nested loop with its own dispatch and buffer copies:
 two thirds of a paper-size run (200 chains x 100 steps x 20 agents x d = 6) went there. Here
 the same hash is written out in ``jnp`` integer ops, which XLA fuses into the consumer of the
-numbers, e.g. the Langevin update. 3x faster per draw on CPU, and no loop-in-loop.
+numbers (e.g. the Langevin update): 2-3x faster per draw on CPU.
 
-The numbers are those of ``jax.random`` bit for bit (``tests/test_random.py``): keys of the
-default ``threefry2x32`` implementation with ``jax_threefry_partitionable`` on (JAX's default)
-take the written-out path; any other key, or that flag off, calls ``jax.random`` itself.
+It is registered through JAX's extension point (``jax.extend.random.define_prng_impl``), so
+library code calls plain ``jax.random``; only :func:`dgsgld.sample` converts the user's key
+(:func:`fast_key`). The numbers are those of ``jax.random`` with JAX's default key
+(``threefry2x32``, ``jax_threefry_partitionable`` on) bit for bit (``tests/test_random.py``):
+the same key gives the same draws in ``sample`` and in a user's own loop.
 """
 
 import math
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend.random import define_prng_impl, threefry_prng_impl
 
 from ._types import Array, PRNGKey
 
-__all__ = ["fold_in", "split", "normal", "uniform", "bits"]
+__all__ = ["IMPL", "fast_key"]
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
@@ -48,114 +50,67 @@ def threefry2x32(k1: Array, k2: Array, x1: Array, x2: Array) -> tuple[Array, Arr
     return x1, x2
 
 
-def _written_out(key) -> bool:
-    """Whether ``key`` is a typed threefry key whose numbers this module reproduces."""
-    dtype = getattr(key, "dtype", None)
-    return (
-        dtype is not None
-        and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-        and jnp.shape(key) == ()
-        and str(jax.random.key_impl(key)) == "threefry2x32"
-        and bool(jax.config.jax_threefry_partitionable)
-    )
+def _hash_counters(key: Array, shape: tuple[int, ...]) -> tuple[Array, Array]:
+    """The hash of the 64-bit counters ``0, 1, ...`` laid out in ``shape`` (high, low words)."""
+    lo = jnp.arange(math.prod(shape), dtype=jnp.uint32).reshape(shape)
+    return threefry2x32(key[0], key[1], jnp.zeros(shape, jnp.uint32), lo)
 
 
-def _halves(key) -> tuple[Array, Array]:
-    data = jax.random.key_data(key)
-    return data[0], data[1]
+# Raw keys are ``(2,)`` uint32, as for JAX's threefry2x32; the functions below are JAX's
+# partitionable threefry (its default) with the hash above.
 
 
-def _wrap(y1: Array, y2: Array, key) -> PRNGKey:
-    return jax.random.wrap_key_data(jnp.stack([y1, y2], axis=-1), impl=jax.random.key_impl(key))
+def _split(key: Array, shape: tuple[int, ...]) -> Array:
+    if math.prod(shape) >= 2**32:
+        return threefry_prng_impl.split(key, shape)
+    y1, y2 = _hash_counters(key, tuple(shape))
+    return jnp.stack([y1, y2], axis=-1)
 
 
-def _counters(size: int) -> tuple[Array, Array]:
-    # Element j of a draw hashes the 64-bit counter j as (high word, low word).
-    return jnp.zeros((size,), jnp.uint32), jnp.arange(size, dtype=jnp.uint32)
+def _fold_in(key: Array, data: Array) -> Array:
+    y1, y2 = threefry2x32(key[0], key[1], np.uint32(0), jnp.asarray(data, jnp.uint32))
+    return jnp.stack([y1, y2])
 
 
-def fold_in(key: PRNGKey, data) -> PRNGKey:
-    """``jax.random.fold_in(key, data)``."""
-    if not _written_out(key):
-        return jax.random.fold_in(key, data)
-    k1, k2 = _halves(key)
-    y1, y2 = threefry2x32(k1, k2, np.uint32(0), jnp.asarray(data, jnp.uint32))
-    return _wrap(y1, y2, key)
+def _random_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
+    if math.prod(shape) >= 2**32:
+        return threefry_prng_impl.random_bits(key, bit_width, shape)
+    y1, y2 = _hash_counters(key, tuple(shape))
+    if bit_width == 64:
+        return lax.shift_left(y1.astype(jnp.uint64), np.uint64(32)) | y2.astype(jnp.uint64)
+    bits = y1 ^ y2
+    return bits if bit_width == 32 else bits.astype(jnp.dtype(f"uint{bit_width}"))
 
 
-def split(key: PRNGKey, num: int = 2) -> PRNGKey:
-    """``jax.random.split(key, num)``: ``num`` keys, shape ``(num,)``."""
-    if not _written_out(key):
-        return jax.random.split(key, num)
-    k1, k2 = _halves(key)
-    y1, y2 = threefry2x32(k1, k2, *_counters(num))
-    return _wrap(y1, y2, key)
+#: The key implementation; ``jax.random.key(seed, impl=IMPL)`` works too.
+IMPL = define_prng_impl(
+    key_shape=(2,),
+    seed=threefry_prng_impl.seed,
+    split=_split,
+    random_bits=_random_bits,
+    fold_in=_fold_in,
+    name="dgsgld_threefry2x32",
+    tag="dfry",
+)
 
 
-def _bits(key, size: int, width: int) -> Array:
-    k1, k2 = _halves(key)
-    y1, y2 = threefry2x32(k1, k2, *_counters(size))
-    if width == 32:
-        return y1 ^ y2
-    return lax.shift_left(y1.astype(jnp.uint64), np.uint64(32)) | y2.astype(jnp.uint64)
+def fast_key(key: PRNGKey) -> PRNGKey:
+    """``key`` as a typed key of :data:`IMPL` when that gives the same numbers, else typed as is.
 
-
-def _unit_floats(key, size: int, dtype) -> Array:
-    """Uniform ``[0, 1)`` floats from the mantissa bits, as ``jax.random.uniform`` makes them."""
-    finfo = jnp.finfo(dtype)
-    width = finfo.bits
-    uint = jnp.uint32 if width == 32 else jnp.uint64
-    bits = lax.shift_right_logical(_bits(key, size, width), uint(width - finfo.nmant))
-    one = np.array(1.0, dtype).view(uint)
-    return lax.bitcast_convert_type(bits | one, dtype) - np.array(1.0, dtype)
-
-
-def _supported(key, shape, dtype) -> bool:
-    return (
-        _written_out(key)
-        and jnp.dtype(dtype) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64))
-        and math.prod(shape) < 2**32
-    )
-
-
-def uniform(key: PRNGKey, shape=(), dtype=float, minval: float = 0.0, maxval: float = 1.0) -> Array:
-    """``jax.random.uniform(key, shape, dtype, minval, maxval)`` for Python-number bounds."""
-    shape = tuple(shape)
-    dtype = jnp.dtype(jax.dtypes.canonicalize_dtype(dtype))
-    if not (_supported(key, shape, dtype) and isinstance(minval, (int, float))
-            and isinstance(maxval, (int, float))):
-        return jax.random.uniform(key, shape, dtype, minval, maxval)
-    return _uniform(key, shape, dtype, float(minval), float(maxval))
-
-
-# Compiled as one unit, like jax.random's own functions, so that XLA contracts the same
-# multiply-adds into FMAs and even eager calls give jax.random's floats bit for bit.
-@partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def _uniform(key, shape, dtype, minval, maxval):
-    lo, hi = np.asarray(minval, dtype), np.asarray(maxval, dtype)
-    floats = _unit_floats(key, math.prod(shape), dtype)
-    return lax.max(lo, (floats * (hi - lo) + lo).reshape(shape))
-
-
-def normal(key: PRNGKey, shape=(), dtype=float) -> Array:
-    """``jax.random.normal(key, shape, dtype)`` (real dtypes)."""
-    shape = tuple(shape)
-    dtype = jnp.dtype(jax.dtypes.canonicalize_dtype(dtype))
-    if not _supported(key, shape, dtype):
-        return jax.random.normal(key, shape, dtype)
-    return _normal(key, shape, dtype)
-
-
-@partial(jax.jit, static_argnums=(1, 2))
-def _normal(key, shape, dtype):
-    lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
-    u = _uniform(key, shape, dtype, float(lo), 1.0)
-    return np.array(np.sqrt(2), dtype) * lax.erf_inv(u)
-
-
-def bits(key: PRNGKey, shape=()) -> Array:
-    """``jax.random.bits(key, shape)``: uniform ``uint32`` words."""
-    shape = tuple(shape)
-    if not (_written_out(key) and math.prod(shape) < 2**32):
-        return jax.random.bits(key, shape, jnp.uint32)
-    return _bits(key, math.prod(shape), 32).reshape(shape)
+    Typed threefry2x32 keys and legacy ``uint32`` keys (``jax.random.PRNGKey(0)``, read as
+    threefry2x32) are converted while ``jax_threefry_partitionable`` is on (JAX's default);
+    with it off, legacy keys become typed threefry2x32 keys; keys of other implementations are
+    returned unchanged. Works on arrays of keys and under ``jit``.
+    """
+    legacy = not jax.dtypes.issubdtype(jnp.result_type(key), jax.dtypes.prng_key)
+    if legacy:
+        data, impl = jnp.asarray(key), "threefry2x32"
+    else:
+        data, impl = None, str(jax.random.key_impl(key))
+    if impl != "threefry2x32":
+        return key
+    if not jax.config.jax_threefry_partitionable:
+        return jax.random.wrap_key_data(data, impl="threefry2x32") if legacy else key
+    if data is None:
+        data = jax.random.key_data(key)
+    return jax.random.wrap_key_data(data, impl=IMPL)

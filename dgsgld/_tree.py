@@ -1,14 +1,10 @@
-"""Pytree helpers shared by the samplers: mixing, Gaussian noise, step-size resolution.
-
-No reshapes in the per-chain code: under ``vmap`` with the chain axis last (how
-``dgsgld.sample`` batches small leaves), a reshape would move that axis to the front and back.
-"""
+"""Pytree helpers shared by the samplers: mixing, Gaussian noise, step-size resolution."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _random, _validation
+from . import _validation
 from ._types import Array, PRNGKey, PyTree, StepSize
 
 
@@ -33,11 +29,11 @@ def normal_like(key: PRNGKey, tree: PyTree) -> PyTree:
     """Standard normal noise with the structure, shapes and dtypes of ``tree``.
 
     The numbers of ``optax.tree_utils.tree_random_like(key, tree)``: one key per leaf from
-    ``split(key, num_leaves)``; split here with :mod:`dgsgld._random`, which fuses in a loop.
+    ``split(key, num_leaves)``.
     """
     leaves, treedef = jax.tree.flatten(tree)
-    keys = _random.split(key, len(leaves))
-    noise = [_random.normal(keys[i], jnp.shape(leaf), leaf.dtype) for i, leaf in enumerate(leaves)]
+    keys = jax.random.split(key, len(leaves))
+    noise = [jax.random.normal(keys[i], jnp.shape(leaf), leaf.dtype) for i, leaf in enumerate(leaves)]
     return jax.tree.unflatten(treedef, noise)
 
 

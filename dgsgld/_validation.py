@@ -269,9 +269,15 @@ def check_resume_state(state, template, *, name: str = "init") -> None:
         )
 
 
+#: Relative tolerance on a covariance's negative eigenvalues (times max(1, largest eigenvalue)).
+PSD_RTOL = 1e-6
+
+
 def check_gaussian(mean, cov, *, mean_name: str = "mean", cov_name: str = "cov") -> None:
-    """``mean (..., d)`` and ``cov (..., d, d)``: matching ``d``; when concrete, finite and
-    symmetric within a relative tolerance."""
+    """``mean (..., d)`` and ``cov (..., d, d)``: matching ``d``; when concrete, finite,
+    symmetric within a relative tolerance and positive semidefinite: every eigenvalue
+    ``>= -tol * max(1, largest eigenvalue)`` with ``tol = max(PSD_RTOL, 10 d eps)`` (``eps``
+    of the dtype: float32 rounding of an empirical covariance stays inside it)."""
     m_shape, c_shape = np.shape(mean), np.shape(cov)
     if len(m_shape) < 1:
         raise ValueError(f"`{mean_name}` must be (..., d); got a scalar.")
@@ -291,6 +297,21 @@ def check_gaussian(mean, cov, *, mean_name: str = "mean", cov_name: str = "cov")
             raise ValueError(
                 f"`{cov_name}` must be symmetric; largest |C - C^T| entry is {asym:g} "
                 f"(entries up to {scale:g})."
+            )
+        if d == 0 or c.size == 0:
+            return
+        eps = np.finfo(np.asarray(cov).dtype).eps if np.asarray(cov).dtype.kind == "f" else 0.0
+        tol = max(PSD_RTOL, 10 * d * eps)
+        vals = np.linalg.eigvalsh(0.5 * (c + np.swapaxes(c, -1, -2)))
+        bound = -tol * np.maximum(1.0, vals[..., -1])
+        bad = vals[..., 0] < bound
+        if np.any(bad):
+            index = np.unravel_index(np.argmax(bad), bad.shape) if bad.ndim else ()
+            at = f" (matrix {tuple(int(i) for i in index)})" if index else ""
+            raise ValueError(
+                f"`{cov_name}` must be positive semidefinite; its smallest eigenvalue is "
+                f"{vals[index][0]:g}{at}, below the tolerance {bound[index]:g} "
+                f"(-{tol:g} x max(1, largest eigenvalue {vals[index][-1]:g}))."
             )
 
 

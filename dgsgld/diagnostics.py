@@ -1,4 +1,6 @@
-"""Convergence diagnostics per agent: effective sample size, split R-hat, consensus error.
+"""Convergence diagnostics per agent: effective sample size, split R-hat.
+
+(Consensus error over time: :func:`dgsgld.metrics.consensus_error` of ``trace.positions``.)
 
 Every function takes draws laid out chain-major, ``(chain, draw, ...)``, as in
 ``trace.positions`` (``(num_chains, num_kept, N, *param_shape)``), and treats each trailing
@@ -21,29 +23,138 @@ default ``ess`` and ``rhat`` these reproduce to rounding):
   monotone sequence of autocorrelation pairs, the autocorrelations ``ρ̂_t`` combining within- and
   between-chain variance (FFT autocovariances).
 
+Parameters may be any pytree (a dict, a NamedTuple, an ``eqx.Module``): every function maps
+over the array leaves and returns the same structure (non-array leaves of an equinox module,
+such as its activation function, come back as ``None``). ``ess(trace.positions)`` on
+``{"w": (C, T, N, 3), "b": (C, T, N)}`` is ``{"w": (N, 3), "b": (N,)}``.
+
+A diverged chain never enters a summary silently: a chain with a non-finite draw in any leaf is
+refused (``diverged="raise"``, the default, says how many chains and how to drop them) or left
+out of every leaf with a warning (``diverged="drop"``).
+
 ArviZ itself is optional (``pip install dgsgld[diagnostics]``), needed only by
 :func:`to_arviz`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 
+import equinox as eqx
 import jax
 import numpy as np
 from scipy import special, stats
 
 from . import _validation
-from .metrics import consensus_error
 
 __all__ = [
     "ess",
     "rhat",
     "split_rhat",
-    "consensus_error_over_time",
+    "network_average",
+    "diverged_chains",
     "agent_summary",
     "to_arviz",
 ]
+
+
+_DIVERGED = ("raise", "drop")
+
+
+def _positions_of(samples):
+    """``(positions, diverged flags or None)`` of a :class:`dgsgld.Trace` or of bare draws."""
+    if hasattr(samples, "positions") and hasattr(samples, "divergence"):
+        if samples.positions is None:
+            raise ValueError(
+                "`trace` has no stored positions (run sample with store_positions=True)."
+            )
+        return samples.positions, np.asarray(samples.divergence.iteration) >= 0
+    return samples, None
+
+
+def _array_leaves(tree, name: str) -> list:
+    """``[(path, leaf)]`` of the array leaves of ``tree`` (an equinox module's others skipped)."""
+    flat = jax.tree_util.tree_flatten_with_path(eqx.filter(tree, eqx.is_array))[0]
+    if not flat:
+        raise ValueError(
+            f"`{name}` must hold at least one array leaf; got {type(tree).__name__} with none."
+        )
+    return flat
+
+
+def _leaf_name(name: str, path) -> str:
+    return _validation._leaf_name(name, path)
+
+
+def diverged_chains(samples, *, name: str = "samples") -> np.ndarray:
+    """Chains with a non-finite draw in any array leaf.
+
+    Args:
+        samples: draws, leaves ``(chain, ...)``, or a :class:`dgsgld.Trace` (whose
+            ``trace.diverged`` chains count too).
+        name: the argument's name for error messages.
+
+    Returns:
+        ``(chain,)`` boolean.
+    """
+    positions, flagged = _positions_of(samples)
+    flat = _array_leaves(positions, name)
+    chains = {np.shape(leaf)[0] if np.ndim(leaf) else None for _, leaf in flat}
+    if len(chains) != 1 or None in chains:
+        shapes = {_leaf_name(name, path): np.shape(leaf) for path, leaf in flat}
+        raise ValueError(
+            f"`{name}` leaves must share a leading chain axis; got shapes {shapes}."
+        )
+    bad = np.zeros(chains.pop(), bool) if flagged is None else flagged.copy()
+    for _, leaf in flat:
+        arr = np.asarray(leaf)
+        if np.issubdtype(arr.dtype, np.inexact) and arr.size:
+            bad |= ~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+    return bad
+
+
+def _finite_chains(samples, name: str, diverged: str):
+    """The array leaves of ``samples`` without diverged chains (per ``diverged``)."""
+    if diverged not in _DIVERGED:
+        raise ValueError(f"`diverged` must be 'raise' or 'drop'; got {diverged!r}.")
+    positions, _ = _positions_of(samples)
+    arrays = eqx.filter(positions, eqx.is_array)
+    bad = diverged_chains(samples, name=name)
+    if not bad.any():
+        return arrays
+    count, total, which = int(bad.sum()), bad.size, np.flatnonzero(bad).tolist()
+    if diverged == "raise" or count == total:
+        raise ValueError(
+            f"`{name}`: {count} of {total} chains diverged (non-finite draws or "
+            f"`trace.diverged`; chains {which}). Did the run diverge? See `trace.divergence`."
+            + (f" Pass diverged='drop' to summarize the other {total - count} chains only."
+               if count < total else " No chain is left to summarize.")
+        )
+    warnings.warn(
+        f"Dropped {count} of {total} diverged chains (chains {which}) from `{name}`; the "
+        f"summary uses the other {total - count}.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return jax.tree.map(lambda leaf: np.asarray(leaf)[~bad], arrays)
+
+
+def _per_leaf(fn: Callable[[np.ndarray], np.ndarray], arrays, name: str, min_chains: int = 1):
+    """``fn((chain, draw, K) float64) -> (K,)`` on every array leaf, reshaped to
+    ``leaf.shape[2:]``; the result has the structure of ``arrays``."""
+
+    def one(path, leaf):
+        leaf_name = _leaf_name(name, path)
+        x = _as_draws(leaf, leaf_name)
+        if x.shape[0] < min_chains:
+            raise ValueError(
+                f"`{leaf_name}` needs at least {min_chains} chains to compare them; got "
+                f"{x.shape[0]} (shape (chain, draw, ...) = {x.shape[:2]} + ...)."
+            )
+        return fn(x).reshape(np.shape(leaf)[2:])
+
+    return jax.tree_util.tree_map_with_path(one, arrays)
 
 
 def _as_draws(samples, name: str) -> np.ndarray:
@@ -78,44 +189,40 @@ def _rhat_basic(x: np.ndarray) -> np.ndarray:
         return np.sqrt((between / within + n - 1) / n)
 
 
-def split_rhat(samples) -> np.ndarray:
+def split_rhat(samples, *, diverged: str = "raise"):
     """Classic split R-hat (Gelman et al., BDA3 §11.4), no rank normalization.
 
     Args:
-        samples: ``(chain, draw, ...)`` with at least 2 chains and 4 draws.
+        samples: draws with at least 2 chains and 4 draws per leaf (see the module doc).
+        diverged: ``"raise"`` or ``"drop"`` (see the module doc).
 
     Returns:
-        ``(...)``: values near 1 when the (split) chains agree; above ~1.01 signals that they
-        have not mixed.
+        The structure of ``samples``, leaves ``(...)``: values near 1 when the (split) chains
+        agree; above ~1.01 signals that they have not mixed.
     """
-    x = _as_draws(samples, "samples")
-    _need_chains(x, 2)
-    return _rhat_basic(_split(x)).reshape(np.shape(samples)[2:])
+    arrays = _finite_chains(samples, "samples", diverged)
+    return _per_leaf(lambda x: _rhat_basic(_split(x)), arrays, "samples", min_chains=2)
 
 
-def rhat(samples) -> np.ndarray:
-    """Rank-normalized split R-hat, the larger of bulk and tail (ArviZ's default ``rhat``).
-
-    Args:
-        samples: ``(chain, draw, ...)`` with at least 2 chains and 4 draws.
-
-    Returns:
-        ``(...)``.
-    """
-    x = _as_draws(samples, "samples")
-    _need_chains(x, 2)
+def _rank_rhat(x: np.ndarray) -> np.ndarray:
     s = _split(x)
     bulk = _rhat_basic(_rank_normalize(s))
     tail = _rhat_basic(_rank_normalize(np.abs(s - np.median(s.reshape(-1, s.shape[2]), axis=0))))
-    return np.maximum(bulk, tail).reshape(np.shape(samples)[2:])
+    return np.maximum(bulk, tail)
 
 
-def _need_chains(x: np.ndarray, m: int) -> None:
-    if x.shape[0] < m:
-        raise ValueError(
-            f"`samples` needs at least {m} chains to compare them; got {x.shape[0]} "
-            f"(shape (chain, draw, ...) = {x.shape[:2]} + ...)."
-        )
+def rhat(samples, *, diverged: str = "raise"):
+    """Rank-normalized split R-hat, the larger of bulk and tail (ArviZ's default ``rhat``).
+
+    Args:
+        samples: draws with at least 2 chains and 4 draws per leaf (see the module doc).
+        diverged: ``"raise"`` or ``"drop"`` (see the module doc).
+
+    Returns:
+        The structure of ``samples``, leaves ``(...)``.
+    """
+    arrays = _finite_chains(samples, "samples", diverged)
+    return _per_leaf(_rank_rhat, arrays, "samples", min_chains=2)
 
 
 def _autocov(x: np.ndarray) -> np.ndarray:
@@ -180,77 +287,100 @@ def _ess_basic(x: np.ndarray) -> np.ndarray:
     return np.where(constant, float(total), out)
 
 
-def ess(samples) -> np.ndarray:
+def _bulk_ess(x: np.ndarray) -> np.ndarray:
+    return _ess_basic(_rank_normalize(_split(x)))
+
+
+def ess(samples, *, diverged: str = "raise"):
     """Bulk effective sample size: multi-chain ESS of rank-normalized split chains.
 
     Args:
-        samples: ``(chain, draw, ...)`` with at least 4 draws; one chain is allowed.
+        samples: draws with at least 4 draws per leaf; one chain is allowed (see the module
+            doc).
+        diverged: ``"raise"`` or ``"drop"`` (see the module doc).
 
     Returns:
-        ``(...)``: the number of independent draws carrying the same information about the
-        bulk of each marginal (at most about ``chain * draw``; larger for anticorrelated
-        chains).
+        The structure of ``samples``, leaves ``(...)``: the number of independent draws
+        carrying the same information about the bulk of each marginal (at most about
+        ``chain * draw``; larger for anticorrelated chains).
     """
-    x = _as_draws(samples, "samples")
-    return _ess_basic(_rank_normalize(_split(x))).reshape(np.shape(samples)[2:])
+    arrays = _finite_chains(samples, "samples", diverged)
+    return _per_leaf(_bulk_ess, arrays, "samples")
 
 
-def _flat_agents(positions, *, agent_axis: int = 2) -> np.ndarray:
-    """Concatenate the parameter leaves of ``positions`` to ``(..., N, D)``."""
-    leaves = jax.tree.leaves(positions)
-    if not leaves:
-        raise ValueError("`positions` must hold at least one array leaf; got an empty pytree.")
-    flat = []
-    for leaf in leaves:
-        arr = np.asarray(leaf)
-        if arr.ndim <= agent_axis:
-            raise ValueError(
-                "`positions` leaves must be (chain, draw, N, *param_shape); got a leaf of shape "
-                f"{arr.shape}."
-            )
-        flat.append(arr.reshape(*arr.shape[: agent_axis + 1], -1))
-    return np.concatenate(flat, axis=-1)
+def network_average(positions, *, axis: int = 2):
+    """The agents' average of every parameter leaf: the network (consensus) view of a trace.
 
-
-def consensus_error_over_time(positions) -> np.ndarray:
-    """Root-mean-square distance of the agents to their network average, per chain and draw.
+    Each kept iteration of a decentralized run holds ``N`` samples, one per agent; their
+    average ``x̄ = (1/N) Σ_i x_i`` is the quantity the theory bounds (the agents track it, and
+    its law approaches the posterior). Summaries of ``network_average(trace.positions)`` are
+    those of the network as a whole, e.g. ``ess(network_average(trace.positions))``.
 
     Args:
-        positions: ``trace.positions`` of a decentralized sampler, leaves
-            ``(chain, draw, N, *param_shape)`` (all parameter leaves count as one vector).
+        positions: any pytree whose array leaves have an agent axis at ``axis``:
+            ``trace.positions`` (``(chain, draw, N, *param_shape)``, ``axis=2``, the default),
+            or a state's ``position`` inside a ``trace_fn`` (``(N, *param_shape)``, ``axis=0``).
+            A :class:`dgsgld.Trace` is accepted for its positions.
 
     Returns:
-        ``(chain, draw)``: ``sqrt(mean_i ‖x_i − x̄‖²)``.
+        The structure of ``positions`` with the agent axis averaged out, e.g. leaves
+        ``(chain, draw, *param_shape)``. A diverged chain stays non-finite in its own chain
+        only; the summaries refuse or drop it.
     """
-    x = _flat_agents(positions)
-    _validation.check_samples(x, name="positions", min_ndim=4, layout="(chain, draw, N, ...)")
-    return np.asarray(consensus_error(x))
+    positions, _ = _positions_of(positions)
+
+    def one(path, leaf):
+        if np.ndim(leaf) <= axis:
+            raise ValueError(
+                f"`{_leaf_name('positions', path)}` has no agent axis {axis}: shape "
+                f"{np.shape(leaf)}. Centralized runs (dgsgld.sgld) have no agents to average."
+            )
+        return jax.numpy.mean(leaf, axis=axis)
+
+    _array_leaves(positions, "positions")
+    return jax.tree_util.tree_map_with_path(one, eqx.filter(positions, eqx.is_array))
 
 
-def agent_summary(positions, *, burn_in: int = 0) -> dict[str, np.ndarray]:
+def _burn(arrays, burn_in, name: str):
+    """Drop the first ``burn_in`` draws of every leaf (checked against the shortest)."""
+    burn_in = int(burn_in)
+    flat = _array_leaves(arrays, name)
+    for path, leaf in flat:
+        if np.ndim(leaf) < 2:
+            raise ValueError(f"`{_leaf_name(name, path)}` must be (chain, draw, ...); got shape "
+                             f"{np.shape(leaf)}.")
+    draws = min(np.shape(leaf)[1] for _, leaf in flat)
+    if burn_in < 0 or burn_in >= draws:
+        raise ValueError(f"`burn_in` must be in [0, draws) = [0, {draws}); got {burn_in}.")
+    return jax.tree.map(lambda leaf: np.asarray(leaf)[:, burn_in:], arrays)
+
+
+def agent_summary(positions, *, burn_in: int = 0, diverged: str = "raise") -> dict:
     """Per-agent mean, standard deviation, bulk ESS and R-hat of ``trace.positions``.
 
     Args:
-        positions: one array ``(chain, draw, N, *param_shape)``.
+        positions: any pytree of ``(chain, draw, N, *param_shape)`` leaves, or a
+            :class:`dgsgld.Trace` (also works on :func:`network_average` output and centralized
+            runs: every trailing entry is summarized).
         burn_in: draws to discard from the start of every chain.
+        diverged: ``"raise"`` or ``"drop"`` diverged chains (see the module doc).
 
     Returns:
-        ``{"mean", "sd", "ess", "rhat"}``, each ``(N, *param_shape)`` (``rhat`` needs 2 chains;
-        with one chain it is NaN).
+        ``{"mean", "sd", "ess", "rhat"}``, each with the structure of ``positions`` and leaves
+        ``(N, *param_shape)`` (``rhat`` needs 2 chains; with one chain it is NaN).
     """
-    burn_in = int(burn_in)
-    if burn_in < 0 or burn_in >= np.shape(positions)[1]:
-        raise ValueError(
-            f"`burn_in` must be in [0, draws) = [0, {np.shape(positions)[1]}); got {burn_in}."
-        )
-    x = np.asarray(positions)[:, burn_in:]
-    out = {
-        "mean": x.mean(axis=(0, 1)),
-        "sd": x.std(axis=(0, 1), ddof=1),
-        "ess": ess(x),
+    arrays = _burn(_finite_chains(positions, "positions", diverged), burn_in, "positions")
+
+    def rhat_or_nan(x):
+        return _rank_rhat(x) if x.shape[0] > 1 else np.full(x.shape[2], np.nan)
+
+    return {
+        "mean": _per_leaf(lambda x: x.mean(axis=(0, 1)), arrays, "positions"),
+        "sd": _per_leaf(lambda x: x.reshape(-1, x.shape[2]).std(axis=0, ddof=1), arrays,
+                        "positions"),
+        "ess": _per_leaf(_bulk_ess, arrays, "positions"),
+        "rhat": _per_leaf(rhat_or_nan, arrays, "positions"),
     }
-    out["rhat"] = rhat(x) if x.shape[0] > 1 else np.full(x.shape[2:], np.nan)
-    return out
 
 
 def _import_arviz():
@@ -264,58 +394,71 @@ def _import_arviz():
     return arviz
 
 
+def _var_name(path) -> str:
+    """``w``, ``layers.0.weight``, ... from a leaf's key path (``x0``, ``x1`` for a tuple)."""
+    if len(path) == 1 and isinstance(path[0], jax.tree_util.SequenceKey):
+        return f"x{path[0].idx}"
+    parts = []
+    for key in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return ".".join(parts) if parts else "x"
+
+
 def to_arviz(trace, var_names: str | Sequence[str] | None = None, *, burn_in: int = 0,
-             agent_axis: bool | None = None):
+             agent_axis: bool | None = None, diverged: str = "raise"):
     """An ``arviz.InferenceData`` with the trace's positions as its ``posterior`` group.
 
     Args:
         trace: a :class:`dgsgld.Trace` with stored positions (or the positions pytree itself).
-        var_names: names for the position leaves: one string for an array, a sequence for a
-            tuple/list of leaves; dict keys are used for dicts. Default ``"x"`` or ``"x0",
-            "x1", ...``.
+        var_names: names for the position leaves, in ``jax.tree.leaves`` order: one string for
+            a single array, a sequence otherwise. Default: the leaf's key path (dict keys,
+            NamedTuple fields, equinox module attributes, e.g. ``"layers.0.weight"``), ``"x"``
+            for one bare array, ``"x0", "x1", ...`` for a tuple or list.
         burn_in: kept iterations to discard from the start of every chain.
         agent_axis: whether axis 2 is the agent axis; by default ``True`` unless the trace
             comes from the centralized sampler (guessed from ``trace.state``; pass it for bare
-            positions of ``dgsgld.sgld``).
+            positions of ``dgsgld.sgld`` or for :func:`network_average` output).
+        diverged: ``"raise"`` or ``"drop"`` diverged chains (see the module doc).
 
     Returns:
         ``arviz.InferenceData``; each variable has dims ``(chain, draw, agent, <name>_dim_0,
         ...)`` (no ``agent`` for the centralized sampler) and coordinate ``agent = 0..N-1``.
         ``az.ess(idata)`` and ``az.rhat(idata)`` then give per-agent diagnostics.
     """
-    positions = getattr(trace, "positions", trace)
-    if positions is None:
-        raise ValueError(
-            "`trace` has no stored positions (run sample with store_positions=True)."
-        )
     if agent_axis is None:
         agent_axis = True
         state = getattr(trace, "state", None)
         if state is not None and type(state).__name__ == "SGLDState":
             agent_axis = False
-    if isinstance(positions, dict):
-        if var_names is not None:
-            raise ValueError("`var_names` must be None for dict positions (the keys are used).")
-        named = dict(positions)
+    positions, _ = _positions_of(trace)
+    if positions is None:
+        raise ValueError(
+            "`trace` has no stored positions (run sample with store_positions=True)."
+        )
+    flat = _array_leaves(positions, "positions")
+    if var_names is None:
+        names = [_var_name(path) for path, _ in flat]
     else:
-        leaves = jax.tree.leaves(positions)
-        if var_names is None:
-            names = ["x"] if len(leaves) == 1 else [f"x{i}" for i in range(len(leaves))]
-        else:
-            names = [var_names] if isinstance(var_names, str) else list(var_names)
-        if len(names) != len(leaves):
-            raise ValueError(
-                f"`var_names` must name each of the {len(leaves)} position leaves; got {names}."
-            )
-        named = dict(zip(names, leaves))
+        names = [var_names] if isinstance(var_names, str) else list(var_names)
+    if len(names) != len(flat) or len(set(names)) != len(names):
+        raise ValueError(
+            f"`var_names` must name each of the {len(flat)} position leaves once; got {names}."
+        )
+    arrays = _finite_chains(trace, "positions", diverged)
+    leaves = jax.tree.leaves(arrays)
     burn_in = int(burn_in)
     posterior, dims = {}, {}
     num_agents = None
-    for name, leaf in named.items():
+    lead = 3 if agent_axis else 2
+    for (path, _), name, leaf in zip(flat, names, leaves):
         arr = np.asarray(leaf)
-        lead = 3 if agent_axis else 2
         _validation.check_samples(
-            arr, name=f"positions[{name!r}]", min_ndim=lead,
+            arr, name=_leaf_name("positions", path), min_ndim=lead,
             layout="(chain, draw, N, ...)" if agent_axis else "(chain, draw, ...)",
         )
         if not 0 <= burn_in < arr.shape[1]:

@@ -21,14 +21,13 @@ by at most ``count / 2**32`` relative probability, far below Monte Carlo error.)
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from functools import partial
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _contraction, _layout, _random, _validation
+from . import _validation
 from ._types import Array, PRNGKey, PyTree
 
 __all__ = ["Potential", "pad_agent_data"]
@@ -250,20 +249,17 @@ class Potential(eqx.Module):
         """Indices ``(b,)`` of a uniform mini-batch among an agent's first ``count`` data."""
         b = self.batch_size
         if self.replace:
-            return (_random.bits(key, (b,)) % count.astype(jnp.uint32)).astype(jnp.int32)
+            return (jax.random.bits(key, (b,)) % count.astype(jnp.uint32)).astype(jnp.int32)
         # Without replacement: the b smallest of i.i.d. uniforms over the valid entries.
-        u = _random.uniform(key, (self.local_size,))
+        u = jax.random.uniform(key, (self.local_size,))
         u = jnp.where(jnp.arange(self.local_size) < count, u, 2.0)
         return jax.lax.top_k(-u, b)[1]
 
-    def _agent_grad(self, params, agent_data, count, weights, key, idx=None, data_last=False):
-        """The data term of ``grad f_i`` (the whole of it for a ``gradient_fn``); with
-        ``data_last``, its products read the data along their contracted axes."""
+    def _agent_grad(self, params, agent_data, count, weights, key, idx=None):
+        """The data term of ``grad f_i`` (the whole of it for a ``gradient_fn``)."""
         if self.gradient_fn is not None:
             return self.gradient_fn(params, agent_data, key)
         grad = jax.grad(self._data_value)
-        if data_last:
-            grad = _contraction.contract_data_last(grad)
         if self.batch_size is None:
             return grad(params, agent_data, weights, 1.0)
         if idx is None:
@@ -280,7 +276,7 @@ class Potential(eqx.Module):
 
     def subset_indices(self, key: PRNGKey) -> Array:
         """Every agent's mini-batch indices ``(N, b)`` from one word per agent (tabulated)."""
-        pick = _random.bits(key, (self.num_agents,)) % self.num_subsets
+        pick = jax.random.bits(key, (self.num_agents,)) % self.num_subsets
         rows = jnp.take_along_axis(self.subsets, pick[:, None, None].astype(jnp.int32), axis=1)
         return rows[:, 0]
 
@@ -307,25 +303,16 @@ class Potential(eqx.Module):
         (how :mod:`dgsgld.sharding` computes a device's agents)."""
         num_rows = jax.tree.leaves(positions)[0].shape[0]
         rows = lambda a: jax.lax.dynamic_slice_in_dim(a, first_row, num_rows)  # noqa: E731
-        # With the loop's chains last, the data term's transposed product (Z^T r) is the one
-        # XLA:CPU runs slowly: give it the data with the contracted axis last (measured in
-        # benchmarks/; with chains first its output would need a large transpose instead).
-        data_last = _layout.chains_last(jnp.shape(p) for p in jax.tree.leaves(positions))
-        agent_grad = partial(self._agent_grad, data_last=data_last)
         if self.tabulated:
-            grads = jax.vmap(agent_grad, (0, 0, 0, 0, None, 0))(
+            grads = jax.vmap(self._agent_grad, (0, 0, 0, 0, None, 0))(
                 positions, data, counts, weights, None, rows(self.subset_indices(key))
             )
         else:
-            keys = rows(_random.split(key, self.num_agents))
-            grads = jax.vmap(agent_grad)(positions, data, counts, weights, keys)
-        # The data and prior terms are differentiated apart and each put in the sampling
-        # loop's layout before they are added: the data term's last operation is then its
-        # matrix product, which XLA can emit in the loop's layout (see dgsgld._layout).
-        grads = _layout.keep_chain_axis(grads)
+            keys = rows(jax.random.split(key, self.num_agents))
+            grads = jax.vmap(self._agent_grad)(positions, data, counts, weights, keys)
         if self.gradient_fn is not None or self.log_prior is None:
             return grads
-        prior = _layout.keep_chain_axis(jax.vmap(jax.grad(self._prior_term))(positions))
+        prior = jax.vmap(jax.grad(self._prior_term))(positions)
         return jax.tree.map(jnp.add, grads, prior)
 
     def full_grad(self, positions: PyTree) -> PyTree:

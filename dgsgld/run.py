@@ -1,8 +1,10 @@
 """``sample``: every chain of an experiment in one compiled call.
 
-The runner ``lax.scan``-s the sampler's ``step`` over iterations, feeding ``W⁽ᵏ⁾ = stack[k % P]``,
-and ``vmap``-s it across chains inside the scan body, so cross-chain statistics can be streamed
-(see ``ensemble_fn``). It is compiled once per shape and configuration: a new step size, new
+The runner ``lax.scan``-s the sampler's ``step`` over iterations, feeding ``W⁽ᵏ⁾ =
+mixing.matrix_at(k)``, and ``vmap``-s it across chains inside the scan body, so cross-chain
+statistics can be streamed (see ``ensemble_fn``). On XLA:CPU the loop keeps small leaves' chain
+axis last through ``vmap``'s ``in_axes``/``out_axes`` (:func:`_chain_axes`); nothing below the
+runner knows it. It is compiled once per shape and configuration: a new step size, new
 data of the same shapes or new initial positions reuse the compiled run.
 
 Randomness: chain ``c`` draws from ``fold_in(key, c)``, split into an init key and a run key, and
@@ -10,21 +12,28 @@ step ``k`` of that chain uses ``fold_in(run_key, k)``. So the draws of a chain d
 how many chains run beside it, how they are batched or sharded, or how the iterations are split
 into calls (a run resumed from ``trace.state`` with the same key continues identically).
 ``chain_offset=k`` makes chain ``c`` of a call global chain ``k + c``: chains run apart then
-equal those of one run, and calls that share a key but not an offset stay independent.
+equal those of one run, and calls that share a key but not an offset stay independent. The key
+is converted at entry to :mod:`dgsgld._random`'s implementation of the same threefry numbers,
+which XLA:CPU runs 2-3x faster inside a loop; so the draws equal those of ``jax.random`` with
+the user's key in a hand-written loop.
+
+Mixing: anything with ``matrix_at(k) -> W⁽ᵏ⁾`` (:mod:`dgsgld._mixing`); arrays are wrapped in a
+:class:`MixingStack`.
 """
 
 import copy
 import dataclasses
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _layout, _random, _validation
+from . import _random, _validation
+from ._mixing import MixingStack, as_mixing
 from . import progress as _progress
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
@@ -35,9 +44,6 @@ __all__ = [
     "DivergenceError",
     "Trace",
     "sample",
-    "as_mixing_stack",
-    "mixing_at",
-    "chain_keys",
 ]
 
 
@@ -85,35 +91,10 @@ class Trace(NamedTuple):
         return self.divergence.iteration >= 0
 
 
-def as_mixing_stack(mixing):
-    """A ``(P, N, N)`` array from a schedule object (``.matrices``), a stack or one matrix.
-
-    Objects with a ``matrix_at(k)`` method (schedules generated on the fly, sparse schedules)
-    are returned unchanged: the runner asks them for ``W⁽ᵏ⁾`` at each step.
-    """
-    if hasattr(mixing, "matrix_at"):
-        return mixing
-    if hasattr(mixing, "matrices"):
-        mixing = mixing.matrices
-    stack = jnp.asarray(mixing)
-    if stack.ndim == 2:
-        stack = stack[None]
-    return stack
-
-
-def mixing_at(mixing, k: Array):
-    """``W⁽ᵏ⁾``: ``mixing[k % P]`` for a stack, ``mixing.matrix_at(k)`` for a schedule object."""
-    if mixing is None:
-        return None
-    if hasattr(mixing, "matrix_at"):
-        return mixing.matrix_at(k)
-    return mixing[k % mixing.shape[0]]
-
-
 def chain_keys(key: PRNGKey, num_chains: int, start: int = 0) -> Array:
     """Keys ``fold_in(key, c)`` for chains ``c = start, ..., start + num_chains - 1``
     (``start`` may be traced)."""
-    return jax.vmap(_random.fold_in, (None, 0))(key, start + jnp.arange(num_chains))
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, start + jnp.arange(num_chains))
 
 
 def _is_state(init) -> bool:
@@ -172,28 +153,19 @@ def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume
             )
         if stack is None:
             raise ValueError(f"`mixing` is required by {type(algorithm).__name__}; got None.")
-        if hasattr(stack, "matrix_at"):
-            # W^(0) traced abstractly: a dense array, or any object with `@` (e.g. sparse).
-            try:
-                w0 = jax.eval_shape(stack.matrix_at, jnp.int32(0))
-            except Exception as err:  # noqa: BLE001 - re-raised with the argument named
-                raise ValueError(
-                    f"`mixing`.matrix_at(0) failed: {type(err).__name__}: {err}"
-                ) from err
-            shape = tuple(getattr(w0, "shape", ()))
-            if len(shape) >= 2 and shape[-2:] != (potential.num_agents,) * 2:
-                raise ValueError(
-                    f"`mixing`.matrix_at(0) returned shape {shape}; expected "
-                    f"({potential.num_agents}, {potential.num_agents})."
-                )
-            size = getattr(stack, "num_agents", potential.num_agents)
-        else:
-            _validation.check_mixing(stack, name="mixing")
-            size = stack.shape[1]
-        if size != potential.num_agents:
+        # W^(0) traced abstractly: a dense array, or any object with `@` (e.g. sparse).
+        try:
+            w0 = jax.eval_shape(stack.matrix_at, jnp.int32(0))
+        except Exception as err:  # noqa: BLE001 - re-raised with the argument named
             raise ValueError(
-                f"`mixing` matrices are {size}x{size} but there are "
-                f"{potential.num_agents} agents; expected (P, {potential.num_agents}, "
+                f"`mixing`.matrix_at(0) failed: {type(err).__name__}: {err}"
+            ) from err
+        shape = tuple(getattr(w0, "shape", ()))
+        size = shape[-1] if len(shape) >= 2 else getattr(stack, "num_agents", potential.num_agents)
+        if size != potential.num_agents or (len(shape) >= 2 and shape[-2] != size):
+            raise ValueError(
+                f"`mixing` matrices are {shape or (size, size)} but there are "
+                f"{potential.num_agents} agents; expected ({potential.num_agents}, "
                 f"{potential.num_agents})."
             )
     # Trace the model once on one chain's shapes so that shape/pytree mistakes in the user's
@@ -267,8 +239,7 @@ def sample(
     trace_fn: Callable[[Any], PyTree] | None = None,
     ensemble_fn: Callable[[Any], PyTree] | None = None,
     store_positions: bool | None = None,
-    on_divergence: str = "raise",
-    stop_on_divergence: bool = False,
+    on_divergence: Literal["raise", "warn", "flag", "stop"] = "raise",
     progress: bool | int | str = False,
     burn_in: int = 0,
     chain_offset: int = 0,
@@ -292,16 +263,18 @@ def sample(
     Args:
         algorithm: a sampler, e.g. ``dgsgld.diging_sgld(step_size=0.01)``.
         potential: the agents' potentials (:class:`dgsgld.Potential`).
-        mixing: a ``(P, N, N)`` stack (``W⁽ᵏ⁾ = mixing[k % P]``), one ``(N, N)`` matrix, or a
-            schedule with ``.matrices`` (``dgsgld.networks``); ``None`` for ``dgsgld.sgld``.
-            ``W[i, j]`` is the weight agent ``i`` puts on agent ``j``: ``x⁺ = W @ x``. Checked
-            to be finite, symmetric, nonnegative and doubly stochastic, and jointly connected
-            (see ``allow_disconnected``); a stack traced under the caller's ``jit`` is checked
-            inside the computation (``equinox.error_if``: the call raises when it runs).
+        mixing: anything with ``matrix_at(k) -> W⁽ᵏ⁾`` (``dgsgld.networks`` and
+            ``dgsgld.sparse`` schedules, :class:`MixingStack`), or a ``(P, N, N)`` stack
+            (``W⁽ᵏ⁾ = mixing[k % P]``) or one ``(N, N)`` matrix, wrapped in a
+            :class:`MixingStack`; ``None`` for ``dgsgld.sgld``. ``W[i, j]`` is the weight agent
+            ``i`` puts on agent ``j``: ``x⁺ = W @ x``. Checked to be finite, symmetric,
+            nonnegative and doubly stochastic, and jointly connected (see
+            ``allow_disconnected``); a stack traced under the caller's ``jit`` is checked inside
+            the computation (``equinox.error_if``: the call raises when it runs).
         init: initial positions, leaves ``(num_chains, N, *param_shape)``
             (``(num_chains, *param_shape)`` for ``dgsgld.sgld``), or ``trace.state`` of an
             earlier call to continue it.
-        key: PRNG key.
+        key: PRNG key (``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``).
         num_steps: iterations to run.
         thin: keep every ``thin``-th iteration (``num_steps`` must be a multiple).
         trace_fn: optional ``state -> pytree`` stored per chain and kept iteration instead of
@@ -313,9 +286,9 @@ def sample(
         on_divergence: what to do when a chain's positions become non-finite (checked at every
             iteration inside the compiled loop): ``"raise"`` a :class:`DivergenceError` naming
             the first iteration, chain and agent; ``"warn"``; or ``"flag"`` (only set
-            ``trace.divergence``). Under ``jit``/``vmap``/``grad`` only the flag is set.
-        stop_on_divergence: once any chain diverges, stop computing further iterations (the
-            remaining kept iterations repeat the frozen state).
+            ``trace.divergence``); or ``"stop"``: flag, and once any chain diverges stop
+            computing further iterations (the remaining kept iterations repeat the frozen
+            state). Under ``jit``/``vmap``/``grad`` only the flag is set.
         progress: a progress bar reported from inside the compiled loop (see
             :mod:`dgsgld.progress`): ``False`` (default), ``True`` (about 100 reports, only when
             standard error is a terminal), ``"always"``, or a number of iterations between
@@ -335,9 +308,9 @@ def sample(
     Returns:
         A :class:`Trace`.
     """
-    if on_divergence not in ("raise", "warn", "flag"):
+    if on_divergence not in ("raise", "warn", "flag", "stop"):
         raise ValueError(
-            f"`on_divergence` must be 'raise', 'warn' or 'flag'; got {on_divergence!r}."
+            f"`on_divergence` must be 'raise', 'warn', 'flag' or 'stop'; got {on_divergence!r}."
         )
     num_steps = _validation.check_positive_int(num_steps, name="num_steps")
     thin = _validation.check_positive_int(thin, name="thin")
@@ -354,15 +327,19 @@ def sample(
     if static is not None:
         potential, trace_fn, ensemble_fn = _see_static(static, potential, trace_fn, ensemble_fn)
     _check_mixing_role(algorithm, mixing)
-    stack = None if mixing is None else as_mixing_stack(mixing)
+    stack = as_mixing(mixing)
     num_chains = _check_inputs(
         algorithm, potential, stack, positions, key, num_steps, init if resume else None
     )
     chain_offset = _check_chain_offset(chain_offset, num_chains)
     if stack is not None:
-        checked = _check_network(stack, init if resume else positions, allow_disconnected,
+        # Dense stacks are checked as arrays (their period, traced or not); other schedules
+        # through their own protocol.
+        network = stack.matrices if isinstance(stack, MixingStack) else stack
+        checked = _check_network(network, init if resume else positions, allow_disconnected,
                                  connectivity_window)
         init, positions = (checked, positions) if resume else (init, checked)
+    key = _random.fast_key(key)
     if store_positions is None:
         store_positions = trace_fn is None and ensemble_fn is None
     # The bar is reached through an int32 token (a traced argument), so that turning progress
@@ -376,14 +353,15 @@ def sample(
         trace = _run(
             algorithm, potential, stack, init if resume else None, positions, key,
             num_chains, num_steps, thin, trace_fn, ensemble_fn, bool(store_positions),
-            bool(stop_on_divergence), every, token, chain_offset=jnp.int32(chain_offset),
+            on_divergence == "stop", every, token, _chains_last(),
+            chain_offset=jnp.int32(chain_offset),
         )
     finally:
         if bar is not None:
             _progress.unregister(token)
             bar.update_to(num_steps)
             bar.close()
-    if on_divergence != "flag" and _validation.is_concrete(trace.divergence.iteration):
+    if on_divergence in ("raise", "warn") and _validation.is_concrete(trace.divergence.iteration):
         cause = _divergence_cause(trace, potential, key, algorithm.decentralized, num_steps, thin)
         _report_divergence(trace.divergence, on_divergence, cause)
     return _with_static(_drop_burn_in(trace, burn_in // thin), static)
@@ -420,18 +398,27 @@ def _first_bad_agent(position: PyTree, decentralized: bool) -> tuple[Array, Arra
     return bad, jnp.zeros((), jnp.int32)
 
 
-def _chain_axis_rule(stack, num_chains: int) -> Callable[[tuple[int, ...]], int]:
-    """``per-chain shape -> 0 or -1``: where the loop keeps a value's chain axis.
+def _chains_last() -> bool:
+    """Whether the loop keeps small leaves' chain axis last: on XLA:CPU (see :func:`_chain_axes`)."""
+    return jax.default_backend() == "cpu"
 
-    :func:`dgsgld._layout.chain_axis`, except that sparse snapshots (which gather along the
-    agent axis) keep every chain axis first. The loop's state and the gradients inside the step
-    (:func:`dgsgld._layout.keep_chain_axis`) both follow this one rule.
+
+def _chain_axes(state, num_chains: int, chains_last: bool):
+    """Where the loop keeps each state leaf's chain axis: ``0``, or ``-1`` (last) when
+    ``chains_last`` and the leaf's own last axis is shorter than the number of chains.
+
+    The runner's one layout choice, made for XLA:CPU (``sample`` turns it on there only): it
+    vectorises elementwise work along the last axis and runs the per-chain ``W @ x`` as one
+    matrix product when chains are last; with chains first a paper-size run (200 chains,
+    leaves ``(20, 6)``) is 3-5x slower. Only ``vmap``'s ``in_axes``/``out_axes`` change: the
+    numbers are the same (``tests/test_samplers.py``).
     """
-    if stack is not None and not isinstance(
-        jax.eval_shape(lambda: mixing_at(stack, jnp.int32(0))), jax.ShapeDtypeStruct
-    ):
-        return lambda shape: 0
-    return lambda shape: _layout.chain_axis(shape, num_chains)
+
+    def axis(leaf):
+        shape = jnp.shape(leaf)[1:]
+        return -1 if chains_last and len(shape) >= 1 and num_chains > shape[-1] else 0
+
+    return jax.tree.map(axis, state)
 
 
 def _move_chains(tree, axes, inward: bool):
@@ -446,15 +433,18 @@ def _move_chains(tree, axes, inward: bool):
 
 
 @eqx.filter_jit
-def _run(algorithm, potential, stack, state, positions, key, num_chains, num_steps, thin,
+def _run(algorithm, potential, mixing, state, positions, key, num_chains, num_steps, thin,
          trace_fn, ensemble_fn, store_positions, stop_on_divergence, progress_every=0,
-         progress_token=None, chain_offset=0):
-    split = jax.vmap(_random.split)(chain_keys(key, num_chains, chain_offset))
+         progress_token=None, chains_last=False, chain_offset=0):
+    split = jax.vmap(jax.random.split)(chain_keys(key, num_chains, chain_offset))
     init_keys, run_keys = split[:, 0], split[:, 1]
     if state is None:
         state = jax.vmap(algorithm.init, (0, None, 0))(positions, potential, init_keys)
-    axis_of = _chain_axis_rule(stack, num_chains)
-    axes = jax.tree.map(lambda leaf: axis_of(jnp.shape(leaf)[1:]), state)
+    # Sparse snapshots gather along the agent axis: their loop keeps chains first.
+    dense = mixing is None or isinstance(
+        jax.eval_shape(mixing.matrix_at, jnp.int32(0)), jax.ShapeDtypeStruct
+    )
+    axes = _chain_axes(state, num_chains, chains_last and dense)
     # The barrier keeps XLA from folding this transpose into the layout of the product that
     # made the state (XLA:CPU's small-dot emitter aborts on such layouts, e.g. 3 chains, d = 2).
     state = _move_chains(jax.lax.optimization_barrier(state), axes, inward=True)
@@ -467,9 +457,9 @@ def _run(algorithm, potential, stack, state, positions, key, num_chains, num_ste
     def one_step(carry, _):
         states, div = carry
         k = states.count[0]
-        keys = jax.vmap(_random.fold_in, (0, None))(run_keys, k)
-        w = noise(keys, states.position)
-        states, _ = step(keys, states, potential, mixing_at(stack, k), w)
+        keys = jax.vmap(jax.random.fold_in, (0, None))(run_keys, k)
+        w = None if mixing is None else mixing.matrix_at(k)
+        states, _ = step(keys, states, potential, w, noise(keys, states.position))
         bad, agent = check(states.position)
         new = bad & (div.iteration < 0)
         div = Divergence(
@@ -499,9 +489,7 @@ def _run(algorithm, potential, stack, state, positions, key, num_chains, num_ste
 
     minus_one = jnp.full((num_chains,), -1, jnp.int32)
     done = thin * jnp.arange(1, num_steps // thin + 1, dtype=jnp.int32)  # iterations run
-    # Gradients inside the step keep the chain axis where the state has it (see _layout).
-    with _layout.chain_layout(num_chains, axis_of):
-        (final, div), kept = jax.lax.scan(outer, (state, Divergence(minus_one, minus_one)), done)
+    (final, div), kept = jax.lax.scan(outer, (state, Divergence(minus_one, minus_one)), done)
     first = record(state)
     kept = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, kept)
     positions, values, ensemble = kept

@@ -10,31 +10,22 @@ round differently in the last bit (``~1e-7`` relative in float32, ``~1e-16`` in 
 they also do on one device between runs with different numbers of chains.
 
 **Agents across devices** (:func:`sample_agent_sharded`): for networks or models too large
-for one device, DIGing-SGLD's ``N`` agents are split into blocks of ``N / D`` rows with
-``jax.shard_map``. Each step, every device ``all_gather`` s the positions and the trackers
-(``2 N F`` numbers received per device, ``F`` the parameter size) and multiplies its block of
-rows of ``W⁽ᵏ⁾`` with them; the gradients stay local. The noise of the single-device run is
-reproduced exactly by drawing the full ``(N, F)`` array on every device and keeping the
-device's rows (``D``-fold redundant work on the noise, the price of bitwise-equal results).
+for one device, a decentralized sampler's ``N`` agents are split into blocks of ``N / D`` rows
+with ``jax.shard_map``, and the sampler's own ``step`` runs on each block: its mixing matrix is a
+:class:`RowBlock`, whose ``@`` all-gathers the agents' rows and multiplies the device's rows of
+``W⁽ᵏ⁾``, and its potential an :class:`AgentRows`, the device's agents only. Each step a device
+receives ``(N - N / D) F`` numbers per chain and per mixed quantity (``F`` the parameter size;
+DIGing-SGLD mixes positions and trackers); the gradients stay local. The noise of the
+single-device run is reproduced exactly by drawing the full ``(N, F)`` array on every device and
+keeping the device's rows (``D``-fold redundant work on the noise, the price of equal draws).
 Gathering is the simplest exchange and optimal for dense ``W``; for a sparse network a
-neighbour exchange (``ppermute`` of boundary rows) would send less.
+neighbour exchange (``ppermute`` of the rows neighbours need) would send less
+(``docs/scale.md``).
 
-**Several hosts**: the same code runs on a multi-host cluster once every process has called
-``jax.distributed.initialize``; ``jax.devices()`` then lists every host's devices::
-
-    import jax, dgsgld
-    from dgsgld import sharding
-    jax.distributed.initialize(coordinator_address="10.0.0.1:1234",   # same on every host
-                               num_processes=4, process_id=HOST_INDEX)
-    mesh = jax.make_mesh((jax.device_count(),), ("chains",))
-    # each host builds its contiguous slice of the initial positions (local_init):
-    init = jax.make_array_from_process_local_data(
-        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("chains")), local_init)
-    trace = sharding.sample_sharded(alg, potential, mixing, init, key, num_steps, mesh=mesh)
-    # every host passes the same key; chain c uses fold_in(key, c) with c its global index.
-
-Results are global ``jax.Array`` s sharded like the input; ``jax.experimental.multihost_utils
-.process_allgather`` brings them to every host.
+**Several processes** (hosts): :mod:`dgsgld.distributed`. The mesh of
+:func:`sample_agent_sharded` may span processes (inputs are placed with :func:`place`).
+:func:`sample_sharded` may not: :func:`dgsgld.sample` checks its inputs on the host, so across
+processes each process runs its own block of chains (``dgsgld.distributed.chain_block``).
 """
 
 from __future__ import annotations
@@ -45,13 +36,18 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from . import _random, _tree
-from .potential import Potential
-from .run import Trace, as_mixing_stack, chain_keys, sample
-from .samplers.base import step_keys
-from .samplers.diging import DIGingSGLD, DIGingState
+import equinox as eqx
+import numpy as np
 
-__all__ = ["agent_mesh", "chain_mesh", "sample_agent_sharded", "sample_sharded", "shard_chains"]
+from . import _random, _validation
+from ._types import Array, PRNGKey, PyTree
+from .potential import Potential
+from ._mixing import MixingStack, as_mixing
+from .run import Divergence, Trace, chain_keys, sample
+from .samplers.base import SamplingAlgorithm
+
+__all__ = ["AgentRows", "RowBlock", "agent_mesh", "chain_mesh", "place", "sample_agent_sharded",
+           "sample_sharded", "shard_chains"]
 
 
 def chain_mesh(num_devices: int | None = None, axis_name: str = "chains") -> Mesh:
@@ -111,9 +107,8 @@ def sample_sharded(algorithm, potential: Potential, mixing, init, key, num_steps
     Args:
         algorithm, potential, mixing, key, num_steps, **kwargs: as for :func:`dgsgld.sample`.
         init: ``(num_chains, N, ...)`` positions or a previous ``trace.state``; the number of
-            chains must be a multiple of the number of devices. Arrays already sharded (e.g.
-            built with ``jax.make_array_from_process_local_data`` on several hosts) are used
-            as they are.
+            chains must be a multiple of the number of devices. One process only (across
+            processes: :func:`dgsgld.distributed.chain_block`).
         mesh: a one-axis mesh (default :func:`chain_mesh` over all devices).
         axis_name: the mesh axis of the chains (default: the mesh's only axis).
 
@@ -128,8 +123,7 @@ def sample_sharded(algorithm, potential: Potential, mixing, init, key, num_steps
     init = shard_chains(init, mesh, axis)
     potential = jax.device_put(potential, replicated)
     if mixing is not None:
-        mixing = mixing if hasattr(mixing, "matrix_at") else as_mixing_stack(mixing)
-        mixing = jax.device_put(mixing, replicated)
+        mixing = jax.device_put(as_mixing(mixing), replicated)
     key = jax.device_put(key, replicated)
     return sample(algorithm, potential, mixing, init, key, num_steps, **kwargs)
 
@@ -142,34 +136,125 @@ def agent_mesh(num_devices: int | None = None, axis_name: str = "agents") -> Mes
     return chain_mesh(num_devices, axis_name)
 
 
-def sample_agent_sharded(algorithm: DIGingSGLD, potential: Potential, mixing, init, key,
-                         num_steps: int, *, mesh: Mesh | None = None,
-                         axis_name: str | None = None, store_positions: bool = True):
-    """DIGing-SGLD with the agents split across devices (``shard_map``; see the module docstring).
+class RowBlock(eqx.Module):
+    """This device's block of rows ``W[first : first + R]`` of ``W⁽ᵏ⁾``, as the samplers'
+    mixing operand: ``block @ x_local`` all-gathers the agents' rows of ``x`` over the mesh axis
+    and returns the device's rows of ``W @ x``. The only communication of an agent-sharded step.
 
-    Same key scheme and same draws as :func:`dgsgld.sample` (chain ``c`` uses
-    ``fold_in(key, c)``, step ``k`` of it ``fold_in(run_key, k)``), so the positions equal the
-    single-device run's up to rounding of the distributed matrix products.
+    Attributes:
+        rows: ``(R, N)``.
+        axis_name: the mesh axis the agents are split over (inside ``shard_map``).
+    """
+
+    rows: Array
+    axis_name: str = eqx.field(static=True)
+
+    def astype(self, dtype) -> "RowBlock":
+        return RowBlock(self.rows.astype(dtype), self.axis_name)
+
+    def __matmul__(self, local: Array) -> Array:
+        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
+        return self.rows @ jax.lax.all_gather(local, self.axis_name, axis=0, tiled=True)
+
+
+class AgentRows(eqx.Module):
+    """``potential`` restricted to agents ``first, ..., first + R - 1`` whose data it holds:
+    ``grad`` gives those rows of ``potential.grad(all positions, key)`` (same draws)."""
+
+    potential: Potential
+    first: Array
+
+    def grad(self, positions: PyTree, key: PRNGKey) -> PyTree:
+        pot, leaf = self.potential, jax.tree.leaves(positions)[0]
+        counts, weights = pot._counts_weights(pot.mask, leaf.shape[0], leaf.dtype)
+        return pot.grad_rows(positions, pot.data, counts, weights, key, self.first)
+
+
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def place(tree: PyTree, mesh: Mesh, specs: PyTree) -> PyTree:
+    """Every leaf as a global array on ``mesh`` with its ``PartitionSpec`` from ``specs``.
+
+    Arrays already spread over several processes are kept as they are (e.g. data built with
+    ``jax.make_array_from_process_local_data``); any other leaf must hold the whole value on
+    every process, which each process cuts to its devices' part (works on one host and many).
+    """
+
+    def one(leaf, spec):
+        if _is_key(leaf):
+            data = one(jax.random.key_data(leaf), spec)
+            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(leaf))
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            return leaf
+        value = np.asarray(leaf)
+        return jax.make_array_from_callback(value.shape, NamedSharding(mesh, spec),
+                                            lambda index: value[index])
+
+    return jax.tree.map(one, tree, specs)
+
+
+def _agent_specs(tree: PyTree, num_agents: int, axis: str, agent_axis: int) -> PyTree:
+    """``PartitionSpec`` s splitting axis ``agent_axis`` of leaves that have ``num_agents``
+    there; other leaves (per-chain counters, tables) replicated."""
+
+    def one(leaf):
+        shape = jnp.shape(leaf)
+        if len(shape) > agent_axis and shape[agent_axis] == num_agents:
+            return PartitionSpec(*([None] * agent_axis), axis)
+        return PartitionSpec()
+
+    return jax.tree.map(one, tree)
+
+
+def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num_steps: int, *,
+                         mesh: Mesh | None = None, axis_name: str | None = None,
+                         store_positions: bool = True, chain_offset: int = 0,
+                         allow_disconnected: bool = False) -> Trace:
+    """A decentralized sampler with its agents split across the devices of ``mesh``.
+
+    Runs the sampler's own ``init``/``step`` inside ``jax.shard_map`` with a
+    :class:`RowBlock` as mixing matrix and an :class:`AgentRows` potential: each device holds
+    and differentiates only its agents' data, and the mixing is the only exchange. Same keys and
+    draws as :func:`dgsgld.sample` (chain ``c`` uses ``fold_in(key, chain_offset + c)``, step
+    ``k`` ``fold_in(run_key, k)``; each device keeps its rows of the whole network's noise), so
+    the results equal the single-device run's up to rounding of the distributed products. The
+    mesh may span several processes (:mod:`dgsgld.distributed`).
 
     Args:
-        algorithm: a :class:`~dgsgld.DIGingSGLD` (``dgsgld.diging_sgld(step_size)``).
+        algorithm: a decentralized sampler (``dgsgld.diging_sgld(...)``, ``de_sgld``, ...).
         potential: the agents' potentials; ``N`` must be a multiple of the number of devices.
-        mixing: a dense ``(P, N, N)`` stack, ``(N, N)`` matrix or schedule with ``.matrices``.
-        init: positions, an array ``(num_chains, N, *param_shape)``.
+            Its data may be a global array holding on each process only that process's agents
+            (:func:`dgsgld.distributed.agent_potential`).
+        mixing: a dense ``(P, N, N)`` stack, ``(N, N)`` matrix or schedule with ``.matrices``
+            (rows split over the devices), or an object whose ``matrix_at(k)`` is a dense
+            ``(N, N)`` array (computed whole on every device).
+        init: positions ``(num_chains, N, *param_shape)`` (leaves of a pytree), or the
+            ``state`` of an earlier call's trace to continue it.
         key, num_steps: as for :func:`dgsgld.sample`.
         mesh: a one-axis mesh (default :func:`agent_mesh` over all devices).
         axis_name: its axis (default: the only one).
         store_positions: return the positions at every iteration.
+        chain_offset: global index of the first chain (a block of chains run elsewhere).
+        allow_disconnected: run a dense stack that is not jointly connected over its period
+            (refused by default, as by :func:`dgsgld.sample`).
 
     Returns:
-        ``(positions, state)``: positions ``(num_chains, num_steps + 1, N, *param_shape)``
-        (``None`` unless ``store_positions``) and the final :class:`~dgsgld.DIGingState`
-        (leaves ``(num_chains, N, ...)``), both sharded along the agent axis.
+        A :class:`~dgsgld.Trace`: ``positions`` leaves ``(num_chains, num_steps + 1, N, ...)``
+        (``None`` unless ``store_positions``), the final ``state``, both split along the agent
+        axis, and ``divergence`` (first non-finite iteration and agent per chain).
     """
-    if not isinstance(algorithm, DIGingSGLD):
-        raise ValueError(f"`algorithm` must be dgsgld.diging_sgld(...); got {type(algorithm).__name__}.")
+    if not isinstance(algorithm, SamplingAlgorithm) or not algorithm.decentralized:
+        raise ValueError("`algorithm` must be a decentralized sampler such as "
+                         f"dgsgld.diging_sgld(...); got {type(algorithm).__name__}.")
     if not isinstance(potential, Potential):
         raise ValueError(f"`potential` must be a dgsgld.Potential; got {type(potential).__name__}.")
+    _validation.check_key(key)
+    num_steps = _validation.check_positive_int(num_steps, name="num_steps")
+    if isinstance(chain_offset, bool) or not isinstance(chain_offset, (int, np.integer)) \
+            or chain_offset < 0:
+        raise ValueError(f"`chain_offset` must be a non-negative int; got {chain_offset!r}.")
     mesh = agent_mesh() if mesh is None else _auto(mesh)
     axis = _axis(mesh, axis_name)
     devices = mesh.shape[axis]
@@ -177,74 +262,124 @@ def sample_agent_sharded(algorithm: DIGingSGLD, potential: Potential, mixing, in
     if n % devices:
         raise ValueError(f"the number of agents ({n}) must be a multiple of the number of devices "
                          f"on mesh axis {axis!r} ({devices}).")
-    init = jnp.asarray(init)
-    if init.ndim < 2 or init.shape[1] != n:
-        raise ValueError(f"`init` must be (num_chains, {n}, *param_shape); got shape {init.shape}.")
-    stack = as_mixing_stack(mixing)
-    if hasattr(stack, "matrix_at") or stack.shape[1:] != (n, n):
-        raise ValueError(f"`mixing` must be a dense (P, {n}, {n}) stack for agent sharding; got "
-                         f"{getattr(stack, 'shape', type(stack).__name__)}.")
-    num_steps = int(num_steps)
-    block = n // devices
-    spec_agents = PartitionSpec(None, axis)          # (chains, agents, ...)
-    spec_rows = PartitionSpec(None, axis)            # (P, rows, N)
-    spec_data = PartitionSpec(axis)                  # data leaves (N, n_local, ...)
+    resume = isinstance(init, tuple) and hasattr(init, "_fields") and hasattr(init, "count")
+    positions = init.position if resume else init
+    shapes = [jnp.shape(leaf) for leaf in jax.tree.leaves(positions)]
+    if not shapes or any(len(s) < 2 or s[1] != n for s in shapes) or len({s[0] for s in shapes}) != 1:
+        raise ValueError(f"`init` leaves must be (num_chains, {n}, *param_shape); got shapes "
+                         f"{shapes}.")
+    stack = as_mixing(mixing)
+    if isinstance(stack, MixingStack):  # dense: its rows are split over the devices
+        stack = stack.matrices
+        if not allow_disconnected and _validation.is_concrete(stack):
+            from .networks.validation import check_joint_connectivity
 
-    def local_grad(x_local, data_local, mask_local, grad_key, first_row):
-        """Rows ``first_row ..`` of ``potential.grad(x, grad_key)`` from local data only."""
-        counts, weights = potential._counts_weights(mask_local, block, x_local.dtype)
-        return potential.grad_rows(x_local, data_local, counts, weights, grad_key, first_row)
+            check_joint_connectivity(stack, name="mixing")  # as dgsgld.sample does
+    on_the_fly = hasattr(stack, "matrix_at")
+    if on_the_fly:
+        w0 = jax.eval_shape(stack.matrix_at, jnp.int32(0))
+        if not isinstance(w0, jax.ShapeDtypeStruct) or w0.shape != (n, n):
+            raise ValueError(f"`mixing`.matrix_at(k) must give a dense ({n}, {n}) array for "
+                             "agent sharding (sparse snapshots are not split by rows).")
+    elif stack.shape[1:] != (n, n):
+        raise ValueError(f"`mixing` must be a dense (P, {n}, {n}) stack; got {stack.shape}.")
+    key = _random.fast_key(key)  # the runner's key implementation: the same numbers, faster
+    impl = jax.random.key_impl(key) if _is_key(key) else None
+    key_data = key if impl is None else jax.random.key_data(key)
+    specs = _agent_in_specs(potential, stack, init, axis)
+    args = place((init, stack, potential, key_data), mesh, specs)
+    kept, final, div = _agent_run(algorithm, *args, mesh=mesh, axis=axis, resume=resume,
+                                  impl=impl, num_steps=num_steps, chain_offset=int(chain_offset),
+                                  store_positions=bool(store_positions))
+    return Trace(kept, None, None, final, div)
 
-    def per_device(init_local, stack_rows, data_local, mask_local, key):
-        first_row = jax.lax.axis_index(axis) * block
-        gather = lambda a: jax.lax.all_gather(a, axis, axis=0, tiled=True)
-        num_chains = init_local.shape[0]
-        split = jax.vmap(_random.split)(chain_keys(key, num_chains))
+
+def _keys(key_data, impl):
+    return key_data if impl is None else jax.random.wrap_key_data(key_data, impl=impl)
+
+
+def _agent_in_specs(potential, stack, init, axis):
+    """``PartitionSpec`` s of ``(init, mixing, potential, key)``: agent axes split, the rest
+    (counters, key, mini-batch tables) replicated."""
+    n = potential.num_agents
+    pot_specs = jax.tree_util.tree_map_with_path(
+        lambda path, _: PartitionSpec(axis) if path[0].name in ("data", "mask") else PartitionSpec(),
+        potential)
+    mix_specs = (jax.tree.map(lambda _: PartitionSpec(), stack) if hasattr(stack, "matrix_at")
+                 else PartitionSpec(None, axis))
+    return _agent_specs(init, n, axis, 1), mix_specs, pot_specs, PartitionSpec()
+
+
+@eqx.filter_jit
+def _agent_run(algorithm, init, stack, potential, key_data, *, mesh, axis, resume, impl,
+               num_steps, chain_offset, store_positions):
+    """The compiled agent-sharded run (cached per configuration and shapes)."""
+    n = potential.num_agents
+    block = n // mesh.shape[axis]
+    on_the_fly = hasattr(stack, "matrix_at")
+    positions = init.position if resume else init
+    num_chains = jax.tree.leaves(positions)[0].shape[0]
+
+    def per_device(state0, stack_rows, potential, key_data):
+        run_key = key_data if impl is None else jax.random.wrap_key_data(key_data, impl=impl)
+        first = jax.lax.axis_index(axis) * block
+        local = AgentRows(potential, first)
+        split = jax.vmap(jax.random.split)(chain_keys(run_key, num_chains, chain_offset))
         init_keys, run_keys = split[:, 0], split[:, 1]
+        states = state0 if resume else jax.vmap(algorithm.init, (0, None, 0))(
+            state0, local, init_keys)
 
-        def init_chain(x, k):
-            g = local_grad(x, data_local, mask_local, k, first_row)
-            return DIGingState(x, g, g, jnp.zeros((), jnp.int32))
+        def noise(k, position):
+            # This device's rows of the whole network's noise, the draws of dgsgld.sample.
+            full = jax.tree.map(lambda p: jnp.zeros((n, *p.shape[1:]), p.dtype), position)
+            return jax.tree.map(lambda w: jax.lax.dynamic_slice_in_dim(w, first, block),
+                                algorithm.noise(k, full))
 
-        def step_chain(k_chain, state, w_rows):
-            eta = _tree.resolve_step_size(algorithm.step_size, state.count)
-            _, grad_key = step_keys(k_chain)
-            # The whole network's noise (what dgsgld.sample draws), of which this device's rows.
-            full = jnp.zeros((n, *state.position.shape[1:]), state.position.dtype)
-            noise = jax.lax.dynamic_slice_in_dim(algorithm.noise(k_chain, full), first_row, block)
-            x_all = gather(state.position).reshape(n, -1)
-            mixed = (w_rows.astype(x_all.dtype) @ x_all).reshape(state.position.shape)
-            position = _tree.langevin_update(mixed, state.tracker, noise, eta)
-            grad = local_grad(position, data_local, mask_local, grad_key, first_row)
-            y_all = gather(state.tracker).reshape(n, -1)
-            mixed_y = (w_rows.astype(y_all.dtype) @ y_all).reshape(state.tracker.shape)
-            tracker = mixed_y + (grad - state.grad)      # the engine's order of rounding
-            return DIGingState(position, tracker, grad, state.count + 1)
-
-        states = jax.vmap(init_chain)(init_local, init_keys)
-
-        def body(states, _):
+        def one_step(carry, _):
+            states, div = carry
             k = states.count[0]
-            keys = jax.vmap(_random.fold_in, (0, None))(run_keys, k)
-            w_rows = stack_rows[k % stack_rows.shape[0]]
-            states = jax.vmap(step_chain, (0, 0, None))(keys, states, w_rows)
-            return states, (states.position if store_positions else None)
+            if on_the_fly:
+                rows = jax.lax.dynamic_slice_in_dim(stack_rows.matrix_at(k), first, block)
+            else:
+                rows = stack_rows[k % stack_rows.shape[0]]
+            w = RowBlock(rows, axis)
+            keys = jax.vmap(jax.random.fold_in, (0, None))(run_keys, k)
+            step = lambda kc, s: algorithm.step(kc, s, local, w, noise(kc, s.position))[0]  # noqa: E731
+            states = jax.vmap(step)(keys, states)
+            # First non-finite local agent of each chain; combined over devices after the
+            # loop, so that the mixing stays the only exchange per step.
+            bad = jnp.stack([~jnp.all(jnp.isfinite(leaf.reshape(*leaf.shape[:2], -1)), axis=-1)
+                             for leaf in jax.tree.leaves(states.position)]).any(axis=0)
+            new = bad.any(axis=1) & (div.iteration < 0)
+            div = Divergence(jnp.where(new, k + 1, div.iteration).astype(jnp.int32),
+                             jnp.where(new, first + jnp.argmax(bad, axis=1), div.agent)
+                             .astype(jnp.int32))
+            return (states, div), (states.position if store_positions else None)
 
-        final, kept = jax.lax.scan(body, states, None, length=num_steps)
+        none = jnp.full((num_chains,), -1, jnp.int32)
+        (final, div), kept = jax.lax.scan(one_step, (states, Divergence(none, none)), None,
+                                          length=num_steps)
+        never = jnp.iinfo(jnp.int32).max
+        iteration = jax.lax.pmin(jnp.where(div.iteration < 0, never, div.iteration), axis)
+        agent = jax.lax.pmin(jnp.where(div.iteration == iteration, div.agent, n), axis)
+        div = Divergence(jnp.where(iteration == never, -1, iteration),
+                         jnp.where(iteration == never, -1, agent))
         if store_positions:
-            kept = jnp.concatenate([init_local[None], kept], axis=0)
-            kept = jnp.moveaxis(kept, 0, 1)
-        return kept, final
-
-    state_spec = DIGingState(spec_agents, spec_agents, spec_agents, PartitionSpec())
-    mask = potential.mask
+            kept = jax.tree.map(lambda a, b: jnp.moveaxis(jnp.concatenate([a[None], b]), 0, 1),
+                                states.position, kept)
+        return kept, final, div
+    in_specs = _agent_in_specs(potential, stack, init, axis)
+    state = init if resume else jax.eval_shape(
+        jax.vmap(algorithm.init, (0, None, 0)), positions, potential,
+        chain_keys(_keys(key_data, impl), num_chains))
+    pos_specs = None
+    if store_positions:
+        pos_specs = jax.tree.map(lambda s: PartitionSpec(None, *s),
+                                 _agent_specs(positions, n, axis, 1))
     fn = jax.shard_map(
-        per_device, mesh=mesh,
-        in_specs=(spec_agents, spec_rows, spec_data,
-                  PartitionSpec() if mask is None else spec_data, PartitionSpec()),
-        out_specs=(PartitionSpec(None, None, axis) if store_positions else None, state_spec),
+        per_device, mesh=mesh, in_specs=in_specs,
+        out_specs=(pos_specs, _agent_specs(state, n, axis, 1),
+                   Divergence(PartitionSpec(), PartitionSpec())),
         check_vma=False,
     )
-    positions, state = jax.jit(fn)(init, stack, potential.data, mask, key)
-    return positions, state
-
+    return fn(init, stack, potential, key_data)

@@ -256,9 +256,12 @@ def auto(mixing: Any, *, max_density: float = 0.1, min_agents: int = 1000):
 
     Sparse when ``N >= min_agents`` and the densest snapshot has at most ``max_density · N²``
     nonzero off-diagonal weights (see the module docstring for why these defaults).
-    Schedules generated on the fly (``matrix_at`` without ``matrices``) are returned as they are.
+    Schedules generated on the fly (``matrix_at`` without ``matrices``) and sparse schedules
+    are returned as they are.
     """
-    if hasattr(mixing, "matrix_at"):
+    if isinstance(mixing, SparseSchedule) or (
+        hasattr(mixing, "matrix_at") and not hasattr(mixing, "matrices")
+    ):
         return mixing
     stack = _dense_stack(mixing)
     if stack.shape[-1] >= min_agents and density(stack) <= max_density:

@@ -1,9 +1,7 @@
 """Small Bayesian linear-regression problems with closed-form posteriors, for tests."""
 
-import functools
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -84,19 +82,9 @@ def pair_swaps():
     return np.stack(out)
 
 
-def paper_size_potential(seed=0):
-    """The paper's shape: 20 agents of 5 data, d = 6 (random data; for layout tests)."""
+def paper_size_potential(batch_size=None, seed=0):
+    """The paper's shape: 20 agents of 5 data, d = 6 (random data)."""
     rng = np.random.default_rng(seed)
     data = (jnp.asarray(rng.normal(size=(20, 5, 6)), jnp.float32),
             jnp.asarray(rng.normal(size=(20, 5)), jnp.float32))
-    return dgsgld.Potential(log_likelihood, lambda th: -0.05 * th @ th, data)
-
-
-@functools.cache
-def paper_size_loop_hlo() -> str:
-    """XLA's compiled HLO text of a paper-size DIGing-SGLD run (200 chains, 10 iterations)."""
-    W = jnp.full((20, 20), 0.05)
-    run = jax.jit(lambda p, x0: dgsgld.sample(dgsgld.diging_sgld(0.01), p, W, x0,
-                                              jax.random.key(0), 10, store_positions=False,
-                                              on_divergence="flag").state.position)
-    return run.lower(paper_size_potential(), jnp.zeros((200, 20, 6))).compile().as_text()
+    return dgsgld.Potential(log_likelihood, lambda th: -0.05 * th @ th, data, batch_size)

@@ -1,6 +1,7 @@
 """The command line: help text, settings files, error messages, the quick run."""
 
 import json
+import os
 import sys
 
 import pytest
@@ -128,3 +129,122 @@ def test_reproduce_writes_results(tmp_path, capsys):
     assert (out / "fig2a.png").exists() and (out / "summary.md").exists()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["figures"]["fig2a"]["DIGing-SGLD"]["step_size"] > 0
+
+
+# -- reliability: errors before computing, one line each (issue 13, item 7) ----------------------
+
+
+def _no_compute(monkeypatch):
+    """Make every computation fail loudly: the checks must refuse before any of it."""
+    import dgsgld.experiments as experiments
+
+    def computed(*args, **kwargs):
+        raise AssertionError("computed before the arguments were checked")
+
+    for name in ("quick_run", "reproduce", "seed_sweep"):
+        monkeypatch.setattr(experiments, name, computed)
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err.strip()
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("command", ["reproduce fig2a", "sweep fig2a", "reproduce theory"])
+def test_out_that_is_a_file_is_refused_before_computing(tmp_path, monkeypatch, capsys, command):
+    _no_compute(monkeypatch)
+    file = tmp_path / "file"
+    file.write_text("x")
+    assert main([*command.split(), "--out", str(file)]) == 2
+    assert _error_line(capsys) == f"error: --out {str(file)!r} is a file, not a directory."
+
+
+@pytest.mark.reliability
+def test_unwritable_out_is_refused_before_computing(tmp_path, monkeypatch, capsys):
+    _no_compute(monkeypatch)
+    import tempfile
+
+    def read_only(*args, **kwargs):  # what a read-only directory gives (root ignores chmod)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    out = tmp_path / "out"
+    assert main(["reproduce", "fig2a", "--out", str(out)]) == 2
+    assert _error_line(capsys) == (
+        f"error: --out {str(out)!r} is not a writable directory (Permission denied)."
+    )
+
+
+@pytest.mark.reliability
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_out_is_refused(tmp_path, monkeypatch, capsys):
+    _no_compute(monkeypatch)
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        assert main(["reproduce", "fig2a", "--out", str(out)]) == 2
+    finally:
+        out.chmod(0o755)
+    assert "is not a writable directory" in _error_line(capsys)
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("argv", [["run", "--trials", "10000000000000"],
+                                  ["reproduce", "all", "--trials", "1000000000", "--out", "OUT"],
+                                  ["sweep", "fig2a", "--trials", "1000000000", "--out", "OUT"]])
+def test_impossible_trials_are_refused_before_computing(tmp_path, monkeypatch, capsys, argv):
+    _no_compute(monkeypatch)
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    assert main(argv) == 2
+    line = _error_line(capsys)
+    assert "needs about" in line and "of memory" in line and line.endswith("lower --trials.")
+
+
+@pytest.mark.reliability
+def test_memory_estimate():
+    from dgsgld.__main__ import check_memory, estimate_bytes
+
+    # 200 chains, 101 kept iterations, 20 agents, d = 6: positions plus 4 state copies.
+    assert estimate_bytes(200, 101, 20, 6) == 4 * 200 * 20 * 6 * (101 + 4)
+    check_memory(1000, "x", available=1000)
+    with pytest.raises(ValueError, match=r"x needs about 1.0 kB of memory .* about 999 bytes is "):
+        check_memory(1001, "x", available=999)
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("error, line", [
+    (RuntimeError("boom\nsecond line"),
+     "error: RuntimeError: boom second line (run with --debug for the traceback)"),
+    (MemoryError(), "error: out of memory (MemoryError); lower --trials or --num-steps "
+                    "(run with --debug for the traceback)"),
+    (KeyError("k"), "error: KeyError: 'k' (run with --debug for the traceback)"),
+    (FileNotFoundError(2, "No such file or directory", "/x"),
+     "error: No such file or directory: /x (run with --debug for the traceback)"),
+])
+def test_every_error_is_one_line_and_debug_shows_it(monkeypatch, capsys, error, line):
+    import dgsgld.experiments as experiments
+
+    def fail(**kwargs):
+        raise error
+
+    monkeypatch.setattr(experiments, "quick_run", fail)
+    assert main(["run", "--trials", "4"]) == 2
+    assert _error_line(capsys) == line
+    with pytest.raises(type(error)):
+        main(["--debug", "run", "--trials", "4"])
+
+
+@pytest.mark.reliability
+def test_command_line_process_prints_one_error_line(tmp_path):
+    import subprocess
+
+    file = tmp_path / "file"
+    file.write_text("x")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    proc = subprocess.run([sys.executable, "-m", "dgsgld", "reproduce", "fig2a", "--out",
+                           str(file)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: --out {str(file)!r} is a file, not a directory.\n"

@@ -5,6 +5,7 @@ integrated autocorrelation time is known: ``τ = (1 + φ)/(1 − φ)``, so ESS =
 """
 
 import sys
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -81,21 +82,6 @@ def test_against_arviz():
         assert np.isclose(diagnostics.split_rhat(x), az.rhat(x, method="split"), rtol=1e-10)
 
 
-def test_consensus_error_over_time_flattens_parameter_pytrees():
-    rng = np.random.default_rng(4)
-    a = rng.standard_normal((2, 5, 3, 2))
-    b = rng.standard_normal((2, 5, 3))
-    got = diagnostics.consensus_error_over_time({"a": a, "b": b})
-    x = np.concatenate([a, b[..., None]], axis=-1)
-    centred = x - x.mean(axis=2, keepdims=True)
-    assert got.shape == (2, 5)
-    assert np.allclose(got, np.sqrt((centred**2).sum(-1).mean(-1)), rtol=1e-5)
-    # Agents at ±c around any centre are at consensus error c.
-    c = 0.7
-    pm = np.stack([np.full((2, 5, 2), 3.0 + c), np.full((2, 5, 2), 3.0 - c)], axis=2)
-    assert np.allclose(diagnostics.consensus_error_over_time(pm), c * np.sqrt(2), rtol=1e-5)
-
-
 def fake_trace(positions, centralized=False):
     div = dgsgld.Divergence(np.full(C, -1), np.full(C, -1))
     count = np.zeros(C, np.int32)
@@ -130,3 +116,92 @@ def test_to_arviz_errors(monkeypatch):
     monkeypatch.setitem(sys.modules, "arviz", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install 'dgsgld\[diagnostics\]'"):
         diagnostics.to_arviz(fake_trace(x))
+
+
+# -- parameter pytrees: every statistic keeps the structure of the positions -------------------
+
+
+class Params(NamedTuple):
+    w: np.ndarray
+    b: np.ndarray
+
+
+def test_statistics_keep_the_pytree_structure():
+    # Each leaf's statistics are those of the leaf alone (the same estimator per leaf), so a
+    # pytree's results equal the per-array results exactly.
+    w, b, s = (ar1(shape, 0.5, seed)[:, :300] for shape, seed in [((3, 2), 7), ((3,), 8),
+                                                                   ((1, 1), 9)])
+    for tree, parts in [
+        ({"w": w, "b": b}, lambda t: (t["w"], t["b"])),
+        (Params(w, b), lambda t: (t.w, t.b)),
+        ({"scale": s}, lambda t: (t["scale"],)),
+    ]:
+        for fn in (diagnostics.ess, diagnostics.rhat, diagnostics.split_rhat):
+            got = fn(tree)
+            assert type(got) is type(tree)
+            for g, leaf in zip(parts(got), parts(tree)):
+                assert g.shape == leaf.shape[2:]
+                assert np.array_equal(g, fn(leaf))
+        summary = diagnostics.agent_summary(tree, burn_in=10)
+        for stat in ("mean", "sd", "ess", "rhat"):
+            for g, leaf in zip(parts(summary[stat]), parts(tree)):
+                assert np.array_equal(g, diagnostics.agent_summary(leaf, burn_in=10)[stat])
+    # A scalar parameter (no agent axis, e.g. centralized): (chain, draw) -> ().
+    assert diagnostics.ess({"scale": s[:, :, 0, 0]})["scale"].shape == ()
+
+
+def test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves():
+    eqx = pytest.importorskip("equinox")
+    import jax
+
+    # (chain, draw, agent) = (2, 50, 3) copies of a small MLP, weights as AR(1) noise.
+    mlp = eqx.nn.MLP(1, 1, 4, 1, key=jax.random.key(0))
+    rng = np.random.default_rng(10)
+    stacked = jax.tree.map(
+        lambda x: rng.standard_normal((2, 50, 3, *x.shape)) if eqx.is_array(x) else x, mlp)
+    got = diagnostics.ess(stacked)
+    assert isinstance(got, eqx.nn.MLP) and got.activation is None  # non-array leaf skipped
+    assert got.layers[0].weight.shape == (3, 4, 1)
+    assert np.array_equal(got.layers[1].bias, diagnostics.ess(stacked.layers[1].bias))
+    avg = diagnostics.network_average(stacked)
+    assert np.allclose(avg.layers[0].weight, stacked.layers[0].weight.mean(axis=2))
+    idata_names = diagnostics.to_arviz(stacked).posterior.data_vars
+    assert set(idata_names) == {"layers.0.weight", "layers.0.bias", "layers.1.weight",
+                                "layers.1.bias"}
+
+
+def test_network_average_averages_agents_leaf_by_leaf():
+    rng = np.random.default_rng(11)
+    tree = {"w": rng.standard_normal((2, 6, 4, 3)), "b": rng.standard_normal((2, 6, 4))}
+    avg = diagnostics.network_average(tree)
+    assert np.allclose(avg["w"], tree["w"].mean(axis=2)) and avg["b"].shape == (2, 6)
+    # Inside a trace_fn the state's positions are (N, ...): axis=0.
+    assert np.allclose(diagnostics.network_average(tree["w"][0, 0], axis=0),
+                       tree["w"][0, 0].mean(0))
+    with pytest.raises(ValueError, match=r"`positions\['b'\]` has no agent axis 3"):
+        diagnostics.network_average(tree, axis=3)
+
+
+def test_diverged_chains_are_refused_or_dropped_with_a_count():
+    w, b = ar1((3, 2), 0.5, seed=12)[:, :300], ar1((3,), 0.5, seed=13)[:, :300]
+    w[1, 200:] = np.nan  # chain 1 diverged in one leaf only
+    tree = {"w": w, "b": b}
+    assert np.array_equal(diagnostics.diverged_chains(tree), [False, True, False, False])
+    for fn in (diagnostics.ess, diagnostics.rhat, diagnostics.agent_summary):
+        with pytest.raises(ValueError, match=r"1 of 4 chains diverged.*diverged='drop'"):
+            fn(tree)
+    with pytest.warns(RuntimeWarning, match="Dropped 1 of 4 diverged chains"):
+        got = diagnostics.ess(tree, diverged="drop")
+    keep = [0, 2, 3]
+    assert np.array_equal(got["b"], diagnostics.ess(b[keep]))  # the other leaf loses it too
+    assert np.array_equal(got["w"], diagnostics.ess(w[keep]))
+    with pytest.warns(RuntimeWarning, match="Dropped 1 of 4"):
+        idata = diagnostics.to_arviz(fake_trace(tree), diverged="drop")
+    assert idata.posterior["w"].shape[0] == 3
+    # A chain flagged in trace.divergence counts even if its kept draws are finite.
+    trace = fake_trace({"w": w[[0, 2, 3]], "b": b[[0, 2, 3]]})
+    trace = trace._replace(divergence=dgsgld.Divergence(np.array([-1, 5, -1]), np.zeros(3)))
+    with pytest.raises(ValueError, match="1 of 3 chains diverged"):
+        diagnostics.agent_summary(trace)
+    with pytest.raises(ValueError, match="`diverged` must be 'raise' or 'drop'"):
+        diagnostics.ess(tree, diverged="ignore")

@@ -122,8 +122,8 @@ def test_stable_step_size_is_not_flagged():
     assert np.asarray(trace.divergence.agent).tolist() == [-1] * C
 
 
-def test_stop_on_divergence_freezes_every_chain(flagged):
-    trace = run(on_divergence="flag", stop_on_divergence=True)
+def test_on_divergence_stop_freezes_every_chain(flagged):
+    trace = run(on_divergence="stop")
     first = int(np.min(np.asarray(flagged.divergence.iteration)))
     # Only the earliest chain is caught (the others stop before they overflow), at the same
     # iteration and agent as without stopping.
@@ -141,15 +141,15 @@ def test_stop_on_divergence_freezes_every_chain(flagged):
     assert np.isfinite(pos[: C - 1]).all()
 
 
-def test_stop_on_divergence_in_chunks_matches_one_call(tmp_path):
-    # Complete-graph averaging (connected: sample_chunked does not take allow_disconnected);
-    # the agents' mean curvature 2 * 3 still makes η = 1 unstable (factor |1 - 6| = 5).
+def test_on_divergence_stop_in_chunks_matches_one_call(tmp_path):
+    # Complete-graph averaging (connected); the agents' mean curvature 2 * 3 still makes
+    # η = 1 unstable (factor |1 - 6| = 5).
     complete = jnp.full((N, N), 1.0 / N)
-    want = run(on_divergence="flag", stop_on_divergence=True, mixing=complete)
+    want = run(on_divergence="stop", mixing=complete)
     potential, init = problem()
     got = sample_chunked(dgsgld.diging_sgld(1.0), potential, complete, init,
                          jax.random.key(3), NUM_STEPS, chunk_size=20, path=tmp_path,
-                         on_divergence="flag", stop_on_divergence=True)
+                         on_divergence="stop")
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
 

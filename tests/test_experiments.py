@@ -81,7 +81,8 @@ def test_logistic_problem_errors_name_the_argument():
 def test_breast_cancer_problem_encoding_and_split():
     problem = ex.breast_cancer_problem(0)
     assert problem.features.shape == (30, 1, 31)
-    assert problem.test_features.shape == (512, 31)  # 569 - round(.1*212) - round(.1*357)
+    # §4.2.2's 51 training samples: round(51/569 * 212) + round(51/569 * 357) = 19 + 32.
+    assert problem.test_features.shape == (569 - 51, 31)
     assert float(problem.targets.sum()) == 15.0
     np.testing.assert_array_equal(problem.features[..., -1], 1.0)
     # Label 1 = benign: benign tumours have a smaller mean radius (feature 0) than malignant
@@ -142,7 +143,8 @@ def test_presets_follow_section_4():
         bc.batch_size,
         bc.prior_precision,
         bc.network,
-    ) == ("breast_cancer", 0.1, 30, 30, 1, 0.3, "barbell")
+    ) == ("breast_cancer", 51 / 569, 30, 30, 1, 0.3, "barbell")
+
 
 
 def test_config_validation_names_the_field():

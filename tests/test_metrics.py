@@ -72,3 +72,42 @@ def test_per_agent_w2_matches_loop():
 def test_consensus_error():
     x = jnp.array([[[0.0, 0.0], [2.0, 0.0]]])  # two agents at distance 2: each 1 from average
     np.testing.assert_allclose(metrics.consensus_error(x), [1.0])
+
+
+# -- reliability: impossible covariances are refused, naming the argument (issue 13, item 8) ----
+
+
+@pytest.mark.reliability
+def test_non_psd_covariance_is_refused_naming_the_argument():
+    from dgsgld.metrics import gaussian_w2, gaussian_w2_to_target
+
+    mean = jnp.zeros(2)
+    good = jnp.eye(2)
+    bad = jnp.array([[1.0, 2.0], [2.0, 1.0]])  # eigenvalues 3 and -1
+    # Before the check these gave a number (clipped square roots hide the negative direction;
+    # gaussian_w2(mean, bad, mean, bad) was 0). Tolerance for d = 2, float32: 10 d eps = 2.4e-6.
+    with pytest.raises(ValueError, match=r"`cov2` must be positive semidefinite; its smallest "
+                                         r"eigenvalue is -1, below the tolerance -7.15256e-06 "
+                                         r"\(-2.38419e-06 x max\(1, largest eigenvalue 3\)\)"):
+        gaussian_w2(mean, good, mean, bad)
+    with pytest.raises(ValueError, match="`cov1` must be positive semidefinite"):
+        gaussian_w2(mean, bad, mean, good)
+    batch = jnp.stack([good, good, bad])
+    with pytest.raises(ValueError, match=r"`cov1` .* is -1 \(matrix \(2,\)\)"):
+        gaussian_w2(jnp.zeros((3, 2)), batch, jnp.zeros((3, 2)), jnp.stack([good] * 3))
+    with pytest.raises(ValueError, match="`cov` must be positive semidefinite"):
+        gaussian_w2_to_target(jnp.ones((5, 2)), mean, bad)
+
+
+@pytest.mark.reliability
+def test_rounding_and_rank_deficiency_are_accepted():
+    from dgsgld.metrics import empirical_moments, gaussian_w2
+
+    # 3 draws in 6 dimensions: a rank-2 float32 covariance whose zero eigenvalues come out as
+    # rounding noise of either sign; within tolerance, so accepted.
+    samples = jax.random.normal(jax.random.key(0), (3, 6)) * 1e3
+    m, s = empirical_moments(samples)
+    assert np.isfinite(float(gaussian_w2(m, s, m, s)))
+    # Slightly negative within the stated tolerance: accepted.
+    near = jnp.diag(jnp.array([1.0, -5e-7]))
+    assert float(gaussian_w2(jnp.zeros(2), near, jnp.zeros(2), near)) < 1e-3

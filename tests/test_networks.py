@@ -303,7 +303,7 @@ def test_from_graph_and_from_graphs():
     t = nw.from_graphs(gs, weights="max_degree")
     assert t.period == 3
     for k, g in enumerate(gs):
-        np.testing.assert_allclose(t.matrix(k + 3), nw.max_degree_weights(g), atol=1e-7)
+        np.testing.assert_allclose(t.matrix_at(k + 3), nw.max_degree_weights(g), atol=1e-7)
     custom = nw.from_graphs(gs, weights=lambda a: nw.metropolis_weights(a, eps=0.5))
     np.testing.assert_allclose(custom.matrices[1], nw.metropolis_weights(gs[1], eps=0.5), atol=1e-7)
     with pytest.raises(ValueError, match="same N"):
@@ -348,7 +348,7 @@ def test_one_peer_exponential_matches_its_definition(n):
             expected = (np.eye(n) + shift) / 2
         else:
             expected = (np.eye(n) + shift + shift.T) / 3
-        np.testing.assert_allclose(s.matrix(k), expected, atol=1e-7)
+        np.testing.assert_allclose(s.matrix_at(k), expected, atol=1e-7)
     assert (
         nw.smallest_joint_connectivity_window(s) == levels
     )  # one window of log2 N snapshots connects all
@@ -417,11 +417,11 @@ def test_schedule_is_a_pytree_and_jittable():
     s = nw.barbell(8, period=5, seed=0)
     leaves = jax.tree_util.tree_leaves(s)
     assert len(leaves) == 2 and s.name.startswith("barbell")
-    f = jax.jit(lambda sched, k: sched.matrix(k))
+    f = jax.jit(lambda sched, k: sched.matrix_at(k))
     for k in (0, 4, 5, 13):
         np.testing.assert_array_equal(f(s, k), s.matrices[k % 5])
     # rebuilt inside jit (traced matrices): validation is skipped, not crashed
-    g = jax.jit(lambda m: nw.Schedule(m, name="traced").matrix(1))
+    g = jax.jit(lambda m: nw.Schedule(m, name="traced").matrix_at(1))
     np.testing.assert_array_equal(g(s.matrices), s.matrices[1])
     doubled = jax.tree_util.tree_map(lambda x: x, s)
     assert isinstance(doubled, nw.Schedule) and eqx.tree_equal(doubled, s)
@@ -436,12 +436,11 @@ def test_schedule_graph_and_as_schedule():
     assert raw.adjacency is None and raw.graph(1).number_of_edges() == g.number_of_edges()
 
 
-def test_engine_takes_the_schedule_stack():
-    dgsgld = pytest.importorskip("dgsgld")
-    if not hasattr(dgsgld, "as_mixing_stack"):
-        pytest.skip("dgsgld.as_mixing_stack not available")
+def test_schedule_gives_the_runner_its_matrices():
+    """The runner's one mixing protocol: ``matrix_at(k) = matrices[k % P]``."""
     s = nw.barbell(6, period=4)
-    np.testing.assert_array_equal(dgsgld.as_mixing_stack(s), s.matrices)
+    for k in [0, 3, 4, 9]:
+        np.testing.assert_array_equal(s.matrix_at(k), s.matrices[k % 4])
 
 
 # ---------------------------------------------------------------- diagnostics

@@ -7,7 +7,8 @@ import optax
 import pytest
 
 import dgsgld
-from _problems import complete_graph, linear_regression, permuted_rings, ring
+from _problems import (complete_graph, linear_regression, log_likelihood, paper_size_potential,
+                       permuted_rings, ring)
 
 CHAINS = 4000
 
@@ -304,7 +305,6 @@ def test_diging_paper_problem_long_run(key):
     y = Z @ x + rng.normal(size=100)
     cov = np.linalg.inv(Z.T @ Z + 0.1 * np.eye(6))
     mean = cov @ Z.T @ y
-    from _problems import log_likelihood
 
     pot = dgsgld.Potential(log_likelihood, lambda t: -0.05 * t @ t,
                            (jnp.asarray(Z.reshape(20, 5, 6), jnp.float32),
@@ -329,3 +329,91 @@ def test_diging_paper_problem_long_run(key):
     floor = float(dgsgld.metrics.gaussian_w2_to_target(exact, mean, cov))
     assert exact_w2.min() > 5 * floor            # the bias is real and resolved by this test
     np.testing.assert_array_less(np.abs(w2 - exact_w2), 3 * floor)
+
+
+# ------------------------------------------------------------------ the runner's plain route
+
+
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_chain_layout_changes_no_number(batch_size, monkeypatch, key):
+    """The runner's one layout choice (chains last for small leaves, XLA:CPU) is only ``vmap``
+    axes: the trace equals the chains-first run. Paper shape (200 chains > d = 6, so the
+    choice applies). Differences can only be reordered float32 sums: a few ulps of |x| ~ 1."""
+    from dgsgld import run as run_module
+
+    potential = paper_size_potential(batch_size)
+    init = jax.random.normal(jax.random.key(1), (200, 20, 6))
+
+    def run():
+        return dgsgld.sample(dgsgld.diging_sgld(0.01), potential, complete_graph(20), init, key,
+                             3, trace_fn=lambda s: s.grad, store_positions=True)
+
+    trace = run()
+    monkeypatch.setattr(run_module, "_chains_last", lambda: False)
+    first = run()
+    for a, b in zip(jax.tree.leaves(trace), jax.tree.leaves(first)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_gradient_in_the_loop_is_the_gradient_called_directly(replace):
+    """``Potential.grad`` inside ``sample`` is the user-callable one with the same key: chain
+    ``c``'s initial gradient uses ``split(fold_in(key, c))[0]``, its first step's gradient the
+    second key of ``split(fold_in(split(fold_in(key, c))[1], 0))``. Mini-batches (b = 2 of 4)
+    make a wrong key visible as an O(1) difference; rounding is float32 (rtol 1e-5)."""
+    pb = linear_regression(batch_size=2, replace=replace)
+    key = jax.random.PRNGKey(3)   # a legacy key: the runner converts it, the draws stay
+    x0 = jax.random.normal(jax.random.key(1), (3, 5, 2))
+    alg = dgsgld.diging_sgld(0.05)
+    trace = dgsgld.sample(alg, pb.potential, ring(5), x0, key, 1, trace_fn=lambda s: s.grad,
+                          store_positions=True)
+    for c in range(3):
+        init_key, run_key = jax.random.split(jax.random.fold_in(key, c))
+        np.testing.assert_allclose(trace.values[c, 0], pb.potential.grad(x0[c], init_key),
+                                   rtol=1e-5, atol=1e-5)
+        _, grad_key = jax.random.split(jax.random.fold_in(run_key, 0))
+        np.testing.assert_allclose(
+            trace.values[c, 1], pb.potential.grad(trace.positions[c, 1], grad_key),
+            rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls, make", [(dgsgld.DIGingSGLD, dgsgld.diging_sgld),
+                                       (dgsgld.DESGLD, dgsgld.de_sgld),
+                                       (dgsgld.EXTRASGLD, dgsgld.extra_sgld),
+                                       (dgsgld.SGLD, dgsgld.sgld)])
+def test_sampler_class_and_factory_are_the_same(cls, make):
+    for bad in [-1.0, 0.0, float("nan"), np.ones(2), lambda k: -1.0]:
+        with pytest.raises(ValueError, match="step_size"):
+            cls(bad)
+        with pytest.raises(ValueError, match="step_size"):
+            make(bad)
+    a, b = cls(0.1), make(0.1)
+    assert type(a) is type(b) is cls
+    # Constants are array leaves (a new value reuses the compiled run): equal pytrees.
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    assert isinstance(a.step_size, jax.Array) and float(a.step_size) == float(b.step_size)
+
+
+def test_every_mixing_form_gives_the_same_run(key):
+    """A stack, a MixingStack, a networks.Schedule and a sparse schedule all reach the step as
+    ``matrix_at(k) = W[k % P]``; one matrix is a stack of one."""
+    from dgsgld import networks, sparse
+    from dgsgld._mixing import MixingStack
+
+    pb = linear_regression()
+    stack = np.asarray(permuted_rings(5, 3), np.float32)
+    x0 = jax.random.normal(key, (2, 5, 2))
+
+    def run(mixing):
+        return dgsgld.sample(dgsgld.diging_sgld(0.05), pb.potential, mixing, x0, key, 7).positions
+
+    want = run(stack)
+    for mixing in [MixingStack(stack), networks.Schedule(stack), sparse.from_dense(stack)]:
+        np.testing.assert_allclose(run(mixing), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(run(stack[0]), run(stack[:1]))
+    assert MixingStack(stack).period == 3 and MixingStack(stack).num_agents == 5
+    np.testing.assert_array_equal(MixingStack(stack).matrix_at(jnp.int32(4)), stack[1])
+    bad = stack.copy()
+    bad[1, 0, 0] += 0.1
+    with pytest.raises(ValueError, match="mixing"):
+        run(bad)

@@ -39,11 +39,18 @@ SCRIPT = textwrap.dedent(
         alg = dgsgld.diging_sgld(0.05)
         ref = dgsgld.sample(alg, prob.potential, mixing, init, key, 20)
         chains = sharding.sample_sharded(alg, prob.potential, mixing, init, key, 20)
-        pos, state = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
+        agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
+        pos, state = agents.positions, agents.state
+        # Any decentralized sampler's own step runs sharded: DE-SGLD, and a resumed run.
+        de = dgsgld.de_sgld(0.05)
+        ref_de = dgsgld.sample(de, prob.potential, mixing, init, key, 20)
+        de_agents = sharding.sample_agent_sharded(de, prob.potential, mixing, init, key, 20)
+        ref_more = dgsgld.sample(alg, prob.potential, mixing, ref.state, key, 5)
+        more_agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, state, key, 5,
+                                                    store_positions=False)
         res = out[str(batch)] = {}
         if full:
             more = sharding.sample_sharded(alg, prob.potential, mixing, chains.state, key, 5)
-            ref_more = dgsgld.sample(alg, prob.potential, mixing, ref.state, key, 5)
             two = sharding.sample_sharded(alg, prob.potential, mixing, init, key, 20,
                                           mesh=sharding.chain_mesh(2))
             res["resume_diff"] = float(jnp.abs(more.positions - ref_more.positions).max())
@@ -55,8 +62,21 @@ SCRIPT = textwrap.dedent(
             "agents_diff": float(jnp.abs(pos - ref.positions).max()),
             "agents_tracker_diff": float(jnp.abs(state.tracker - ref.state.tracker).max()),
             "agents_spec": str(pos.sharding.spec),
+            "agents_de_diff": float(jnp.abs(de_agents.positions - ref_de.positions).max()),
+            "agents_resume_diff": float(jnp.abs(more_agents.state.position
+                                                - ref_more.state.position).max()),
+            "agents_diverged": bool(agents.diverged.any()),
             "scale": float(jnp.abs(ref.positions).max()),
         }
+    # A diverging run: the same first non-finite iteration and agent per chain.
+    prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
+    blow = dgsgld.diging_sgld(1e4)   # non-finite after ~72 steps, agents 1 and 5
+    ref = dgsgld.sample(blow, prob.potential, mixing, init, key, 100, on_divergence="flag",
+                        store_positions=False)
+    agents = sharding.sample_agent_sharded(blow, prob.potential, mixing, init, key, 100,
+                                           store_positions=False)
+    out["divergence"] = [np.asarray(ref.divergence).tolist(),
+                         np.asarray(agents.divergence).tolist()]
     errors = {}
     prob = linear_regression(num_agents=6, dim=2)
     try:
@@ -99,6 +119,8 @@ def _check_equal(r: dict) -> None:
     assert r["chains_diff"] < bound
     assert r["agents_diff"] < bound
     assert r["agents_tracker_diff"] < 10 * bound             # trackers are gradient-sized
+    assert r["agents_de_diff"] < bound and r["agents_resume_diff"] < bound
+    assert not r["agents_diverged"]
     for name in ("resume_diff", "two_devices_diff"):
         if name in r:
             assert r[name] < bound
@@ -107,6 +129,12 @@ def _check_equal(r: dict) -> None:
 def test_chain_and_agent_sharded_runs_equal_single_device_run(result):
     assert result["devices"] == 4
     _check_equal(result["2"])
+
+
+def test_agent_sharded_divergence_is_that_of_the_single_device_run(result):
+    ref, agents = result["divergence"]
+    assert min(ref[0]) > 0                     # every chain diverged, after a few steps
+    assert agents == ref
 
 
 def test_indivisible_sizes_are_rejected_with_a_message(result):

@@ -400,7 +400,6 @@ def test_positions_from_a_diverged_run_are_refused_by_metrics(ndim_drop, value, 
     assert f"at index {index}" in message and "trace.divergence" in message
     assert_names(lambda: metrics.consensus_error(jnp.asarray(positions)), "positions")
     assert_names(lambda: diagnostics.ess(positions), "samples")
-    assert_names(lambda: diagnostics.consensus_error_over_time(positions), "positions")
 
 
 def test_other_metric_shapes_are_checked():

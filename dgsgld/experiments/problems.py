@@ -328,7 +328,7 @@ def logistic_regression_problem(
 def breast_cancer_problem(
     seed: int = 0,
     *,
-    train_fraction: float = 0.1,
+    train_fraction: float = 51 / 569,
     train_size: int = 30,
     num_agents: int = 30,
     prior_precision: float = 0.3,
@@ -339,14 +339,15 @@ def breast_cancer_problem(
     The 569 samples with 30 features bundled with scikit-learn (no download); labels are
     1 = benign, 0 = malignant (scikit-learn's encoding). The split into training and test sets
     is stratified by class: ``round(train_fraction · n_c)`` random samples of each class ``c``
-    train (57 of 569 for 10 %), the rest test (512). Features are standardized with the mean
+    train (19 + 32 = 51 of 569 for the default 51/569, the paper's 51 training samples), the rest
+    test (518). Features are standardized with the mean
     and standard deviation of the training split; the training split is then class-balanced to
     ``train_size`` (the first ``train_size / 2`` of each class in random order), shuffled, and
     dealt to the agents in consecutive blocks (one sample each for 30 agents).
 
     Args:
         seed: NumPy seed of the split.
-        train_fraction: training share before balancing (0.1).
+        train_fraction: training share before balancing (51/569: the paper's 51 samples).
         train_size: ``n`` after balancing (30); even and a multiple of ``num_agents``.
         num_agents: ``N`` (30).
         prior_precision: ``λ`` (0.3, the paper's tuned value).

@@ -228,11 +228,21 @@ def _compute(seed, num_chains, num_steps, epsilon, num_tuning_steps, num_station
         fit_range = steps <= 2.1e-3
         slope, intercept = loglog_slope(steps[fit_range], w2[fit_range])
         curves["stationary"][kind] = (w2, slope, intercept)
+        # The secant slope above mixes the O(η) and O(η²) terms; the local slope at small
+        # steps gives the order itself (it tends to 1 for every sampler: the W2 is O(η)).
+        small = np.array([1e-6, 2e-6])
+        if kind == "sgld":
+            w2_small = stationary_w2("sgld", quad, None, small / N)[:, 0]
+        else:
+            w2_small = stationary_w2(kind, quad, schedule, small).mean(axis=(1, 2))
+        local, _ = loglog_slope(small, w2_small)
         result["stationary"][kind] = {
             "w2": w2.tolist(),
             "slope": slope,
             "intercept": intercept,
             "fit_range": [float(steps[fit_range][0]), float(steps[fit_range][-1])],
+            "local_slope_small_eta": local,
+            "small_eta": small.tolist(),
         }
     result["stationary"]["eta"] = steps.tolist()
     result["stationary"]["paper_rate"] = 0.5
@@ -280,10 +290,14 @@ def summary(result: dict) -> str:
             f"(vs the tuned run's exact W2: {b['ratio_bound_to_exact_tuned_k100']:.3e})."
         )
     st = result["stationary"]
+    kinds = ALGORITHMS + ("sgld",)
     lines.append(
-        "- Stationary W2 vs η, fitted log–log slopes: "
-        + ", ".join(f"{LABELS[k]} {st[k]['slope']:.3f}" for k in ALGORITHMS + ("sgld",))
-        + " (the bound's rate is 1/2)."
+        "- Stationary W2 vs η: secant log–log slopes over η ∈ [1e-4, 2.1e-3]: "
+        + ", ".join(f"{LABELS[k]} {st[k]['slope']:.3f}" for k in kinds)
+        + "; local slopes at η = 1e-6…2e-6: "
+        + ", ".join(f"{LABELS[k]} {st[k]['local_slope_small_eta']:.3f}" for k in kinds)
+        + ". The stationary W2 is O(η) for every sampler (the secant slopes below 1 mix in the"
+        " higher-order terms); the bound's rate is 1/2."
     )
     return "\n".join(lines) + "\n"
 

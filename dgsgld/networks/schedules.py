@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
+from .._mixing import MixingStack
 from .validation import DEFAULT_TOL, validate_schedule
 from .weights import as_adjacency, get_weight_rule
 
@@ -51,7 +52,7 @@ __all__ = [
 WeightRule = str | Callable[[np.ndarray], np.ndarray]
 
 
-class Schedule(eqx.Module):
+class Schedule(MixingStack):
     """A periodic schedule of mixing matrices, ``W⁽ᵏ⁾ = matrices[k % P]``.
 
     A pytree (``eqx.Module``): ``matrices`` and ``adjacency`` are leaves, ``name`` is static.
@@ -65,7 +66,6 @@ class Schedule(eqx.Module):
         name: a human-readable description (static).
     """
 
-    matrices: jax.Array
     adjacency: jax.Array | None
     name: str = eqx.field(static=True)
 
@@ -106,20 +106,6 @@ class Schedule(eqx.Module):
         self.matrices = matrices
         self.adjacency = adjacency
         self.name = name
-
-    @property
-    def num_agents(self) -> int:
-        """``N``, the number of agents."""
-        return self.matrices.shape[-1]
-
-    @property
-    def period(self) -> int:
-        """``P``, the number of distinct matrices before the schedule repeats."""
-        return self.matrices.shape[0]
-
-    def matrix(self, k: int | jax.Array) -> jax.Array:
-        """``W⁽ᵏ⁾ = matrices[k % P]``, shape ``(N, N)``; ``k`` may be traced."""
-        return self.matrices[k % self.period]
 
     def graph(self, k: int = 0) -> nx.Graph:
         """The communication graph of snapshot ``k % P`` as a networkx graph (host only, no jit).

@@ -175,7 +175,8 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
         raise ValueError(
             f"`connectivity_window` must be a positive integer or None; got {window!r}."
         )
-    on_the_fly = hasattr(mixing, "matrix_at") and not hasattr(mixing, "snapshots")
+    on_the_fly = (hasattr(mixing, "matrix_at") and not hasattr(mixing, "snapshots")
+                  and not hasattr(mixing, "matrices"))
     if on_the_fly:
         import jax
 

@@ -9,21 +9,21 @@ inputs as arguments, so the same function serves ``dgsgld.sample`` and a user's 
 
 Randomness of a step: ``key`` splits into a noise key and a gradient key (mini-batches). The
 Gaussian noise ``w`` is ``noise(key, position)``; passing it to ``step`` gives the same step as
-drawing it there. Passing it also lets two samplers share their noise (synchronous coupling),
-and lets ``dgsgld.sample`` draw it for all chains in the memory layout of its loop.
+drawing it there; passing it lets two samplers share their noise (synchronous coupling).
 """
 
 from typing import ClassVar
 
 import equinox as eqx
+import jax
 
-from .. import _random, _tree
+from .. import _tree
 from .._types import Array, PRNGKey, PyTree, StepSize
 
 
 def step_keys(key: PRNGKey) -> tuple[PRNGKey, PRNGKey]:
     """``(noise_key, grad_key)`` of one step."""
-    noise_key, grad_key = _random.split(key)
+    noise_key, grad_key = jax.random.split(key)
     return noise_key, grad_key
 
 
@@ -31,11 +31,13 @@ class SamplingAlgorithm(eqx.Module):
     """Interface of the samplers (documentation and ``isinstance`` only).
 
     Attributes:
-        step_size: a positive constant or a schedule ``count -> step size``.
+        step_size: a positive constant or a schedule ``count -> step size``; checked when the
+            sampler is built (``DIGingSGLD(-1.0)`` raises like ``diging_sgld(-1.0)``), and a
+            constant is stored as an array so that changing it reuses compiled runs.
         decentralized: ``True`` when positions carry an agent axis and a mixing matrix is used.
     """
 
-    step_size: StepSize
+    step_size: StepSize = eqx.field(converter=_tree.as_step_size)
     decentralized: ClassVar[bool] = True
 
     def init(self, position: PyTree, potential, key: PRNGKey):  # pragma: no cover - interface

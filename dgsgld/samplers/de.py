@@ -40,7 +40,7 @@ class DESGLDInfo(NamedTuple):
 
 
 class DESGLD(SamplingAlgorithm):
-    """DE-SGLD. Build with :func:`de_sgld`."""
+    """DE-SGLD; ``DESGLD(step_size)`` is the same as :func:`de_sgld`."""
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
 
@@ -62,4 +62,4 @@ class DESGLD(SamplingAlgorithm):
 def de_sgld(step_size: StepSize, estimator: GradientEstimator | None = None) -> DESGLD:
     """DE-SGLD with a constant step size or a schedule ``count -> η``; ``estimator`` from
     :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DESGLD(_tree.as_step_size(step_size), as_estimator(estimator))
+    return DESGLD(step_size, estimator)

@@ -48,7 +48,8 @@ class DIGingInfo(NamedTuple):
 
 
 class DIGingSGLD(SamplingAlgorithm):
-    """DIGing-SGLD over a time-varying network. Build with :func:`diging_sgld`."""
+    """DIGing-SGLD over a time-varying network; ``DIGingSGLD(step_size)`` equals
+    :func:`diging_sgld`."""
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
 
@@ -79,4 +80,4 @@ class DIGingSGLD(SamplingAlgorithm):
 def diging_sgld(step_size: StepSize, estimator: GradientEstimator | None = None) -> DIGingSGLD:
     """DIGing-SGLD with a constant step size or a schedule ``count -> η`` (e.g. from optax);
     ``estimator`` from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DIGingSGLD(_tree.as_step_size(step_size), as_estimator(estimator))
+    return DIGingSGLD(step_size, estimator)

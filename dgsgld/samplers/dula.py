@@ -108,4 +108,4 @@ def d_ula(
     """D-ULA with step ``α_k`` and consensus weight ``β_k`` (each a constant or a schedule
     ``count -> value``, e.g. :class:`PolynomialDecay` or an optax schedule); a constant
     ``consensus`` must lie in ``(0, 1]``."""
-    return DULA(_tree.as_step_size(step_size), consensus, estimator)
+    return DULA(step_size, consensus, estimator)

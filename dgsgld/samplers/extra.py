@@ -49,7 +49,7 @@ class EXTRAInfo(NamedTuple):
 
 
 class EXTRASGLD(SamplingAlgorithm):
-    """EXTRA-SGLD. Build with :func:`extra_sgld`."""
+    """EXTRA-SGLD; ``EXTRASGLD(step_size)`` is the same as :func:`extra_sgld`."""
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
 
@@ -77,4 +77,4 @@ class EXTRASGLD(SamplingAlgorithm):
 def extra_sgld(step_size: StepSize, estimator: GradientEstimator | None = None) -> EXTRASGLD:
     """EXTRA-SGLD with a constant step size or a schedule ``count -> η``; ``estimator`` from
     :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return EXTRASGLD(_tree.as_step_size(step_size), as_estimator(estimator))
+    return EXTRASGLD(step_size, estimator)

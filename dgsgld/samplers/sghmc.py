@@ -151,7 +151,7 @@ def de_sghmc(
 ) -> DESGHMC:
     """DE-SGHMC with step ``η`` (constant or schedule), friction ``γ > 0`` and an estimator
     from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DESGHMC(_tree.as_step_size(step_size), friction, estimator)
+    return DESGHMC(step_size, friction, estimator)
 
 
 def diging_sghmc(
@@ -159,5 +159,5 @@ def diging_sghmc(
 ) -> DIGingSGHMC:
     """DIGing-SGHMC with step ``η`` (constant or schedule), friction ``γ > 0`` and an estimator
     from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DIGingSGHMC(_tree.as_step_size(step_size), friction, estimator)
+    return DIGingSGHMC(step_size, friction, estimator)
 

@@ -37,8 +37,9 @@ class SGLDInfo(NamedTuple):
 
 
 class SGLD(SamplingAlgorithm):
-    """Centralized SGLD. Build with :func:`sgld`. ``step`` ignores ``mixing_matrix`` (the
-    samplers' common signature); :func:`dgsgld.sample` refuses a ``mixing`` for it."""
+    """Centralized SGLD (``SGLD(step_size)`` equals :func:`sgld`). ``step`` ignores
+    ``mixing_matrix`` (the samplers' common signature); :func:`dgsgld.sample` refuses a
+    ``mixing`` for it."""
 
     decentralized: ClassVar[bool] = False
 
@@ -58,4 +59,4 @@ class SGLD(SamplingAlgorithm):
 
 def sgld(step_size: StepSize) -> SGLD:
     """Centralized SGLD with a constant step size or a schedule ``count -> η``."""
-    return SGLD(_tree.as_step_size(step_size))
+    return SGLD(step_size)

@@ -15,9 +15,14 @@ Corrections (see ``shared/paper/ERRATA.md``; each was re-derived here). ``varian
 * ``η̄`` (3.23): printed ``3(1−δ²)/(μJ₁)`` puts λ(η̄)^B = √(2(1−δ²)) + δ > 1, so (3.16) fails
   there; corrected ``1.5(1−δ)²/(μJ₁)`` (Nedić–Olshevsky–Shi 2017, Thm 3.14), the supremum of
   the steps for which (3.24) gives λ < 1 (at η̄ itself λ = 1: the interval is open on the right).
-* ``D`` (3.20) and ``D̄`` (3.25): (A.8) bounds ``2N E‖ȳ‖²`` by ``(4L²/N) E‖q‖² + (4/N)σ²``, but
-  ``‖(1/N) Σ_i a_i‖² ≤ (1/N) Σ_i ‖a_i‖²`` gives ``4L² E‖q‖² + 4σ²``: a factor ``N`` is lost in
-  both terms (not in ERRATA.md; found while re-deriving). Corrected uses ``4L²`` and ``4σ²``.
+* ``D`` (3.20) and ``D̄`` (3.25): (A.8) bounds ``2N E‖ȳ‖²`` by ``(4L²/N) E‖q‖² + (4/N)σ²``.
+  For the gradient term, ``‖(1/N) Σ_i a_i‖² ≤ (1/N) Σ_i ‖a_i‖²`` gives ``4L² E‖q‖²`` (a factor
+  ``N`` lost in print; not in ERRATA.md). For the noise term the same averaging inequality gives
+  only ``4Nσ²``; ``4σ²`` holds when the agents' gradient noises ``ξ_i`` are uncorrelated
+  (``E‖(1/N) Σ_i ξ_i‖² = (1/N²) Σ_i E‖ξ_i‖²``), an assumption Assumption 3.1 does not state.
+  It holds for the toolkit's estimators, whose agents draw independent mini-batches (and for
+  full batches, ``σ² = 0``). Corrected uses ``4L²`` and ``4σ²`` under that assumption; for
+  correlated noises replace ``sigma2`` by ``N σ²``.
 * ``E₂``'s last term (3.19): unrolling (A.11) gives ``√(c_η H_k(δ^{2/B}, 1−ημ(1−ηL/2)))
   √3 L δ⁻¹ ‖x⁽⁰⁾‖_{L2}/√N`` with ``c_η = η(η + (1+ηL)²/(μ(1−ηL/2)))`` and no extra ``δ^{1/B}``.
 * Corollary 3.7: ``k*`` uses ``log(3(C̄₁+C̄₂)/ε)`` as derived in Appendix B (printed statement:
@@ -332,8 +337,9 @@ def failed_conditions(conditions: Conditions316) -> list[str]:
 def tracker_bound(inp: BoundInputs, eta, lam, alpha=1.0, beta=None, *, variant: str = "corrected"):
     """``D`` of (3.20): ``sup_k E‖y⁽ᵏ⁾‖² ≤ D²`` (Lemma 3.8); ``inf`` when the loop gain is ≥ 1.
 
-    ``variant="corrected"`` uses ``4L² (·)² + 4σ²`` for the ``2N E‖ȳ‖²`` part, ``"printed"`` the
-    paper's ``(4L²/N)(·)² + (4/N)σ²`` (see the module docstring).
+    ``variant="corrected"`` uses ``4L² (·)² + 4σ²`` for the ``2N E‖ȳ‖²`` part (``4σ²`` assumes the
+    agents' gradient noises are uncorrelated, as with independent mini-batches), ``"printed"``
+    the paper's ``(4L²/N)(·)² + (4/N)σ²`` (see the module docstring).
     """
     _check_variant(variant)
     xp = _xp(inp, eta, lam, alpha, beta)

@@ -1,0 +1,53 @@
+"""The one mixing protocol of the runner: ``matrix_at(k) -> W⁽ᵏ⁾``.
+
+Everything :func:`dgsgld.sample` accepts as ``mixing`` has it: :class:`MixingStack` (which a bare
+array becomes), ``dgsgld.networks.Schedule`` (a :class:`MixingStack` with graphs), sparse and
+on-the-fly schedules. ``W[i, j]`` is the weight agent ``i`` puts on agent ``j``: ``x⁺ = W @ x``.
+"""
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from . import _validation
+from ._types import Array
+
+__all__ = ["MixingStack", "as_mixing"]
+
+
+class MixingStack(eqx.Module):
+    """``P`` dense mixing matrices used cyclically: ``matrix_at(k) = matrices[k % P]``.
+
+    Checked to be finite, symmetric, nonnegative and doubly stochastic (traced stacks: shapes
+    only).
+
+    Args:
+        matrices: ``(P, N, N)``, or one ``(N, N)`` matrix (``P = 1``).
+    """
+
+    matrices: Array
+
+    def __init__(self, matrices):
+        stack = jnp.asarray(matrices)
+        self.matrices = stack[None] if stack.ndim == 2 else stack
+        _validation.check_mixing(self.matrices, name="mixing")
+
+    @property
+    def num_agents(self) -> int:
+        """``N``, the number of agents."""
+        return self.matrices.shape[-1]
+
+    @property
+    def period(self) -> int:
+        """``P``, the number of distinct matrices before the schedule repeats."""
+        return self.matrices.shape[0]
+
+    def matrix_at(self, k) -> Array:
+        """``W⁽ᵏ⁾ = matrices[k % P]``, shape ``(N, N)``; ``k`` may be traced."""
+        return self.matrices[k % self.period]
+
+
+def as_mixing(mixing):
+    """``mixing`` if it has ``matrix_at(k)``, else the array wrapped in a :class:`MixingStack`."""
+    if mixing is None or callable(getattr(mixing, "matrix_at", None)):
+        return mixing
+    return MixingStack(mixing)

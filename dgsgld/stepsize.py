@@ -1,0 +1,366 @@
+"""Step sizes chosen for you: a pilot run over a grid of step sizes, in one compiled call.
+
+:func:`propose_step_size` looks at the model and the network, then lets a short run decide:
+
+1. **Curvature.** The largest Hessian eigenvalue ``L_i`` of every agent's potential ``f_i`` at
+   the initial positions (power iteration on Hessian–vector products, ``jax.jvp`` of the
+   gradient; nothing ``(d, d)`` is formed). ``L = max_i L_i`` sets the scale of the grid:
+   ``η ∈ [10⁻³/L, 3/L]``, log-spaced (gradient descent on ``f_i`` alone is unstable above
+   ``2/L_i``).
+2. **Network.** The mean spectral gap ``1 − σ₂(W⁽ᵏ⁾)`` of the schedule, reported (a small gap
+   makes agents disagree more at a given ``η``, which the pilot sees directly).
+3. **Pilot.** Every grid step size, every chain of ``init`` (up to ``max_chains``), for
+   ``num_steps`` iterations, in one ``jax.vmap`` over the grid (a constant step size is an
+   array leaf of the sampler). It records, per step size, at the start, middle and end:
+   divergence, every agent's spread (the geometric mean over coordinates of the standard
+   deviation across chains) and the consensus error.
+
+A step size is **stable** when no chain diverged and neither the spread nor the consensus
+error more than doubled over the second half of the pilot. Among stable step sizes the spread
+first shrinks as ``η`` grows (the chains reach the posterior in the pilot's ``num_steps``),
+then grows (the discretization and network bias inflate it: Langevin's stationary variance on a
+Gaussian of curvature ``λ`` is ``1 / (λ (1 − ηλ/2))``). The **accurate** range holds the stable
+step sizes at which every agent's spread is at most ``spread_tolerance`` times that agent's
+smallest spread over the grid; the proposal is its largest step size: the fastest-mixing step
+that inflates no agent's spread by more than the tolerance.
+
+The pilot must reach the posterior: when the posterior is wider than where the chains start
+(e.g. the flat directions of a neural network's weights under a unit prior), the spread grows
+with ``η`` through slow diffusion rather than bias, and the proposal is conservative (see
+``report.stable_range`` for the largest stable step; a longer pilot, ``num_steps``, helps).
+
+:func:`check_step_size` warns when a chosen step lies outside the range a report found.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import metrics, run
+from ._types import Array, PRNGKey, PyTree
+from .networks import diagnostics as network_diagnostics
+
+__all__ = ["StepSizeReport", "propose_step_size", "check_step_size", "local_curvature"]
+
+
+class StepSizeReport(NamedTuple):
+    """What :func:`propose_step_size` found.
+
+    Attributes:
+        step_size: the proposed constant step size.
+        stable_range: ``(low, high)`` grid step sizes with no divergence and no growth.
+        accurate_range: ``(low, high)`` stable step sizes whose spread is within
+            ``spread_tolerance`` of the smallest; ``step_size`` is ``high``.
+        step_sizes: ``(G,)`` the pilot grid.
+        spread: ``(G,)`` geometric mean over agents and coordinates of the standard deviation
+            across chains at the end of the pilot.
+        inflation: ``(G,)`` the largest, over agents, ratio of an agent's spread to its smallest
+            over the stable grid points (``inf`` where unstable).
+        consensus: ``(G,)`` mean consensus error over chains at the end (0 without a network).
+        stable: ``(G,)`` boolean.
+        curvature: ``(N,)`` largest Hessian eigenvalue magnitude of each ``f_i``.
+        spectral_gap: mean spectral gap of the mixing matrices (``nan`` without a network).
+        spread_tolerance: the tolerance used.
+        num_steps: pilot iterations; num_chains: pilot chains.
+    """
+
+    step_size: float
+    stable_range: tuple[float, float]
+    accurate_range: tuple[float, float]
+    step_sizes: np.ndarray
+    spread: np.ndarray
+    inflation: np.ndarray
+    consensus: np.ndarray
+    stable: np.ndarray
+    curvature: np.ndarray
+    spectral_gap: float
+    spread_tolerance: float
+    num_steps: int
+    num_chains: int
+
+    def explain(self) -> str:
+        """How the step size was chosen, in words and a table."""
+        lmax = float(np.max(self.curvature))
+        lines = [
+            f"Proposed step size {self.step_size:.4g} (η·L = {self.step_size * lmax:.3g}).",
+            f"Curvature: largest Hessian eigenvalue per agent L_i in "
+            f"[{np.min(self.curvature):.4g}, {lmax:.4g}]; grid {self.step_sizes[0]:.3g} .. "
+            f"{self.step_sizes[-1]:.3g} = [1e-3, 3] / L.",
+            f"Network: mean spectral gap {self.spectral_gap:.4g}.",
+            f"Pilot: {self.num_chains} chains x {self.num_steps} iterations per step size, "
+            "one compiled call.",
+            f"Stable (no divergence, no growth): {_range(self.stable_range)}.",
+            f"Accurate (every agent's spread <= {self.spread_tolerance:g} x its smallest): "
+            f"{_range(self.accurate_range)}; the proposal is its largest step.",
+        ]
+        if self.accurate_range[0] <= self.step_sizes[0]:
+            lines.append(
+                "Note: the accurate range reaches the grid's smallest step (some agent's spread "
+                "never shrank with η): the pilot may not reach the posterior; the proposal is "
+                "then conservative (a longer pilot, num_steps, tells)."
+            )
+        lines.append("   step size    spread  inflation  consensus  stable")
+        for eta, s, r, c, ok in zip(self.step_sizes, self.spread, self.inflation,
+                                    self.consensus, self.stable):
+            mark = " <-" if eta == self.step_size else ""
+            lines.append(f"  {eta:10.4g}  {s:8.4g}  {r:9.3g}  {c:9.4g}  "
+                         f"{'yes' if ok else 'no':>6}{mark}")
+        return "\n".join(lines)
+
+
+def _range(r: tuple[float, float]) -> str:
+    return f"[{r[0]:.4g}, {r[1]:.4g}]"
+
+
+def _gradient(potential, key: PRNGKey) -> Callable[[PyTree], PyTree]:
+    """Exact per-agent gradients, or the oracle's with a fixed key."""
+    if potential.log_likelihood is not None:
+        return potential.full_grad
+    return lambda positions: potential.grad(positions, key)
+
+
+@eqx.filter_jit
+def _power_iteration(potential, position: PyTree, key: PRNGKey, iterations: int) -> Array:
+    """``(N,)`` largest ``|eigenvalue|`` of each agent's Hessian at ``position`` (leaves
+    ``(N, ...)``); ``v_i ← H_i v_i / ‖H_i v_i‖`` independently per agent."""
+    grad = _gradient(potential, key)
+    leaves, treedef = jax.tree.flatten(position)
+    keys = jax.random.split(key, len(leaves))
+    v = jax.tree.unflatten(treedef, [jax.random.normal(k, jnp.shape(x), x.dtype)
+                                     for k, x in zip(keys, leaves)])
+
+    def norms(tree):  # (N,) per-agent Euclidean norms
+        return jnp.sqrt(sum(jnp.sum(leaf.reshape(leaf.shape[0], -1) ** 2, axis=1)
+                            for leaf in jax.tree.leaves(tree)))
+
+    def normalize(tree):
+        n = jnp.maximum(norms(tree), jnp.finfo(jnp.result_type(float)).tiny)
+        return jax.tree.map(lambda leaf: leaf / n.reshape((-1,) + (1,) * (leaf.ndim - 1))
+                            .astype(leaf.dtype), tree)
+
+    def body(_, carry):
+        vec, _ = carry
+        hv = jax.jvp(grad, (position,), (vec,))[1]
+        return normalize(hv), norms(hv)
+
+    _, value = jax.lax.fori_loop(0, iterations, body, (normalize(v), norms(v)))
+    return value
+
+
+def _on_arrays(potential, static):
+    """The same potential as a function of the array leaves only (an equinox module's other
+    leaves, e.g. its activation, put back from ``static`` before the user's functions)."""
+    from .potential import Potential
+
+    full = lambda arrays: eqx.combine(arrays, static)  # noqa: E731
+    ll, lp = potential.log_likelihood, potential.log_prior
+    if ll is None:
+        raise ValueError("Curvature of an equinox-module model needs `log_likelihood` (the "
+                         "potential has only a `gradient_fn` oracle).")
+    return Potential(lambda a, d: ll(full(a), d), None if lp is None else lambda a: lp(full(a)),
+                     potential.data, mask=potential.mask)
+
+
+def local_curvature(potential, position: PyTree, key: PRNGKey, *, iterations: int = 50):
+    """Largest Hessian eigenvalue magnitude ``L_i`` of every agent's potential ``f_i``.
+
+    Args:
+        potential: a :class:`dgsgld.Potential`.
+        position: leaves ``(N, *param_shape)``: agent ``i``'s Hessian is taken at its row.
+        key: PRNG key (the starting vectors; and the mini-batch of a ``gradient_fn`` oracle).
+        iterations: power iterations (the estimate approaches ``L_i`` from below).
+
+    Returns:
+        ``(N,)`` NumPy float64 array.
+    """
+    arrays, static = eqx.partition(position, eqx.is_array)
+    if jax.tree.leaves(static):  # e.g. an eqx.nn.MLP's activation
+        potential, position = _on_arrays(potential, static), arrays
+    value = np.asarray(_power_iteration(potential, position, key, int(iterations)), np.float64)
+    if not np.all(np.isfinite(value)):
+        raise ValueError(
+            "The Hessian–vector products of the potential are not finite at `position`; "
+            "start from a point where the model's gradient is finite."
+        )
+    return value
+
+
+class _PilotStats(eqx.Module):
+    """Per kept iteration: each agent's log geometric-mean spread across chains ``(N,)``
+    (``(1,)`` without agents) and the mean consensus error over chains."""
+
+    decentralized: bool = eqx.field(static=True)
+
+    def __call__(self, states):
+        # (C, N, ...) or (C, ...); an equinox module's non-array leaves skipped.
+        leaves = jax.tree.leaves(eqx.filter(states.position, eqx.is_array))
+        if not self.decentralized:
+            leaves = [x[:, None] for x in leaves]
+        flat = jnp.concatenate([x.reshape(x.shape[0], x.shape[1], -1) for x in leaves], -1)
+        tiny = jnp.finfo(flat.dtype).tiny
+        log_spread = jnp.mean(jnp.log(jnp.maximum(jnp.std(flat, axis=0, ddof=1), tiny)), -1)
+        if not self.decentralized:
+            return log_spread, jnp.zeros((), flat.dtype)
+        return log_spread, jnp.mean(metrics.consensus_error(flat))
+
+
+@eqx.filter_jit
+def _pilot(make_algorithm, step_sizes, potential, mixing, init, key, num_steps, stats):
+    def one(step_size):
+        trace = run.sample(
+            make_algorithm(step_size), potential, mixing, init, key, num_steps,
+            thin=num_steps // 2, ensemble_fn=stats, store_positions=False,
+            on_divergence="flag",
+        )
+        return trace.ensemble, jnp.any(trace.diverged)
+
+    return jax.vmap(one)(step_sizes)
+
+
+def propose_step_size(
+    make_algorithm: Callable[[Array], Any],
+    potential,
+    mixing,
+    init: PyTree,
+    key: PRNGKey,
+    *,
+    num_steps: int = 200,
+    num_step_sizes: int = 25,
+    spread_tolerance: float = 1.5,
+    max_chains: int = 64,
+    curvature_at: PyTree | None = None,
+) -> StepSizeReport:
+    """Propose a constant step size for a model and a network (see the module doc).
+
+    Args:
+        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.diging_sgld``.
+        potential, mixing, init, key: as in :func:`dgsgld.sample`; ``init`` needs at least 4
+            chains (the pilot compares them), leaves ``(num_chains, N, *param_shape)``.
+        num_steps: pilot iterations per step size (even; the budget the chains get to reach
+            the posterior: use roughly the burn-in you can afford).
+        num_step_sizes: grid points between ``10⁻³/L`` and ``3/L``.
+        spread_tolerance: accepted inflation of the spread over its smallest value (> 1).
+        max_chains: the pilot uses the first ``min(num_chains, max_chains)`` chains of ``init``.
+        curvature_at: positions ``(N, *param_shape)`` where the curvature is measured; default
+            the first chain of ``init``.
+
+    Returns:
+        A :class:`StepSizeReport`; ``report.explain()`` says how it decided.
+
+    Raises:
+        ValueError: for bad arguments, or when no step size of the grid is stable.
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2 or \
+            num_steps % 2:
+        raise ValueError(f"`num_steps` must be an even integer >= 2; got {num_steps!r}.")
+    if isinstance(num_step_sizes, bool) or not isinstance(num_step_sizes, int) or \
+            num_step_sizes < 2:
+        raise ValueError(f"`num_step_sizes` must be an integer >= 2; got {num_step_sizes!r}.")
+    if not (isinstance(spread_tolerance, (int, float)) and spread_tolerance > 1):
+        raise ValueError(f"`spread_tolerance` must be a number > 1; got {spread_tolerance!r}.")
+    leaves = jax.tree.leaves(eqx.filter(init, eqx.is_array))
+    if not leaves or np.ndim(leaves[0]) < 1 or np.shape(leaves[0])[0] < 4:
+        shape = np.shape(leaves[0]) if leaves else None
+        raise ValueError(
+            "`init` needs at least 4 chains for the pilot to measure their spread (leaves "
+            f"(num_chains, N, *param_shape)); got a first leaf of shape {shape}."
+        )
+    chains = min(int(np.shape(leaves[0])[0]), int(max_chains))
+    pilot_init = jax.tree.map(lambda x: x[:chains] if eqx.is_array(x) else x, init)
+    decentralized = bool(make_algorithm(1.0).decentralized)
+    curvature_key, pilot_key = jax.random.split(key)
+    at = curvature_at
+    if at is None:
+        at = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, init)
+        if not decentralized:  # one agent
+            at = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, at)
+    curvature = local_curvature(potential, at, curvature_key)
+    lmax = float(curvature.max())
+    if not lmax > 0:
+        raise ValueError("The potential has zero curvature at the initial positions; pass "
+                         "`curvature_at` at a point where the model is curved.")
+    grid = np.geomspace(1e-3 / lmax, 3.0 / lmax, num_step_sizes).astype(np.float32)
+    gap = math.nan
+    # Reported only, for dense stacks (sparse and on-the-fly schedules have no stored stack).
+    dense = getattr(mixing, "matrices", None) if hasattr(mixing, "matrix_at") else mixing
+    if dense is not None:
+        gap = float(np.mean(network_diagnostics.spectral_gap(dense)))
+    (log_spread, consensus), diverged = _pilot(
+        make_algorithm, jnp.asarray(grid), potential, mixing, pilot_init, pilot_key,
+        num_steps, _PilotStats(decentralized),
+    )
+    agent_spread = np.exp(np.asarray(log_spread, np.float64))  # (G, 3, N): start, mid, end
+    spread = np.exp(np.mean(np.log(agent_spread), axis=-1))     # (G, 3) over agents
+    consensus = np.asarray(consensus, np.float64)
+    finite = np.isfinite(agent_spread).all((1, 2)) & np.isfinite(consensus).all(1)
+    with np.errstate(invalid="ignore"):
+        growing = (spread[:, 2] > 2 * spread[:, 1]) | (consensus[:, 2] > 2 * consensus[:, 1]
+                                                        + 1e-12)
+    stable = finite & ~np.asarray(diverged) & ~growing
+    if not stable.any():
+        raise ValueError(
+            f"No step size in the pilot grid [{grid[0]:.3g}, {grid[-1]:.3g}] ran stably; check "
+            "the model's gradient (scale of the log-likelihood, prior) and `init`."
+        )
+    # Every agent's spread against its own smallest over the stable grid points.
+    end = np.where(stable[:, None], agent_spread[:, 2], np.inf)  # (G, N)
+    inflation = np.max(end / end.min(axis=0), axis=1)             # (G,) worst agent
+    accurate = stable & (inflation <= spread_tolerance)
+    pick = np.flatnonzero(accurate)
+    stable_idx = np.flatnonzero(stable)
+    return StepSizeReport(
+        step_size=float(grid[pick[-1]]),
+        stable_range=(float(grid[stable_idx[0]]), float(grid[stable_idx[-1]])),
+        accurate_range=(float(grid[pick[0]]), float(grid[pick[-1]])),
+        step_sizes=grid,
+        spread=np.where(finite, spread[:, 2], np.nan),
+        inflation=inflation,
+        consensus=consensus[:, 2],
+        stable=stable,
+        curvature=curvature,
+        spectral_gap=gap,
+        spread_tolerance=float(spread_tolerance),
+        num_steps=int(num_steps),
+        num_chains=chains,
+    )
+
+
+def check_step_size(step_size: float, report: StepSizeReport) -> bool:
+    """Warn when ``step_size`` lies outside the ranges ``report`` found.
+
+    Above the stable range the pilot diverged or grew; above the accurate range the spread of
+    the chains was inflated by more than ``report.spread_tolerance``; below it the chains had
+    not reached their spread in ``report.num_steps`` iterations (slow mixing).
+
+    Returns:
+        ``True`` when ``step_size`` lies in ``report.accurate_range`` (no warning).
+    """
+    eta = float(step_size)
+    if not (math.isfinite(eta) and eta > 0):
+        raise ValueError(f"`step_size` must be positive and finite; got {step_size!r}.")
+    low, high = report.accurate_range
+    ratio = lambda r: f"{r:.3g}x"  # noqa: E731
+    if eta > report.stable_range[1]:
+        message = (f"step size {eta:.4g} is above the stable range {_range(report.stable_range)}"
+                   f" found by the pilot: chains diverged or grew there. Proposed: "
+                   f"{report.step_size:.4g}.")
+    elif eta > high * (1 + 1e-6):
+        message = (f"step size {eta:.4g} is {ratio(eta / high)} the largest accurate step "
+                   f"{high:.4g}: the pilot's spread across chains grew by more than "
+                   f"{report.spread_tolerance:g}x there (discretization/network bias).")
+    elif eta < low * (1 - 1e-6):
+        message = (f"step size {eta:.4g} is below the accurate range {_range((low, high))}: the "
+                   f"chains had not reached their spread in {report.num_steps} iterations; "
+                   "expect slow mixing (a longer burn-in).")
+    else:
+        return True
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return False

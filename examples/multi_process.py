@@ -1,0 +1,135 @@
+"""The paper's Fig. 2(a) run (DIGing-SGLD, Bayesian linear regression, time-varying barbell)
+spread over several processes with ``jax.distributed``.
+
+Start one copy per process, e.g. two on this machine::
+
+    python -m dgsgld launch --processes 2 -- python examples/multi_process.py \\
+        --placement agents --out positions.npz
+
+(``launch`` adds ``--process-id``, ``--num-processes`` and ``--coordinator``.) ``--placement
+chains``: each process runs a block of the chains on all the data; ``agents``: each process
+holds only its agents' data, and the mixing is the only communication. Process 0 writes
+``positions``, the final positions of all chains ``(chains, agents, d)``, to ``--out``. Without
+``--coordinator`` the script runs in one process (the reference run).
+See docs/scale.md.
+"""
+
+import argparse
+import sys
+import time
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--process-id", type=int, default=0)
+    p.add_argument("--num-processes", type=int, default=1)
+    p.add_argument("--coordinator", default=None, help="HOST:PORT of process 0")
+    p.add_argument("--placement", choices=("chains", "agents"), default="chains")
+    p.add_argument("--out", required=True, help=".npz written by process 0")
+    p.add_argument("--chains", type=int, default=200, help="trials (200 in the paper)")
+    p.add_argument("--agents", type=int, default=20, help="N (20 in the paper)")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--step-size", type=float, default=0.008)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="local mini-batch b (Fig. 2(b): 3); default: full batch (Fig. 2(a))")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-state", default=None, metavar="DIR",
+                   help="write each process's final state to DIR/process_<id>.npz")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue from the states written with --save-state (same key)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run R times; report the first (compilation included) or, for R > 1, "
+                   "the median of the others")
+    p.add_argument("--heartbeat-timeout", type=int, default=30,
+                   help="seconds before a silent process is declared dead")
+    return p.parse_args(argv)
+
+
+def setup(args):
+    """``(problem, mixing stack, init (C, N, p), key, algorithm)`` of the Fig. 2(a) run,
+    the same on every process (the data of every agent are generated; see ``local`` below)."""
+    import jax
+
+    import dgsgld
+    from dgsgld.experiments.configs import LinearRegressionConfig
+    from dgsgld.experiments.figures import _initial_positions, derive_seeds, make_network
+    from dgsgld.experiments.problems import linear_regression_problem
+
+    config = LinearRegressionConfig(network="barbell", num_agents=args.agents,
+                                    num_samples=5 * args.agents, trials=args.chains,
+                                    num_steps=args.steps)
+    seeds = derive_seeds(args.seed)
+    problem = linear_regression_problem(seeds["data"], num_samples=config.num_samples,
+                                        num_agents=config.num_agents)
+    mixing = make_network(config, seeds["network"]).matrices
+    init = _initial_positions(seeds["init"], config, problem.dim)[0]
+    return problem, mixing, init, jax.random.key(seeds["sampling"]), \
+        dgsgld.diging_sgld(args.step_size)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    import jax
+
+    from dgsgld import distributed
+
+    if args.coordinator is not None:
+        distributed.initialize(args.process_id, args.num_processes, args.coordinator,
+                               heartbeat_timeout=args.heartbeat_timeout)
+        print(f"process {args.process_id} of {args.num_processes} joined", flush=True)
+    import numpy as np
+
+    import dgsgld
+    from dgsgld import sharding
+
+    problem, mixing, init, key, algorithm = setup(args)
+    like = jax.eval_shape(jax.vmap(algorithm.init, (0, None, 0)), init, problem.potential(),
+                          jax.random.split(key, args.chains))  # shapes only
+    if args.placement == "chains":
+        offset, size = distributed.chain_block(args.chains)
+        potential = problem.potential(args.batch_size)
+        state = init[offset:offset + size]
+        if args.resume:
+            state = distributed.load_process_state(args.resume, like)
+
+        def run():
+            return dgsgld.sample(algorithm, potential, mixing, state, key, args.steps,
+                                 chain_offset=offset, store_positions=False)
+    else:
+        mesh = sharding.agent_mesh()
+        first, size = distributed.agent_block(args.agents)
+        # Keep this process's agents only (a deployment would read only its own files).
+        local = dgsgld.Potential(problem.log_likelihood, problem.log_prior,
+                                 (problem.features[first:first + size],
+                                  problem.targets[first:first + size]),
+                                 batch_size=args.batch_size)
+        del problem
+        potential = distributed.agent_potential(local, mesh)
+        state = init
+        if args.resume:
+            state = distributed.load_process_state(args.resume, like, mesh)
+
+        def run():
+            return sharding.sample_agent_sharded(algorithm, potential, mixing, state, key,
+                                                 args.steps, mesh=mesh, store_positions=False)
+
+    times = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        trace = run()
+        final, divergence = distributed.gather((trace.state, trace.divergence))  # collective
+        times.append(time.perf_counter() - start)
+    # The first call compiles; with --repeat R > 1, the median of the other R - 1.
+    seconds = float(np.median(times[1:] if len(times) > 1 else times))
+    if args.save_state:
+        distributed.save_process_state(args.save_state, trace.state)
+    if jax.process_index() == 0:
+        np.savez(args.out, positions=np.asarray(final.position),
+                 diverged=np.asarray(divergence.iteration) >= 0, seconds=seconds)
+        print(f"{args.placement}: {jax.process_count()} processes, {args.chains} chains, "
+              f"{args.agents} agents, {args.steps} steps: {seconds:.2f} s; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Runs over several local processes (``jax.distributed`` on CPU, gloo collectives) equal the
+single-process run, and a process that dies stops the others with an error instead of a hang.
+
+Every run is ``examples/multi_process.py`` (the paper's Fig. 2(a) problem, 20 agents, d = 6)
+on a few chains, started by ``dgsgld.distributed.launch``.
+
+Tolerances: the processes make the same draws as the single-process run (chain identity rule),
+so positions differ only by rounding: chains across processes run a block of the chains, whose
+batched products may round differently from the whole batch's (here 4 vs 8 chains differ by
+~1e-6; 100 vs 200 chains were bit-identical); agents across processes compute ``W @ x`` as row
+blocks times gathered rows instead of one product. Float32 rounding (~6e-8 relative) per step,
+amplified over 20 steps of a contracting map, stays below 1e-4 times the positions' scale
+(measured: ~5e-6 at 100 steps); one differing draw would move a position by about
+sqrt(2 η) = 0.13.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dgsgld import distributed
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = [sys.executable, str(ROOT / "examples" / "multi_process.py")]
+SMALL = ["--chains", "8", "--steps", "20"]
+
+
+def _env():
+    return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), DGSGLD_PROGRESS="0")
+
+
+def _run(args, processes=None, timeout=240):
+    """The example in one process, or in ``processes`` through ``python -m dgsgld launch``."""
+    cmd = [*EXAMPLE, *args] if processes is None else [
+        sys.executable, "-m", "dgsgld", "launch", "--processes", str(processes),
+        "--timeout", str(timeout), "--", *EXAMPLE, *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=timeout + 30)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _positions(path) -> np.ndarray:
+    with np.load(path) as f:
+        return f["positions"]
+
+
+def _reference(*extra):
+    """The single-process run: dgsgld.sample on all chains, in this process."""
+    import importlib.util
+
+    import dgsgld
+
+    spec = importlib.util.spec_from_file_location("multi_process", EXAMPLE[1])
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    args = example.parse(["--out", "unused", *SMALL, *extra])
+    problem, mixing, init, key, algorithm = example.setup(args)
+    trace = dgsgld.sample(algorithm, problem.potential(args.batch_size), mixing, init, key,
+                          args.steps, store_positions=False)
+    return np.asarray(trace.state.position)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return _reference()
+
+
+def _close(x, ref):
+    assert x.shape == ref.shape == (8, 20, 6)
+    scale = np.abs(ref).max()
+    assert scale > 0.1                                   # a real, moving run
+    return np.abs(x - ref).max() < 1e-4 * max(1.0, scale)
+
+
+def test_chains_across_two_processes_equal_single_process_run(reference, tmp_path):
+    _run(["--placement", "chains", "--out", str(tmp_path / "c.npz"), *SMALL], processes=2)
+    assert _close(_positions(tmp_path / "c.npz"), reference)
+
+
+def test_agents_across_two_processes_equal_single_process_run(reference, tmp_path):
+    _run(["--placement", "agents", "--out", str(tmp_path / "a.npz"), *SMALL], processes=2)
+    assert _close(_positions(tmp_path / "a.npz"), reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("placement", ["chains", "agents"])
+def test_two_processes_saved_and_resumed_equal_single_process_run(reference, tmp_path,
+                                                                   placement):
+    # 10 steps, each process saves its part of the state, then 10 more from them.
+    half = ["--placement", placement, "--chains", "8", "--steps", "10"]
+    _run([*half, "--out", str(tmp_path / "a.npz"), "--save-state", str(tmp_path / "s")],
+         processes=2)
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [
+        "process_00000.npz", "process_00001.npz"]
+    with np.load(tmp_path / "s" / "process_00001.npz") as f:
+        # its 10 of the 20 agents, or its 4 of the 8 chains
+        assert f["leaf/0"].shape == ((8, 10, 6) if placement == "agents" else (4, 20, 6))
+    _run([*half, "--out", str(tmp_path / "b.npz"), "--resume", str(tmp_path / "s")], processes=2)
+    assert _close(_positions(tmp_path / "b.npz"), reference)
+
+
+def test_a_dying_process_stops_the_others_with_an_error(tmp_path):
+    address = f"127.0.0.1:{distributed.free_port()}"
+    procs = [
+        subprocess.Popen(
+            [*EXAMPLE, "--placement", "agents", "--chains", "4", "--steps", "10000000",
+             "--out", str(tmp_path / "x.npz"), "--heartbeat-timeout", "5",
+             "--process-id", str(i), "--num-processes", "2", "--coordinator", address],
+            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    try:
+        for i, p in enumerate(procs):
+            assert p.stdout.readline().strip() == f"process {i} of 2 joined"
+        time.sleep(1.0)
+        procs[1].send_signal(signal.SIGKILL)
+        # Heartbeat timeout 5 s: the survivor is stopped well within 60 s (else: a hang).
+        _, err = procs[0].communicate(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert procs[0].returncode != 0
+    assert "another task died" in err or "unhealthy" in err
+
+
+def test_launch_fails_loudly_when_one_process_fails(tmp_path):
+    code = ("import sys; a = sys.argv; i = int(a[a.index('--process-id') + 1]); "
+            "assert a[a.index('--coordinator') + 1].startswith('127.0.0.1:'); "
+            "import time; time.sleep(0 if i else 60); sys.exit(3 if i else 0)")
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "dgsgld", "launch", "--processes", "2", "--",
+                           sys.executable, "-c", code], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3
+    assert "process 1 of 2 exited with code 3" in proc.stderr
+    assert time.monotonic() - start < 50                 # process 0 (sleeping 60 s) was stopped
+
+
+def test_bad_arguments_are_rejected_with_a_message():
+    with pytest.raises(ValueError, match="together"):
+        distributed.initialize(process_id=0)
+    with pytest.raises(ValueError, match="process_id"):
+        distributed.initialize(3, 2, "127.0.0.1:1")
+    with pytest.raises(ValueError, match="command"):
+        distributed.launch(2, [])
+
+
+@pytest.mark.slow
+def test_mini_batches_across_two_processes_equal_single_process_run(tmp_path):
+    # Fig. 2(b): b = 3 of 5 local data, drawn from each agent's table of C(5, 3) subsets.
+    _run(["--placement", "agents", "--batch-size", "3", "--out", str(tmp_path / "m.npz"),
+          *SMALL], processes=2)
+    assert _close(_positions(tmp_path / "m.npz"), _reference("--batch-size", "3"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("placement", ["chains", "agents"])
+def test_four_processes_equal_single_process_run(reference, tmp_path, placement):
+    _run(["--placement", placement, "--out", str(tmp_path / "p.npz"), *SMALL], processes=4)
+    x = _positions(tmp_path / "p.npz")
+    assert _close(x, reference)
