@@ -93,7 +93,8 @@ def test_tracking_invariant_with_control_variates(name, key):
 
 
 @pytest.mark.parametrize("make,name", [
-    (dgsgld.diging_sgld, "svrg"), (dgsgld.diging_sgld, "saga"),
+    (dgsgld.diging_sgld, "svrg"),
+    pytest.param(dgsgld.diging_sgld, "saga", marks=pytest.mark.slow),
     pytest.param(dgsgld.de_sgld, "svrg", marks=pytest.mark.slow),
     pytest.param(dgsgld.extra_sgld, "saga", marks=pytest.mark.slow),
 ])
