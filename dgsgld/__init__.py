@@ -29,6 +29,13 @@ from .samplers import de_sgld as de_sgld
 from .samplers import diging_sgld as diging_sgld
 from .samplers import extra_sgld as extra_sgld
 from .samplers import sgld as sgld
+from . import gradients as gradients
+from .samplers import DESGHMC as DESGHMC
+from .samplers import DIGingSGHMC as DIGingSGHMC
+from .samplers import DULA as DULA
+from .samplers import de_sghmc as de_sghmc
+from .samplers import diging_sghmc as diging_sghmc
+from .samplers import d_ula as d_ula
 
 __version__ = "0.1.0"
 

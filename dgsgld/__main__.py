@@ -159,9 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument(
         "target",
-        choices=FIGURE_TARGETS,
+        choices=FIGURE_TARGETS + ("methods",),
         metavar="TARGET",
-        help="fig2a|fig2b|fig2c|fig3a|fig3b|fig3c, fig2, fig3 or all",
+        help="fig2a|fig2b|fig2c|fig3a|fig3b|fig3c, fig2, fig3, all, or methods (every "
+        "sampler and gradient estimator on every panel: docs/methods.md)",
     )
     sweep.add_argument(
         "--seeds",
@@ -384,7 +385,27 @@ def _reproduce(args) -> int:
     return 0
 
 
+def _sweep_methods(args) -> int:
+    """``sweep methods``: :func:`dgsgld.experiments.methods.methods_sweep`; ``--config`` keys
+    (top level) override every panel's configuration, e.g. ``num_step_sizes = 9``."""
+    import tomllib
+
+    from dgsgld.experiments.methods import methods_sweep
+
+    overrides = {}
+    if args.config is not None:
+        try:
+            overrides = tomllib.loads(args.config.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise ValueError(f"Config file {str(args.config)!r} could not be read: {err}") from err
+    methods_sweep(range(args.seeds), args.out, trials=args.trials, overrides=overrides,
+                  logger=None if args.quiet else print)
+    return 0
+
+
 def _sweep(args) -> int:
+    if args.target == "methods":
+        return _sweep_methods(args)
     from dgsgld.experiments import seed_sweep
 
     check_memory(*_figure_memory(args))

@@ -17,3 +17,15 @@ from .sgld import SGLD as SGLD
 from .sgld import SGLDInfo as SGLDInfo
 from .sgld import SGLDState as SGLDState
 from .sgld import sgld as sgld
+from .sghmc import DESGHMC as DESGHMC
+from .sghmc import DESGHMCState as DESGHMCState
+from .sghmc import DIGingSGHMC as DIGingSGHMC
+from .sghmc import DIGingSGHMCState as DIGingSGHMCState
+from .sghmc import SGHMCInfo as SGHMCInfo
+from .sghmc import de_sghmc as de_sghmc
+from .sghmc import diging_sghmc as diging_sghmc
+from .dula import DULA as DULA
+from .dula import DULAInfo as DULAInfo
+from .dula import DULAState as DULAState
+from .dula import PolynomialDecay as PolynomialDecay
+from .dula import d_ula as d_ula

@@ -13,9 +13,12 @@ Same algorithm; keeping every input of the position update in the state lets
 
 from typing import NamedTuple
 
+import equinox as eqx
+
 import jax.numpy as jnp
 
 from .. import _tree
+from ..gradients import GradientEstimator, as_estimator
 from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
 
@@ -29,6 +32,7 @@ class DESGLDState(NamedTuple):
     position: PyTree
     count: Array
     grad: PyTree = None
+    estimator: PyTree = ()
 
 
 class DESGLDInfo(NamedTuple):
@@ -38,19 +42,24 @@ class DESGLDInfo(NamedTuple):
 class DESGLD(SamplingAlgorithm):
     """DE-SGLD; ``DESGLD(step_size)`` is the same as :func:`de_sgld`."""
 
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGLDState:
-        return DESGLDState(position, jnp.zeros((), jnp.int32), potential.grad(position, key))
+        grad, est = self.estimator.start(potential, position, key)
+        return DESGLDState(position, jnp.zeros((), jnp.int32), grad, est)
 
     def step(
         self, key: PRNGKey, state: DESGLDState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
     ) -> tuple[DESGLDState, DESGLDInfo]:
-        eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
+        eta, grad_key, grad, noise = self._step_inputs(
+            key, state, noise, self.estimator.gradient(state.estimator, potential))
         position = _tree.langevin_update(_tree.mix(mixing_matrix, state.position), grad, noise, eta)
-        new_grad = potential.grad(position, grad_key)
-        return DESGLDState(position, state.count + 1, new_grad), DESGLDInfo(eta)
+        new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
+        return DESGLDState(position, state.count + 1, new_grad, est), DESGLDInfo(eta)
 
 
-def de_sgld(step_size: StepSize) -> DESGLD:
-    """DE-SGLD with a constant step size or a schedule ``count -> η``."""
-    return DESGLD(step_size)
+def de_sgld(step_size: StepSize, estimator: GradientEstimator | None = None) -> DESGLD:
+    """DE-SGLD with a constant step size or a schedule ``count -> η``; ``estimator`` from
+    :mod:`dgsgld.gradients` (default: plain mini-batches)."""
+    return DESGLD(step_size, estimator)

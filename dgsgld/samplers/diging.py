@@ -11,9 +11,12 @@ let the average tracker random-walk.
 
 from typing import NamedTuple
 
+import equinox as eqx
+
 import jax.numpy as jnp
 
 from .. import _tree
+from ..gradients import GradientEstimator, as_estimator
 from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
 
@@ -28,12 +31,14 @@ class DIGingState(NamedTuple):
         tracker: ``y⁽ᵏ⁾``, each agent's estimate of the network-average gradient (times N).
         grad: ``∇̃F(x⁽ᵏ⁾)``, the stochastic gradient drawn at ``x⁽ᵏ⁾``.
         count: iteration number ``k`` (scalar int).
+        estimator: the gradient estimator's state (``()`` for plain mini-batches).
     """
 
     position: PyTree
     tracker: PyTree
     grad: PyTree
     count: Array
+    estimator: PyTree = ()
 
 
 class DIGingInfo(NamedTuple):
@@ -46,10 +51,12 @@ class DIGingSGLD(SamplingAlgorithm):
     """DIGing-SGLD over a time-varying network; ``DIGingSGLD(step_size)`` equals
     :func:`diging_sgld`."""
 
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+
     def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingState:
         """State at ``k = 0``: ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``. ``position`` leaves are ``(N, ...)``."""
-        grad = potential.grad(position, key)
-        return DIGingState(position, grad, grad, jnp.zeros((), jnp.int32))
+        grad, est = self.estimator.start(potential, position, key)
+        return DIGingState(position, grad, grad, jnp.zeros((), jnp.int32), est)
 
     def step(
         self, key: PRNGKey, state: DIGingState, potential, mixing_matrix: Array,
@@ -63,13 +70,14 @@ class DIGingSGLD(SamplingAlgorithm):
         position = _tree.langevin_update(
             _tree.mix(mixing_matrix, state.position), state.tracker, noise, eta
         )
-        grad = potential.grad(position, grad_key)
+        grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         tracker = _tree.tree_add(
             _tree.mix(mixing_matrix, state.tracker), _tree.tree_sub(grad, state.grad)
         )
-        return DIGingState(position, tracker, grad, state.count + 1), DIGingInfo(eta)
+        return DIGingState(position, tracker, grad, state.count + 1, est), DIGingInfo(eta)
 
 
-def diging_sgld(step_size: StepSize) -> DIGingSGLD:
-    """DIGing-SGLD with a constant step size or a schedule ``count -> η`` (e.g. from optax)."""
-    return DIGingSGLD(step_size)
+def diging_sgld(step_size: StepSize, estimator: GradientEstimator | None = None) -> DIGingSGLD:
+    """DIGing-SGLD with a constant step size or a schedule ``count -> η`` (e.g. from optax);
+    ``estimator`` from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
+    return DIGingSGLD(step_size, estimator)

@@ -20,10 +20,13 @@ The state keeps ``∇̃F(x)`` like DE-SGLD's (see :mod:`dgsgld.samplers.de`).
 
 from typing import NamedTuple
 
+import equinox as eqx
+
 import jax
 import jax.numpy as jnp
 
 from .. import _tree
+from ..gradients import GradientEstimator, as_estimator
 from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
 
@@ -38,6 +41,7 @@ class EXTRAState(NamedTuple):
     dual: PyTree
     count: Array
     grad: PyTree = None
+    estimator: PyTree = ()
 
 
 class EXTRAInfo(NamedTuple):
@@ -47,25 +51,30 @@ class EXTRAInfo(NamedTuple):
 class EXTRASGLD(SamplingAlgorithm):
     """EXTRA-SGLD; ``EXTRASGLD(step_size)`` is the same as :func:`extra_sgld`."""
 
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+
     def init(self, position: PyTree, potential, key: PRNGKey) -> EXTRAState:
         dual = jax.tree.map(jnp.zeros_like, position)
-        return EXTRAState(position, dual, jnp.zeros((), jnp.int32), potential.grad(position, key))
+        grad, est = self.estimator.start(potential, position, key)
+        return EXTRAState(position, dual, jnp.zeros((), jnp.int32), grad, est)
 
     def step(
         self, key: PRNGKey, state: EXTRAState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
     ) -> tuple[EXTRAState, EXTRAInfo]:
-        eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
+        eta, grad_key, grad, noise = self._step_inputs(
+            key, state, noise, self.estimator.gradient(state.estimator, potential))
         mixed = _tree.mix(mixing_matrix, state.position)
         # W̃ x − z = (x + W x)/2 − z
         base = jax.tree.map(lambda x, wx, z: 0.5 * (x + wx) - z, state.position, mixed, state.dual)
         position = _tree.langevin_update(base, grad, noise, eta)
         mixed_new = _tree.mix(mixing_matrix, position)
         dual = jax.tree.map(lambda z, x, wx: z + 0.5 * (x - wx), state.dual, position, mixed_new)
-        new_grad = potential.grad(position, grad_key)
-        return EXTRAState(position, dual, state.count + 1, new_grad), EXTRAInfo(eta)
+        new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
+        return EXTRAState(position, dual, state.count + 1, new_grad, est), EXTRAInfo(eta)
 
 
-def extra_sgld(step_size: StepSize) -> EXTRASGLD:
-    """EXTRA-SGLD with a constant step size or a schedule ``count -> η``."""
-    return EXTRASGLD(step_size)
+def extra_sgld(step_size: StepSize, estimator: GradientEstimator | None = None) -> EXTRASGLD:
+    """EXTRA-SGLD with a constant step size or a schedule ``count -> η``; ``estimator`` from
+    :mod:`dgsgld.gradients` (default: plain mini-batches)."""
+    return EXTRASGLD(step_size, estimator)

@@ -15,6 +15,16 @@ so a Gaussian initialization stays Gaussian and its mean and covariance propagat
 * EXTRA-SGLD, ``s = (x, z)``, ``z⁽⁰⁾ = 0``, ``W̃ = (I+𝒲)/2``, ``V² = (I−𝒲)/2``:
   ``M = [[W̃ − η𝐀, −I], [V²(W̃ − η𝐀), I − V²]]``, ``c = η[𝐛; V²𝐛]``, ``G = √(2η) [I; V²]``.
 * centralized ULA on ``f = Σ f_i``, ``s = x ∈ R^d``: ``M = I − ηA``, ``c = ηb``, ``G = √(2η) I``.
+* DE-SGHMC with friction ``γ``, ``s = (x, v)``, ``v⁽⁰⁾ = 0``, ``a = 1 − ηγ``:
+  ``M = [[𝒲 − η²𝐀, ηa I], [−η𝐀, a I]]``, ``c = [η²𝐛; η𝐛]``, ``G = √(2γη) [ηI; I]``.
+* DIGing-SGHMC, ``s = (x, v, y)``, ``v⁽⁰⁾ = 0``, ``y⁽⁰⁾ = 𝐀x⁽⁰⁾ − 𝐛``:
+  ``M = [[𝒲, ηa I, −η²I], [0, a I, −ηI], [𝐀(𝒲 − I), ηa𝐀, 𝒲 − η²𝐀]]``, ``c = 0``,
+  ``G = √(2γη) [ηI; I; η𝐀]``.
+* D-ULA with step ``α = η`` and consensus weight ``β``, ``s = x``:
+  ``M = (1 − β)I + β𝒲 − ηN𝐀``, ``c = ηN𝐛``, ``G = √(2η) I``.
+
+The second parameter of the momentum samplers (``γ``) and of D-ULA (``β_k``, a schedule too)
+is read off the sampler, or given as ``parameter=`` with a kind string.
 
 Precision: moments are computed in the dtype JAX gives (float32 by default). Near stationarity
 the W2 of interest is a small difference of traces; run under ``jax.enable_x64(True)``
@@ -31,7 +41,7 @@ import scipy.linalg
 
 from .. import metrics
 from .._types import Array, ArrayLike
-from ..samplers import DESGLD, EXTRASGLD, SGLD, DIGingSGLD
+from ..samplers import DESGHMC, DESGLD, DULA, EXTRASGLD, SGLD, DIGingSGHMC, DIGingSGLD
 
 __all__ = [
     "ExactMoments",
@@ -48,7 +58,12 @@ __all__ = [
     "stationary_w2",
 ]
 
-KINDS = ("diging", "de", "extra", "sgld")
+KINDS = ("diging", "de", "extra", "sgld", "de_sghmc", "diging_sghmc", "d_ula")
+#: Kinds with a second per-step parameter: friction ``γ`` (SGHMC), consensus ``β_k`` (D-ULA).
+_PARAMETER = {"de_sghmc": "friction", "diging_sghmc": "friction", "d_ula": "consensus"}
+#: Blocks of ``n = N d`` in the stacked state, and the block of the auxiliary variable.
+_BLOCKS = {"de": 1, "d_ula": 1, "diging": 2, "extra": 2, "de_sghmc": 2, "diging_sghmc": 3}
+_AUX_BLOCK = {"diging": 1, "extra": 1, "diging_sghmc": 2}
 
 
 class Quadratic(NamedTuple):
@@ -158,13 +173,27 @@ def _kind(algorithm) -> tuple[str, object]:
         if algorithm not in KINDS:
             raise ValueError(f"Unknown algorithm {algorithm!r}; expected one of {KINDS}.")
         return algorithm, None
-    for cls, kind in ((DIGingSGLD, "diging"), (DESGLD, "de"), (EXTRASGLD, "extra"), (SGLD, "sgld")):
+    classes = ((DIGingSGLD, "diging"), (DESGLD, "de"), (EXTRASGLD, "extra"), (SGLD, "sgld"),
+               (DESGHMC, "de_sghmc"), (DIGingSGHMC, "diging_sghmc"), (DULA, "d_ula"))
+    for cls, kind in classes:
         if isinstance(algorithm, cls):
             return kind, algorithm.step_size
     raise TypeError(
-        "`algorithm` must be dgsgld.diging_sgld/de_sgld/extra_sgld/sgld(...) or one of "
+        "`algorithm` must be a dgsgld sampler (diging_sgld, de_sgld, extra_sgld, sgld, de_sghmc, "
+        "diging_sghmc, d_ula) or one of "
         f"{KINDS}; got {type(algorithm).__name__}."
     )
+
+
+def _parameter(algorithm, kind: str, override):
+    """The second parameter (``γ`` or ``β``) of ``kind``: ``override``, else the sampler's."""
+    if kind not in _PARAMETER:
+        return None
+    if override is not None:
+        return override
+    if isinstance(algorithm, str):
+        raise ValueError(f"Give `parameter` ({_PARAMETER[kind]}) when `algorithm` is {kind!r}.")
+    return getattr(algorithm, _PARAMETER[kind])
 
 
 def _block_diag(xp, A):
@@ -172,10 +201,13 @@ def _block_diag(xp, A):
     return xp.einsum("ij,iab->iajb", xp.eye(N, dtype=A.dtype), A).reshape(N * d, N * d)
 
 
-def linear_recursion(kind: str, quadratic: Quadratic, W, eta, xp=jnp) -> LinearRecursion:
+def linear_recursion(
+    kind: str, quadratic: Quadratic, W, eta, xp=jnp, parameter=None
+) -> LinearRecursion:
     """The one-step recursion of ``kind`` (module docstring) with mixing ``W (N, N)`` and step ``η``.
 
     ``xp`` is ``jax.numpy`` (jittable) or ``numpy``. ``W`` is ignored for ``"sgld"``.
+    ``parameter`` is the friction ``γ`` (SGHMC kinds) or the consensus weight ``β`` (D-ULA).
     """
     A = xp.asarray(quadratic.hessians)
     b = xp.asarray(quadratic.shifts)
@@ -203,23 +235,43 @@ def linear_recursion(kind: str, quadratic: Quadratic, W, eta, xp=jnp) -> LinearR
         M = xp.block([[top, -eye], [V2 @ top, eye - V2]])
         c = eta * xp.concatenate([bb, V2 @ bb])
         return LinearRecursion(M, c, root * xp.concatenate([eye, V2]))
+    if kind == "d_ula":
+        M = (1 - parameter) * eye + parameter * Wb - eta * N * Ab
+        return LinearRecursion(M, eta * N * bb, root * eye)
+    if kind in ("de_sghmc", "diging_sghmc"):
+        a, kick = 1 - eta * parameter, xp.sqrt(2.0 * parameter * eta)
+        zero = xp.zeros((n, n), dtype)
+        if kind == "de_sghmc":
+            M = xp.block([[Wb - eta**2 * Ab, eta * a * eye], [-eta * Ab, a * eye]])
+            c = xp.concatenate([eta**2 * bb, eta * bb])
+            return LinearRecursion(M, c, kick * xp.concatenate([eta * eye, eye]))
+        M = xp.block([
+            [Wb, eta * a * eye, -(eta**2) * eye],
+            [zero, a * eye, -eta * eye],
+            [Ab @ (Wb - eye), eta * a * Ab, Wb - eta**2 * Ab],
+        ])
+        noise = kick * xp.concatenate([eta * eye, eye, eta * Ab])
+        return LinearRecursion(M, xp.zeros(3 * n, dtype), noise)
     raise ValueError(f"Unknown kind {kind!r}; expected one of {KINDS}.")
 
 
 def _initial_state(kind, quadratic, mean0, cov0, xp=jnp):
     """Stacked state moments at ``k = 0`` from the moments of ``x⁽⁰⁾``: ``s⁽⁰⁾ = T₀ x⁽⁰⁾ + o₀``."""
-    if kind in ("sgld", "de"):
+    if kind in ("sgld", "de", "d_ula"):
         return mean0, cov0
     n = mean0.shape[0]
     eye = xp.eye(n, dtype=mean0.dtype)
-    if kind == "diging":  # y⁽⁰⁾ = ∇F(x⁽⁰⁾) = 𝐀x⁽⁰⁾ − 𝐛
+    zeros, zero = xp.zeros((n, n), mean0.dtype), xp.zeros(n, mean0.dtype)
+    if kind in ("diging", "diging_sghmc"):  # y⁽⁰⁾ = ∇F(x⁽⁰⁾) = 𝐀x⁽⁰⁾ − 𝐛; v⁽⁰⁾ = 0
         Ab = _block_diag(xp, xp.asarray(quadratic.hessians, dtype=mean0.dtype))
-        T0 = xp.concatenate([eye, Ab])
-        o0 = xp.concatenate(
-            [xp.zeros(n, mean0.dtype), -xp.asarray(quadratic.shifts, mean0.dtype).reshape(n)]
-        )
-    else:  # EXTRA: z⁽⁰⁾ = 0
-        T0 = xp.concatenate([eye, xp.zeros((n, n), mean0.dtype)])
+        minus_b = -xp.asarray(quadratic.shifts, mean0.dtype).reshape(n)
+        if kind == "diging":
+            T0, o0 = xp.concatenate([eye, Ab]), xp.concatenate([zero, minus_b])
+        else:
+            T0 = xp.concatenate([eye, zeros, Ab])
+            o0 = xp.concatenate([zero, zero, minus_b])
+    else:  # EXTRA: z⁽⁰⁾ = 0; DE-SGHMC: v⁽⁰⁾ = 0
+        T0 = xp.concatenate([eye, zeros])
         o0 = xp.zeros(2 * n, mean0.dtype)
     return T0 @ mean0 + o0, T0 @ cov0 @ T0.T
 
@@ -303,8 +355,9 @@ def _summaries(kind, N, d, m, S):
     sq, cons, avg_mean, avg_cov = _second_moment_parts(mx, Sx, N, d)
     mean = mx.reshape(N, d)
     cov = jnp.einsum("iaib->iab", Sx.reshape(N, d, N, d))
-    if kind in ("diging", "extra"):
-        aux_sq, aux_cons, _, _ = _second_moment_parts(m[n:], S[n:, n:], N, d)
+    if kind in _AUX_BLOCK:
+        lo, hi = _AUX_BLOCK[kind] * n, (_AUX_BLOCK[kind] + 1) * n
+        aux_sq, aux_cons, _, _ = _second_moment_parts(m[lo:hi], S[lo:hi, lo:hi], N, d)
     else:
         aux_sq, aux_cons = zero, zero
     return (mean, cov, avg_mean, avg_cov, cons, aux_cons, aux_sq, sq)
@@ -343,6 +396,7 @@ def exact_moments(
     num_steps: int,
     *,
     step_size=None,
+    parameter=None,
 ) -> ExactMoments:
     """Propagate the exact mean and covariance of a sampler's stacked state through a schedule.
 
@@ -359,6 +413,8 @@ def exact_moments(
         init_cov: ``(d, d)`` (i.i.d. agents), ``(N, d, d)`` (independent agents) or ``(Nd, Nd)``.
         num_steps: ``T``.
         step_size: overrides the sampler's step size (required with a string ``algorithm``).
+        parameter: overrides the friction ``γ`` of ``"de_sghmc"``/``"diging_sghmc"`` or the
+            consensus weight ``β`` (constant or schedule) of ``"d_ula"``.
 
     Returns:
         :class:`ExactMoments` with ``T + 1`` entries (``k = 0`` first).
@@ -375,14 +431,17 @@ def exact_moments(
     stack = _mixing_stack(mixing, kind)
     mean0, cov0 = _stacked_init(kind, quadratic, init_mean, init_cov)
     etas = _step_sizes(sampler_step, step_size, num_steps).astype(mean0.dtype)
+    extra = _parameter(algorithm, kind, parameter)
+    extras = jnp.zeros_like(etas) if extra is None else _step_sizes(extra, None, num_steps)
     A = jnp.asarray(quadratic.hessians, mean0.dtype)
     b = jnp.asarray(quadratic.shifts, mean0.dtype)
     stack = None if stack is None else stack.astype(mean0.dtype)
-    return ExactMoments(*_propagate(kind, int(num_steps), A, b, stack, mean0, cov0, etas))
+    return ExactMoments(*_propagate(kind, int(num_steps), A, b, stack, mean0, cov0, etas,
+                                    extras.astype(mean0.dtype)))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _propagate(kind, num_steps, A, b, stack, mean0, cov0, etas):
+def _propagate(kind, num_steps, A, b, stack, mean0, cov0, etas, extras):
     """The compiled moment recursion (cached across step sizes, data and initial laws)."""
     q = Quadratic(A, b)
     N, d = A.shape[0], A.shape[-1]
@@ -390,16 +449,16 @@ def _propagate(kind, num_steps, A, b, stack, mean0, cov0, etas):
     period = 1 if stack is None else stack.shape[0]
 
     def step(carry, xs):
-        k, eta = xs
+        k, eta, extra = xs
         m, S = carry
         W = None if stack is None else stack[k % period]
-        rec = linear_recursion(kind, q, W, eta)
+        rec = linear_recursion(kind, q, W, eta, parameter=extra)
         m = rec.matrix @ m + rec.offset
         S = rec.matrix @ S @ rec.matrix.T + rec.noise @ rec.noise.T
         S = 0.5 * (S + S.T)
         return (m, S), _summaries(kind, N, d, m, S)
 
-    _, rest = jax.lax.scan(step, (m, S), (jnp.arange(num_steps), etas))
+    _, rest = jax.lax.scan(step, (m, S), (jnp.arange(num_steps), etas, extras))
     first = _summaries(kind, N, d, m, S)
     return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
 
@@ -452,8 +511,8 @@ def _reachable_coordinates(kind, quadratic, N, d):
     with ``𝐐 = Q ⊗ I_d`` and ``Q`` an orthonormal basis of ``1^⊥``, removes them.
     """
     n = N * d
-    if kind in ("sgld", "de"):
-        size = d if kind == "sgld" else n
+    if kind in ("sgld", "de", "d_ula", "de_sghmc"):
+        size = d if kind == "sgld" else _BLOCKS[kind] * n
         return np.eye(size), np.zeros(size)
     basis = np.linalg.svd(np.eye(N) - np.full((N, N), 1.0 / N))[0][:, : N - 1]
     Q = np.kron(basis, np.eye(d))
@@ -462,6 +521,11 @@ def _reachable_coordinates(kind, quadratic, N, d):
         Ab = _block_diag(np, np.asarray(quadratic.hessians, np.float64))
         T = np.block([[np.eye(n), zeros], [Ab, Q]])
         o = np.concatenate([np.zeros(n), -np.asarray(quadratic.shifts, np.float64).reshape(n)])
+    elif kind == "diging_sghmc":  # (x, v) free, y = ∇F(x) + 𝐐r as for DIGing
+        Ab = _block_diag(np, np.asarray(quadratic.hessians, np.float64))
+        zero_n = np.zeros((n, n))
+        T = np.block([[np.eye(n), zero_n, zeros], [zero_n, np.eye(n), zeros], [Ab, zero_n, Q]])
+        o = np.concatenate([np.zeros(2 * n), -np.asarray(quadratic.shifts, np.float64).reshape(n)])
     else:
         T = np.block([[np.eye(n), zeros], [np.zeros((n, n)), Q]])
         o = np.zeros(2 * n)
@@ -469,7 +533,7 @@ def _reachable_coordinates(kind, quadratic, N, d):
 
 
 def stationary_moments(
-    algorithm, quadratic: Quadratic, mixing, *, step_size=None
+    algorithm, quadratic: Quadratic, mixing, *, step_size=None, parameter=None
 ) -> StationaryMoments:
     """The exact (periodic-)stationary law for a constant step and a static or periodic schedule.
 
@@ -485,11 +549,16 @@ def stationary_moments(
         quadratic: the agents' quadratic potentials.
         mixing: ``(P, N, N)``, ``(N, N)`` or a schedule; ``None`` for centralized ULA.
         step_size: overrides the sampler's step size.
+        parameter: overrides the sampler's friction ``γ`` or constant consensus weight ``β``.
 
     Returns:
         :class:`StationaryMoments` in float64.
     """
     kind, sampler_step = _kind(algorithm)
+    extra = _parameter(algorithm, kind, parameter)
+    if callable(extra):
+        raise ValueError("The stationary limit needs a constant `parameter` (β or γ).")
+    extra = None if extra is None else float(np.asarray(extra))
     eta = step_size if step_size is not None else sampler_step
     if eta is None or callable(eta):
         raise ValueError("The stationary limit needs one constant step size.")
@@ -503,7 +572,7 @@ def stationary_moments(
     T_pinv = np.linalg.pinv(T)
 
     def reduced(W):
-        rec = linear_recursion(kind, q, W, eta, xp=np)
+        rec = linear_recursion(kind, q, W, eta, xp=np, parameter=extra)
         return (
             T_pinv @ rec.matrix @ T,
             T_pinv @ (rec.matrix @ o + rec.offset - o),

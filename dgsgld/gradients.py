@@ -1,0 +1,242 @@
+"""Gradient estimators: how a decentralized sampler estimates every agent's ``∇f_i(x_i)``.
+
+An estimator is a frozen pytree with two pure functions over its own state::
+
+    state = estimator.init(potential, positions)                       # before the first call
+    grad, state = estimator.grad(state, potential, positions, key)     # once per evaluation
+
+``positions`` and ``grad`` have leaves ``(N, *param_shape)``, one row per agent; the state is a
+pytree the sampler carries in its own state (field ``estimator``). ``start`` does both for the
+first gradient of a run. Three estimators, each unbiased for ``∇f_i(x_i)``:
+
+* :func:`minibatch` — ``potential.grad(x, key)``: the ``Potential``'s own mini-batch (or full
+  batch) gradient. Empty state. Gradient evaluations per agent per step: ``b``.
+* :func:`svrg` — control variate around a per-agent anchor ``a_i`` (SVRG-LD, Dubey et al.,
+  NeurIPS 2016): ``∇̃f_i(x_i) − ∇̃f_i(a_i) + ∇f_i(a_i)``, both mini-batch terms on the SAME
+  mini-batch (the same key); the anchor moves to ``x_i`` and its full local gradient is
+  recomputed at calls ``0, m, 2m, ...`` (``update_every=m``, or a schedule ``count -> bool``).
+  State: anchor and its gradient, 2 × params per agent. Evaluations: ``2b + n_i/m`` on average.
+* :func:`saga` — a per-agent table of the last gradient seen for each datum (SAGA-LD, same
+  paper): ``(n_i/b) Σ_{j∈S} (∇ℓ_j(x_i) − T_ij) + Σ_j T_ij + ∇(−log p(x_i))/N``, then
+  ``T_ij ← ∇ℓ_j(x_i)`` for ``j ∈ S``. State: the table, ``n_i`` × params per agent.
+  Evaluations: ``b`` (``n_i`` once, to fill the table).
+
+Where the estimator is chosen: on the sampler (``dgsgld.diging_sgld(η, estimator=...)``), not
+on the :class:`~dgsgld.Potential`. A control variate has per-chain state that must ride in the
+loop's carry, and the sampler decides where gradients are evaluated and reused (DIGing-SGLD
+subtracts the kept estimate in the tracker, so ``Σ_i y_i = Σ_i ∇̃f_i(x_i)`` keeps holding with
+any estimator). The ``Potential`` stays a stateless model: data, mini-batch size, gradients.
+
+Cost under ``vmap`` over chains: the anchor refresh of :func:`svrg` is a ``lax.cond`` on the
+per-chain call count; ``vmap`` turns a batched ``cond`` into a ``select``, so inside
+``dgsgld.sample`` the full local gradient is computed at every step and kept every ``m``-th.
+In a one-chain loop the branch is real. (:func:`saga` has no branch.)
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._types import Array, PRNGKey, PyTree
+
+__all__ = [
+    "GradientEstimator",
+    "MiniBatch",
+    "SAGA",
+    "SAGAState",
+    "SVRG",
+    "SVRGState",
+    "evaluations_per_step",
+    "minibatch",
+    "saga",
+    "svrg",
+]
+
+
+class GradientEstimator(eqx.Module):
+    """Interface of the estimators (documentation and ``isinstance``)."""
+
+    def init(self, potential, positions: PyTree) -> PyTree:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def grad(self, state: PyTree, potential, positions: PyTree, key: PRNGKey):  # pragma: no cover
+        raise NotImplementedError
+
+    def gradient(self, state: PyTree, potential) -> Callable[[PyTree, PRNGKey], PyTree]:
+        """``(positions, key) -> ∇̃F(positions)`` from ``state`` (the state after it dropped):
+        for a sampler state that keeps no gradient (``grad=None``)."""
+        return lambda positions, key: self.grad(state, potential, positions, key)[0]
+
+    def start(self, potential, positions: PyTree, key: PRNGKey) -> tuple[PyTree, PyTree]:
+        """``(∇̃F(positions), state)``: the first estimate of a run and the state after it."""
+        return self.grad(self.init(potential, positions), potential, positions, key)
+
+
+class MiniBatch(GradientEstimator):
+    """``potential.grad(x, key)``: the potential's mini-batch (or full-batch) gradient."""
+
+    def init(self, potential, positions):
+        return ()
+
+    def grad(self, state, potential, positions, key):
+        return potential.grad(positions, key), state
+
+
+def minibatch() -> MiniBatch:
+    """The plain estimator (the default of every decentralized sampler)."""
+    return MiniBatch()
+
+
+def _needs_minibatches(potential, what: str) -> None:
+    if potential.log_likelihood is None:
+        raise ValueError(
+            f"The {what} estimator needs a `Potential` with `log_likelihood` (it evaluates full "
+            "local gradients); this potential has a `gradient_fn` oracle."
+        )
+    if potential.batch_size is None:
+        raise ValueError(
+            f"The {what} estimator needs a `Potential` with a `batch_size`; with full local "
+            "batches the plain gradient is already exact."
+        )
+
+
+class SVRGState(NamedTuple):
+    """``anchor`` and ``anchor_grad = ∇f_i(anchor_i)`` leaves ``(N, *param_shape)``; ``count``
+    the number of gradient calls so far (int32 scalar)."""
+
+    anchor: PyTree
+    anchor_grad: PyTree
+    count: Array
+
+
+class SVRG(GradientEstimator):
+    """SVRG control variate. Build with :func:`svrg`."""
+
+    update_every: int | Callable = eqx.field(static=True)
+
+    def _refresh(self, count: Array) -> Array:
+        if callable(self.update_every):
+            return jnp.asarray(self.update_every(count), bool)
+        return count % self.update_every == 0
+
+    def init(self, potential, positions):
+        _needs_minibatches(potential, "SVRG")
+        zeros = jax.tree.map(jnp.zeros_like, positions)
+        # Count 0 refreshes at the first call, so the first estimate is the full gradient.
+        return SVRGState(zeros, zeros, jnp.zeros((), jnp.int32))
+
+    def grad(self, state, potential, positions, key):
+        anchor, anchor_grad = jax.lax.cond(
+            self._refresh(state.count),
+            lambda: (positions, potential.full_grad(positions)),
+            lambda: (state.anchor, state.anchor_grad),
+        )
+        # One key, hence one mini-batch per agent, for both points.
+        at_x = potential.grad(positions, key)
+        at_anchor = potential.grad(anchor, key)
+        grad = jax.tree.map(lambda g, ga, full: full + (g - ga), at_x, at_anchor, anchor_grad)
+        return grad, SVRGState(anchor, anchor_grad, state.count + 1)
+
+
+def svrg(update_every: int | Callable[[Array], Array] = 10) -> SVRG:
+    """SVRG control variate around per-agent anchors refreshed every ``update_every`` calls.
+
+    Args:
+        update_every: ``m``, a positive int (refresh at calls ``0, m, 2m, ...``; the sampler
+            calls once at ``init`` and once per step), or a schedule ``count -> bool`` that
+            says when to refresh (it must be true at count 0).
+    """
+    if not callable(update_every):
+        if isinstance(update_every, bool) or not isinstance(update_every, int) or update_every < 1:
+            raise ValueError(
+                f"`update_every` must be a positive int or a schedule count -> bool; "
+                f"got {update_every!r}."
+            )
+    elif not bool(update_every(jnp.int32(0))):
+        raise ValueError("`update_every` schedule must be true at count 0 (the first anchor).")
+    return SVRG(update_every)
+
+
+class SAGAState(NamedTuple):
+    """``table`` leaves ``(N, n_local, *param_shape)``: the last gradient of ``−log p(d_ij | ·)``
+    evaluated for every datum ``j`` of agent ``i``."""
+
+    table: PyTree
+
+
+def _datum_grads(potential, positions, data):
+    """``∇(−log p(d | x_i))`` for agent rows of data ``(N, k, ...)``: leaves ``(N, k, *p)``."""
+    one = jax.grad(lambda p, d: -potential.log_likelihood(p, d))
+    return jax.vmap(jax.vmap(one, (None, 0)))(positions, data)
+
+
+def batch_indices(potential, key: PRNGKey) -> Array:
+    """``(N, b)`` indices of the mini-batches ``potential.grad(x, key)`` draws (same key)."""
+    if potential.tabulated:
+        return potential.subset_indices(key)
+    dtype = jnp.result_type(float)
+    counts, _ = potential._counts_weights(potential.mask, potential.num_agents, dtype)
+    keys = jax.random.split(key, potential.num_agents)
+    return jax.vmap(potential._batch)(keys, counts)
+
+
+class SAGA(GradientEstimator):
+    """SAGA control variate. Build with :func:`saga`."""
+
+    def init(self, potential, positions):
+        _needs_minibatches(potential, "SAGA")
+        return SAGAState(_datum_grads(potential, positions, potential.data))
+
+    def grad(self, state, potential, positions, key):
+        idx = batch_indices(potential, key)  # (N, b)
+        rows = lambda leaf: jnp.take_along_axis(  # noqa: E731 - (N, n, ...) -> (N, b, ...)
+            leaf, idx.reshape(idx.shape + (1,) * (leaf.ndim - 2)), axis=1
+        )
+        fresh = _datum_grads(potential, positions, jax.tree.map(rows, potential.data))
+        dtype = jax.tree.leaves(positions)[0].dtype
+        counts, weights = potential._counts_weights(potential.mask, potential.num_agents, dtype)
+        scale = counts.astype(dtype) / potential.batch_size
+
+        def estimate(table, new):
+            expand = (1,) * (table.ndim - 2)
+            total = jnp.sum(weights.reshape(weights.shape + expand) * table, axis=1)
+            change = jnp.sum(new - rows(table), axis=1)
+            return total + scale.reshape(scale.shape + expand) * change
+
+        grad = jax.tree.map(estimate, state.table, fresh)
+        if potential.log_prior is not None:
+            prior = jax.vmap(jax.grad(potential._prior_term))(positions)
+            grad = jax.tree.map(jnp.add, grad, prior)
+        agents = jnp.arange(potential.num_agents)[:, None]
+        table = jax.tree.map(lambda t, new: t.at[agents, idx].set(new), state.table, fresh)
+        return grad, SAGAState(table)
+
+
+def saga() -> SAGA:
+    """SAGA control variate with a per-agent table of per-datum gradients."""
+    return SAGA()
+
+
+def evaluations_per_step(estimator: GradientEstimator, potential) -> float:
+    """Per-datum gradient evaluations per agent per step (averaged over a refresh period for
+    SVRG with an int ``update_every``; the algorithm's count, not what ``vmap`` computes)."""
+    b = potential.batch_size or potential.local_size
+    if isinstance(estimator, SVRG):
+        m = estimator.update_every
+        return 2 * b + (potential.local_size / m if isinstance(m, int) else float("nan"))
+    return float(b)
+
+
+def as_estimator(estimator, *, name: str = "estimator") -> GradientEstimator:
+    """``None`` -> :func:`minibatch`; an estimator unchanged; anything else a ``ValueError``."""
+    if estimator is None:
+        return MiniBatch()
+    if not isinstance(estimator, GradientEstimator):
+        raise ValueError(
+            f"`{name}` must be a gradient estimator such as dgsgld.gradients.svrg(); "
+            f"got {type(estimator).__name__}."
+        )
+    return estimator

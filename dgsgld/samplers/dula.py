@@ -1,0 +1,111 @@
+"""D-ULA: decentralized unadjusted Langevin with decaying consensus and gradient weights.
+
+Parayil, Bai, George and Gurram, "Decentralized Langevin dynamics for Bayesian learning"
+(NeurIPS 2020), run with the network's mixing matrices:
+
+    x_i⁺ = x_i − β_k Σ_j L⁽ᵏ⁾_ij x_j − α_k N ∇̃f_i(x_i) + √(2α_k) w_i,      L⁽ᵏ⁾ = I − W⁽ᵏ⁾,
+
+i.e. ``x⁺ = ((1 − β_k) I + β_k W⁽ᵏ⁾) x − α_k N ∇̃F(x) + √(2α_k) w``. Each agent follows ``N``
+times its own gradient (so that, without a network, ``N ∇f_i`` would estimate ``∇f``), and
+the consensus weight ``β_k`` and the step ``α_k`` decay; the paper's conditions take
+``α_k = a/(k+1)^{δ₂}``, ``β_k = b/(k+1)^{δ₁}`` with ``β`` decaying slower (``δ₁ < δ₂``), see
+:class:`PolynomialDecay`. The paper writes ``L`` for the graph Laplacian of unit edge weights;
+here ``L = I − W`` is the Laplacian weighted by the mixing matrix (``Σ_j L_ij x_j = Σ_j W_ij
+(x_i − x_j)``), which keeps ``(1 − β) I + β W`` doubly stochastic for ``β ∈ (0, 1]``.
+
+A caveat the sweep measures (docs/methods.md): with strong consensus the network average
+moves like ULA on ``f`` with noise ``√(2α/N)``, i.e. it targets ``exp(−N f)``; the decaying
+``β_k`` is what lets the agents' spread approach the posterior's.
+"""
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .. import _tree, _validation
+from .._types import Array, PRNGKey, PyTree, StepSize
+from ..gradients import GradientEstimator, as_estimator
+from .base import SamplingAlgorithm
+
+__all__ = ["DULA", "DULAInfo", "DULAState", "PolynomialDecay", "d_ula"]
+
+
+class PolynomialDecay(eqx.Module):
+    """The schedule ``count -> initial / (count + 1) ** exponent`` (array leaves: a new value
+    reuses compiled runs)."""
+
+    initial: Array
+    exponent: Array
+
+    def __init__(self, initial: float, exponent: float):
+        _validation.check_step_size(initial, name="initial")
+        if not 0 <= float(exponent) < float("inf"):
+            raise ValueError(f"`exponent` must be a finite number >= 0; got {exponent!r}.")
+        self.initial = jnp.asarray(initial, dtype=jnp.result_type(float))
+        self.exponent = jnp.asarray(exponent, dtype=jnp.result_type(float))
+
+    def __call__(self, count):
+        return self.initial / (jnp.asarray(count) + 1.0) ** self.exponent
+
+
+def _consensus(consensus) -> StepSize:
+    """A constant in ``(0, 1]`` (beyond 1, ``(1 − β) I + β W`` has negative weights) or a
+    schedule (checked at count 0 to be positive)."""
+    _validation.check_step_size(consensus, name="consensus")
+    consensus = _tree.as_step_size(consensus)
+    if not callable(consensus) and _validation.is_concrete(consensus) and float(consensus) > 1:
+        raise ValueError(f"`consensus` must lie in (0, 1]; got {float(consensus)!r}.")
+    return consensus
+
+
+class DULAState(NamedTuple):
+    """``position`` and ``grad = ∇̃F(position)`` leaves ``(N, *param_shape)``; ``count`` the
+    iteration; ``estimator`` the gradient estimator's state."""
+
+    position: PyTree
+    count: Array
+    grad: PyTree = None
+    estimator: PyTree = ()
+
+
+class DULAInfo(NamedTuple):
+    step_size: Array
+    consensus: Array
+
+
+class DULA(SamplingAlgorithm):
+    """D-ULA. Build with :func:`d_ula`. ``step_size`` is ``α``, ``consensus`` is ``β``."""
+
+    consensus: StepSize = eqx.field(converter=_consensus)
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+
+    def init(self, position: PyTree, potential, key: PRNGKey) -> DULAState:
+        grad, est = self.estimator.start(potential, position, key)
+        return DULAState(position, jnp.zeros((), jnp.int32), grad, est)
+
+    def step(
+        self, key: PRNGKey, state: DULAState, potential, mixing_matrix: Array,
+        noise: PyTree | None = None,
+    ) -> tuple[DULAState, DULAInfo]:
+        alpha, grad_key, grad, noise = self._step_inputs(
+            key, state, noise, self.estimator.gradient(state.estimator, potential))
+        beta = _tree.resolve_step_size(self.consensus, state.count)
+        mixed = _tree.mix(mixing_matrix, state.position)
+        base = jax.tree.map(
+            lambda x, wx: x + beta.astype(x.dtype) * (wx - x), state.position, mixed
+        )
+        drift = jax.tree.map(lambda g: potential.num_agents * g, grad)
+        position = _tree.langevin_update(base, drift, noise, alpha)
+        new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
+        return DULAState(position, state.count + 1, new_grad, est), DULAInfo(alpha, beta)
+
+
+def d_ula(
+    step_size: StepSize, consensus: StepSize = 1.0, estimator: GradientEstimator | None = None
+) -> DULA:
+    """D-ULA with step ``α_k`` and consensus weight ``β_k`` (each a constant or a schedule
+    ``count -> value``, e.g. :class:`PolynomialDecay` or an optax schedule); a constant
+    ``consensus`` must lie in ``(0, 1]``."""
+    return DULA(step_size, consensus, estimator)

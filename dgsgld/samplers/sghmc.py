@@ -1,0 +1,163 @@
+"""Decentralized SGHMC: DE-SGHMC and its gradient-tracking variant DIGing-SGHMC.
+
+DE-SGHMC (Gürbüzbalaban, Gao, Hu and Zhu, "Decentralized stochastic gradient Langevin dynamics
+and Hamiltonian Monte Carlo", JMLR 22, 2021): each agent keeps a velocity ``v_i``, updated with
+friction ``γ`` from its own stochastic gradient, and positions are mixed over the network:
+
+    v⁺ = v − η (γ v + ∇̃F(x)) + √(2γη) w,
+    x⁺ = W x + η v⁺,                                  v⁽⁰⁾ = 0.
+
+This is the Euler discretization of underdamped Langevin dynamics per agent with the
+consensus step of DE-SGLD on positions. The network average moves like centralized SGHMC on
+``f / N`` at temperature ``1 / N``, so its ``x̄`` marginal targets ``exp(−f)``. With full
+batches DE-SGHMC keeps a network-induced bias (its fixed point has ``(I − W) x = −η ∇F(x) / γ``).
+
+DIGing-SGHMC (this toolkit): DIGing's tracker replaces the local gradient in the velocity,
+
+    v⁺ = v − η (γ v + y) + √(2γη) w,
+    x⁺ = W x + η v⁺,
+    y⁺ = W y + ∇̃F(x⁺) − ∇̃F(x),                        y⁽⁰⁾ = ∇̃F(x⁽⁰⁾),
+
+with the stochastic gradient at ``x⁺`` drawn once, kept and subtracted at the next step as in
+DIGing-SGLD, so ``Σ_i y_i = Σ_i ∇̃f_i(x_i)``. Its noiseless full-batch fixed point has every
+agent at the minimiser of ``f`` with ``v = 0``: no network bias.
+
+With ``γη = 1`` the velocity forgets itself each step and ``x⁺ = W x − η²∇̃F(x) + η√2 w``: DE-SGLD
+with step ``η²``. Both samplers take the estimator of :mod:`dgsgld.gradients`.
+"""
+
+from typing import NamedTuple
+
+import equinox as eqx
+
+import jax
+import jax.numpy as jnp
+
+from .. import _tree, _validation
+from .._types import Array, PRNGKey, PyTree, StepSize
+from ..gradients import GradientEstimator, as_estimator
+from .base import SamplingAlgorithm
+
+__all__ = [
+    "DESGHMC",
+    "DESGHMCState",
+    "DIGingSGHMC",
+    "DIGingSGHMCState",
+    "SGHMCInfo",
+    "de_sghmc",
+    "diging_sghmc",
+]
+
+
+class DESGHMCState(NamedTuple):
+    """``position``, ``velocity`` and ``grad = ∇̃F(position)`` leaves ``(N, *param_shape)``;
+    ``count`` the iteration; ``estimator`` the gradient estimator's state."""
+
+    position: PyTree
+    velocity: PyTree
+    grad: PyTree
+    count: Array
+    estimator: PyTree = ()
+
+
+class DIGingSGHMCState(NamedTuple):
+    """As :class:`DESGHMCState` plus ``tracker`` (``y``), leaves ``(N, *param_shape)``."""
+
+    position: PyTree
+    velocity: PyTree
+    tracker: PyTree
+    grad: PyTree
+    count: Array
+    estimator: PyTree = ()
+
+
+class SGHMCInfo(NamedTuple):
+    step_size: Array
+
+
+def _velocity_update(velocity, drift, noise, eta, friction):
+    """``(1 − ηγ) v − η drift + √(2γη) w`` leaf by leaf."""
+    decay, scale = 1.0 - eta * friction, jnp.sqrt(2.0 * friction * eta)
+
+    def one(v, d, w):
+        return decay.astype(v.dtype) * v - eta.astype(v.dtype) * d + scale.astype(v.dtype) * w
+
+    return jax.tree.map(one, velocity, drift, noise)
+
+
+def _position_update(mixed, velocity, eta):
+    return jax.tree.map(lambda wx, v: wx + eta.astype(wx.dtype) * v, mixed, velocity)
+
+
+def _friction(friction) -> Array:
+    _validation.check_step_size(friction, name="friction")
+    if callable(friction):
+        raise ValueError("`friction` must be a positive constant; got a callable.")
+    return jnp.asarray(friction, dtype=jnp.result_type(float))
+
+
+class DESGHMC(SamplingAlgorithm):
+    """DE-SGHMC. Build with :func:`de_sghmc`."""
+
+    friction: Array = eqx.field(converter=_friction)
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+
+    def init(self, position: PyTree, potential, key: PRNGKey) -> DESGHMCState:
+        """``v⁽⁰⁾ = 0``; ``position`` leaves ``(N, *param_shape)``."""
+        grad, est = self.estimator.start(potential, position, key)
+        velocity = jax.tree.map(jnp.zeros_like, position)
+        return DESGHMCState(position, velocity, grad, jnp.zeros((), jnp.int32), est)
+
+    def step(
+        self, key: PRNGKey, state: DESGHMCState, potential, mixing_matrix: Array,
+        noise: PyTree | None = None,
+    ) -> tuple[DESGHMCState, SGHMCInfo]:
+        eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
+        velocity = _velocity_update(state.velocity, grad, noise, eta, self.friction)
+        position = _position_update(_tree.mix(mixing_matrix, state.position), velocity, eta)
+        new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
+        return DESGHMCState(position, velocity, new_grad, state.count + 1, est), SGHMCInfo(eta)
+
+
+class DIGingSGHMC(SamplingAlgorithm):
+    """DIGing-SGHMC. Build with :func:`diging_sghmc`."""
+
+    friction: Array = eqx.field(converter=_friction)
+    estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+
+    def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingSGHMCState:
+        """``v⁽⁰⁾ = 0``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``; ``position`` leaves ``(N, *param_shape)``."""
+        grad, est = self.estimator.start(potential, position, key)
+        velocity = jax.tree.map(jnp.zeros_like, position)
+        return DIGingSGHMCState(position, velocity, grad, grad, jnp.zeros((), jnp.int32), est)
+
+    def step(
+        self, key: PRNGKey, state: DIGingSGHMCState, potential, mixing_matrix: Array,
+        noise: PyTree | None = None,
+    ) -> tuple[DIGingSGHMCState, SGHMCInfo]:
+        eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
+        velocity = _velocity_update(state.velocity, state.tracker, noise, eta, self.friction)
+        position = _position_update(_tree.mix(mixing_matrix, state.position), velocity, eta)
+        grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
+        tracker = _tree.tree_add(
+            _tree.mix(mixing_matrix, state.tracker), _tree.tree_sub(grad, state.grad)
+        )
+        new = DIGingSGHMCState(position, velocity, tracker, grad, state.count + 1, est)
+        return new, SGHMCInfo(eta)
+
+
+def de_sghmc(
+    step_size: StepSize, friction: float = 1.0, estimator: GradientEstimator | None = None
+) -> DESGHMC:
+    """DE-SGHMC with step ``η`` (constant or schedule), friction ``γ > 0`` and an estimator
+    from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
+    return DESGHMC(step_size, friction, estimator)
+
+
+def diging_sghmc(
+    step_size: StepSize, friction: float = 1.0, estimator: GradientEstimator | None = None
+) -> DIGingSGHMC:
+    """DIGing-SGHMC with step ``η`` (constant or schedule), friction ``γ > 0`` and an estimator
+    from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
+    return DIGingSGHMC(step_size, friction, estimator)
+

@@ -1,0 +1,69 @@
+"""Monte Carlo moments of a sampler's chains against the exact law of ``theory.exact``."""
+
+import jax
+import numpy as np
+
+import dgsgld
+from dgsgld.theory import exact
+
+
+def exact_quadratic(problem):
+    """``Quadratic`` of a ``_problems.linear_regression`` problem, in float64."""
+    with jax.enable_x64(True):
+        q = exact.quadratic_from_potential(problem.potential, np.zeros(problem.Z.shape[::2]))
+    return exact.Quadratic(np.asarray(problem.hessians, np.float64),
+                           np.asarray(q.shifts, np.float64))
+
+
+def law_after(algorithm, problem, mixing, num_steps, init_std=1.0):
+    """Exact per-agent ``(mean (N, d), cov (N, d, d))`` after ``num_steps`` from
+    ``x⁽⁰⁾ ~ N(0, init_std² I)`` i.i.d. over agents, for the full-batch gradient."""
+    d = problem.Z.shape[-1]
+    with jax.enable_x64(True):
+        out = exact.exact_moments(algorithm, exact_quadratic(problem), np.asarray(mixing, np.float64),
+                                  np.zeros(d), init_std**2 * np.eye(d), num_steps)
+        return np.asarray(out.mean[-1]), np.asarray(out.cov[-1])
+
+
+def run_chains(algorithm, problem, mixing, num_steps, num_chains, key, init_std=1.0):
+    """Final positions ``(C, N, d)`` (float64) of chains started from ``N(0, init_std² I)``."""
+    N, d = problem.Z.shape[0], problem.Z.shape[-1]
+    init = init_std * jax.random.normal(jax.random.key(11), (num_chains, N, d))
+    trace = dgsgld.sample(algorithm, problem.potential, mixing, init, key, num_steps,
+                          store_positions=False, trace_fn=lambda s: ())
+    return np.asarray(trace.state.position, np.float64)
+
+
+def assert_mean_matches(x, mean, cov, z=4.5):
+    """Agent means of ``x (C, N, d)`` within ``z`` standard errors ``sqrt(cov_jj / C)``.
+
+    The chains are independent; ``|Z| > 4.5`` has probability 7e-6 per coordinate, so a
+    few dozen coordinates fail by chance with probability < 1e-3.
+    """
+    se = np.sqrt(np.diagonal(cov, axis1=-2, axis2=-1) / x.shape[0])
+    err = np.abs(x.mean(0) - mean)
+    assert np.all(err <= z * se), (err / se).max()
+
+
+def assert_cov_matches(x, cov, z=4.5):
+    """Agent covariances of ``x`` within ``z`` standard errors of a Gaussian sample
+    covariance entry, ``sqrt((S_ii S_jj + S_ij²) / C)``."""
+    c = x - x.mean(0)
+    s = np.einsum("cni,cnj->nij", c, c) / (x.shape[0] - 1)
+    diag = np.diagonal(cov, axis1=-2, axis2=-1)
+    se = np.sqrt((diag[..., :, None] * diag[..., None, :] + cov**2) / x.shape[0])
+    assert np.all(np.abs(s - cov) <= z * se), (np.abs(s - cov) / se).max()
+
+
+def count_traces():
+    """``(log_likelihood, calls)``: the tests' likelihood that records each trace."""
+    calls = []
+
+    def ll(theta, datum):
+        calls.append(1)
+        z, y = datum
+        return -0.5 * (z @ theta - y) ** 2
+
+    return ll, calls
+
+
