@@ -46,7 +46,7 @@ import numpy as np
 
 from . import metrics, run
 from ._types import Array, PRNGKey, PyTree
-from .networks import diagnostics as network_diagnostics
+from .networks import spectral as network_spectral
 
 __all__ = ["StepSizeReport", "propose_step_size", "check_step_size", "local_curvature"]
 
@@ -292,7 +292,7 @@ def propose_step_size(
     # Reported only, for dense stacks (sparse and on-the-fly schedules have no stored stack).
     dense = getattr(mixing, "matrices", None) if hasattr(mixing, "matrix_at") else mixing
     if dense is not None:
-        gap = float(np.mean(network_diagnostics.spectral_gap(dense)))
+        gap = float(np.mean(network_spectral.spectral_gap(dense)))
     (log_spread, consensus), diverged = _pilot(
         make_algorithm, jnp.asarray(grid), potential, mixing, pilot_init, pilot_key,
         num_steps, _PilotStats(decentralized),

@@ -295,6 +295,7 @@ def test_corollary37_envelope_reaches_epsilon():
         assert terms.total <= eps
 
 
+@pytest.mark.slow
 def test_jax_path_matches_numpy_and_jits():
     inp = make_inputs()
     ks = np.arange(0, 50, 7)

@@ -94,6 +94,7 @@ def test_choose_window():
         th.choose_window(np.eye(3)[None])
 
 
+@pytest.mark.slow
 def test_monte_carlo_bound_inputs_match_exact_ones():
     # 4000 chains: the relative s.e. of a mean squared norm with k ≥ 2 degrees of freedom is
     # ≤ √(2/k)/√4000 ≈ 1.6%, ≤ 0.8% after the square root; 4% is about 5 s.e.

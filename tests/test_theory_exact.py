@@ -136,6 +136,7 @@ def test_quadratic_from_potential_recovers_the_regression():
     np.testing.assert_allclose(cov, prob.cov, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_quadratic_from_potential_rejects_non_quadratic():
     def loglik(theta, datum):
         z, y = datum

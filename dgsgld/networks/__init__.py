@@ -7,11 +7,11 @@ puts on agent ``j``). Generators return a :class:`Schedule` (an ``eqx.Module``) 
 """
 
 from . import onthefly as onthefly
-from .diagnostics import Delta as Delta
-from .diagnostics import delta as delta
-from .diagnostics import smallest_joint_connectivity_window as smallest_joint_connectivity_window
-from .diagnostics import spectral_gap as spectral_gap
-from .diagnostics import union_graph as union_graph
+from .spectral import Delta as Delta
+from .spectral import delta as delta
+from .spectral import smallest_joint_connectivity_window as smallest_joint_connectivity_window
+from .spectral import spectral_gap as spectral_gap
+from .spectral import union_graph as union_graph
 from .drawing import draw_snapshot as draw_snapshot
 from .schedules import Schedule as Schedule
 from .schedules import as_schedule as as_schedule
