@@ -321,6 +321,7 @@ def test_fig2_toy_run_structure_and_invariants(fig2_toy):
     json.dumps(res.to_dict())  # JSON-ready
 
 
+@pytest.mark.slow  # default run: the Fig. 2 toy run covers the same pipeline
 def test_fig3_toy_run_structure_and_invariants():
     tiny = {"num_steps": 10, "num_step_sizes": 3, "step_min": 1e-3, "step_max": 1e-2}
     res = ex.fig3("a", trials=12, seed=1, overrides=tiny)

@@ -233,6 +233,7 @@ def test_potential_refuses_both_log_likelihood_and_gradient_fn():
 # -- 7. parameters as any pytree --------------------------------------------------------------
 
 
+@pytest.mark.slow  # default run: tests/test_traceio.py samples an MLP passed directly
 def test_an_equinox_mlp_passed_directly_matches_the_same_network_written_by_hand():
     xs = jnp.linspace(-1.0, 1.0, N * 3, dtype=jnp.float32).reshape(N, 3, 1)
     data = (xs, jnp.sin(3 * xs))

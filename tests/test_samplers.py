@@ -155,7 +155,11 @@ def test_same_key_same_draws_however_batched(key):
     assert not np.allclose(a.positions[:, -1], d.positions[:, -1])
 
 
-@pytest.mark.parametrize("make", [dgsgld.diging_sgld, dgsgld.de_sgld, dgsgld.extra_sgld])
+@pytest.mark.parametrize("make", [
+    dgsgld.diging_sgld,
+    pytest.param(dgsgld.de_sgld, marks=pytest.mark.slow),  # same runner path as DIGing-SGLD
+    pytest.param(dgsgld.extra_sgld, marks=pytest.mark.slow),
+])
 def test_continuing_from_state_is_bit_identical(make, key):
     pb = linear_regression(batch_size=3)
     init = jax.random.normal(jax.random.key(1), (4, 5, 2))
@@ -186,6 +190,7 @@ def test_thinning_and_trace_fn(key):
         dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=10, thin=4)
 
 
+@pytest.mark.slow  # default run: tests/test_dula.py's optax schedule test
 def test_optax_schedule_equals_constant(key):
     pb = linear_regression(batch_size=2)
     init = jax.random.normal(key, (3, 5, 2))

@@ -27,6 +27,7 @@ def test_mu_L_exact_for_quadratics():
     assert curv.L == pytest.approx(eig.max(), rel=1e-10)
 
 
+@pytest.mark.slow
 def test_mu_L_estimate_for_logistic():
     rng = np.random.default_rng(1)
     Z = rng.normal(size=(3, 6, 2))

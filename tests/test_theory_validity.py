@@ -51,7 +51,11 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [
+    pytest.param("two_agents", marks=pytest.mark.slow),
+    pytest.param("three_tv", marks=pytest.mark.slow),
+    "four_complete",
+])
 def test_theorems_bound_exact_w2_at_every_k(case):
     q, W, m0, S0 = CASES[case]()
     N = q.num_agents
