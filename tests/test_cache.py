@@ -27,6 +27,7 @@ def _cli(cache: Path, *extra: str) -> str:
     return "\n".join(line for line in out.splitlines() if not line.startswith("wall time"))
 
 
+@pytest.mark.slow  # two CLI processes; the opt-out tests below run by default
 def test_a_second_process_reuses_every_stored_program(tmp_path):
     first = _cli(tmp_path)
     stored = _files(tmp_path)
