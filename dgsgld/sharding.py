@@ -43,7 +43,7 @@ from . import _random, _validation
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
 from ._mixing import MixingStack, as_mixing
-from .run import Divergence, Trace, chain_keys, sample
+from .run import Divergence, Trace, _first_bad_agent, chain_keys, sample
 from .samplers.base import SamplingAlgorithm
 
 __all__ = ["AgentRows", "RowBlock", "agent_mesh", "chain_mesh", "place", "sample_agent_sharded",
@@ -348,12 +348,10 @@ def _agent_run(algorithm, init, stack, potential, key_data, *, mesh, axis, resum
             states = jax.vmap(step)(keys, states)
             # First non-finite local agent of each chain; combined over devices after the
             # loop, so that the mixing stays the only exchange per step.
-            bad = jnp.stack([~jnp.all(jnp.isfinite(leaf.reshape(*leaf.shape[:2], -1)), axis=-1)
-                             for leaf in jax.tree.leaves(states.position)]).any(axis=0)
-            new = bad.any(axis=1) & (div.iteration < 0)
+            bad, bad_agent = jax.vmap(lambda p: _first_bad_agent(p, True))(states.position)
+            new = bad & (div.iteration < 0)
             div = Divergence(jnp.where(new, k + 1, div.iteration).astype(jnp.int32),
-                             jnp.where(new, first + jnp.argmax(bad, axis=1), div.agent)
-                             .astype(jnp.int32))
+                             jnp.where(new, first + bad_agent, div.agent).astype(jnp.int32))
             return (states, div), (states.position if store_positions else None)
 
         none = jnp.full((num_chains,), -1, jnp.int32)
