@@ -9,6 +9,11 @@
 * mixing floor: the ``T`` products ``W⁽ᵏ⁾ @ X`` of the run, all chains batched into the columns
   (``X`` of shape ``(N, 2 C d)`` for DIGing-SGLD's positions and trackers), as a ``lax.scan``.
 
+The noise variants (:class:`NoiseVariant`, :func:`ppnd7_normals`) take the noise of a paper-size
+run apart inside ``dgsgld.sample``: JAX's normal against another exact inverse CDF, Box–Muller,
+``log u`` alone, uniform noise (no transform) and no noise at all. They are measurements, not options: none is
+faster by enough to ship (``benchmarks/README.md``, "Fast noise").
+
 ``noise_shape_effect`` measures the same normals drawn in the shape ``(T, C, N, d)``: XLA:CPU
 vectorises the generator along the last axis, so a short last axis (``d = 6``) is slower than
 one flat axis although the numbers are identical.
@@ -16,11 +21,14 @@ one flat axis although the numbers are identical.
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import dgsgld
 from dgsgld import _random
+from dgsgld.samplers.base import step_keys
 
 from .harness import compile_jax, time_calls
 
@@ -92,16 +100,104 @@ def _box_muller_normals(bits):
     return jnp.concatenate([radius * jnp.cos(angle), radius * jnp.sin(angle)])
 
 
+# Wichura's PPND7 (Applied Statistics 37, 1988, algorithm AS 241): the normal quantile to about
+# 1e-7, a rational function of q² in the centre (|q| ≤ 0.425) and of √(−log min(p, 1 − p)) in the
+# tails. Its third region (that root > 5, p < 1.4e-11) is never reached from 23-bit uniforms.
+_PPND7 = {
+    "centre": ((3.3871327179, 50.434271938, 159.29113202, 59.109374720),
+               (1.0, 17.895169469, 78.757757664, 67.187563600)),
+    "tail": ((1.4234372777, 2.7568153900, 1.3067284816, 0.17023821103),
+             (1.0, 0.73700164250, 0.12021132975, 0.0)),
+}
+
+
+def _horner(coefficients, x):
+    out = coefficients[-1]
+    for c in coefficients[-2::-1]:
+        out = out * x + c
+    return out
+
+
+def centred_uniform(bits: jax.Array) -> jax.Array:
+    """``q = p − 1/2`` for ``p`` on the midpoints ``(k + 1/2) / 2²³``: symmetric about 0, never
+    0 or ±1/2. Built from integers: a float ``u − 1.5 + 2⁻²⁴`` is reassociated by XLA and rounds
+    to ``−1/2`` (then ``log 0``)."""
+    odd = jax.lax.bitcast_convert_type((bits >> 8) | np.uint32(1), jnp.int32) - np.int32(2**23)
+    return odd.astype(jnp.float32) * np.float32(2.0**-24)
+
+
+def ppnd7_normals(bits: jax.Array) -> jax.Array:
+    """float32 normals from 32-bit words by PPND7 (one log, one square root, one division);
+    both regions share one Horner pass with coefficients selected per element."""
+    q = centred_uniform(bits)
+    centre = jnp.abs(q) <= np.float32(0.425)
+    tail = jnp.sqrt(-jnp.log(np.float32(0.5) - jnp.abs(q))) - np.float32(1.6)
+    x = jnp.where(centre, np.float32(0.180625) - q * q, tail)
+    (a, b), (c, d) = _PPND7["centre"], _PPND7["tail"]
+    pick = lambda u, v: [jnp.where(centre, np.float32(s), np.float32(t)) for s, t in zip(u, v)]  # noqa: E731
+    return jnp.where(centre, q, jnp.sign(q)) * _horner(pick(a, c), x) / _horner(pick(b, d), x)
+
+
 def normal_transforms(key, count: int, repeats: int) -> dict:
     """Seconds to turn ``count`` random words into normals: JAX's ``erf⁻¹`` transform against
-    Box–Muller (the candidate fast-noise option), and to draw the words themselves."""
+    PPND7 and Box–Muller, and to draw the words themselves; PPND7's largest error against the
+    exact quantile over all 2²³ inputs."""
+    from scipy.special import ndtri
+
     bits_fn, _ = compile_jax(lambda k: jax.random.bits(k, (count,), jnp.uint32), key)
     bits = jax.block_until_ready(bits_fn(key))
     out = {"bits_s": time_calls(lambda: bits_fn(key), repeats).median}
-    for name, fn in (("erf_inv_s", _erf_inv_normals), ("box_muller_s", _box_muller_normals)):
+    for name, fn in (("erf_inv_s", _erf_inv_normals), ("box_muller_s", _box_muller_normals),
+                     ("ppnd7_s", ppnd7_normals)):
         compiled, _ = compile_jax(fn, bits)
         out[name] = time_calls(lambda: compiled(bits), repeats).median
-    z = np.asarray(jax.jit(_box_muller_normals)(bits), np.float64)
-    out["box_muller_moments"] = [float(z.mean()), float(z.var()), float((z**4).mean())]
+    for name, fn in (("box_muller", _box_muller_normals), ("ppnd7", ppnd7_normals)):
+        z = np.asarray(jax.jit(fn)(bits), np.float64)
+        out[f"{name}_moments"] = [float(z.mean()), float(z.var()), float((z**4).mean())]
+    k = np.arange(2**23, dtype=np.uint32)
+    z = np.asarray(jax.jit(ppnd7_normals)(jnp.asarray(k << np.uint32(9))), np.float64)
+    out["ppnd7_max_error"] = float(np.max(np.abs(z - ndtri((k + 0.5) / 2**23))))
     out["count"] = count
     return out
+
+
+# ------------------------------------------------------------------ noise inside the real run
+
+#: ``name -> (what it is, transform of one leaf's noise key)``; "erf_inv" is what every sampler
+#: draws (``jax.random.normal``). Only "erf_inv" and "ppnd7" are standard normals.
+NOISE_TRANSFORMS = {
+    "erf_inv": ("jax.random.normal (√2 erf⁻¹(2u − 1)), the toolkit's noise",
+                lambda k, shape: jax.random.normal(k, shape)),
+    "ppnd7": ("PPND7 inverse CDF (AS 241) on the same words",
+              lambda k, shape: ppnd7_normals(jax.random.bits(k, shape, jnp.uint32))),
+    "box_muller": ("Box–Muller, r cos θ from two words (one normal per pair)",
+                   lambda k, shape: _box_muller_pair(*jax.random.split(k), shape)),
+    "log": ("log u alone: the transcendental that every exact transform above needs (NOT normal)",
+            lambda k, shape: jnp.log(_unit_interval(jax.random.bits(k, shape, jnp.uint32), True))),
+    "uniform": ("√3 (2u − 1): the words with no normal transform (variance 1, NOT normal)",
+                lambda k, shape: np.float32(np.sqrt(3.0)) * (
+                    2.0 * _unit_interval(jax.random.bits(k, shape, jnp.uint32), False) - 1.0)),
+    "none": ("zero noise: no keys, words or transform (NOT a sampler)", None),
+}
+
+
+def _box_muller_pair(k1, k2, shape):
+    radius = jnp.sqrt(-2.0 * jnp.log(_unit_interval(jax.random.bits(k1, shape, jnp.uint32), True)))
+    angle = np.float32(2 * np.pi) * _unit_interval(jax.random.bits(k2, shape, jnp.uint32), False)
+    return radius * jnp.cos(angle)
+
+
+class NoiseVariant(dgsgld.DIGingSGLD):
+    """DIGing-SGLD whose noise ``w`` comes from ``NOISE_TRANSFORMS[transform]`` (a measurement
+    device: the runner draws through ``algorithm.noise``, so only the transform changes)."""
+
+    transform: str = eqx.field(static=True, default="erf_inv")
+
+    def noise(self, key, position):
+        draw = NOISE_TRANSFORMS[self.transform][1]
+        if draw is None:
+            return jax.tree.map(jnp.zeros_like, position)
+        leaves, treedef = jax.tree.flatten(position)
+        keys = jax.random.split(step_keys(key)[0], len(leaves))
+        return jax.tree.unflatten(treedef, [draw(keys[i], jnp.shape(leaf)).astype(leaf.dtype)
+                                            for i, leaf in enumerate(leaves)])

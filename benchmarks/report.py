@@ -171,6 +171,56 @@ def process_table(p) -> str:
                                "medians of per-round ratios."])
 
 
+#: Noise variants of ``noise_in_run`` that draw exact standard normals (the others are floors).
+EXACT_NOISE = ("default", "philox4x32 key", "rbg key", "unsafe_rbg key", "ppnd7", "box_muller")
+
+
+def fastest_exact_noise(section: dict) -> dict:
+    """The fastest variant other than the default that draws exact normals with the same
+    draws however chains are batched (by CPU time: the runs are single-threaded)."""
+    rows = [r for r in section["variants"] if r["variant"] in EXACT_NOISE
+            and r["variant"] != "default" and r["same_draws_batched"]]
+    return min(rows, key=lambda r: r["cpu_s"])
+
+
+def noise_table(section: dict) -> str:
+    lines = ["| noise | what | toolkit ms (CPU ms) | strongest NumPy / toolkit (CPU) | "
+             "default noise / this (CPU) | same draws however chains are batched |",
+             "|---|---|---|---|---|---|"]
+    rows = {r["variant"]: r for r in section["variants"]}
+    for r in section["variants"]:
+        lines.append(f"| {r['variant']} | {r['what']} | {_ms(r['wall_s'])} ({_ms(r['cpu_s'])}) | "
+                     f"{_x(r['numpy_fast_over'])} ({_x(r['numpy_fast_over_cpu'])}) | "
+                     f"{_x(r['default_over'])} ({_x(r['default_over_cpu'])}) | "
+                     f"{'yes' if r['same_draws_batched'] else 'NO'} |")
+    cpu = {k: r["cpu_s"] for k, r in rows.items()}
+    wall = {k: r["wall_s"] for k, r in rows.items()}
+    budget = section["numpy_fast_s"] / 1.3
+    spare = budget - wall["none"]
+    lines += ["", f"Strongest NumPy {_ms(section['numpy_fast_s'])} ms "
+              f"(CPU {_ms(section['numpy_fast_cpu_s'])} ms: its noise threads use both cores). "
+              f"{section['rounds']} alternated rounds of the `dgsgld.sample(...)` call of each "
+              "variant and the strongest NumPy on the shared 2-core machine, medians; ratios are "
+              "medians of per-round ratios (wall, CPU in brackets).",
+              "",
+              f"* Of the default run's CPU time the noise is {1 - cpu['none'] / cpu['default']:.0%} "
+              f"({_ms(cpu['default'] - cpu['none'])} ms: keys, words and transform) and the "
+              f"normal transform alone {1 - cpu['uniform'] / cpu['default']:.0%} "
+              f"({_ms(cpu['default'] - cpu['uniform'])} ms); the words and keys cost "
+              f"{_ms(cpu['uniform'] - cpu['none'])} ms.",
+              f"* ≥ 1.3× the strongest NumPy needs a run of at most {_ms(budget)} ms (wall). "
+              f"Without any noise the run takes {_ms(wall['none'])} ms, which leaves "
+              f"{_ms(spare)} ms for all {PAPER_NORMALS:,} normals ({spare / PAPER_NORMALS * 1e9:.2f} "
+              f"ns each); in the run they cost {_ms(wall['default'] - wall['none'])} ms with "
+              f"JAX's transform, {_ms(wall['ppnd7'] - wall['none'])} ms with PPND7, and the "
+              f"single log of every exact transform costs {_ms(wall['log'] - wall['none'])} ms "
+              "by itself."]
+    return "\n".join(lines)
+
+
+PAPER_NORMALS = 200 * 100 * 20 * 6
+
+
 def targets_table(results: dict) -> str:
     """Issue 19's targets against their baselines, from this run."""
     rows = []
@@ -185,6 +235,14 @@ def targets_table(results: dict) -> str:
             v = r["paired"]["fast_ratio_median"]
             rows.append(("paper-size DIGing-SGLD ≥ 1.3× the strongest NumPy (head to head)",
                          _x(v), v >= 1.3))
+    if "noise_in_run" in results:
+        best = fastest_exact_noise(results["noise_in_run"])
+        v = best["numpy_fast_over"]
+        rows.append((f"the same with the fastest other exact noise ({best['variant']}, not "
+                     f"shipped; {_x(best['default_over'])} the default noise)", _x(v), v >= 1.3))
+        floor = next(r for r in results["noise_in_run"]["variants"] if r["variant"] == "none")
+        v = floor["numpy_fast_over"]
+        rows.append(("the same with zero noise (the floor; not a sampler)", _x(v), v >= 1.3))
     for r in results.get("sparse", []):
         if r["agents"] == 1_000:
             v, d = r["scipy_over_circulant"], r["dense_over_circulant"]
@@ -234,13 +292,20 @@ def markdown(results: dict) -> str:
         parts += ["## Where the time goes (paper size)", "\n".join(lines)]
     if "noise" in results:
         n = results["noise"]
-        m = n["box_muller_moments"]
+        m, p = n["box_muller_moments"], n.get("ppnd7_moments")
         parts += ["## Fast noise? Normals from the same random words (paper size)",
-                  f"{n['count']:,} normals: the words {_ms(n['bits_s'])} ms; JAX's transform "
-                  f"(`√2 erf⁻¹(2u − 1)`, what `jax.random.normal` does) {_ms(n['erf_inv_s'])} ms; "
-                  f"Box–Muller {_ms(n['box_muller_s'])} ms (mean {m[0]:.4f}, variance {m[1]:.4f}, "
-                  f"fourth moment {m[2]:.3f}; normal: 0, 1, 3). XLA:CPU's log/sin/cos cost more "
-                  "than its erf⁻¹ polynomial, so Box–Muller is no fast-noise option here."]
+                  f"{n['count']:,} normals in one call: the words {_ms(n['bits_s'])} ms (JAX's "
+                  f"own threefry); JAX's transform (`√2 erf⁻¹(2u − 1)`, what "
+                  f"`jax.random.normal` does) {_ms(n['erf_inv_s'])} ms; Box–Muller "
+                  f"{_ms(n['box_muller_s'])} ms (mean {m[0]:.4f}, variance {m[1]:.4f}, fourth "
+                  f"moment {m[2]:.3f}; normal: 0, 1, 3)"
+                  + ("" if p is None else
+                     f"; PPND7 (Wichura's AS 241 inverse CDF) {_ms(n['ppnd7_s'])} ms (mean "
+                     f"{p[0]:.4f}, variance {p[1]:.4f}, fourth moment {p[2]:.3f}; largest error "
+                     f"against the exact quantile over all 2²³ inputs {n['ppnd7_max_error']:.1e})")
+                  + "."]
+    if "noise_in_run" in results:
+        parts += ["### The noise inside a paper-size run", noise_table(results["noise_in_run"])]
     if "dtypes" in results:
         parts += ["## float32 against float64 (paper size)", dtype_table(results["dtypes"])]
     if "memory" in results:

@@ -8,7 +8,8 @@ Times DIGing-SGLD (and DE-SGLD for one row) on the paper's Bayesian linear regre
 Workloads vary one axis at a time from the paper size (200 chains × 100 iterations × 20 agents
 × d = 6). Further sections: the main job as a whole process against a NumPy script
 (:mod:`benchmarks.whole_process`), rings with dense, circulant and neighbour-list mixing against
-NumPy + ``scipy.sparse``, normal transforms (``erf⁻¹`` against Box–Muller), PRNGs, a profile,
+NumPy + ``scipy.sparse``, the noise (normal transforms alone, and noise variants inside the
+paper-size run), PRNGs, a profile,
 float64, memory. Writes a JSON file and a markdown file next to it (``results.md``) that opens
 with issue 19's targets checked against their baselines. Methods: :mod:`benchmarks.harness`;
 notebook: ``benchmarks/README.md``.
@@ -35,6 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
+from dgsgld._random import fast_key
+from dgsgld.run import chain_keys
 
 from . import floors, numpy_baseline, numpy_fast, problem, scan_baseline
 from .harness import (CompileCounter, compile_jax, jax_memory, numpy_peak_memory, round_ratio,
@@ -320,6 +323,54 @@ def chain_invariance(key) -> bool:
     return bool(jnp.array_equal(batched, alone))
 
 
+def noise_section(key, rounds: int) -> dict:
+    """The noise of a paper-size DIGing-SGLD run taken apart inside ``dgsgld.sample``: other
+    key implementations and other transforms of the same words (:data:`floors.NOISE_TRANSFORMS`),
+    each the call a user makes, in alternated rounds with the strongest NumPy; and whether each
+    variant draws the same noise for a chain however the chains are batched (chains 6-7 of 8
+    against 2 chains from offset 6, keys derived as the runner derives them: comparing whole
+    runs would also compare the rounding of two layouts of the mixing product)."""
+    w = PAPER
+    prob = problem.make_problem(w.agents, w.dim)
+    eta = problem.step_size(prob)
+    pot = problem.potential(prob)
+    mixing = jnp.asarray(prob.mixing, jnp.float32)
+    init = jnp.zeros((w.chains, w.agents, w.dim), jnp.float32)
+    variants = {"default": (dgsgld.diging_sgld(eta), key,
+                            floors.NOISE_TRANSFORMS["erf_inv"][0] + " with the default key")}
+    for impl in ("philox4x32", "rbg", "unsafe_rbg"):
+        variants[f"{impl} key"] = (dgsgld.diging_sgld(eta), jax.random.key(0, impl=impl),
+                                   f"jax.random.normal with `jax.random.key(0, impl='{impl}')`")
+    for name, (what, _) in floors.NOISE_TRANSFORMS.items():
+        if name != "erf_inv":
+            variants[name] = (floors.NoiseVariant(eta, transform=name), key, what)
+    f = _toolkit_fn(None, "final", w.steps)
+    fns = {name: partial(f, alg, pot, mixing, init, k) for name, (alg, k, _) in variants.items()}
+    fns["numpy_fast"] = partial(numpy_fast.run, prob, w.chains, w.steps, eta, batch_size=None,
+                                algorithm="diging")
+    print(f"[{time.strftime('%H:%M:%S')}] noise inside the run ({rounds} rounds)", flush=True)
+    t = time_rounds(fns, rounds)
+
+    def draws(alg, k, num_chains, offset):
+        # The noise of step 0 as the runner draws it: chain keys, run key, fold_in, vmap.
+        keys = jax.vmap(jax.random.split)(chain_keys(fast_key(k), num_chains, offset))[:, 1]
+        keys = jax.vmap(jax.random.fold_in, (0, None))(keys, 0)
+        return jax.vmap(alg.noise, (0, None))(keys, init[0])
+
+    rows = []
+    for name, (alg, k, what) in variants.items():
+        batched, alone = draws(alg, k, 8, 0)[6:], draws(alg, k, 2, 6)
+        rows.append({"variant": name, "what": what, "wall_s": t[name].median,
+                     "cpu_s": t[name].cpu_median,
+                     "numpy_fast_over": round_ratio(t["numpy_fast"], t[name]),
+                     "numpy_fast_over_cpu": round_ratio(t["numpy_fast"], t[name], cpu=True),
+                     "default_over": round_ratio(t["default"], t[name]),
+                     "default_over_cpu": round_ratio(t["default"], t[name], cpu=True),
+                     "same_draws_batched": bool(jnp.array_equal(batched, alone))})
+    return {"rounds": rounds, "numpy_fast_s": t["numpy_fast"].median,
+            "numpy_fast_cpu_s": t["numpy_fast"].cpu_median, "variants": rows}
+
+
 def dtype_section(reps: int) -> list[dict]:
     """float32 against float64 at paper size (toolkit and NumPy)."""
     rows = []
@@ -493,6 +544,7 @@ def main(argv=None) -> dict:
         print(f"[{time.strftime('%H:%M:%S')}] noise transforms", flush=True)
         count = PAPER.steps * PAPER.chains * PAPER.agents * PAPER.dim
         results["noise"] = floors.normal_transforms(key, count, reps)
+        results["noise_in_run"] = noise_section(key, args.pairs)
     if "memory" in sections:
         results["memory"] = memory_section(key, args.quick)
     if "sparse" in sections:
