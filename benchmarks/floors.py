@@ -170,6 +170,10 @@ NOISE_TRANSFORMS = {
                 lambda k, shape: jax.random.normal(k, shape)),
     "ppnd7": ("PPND7 inverse CDF (AS 241) on the same words",
               lambda k, shape: ppnd7_normals(jax.random.bits(k, shape, jnp.uint32))),
+    "rbg": ("jax.random.normal on an 'rbg' key (XLA's RngBitGenerator) made from the step's key",
+            lambda k, shape: jax.random.normal(_rbg_key(k, "rbg"), shape)),
+    "unsafe_rbg": ("the same on an 'unsafe_rbg' key",
+                   lambda k, shape: jax.random.normal(_rbg_key(k, "unsafe_rbg"), shape)),
     "box_muller": ("Box–Muller, r cos θ from two words (one normal per pair)",
                    lambda k, shape: _box_muller_pair(*jax.random.split(k), shape)),
     "log": ("log u alone: the transcendental that every exact transform above needs (NOT normal)",
@@ -179,6 +183,13 @@ NOISE_TRANSFORMS = {
                     2.0 * _unit_interval(jax.random.bits(k, shape, jnp.uint32), False) - 1.0)),
     "none": ("zero noise: no keys, words or transform (NOT a sampler)", None),
 }
+
+
+def _rbg_key(key, impl: str):
+    """An ``impl`` key (4 words) from a threefry key's 2 words: ``dgsgld.sample`` refuses rbg
+    keys (their draws depend on batching), so the benchmark makes one per step instead."""
+    data = jax.random.key_data(key)
+    return jax.random.wrap_key_data(jnp.concatenate([data, ~data]), impl=impl)
 
 
 def _box_muller_pair(k1, k2, shape):

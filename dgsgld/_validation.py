@@ -109,15 +109,29 @@ def _leaf_name(name: str, path) -> str:
     return name + jax.tree_util.keystr(path) if path else name
 
 
+#: Key implementations whose draws under ``vmap`` depend on the batch (XLA's RngBitGenerator):
+#: refused, since a chain's draws must not depend on how chains are batched or sharded.
+_BATCH_DEPENDENT_IMPLS = ("rbg", "unsafe_rbg")
+
+
 def check_key(key, *, name: str = "key") -> None:
     """``key`` must be a PRNG key: ``jax.random.key(seed)`` (typed, shape ``()``) or
-    ``jax.random.PRNGKey(seed)`` (raw ``uint32`` of shape ``(2,)``)."""
+    ``jax.random.PRNGKey(seed)`` (raw ``uint32`` of shape ``(2,)``), of an implementation whose
+    draws do not depend on batching (not ``rbg``/``unsafe_rbg``)."""
     dtype = getattr(key, "dtype", None)
     shape = getattr(key, "shape", None)
     if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         if shape != ():
             raise ValueError(
                 f"`{name}` must be a single PRNG key (shape ()); got a key array of shape {shape}."
+            )
+        impl = str(jax.random.key_impl(key))
+        if impl in _BATCH_DEPENDENT_IMPLS:
+            raise ValueError(
+                f"`{name}` is a {impl!r} key: inside vmap JAX draws a whole batch of such keys "
+                "from the first key, so a chain's draws would depend on which chains run beside "
+                "it. Use jax.random.key(seed) (threefry2x32, the fastest here) or "
+                "jax.random.key(seed, impl='philox4x32')."
             )
         return
     if dtype == np.uint32 and shape == (2,):

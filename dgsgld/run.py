@@ -274,7 +274,8 @@ def sample(
         init: initial positions, leaves ``(num_chains, N, *param_shape)``
             (``(num_chains, *param_shape)`` for ``dgsgld.sgld``), or ``trace.state`` of an
             earlier call to continue it.
-        key: PRNG key (``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``).
+        key: PRNG key (``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``); ``rbg`` and
+            ``unsafe_rbg`` keys are refused (their draws depend on how chains are batched).
         num_steps: iterations to run.
         thin: keep every ``thin``-th iteration (``num_steps`` must be a multiple).
         trace_fn: optional ``state -> pytree`` stored per chain and kept iteration instead of
