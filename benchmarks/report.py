@@ -216,9 +216,13 @@ def noise_table(section: dict) -> str:
               f"Without any noise the run takes {_ms(wall['none'])} ms, which leaves "
               f"{_ms(spare)} ms for all {PAPER_NORMALS:,} normals ({spare / PAPER_NORMALS * 1e9:.2f} "
               f"ns each); in the run they cost {_ms(wall['default'] - wall['none'])} ms with "
-              f"JAX's transform, {_ms(wall['ppnd7'] - wall['none'])} ms with PPND7, and the "
-              f"single log of every exact transform costs {_ms(wall['log'] - wall['none'])} ms "
-              "by itself."]
+              f"JAX's transform and {_ms(wall['ppnd7'] - wall['none'])} ms with PPND7. As "
+              f"ratios: zero noise {_x(rows['none']['numpy_fast_over'])} the strongest NumPy, "
+              f"the words with no transform {_x(rows['uniform']['numpy_fast_over'])}, `log u` "
+              f"alone (the one transcendental of every exact transform) "
+              f"{_x(rows['log']['numpy_fast_over'])}, PPND7 "
+              f"{_x(rows['ppnd7']['numpy_fast_over'])}, JAX's normal "
+              f"{_x(rows['default']['numpy_fast_over'])}."]
     return "\n".join(lines)
 
 
@@ -305,8 +309,10 @@ def markdown(results: dict) -> str:
                   f"moment {m[2]:.3f}; normal: 0, 1, 3)"
                   + ("" if p is None else
                      f"; PPND7 (Wichura's AS 241 inverse CDF) {_ms(n['ppnd7_s'])} ms (mean "
-                     f"{p[0]:.4f}, variance {p[1]:.4f}, fourth moment {p[2]:.3f}; largest error "
-                     f"against the exact quantile over all 2²³ inputs {n['ppnd7_max_error']:.1e})")
+                     f"{p[0]:.4f}, variance {p[1]:.4f}, fourth moment {p[2]:.3f}). Largest error "
+                     f"against the exact quantile over all 2²³ inputs: PPND7 "
+                     f"{n['ppnd7_max_error']:.1e}, JAX's transform "
+                     f"{n.get('erf_inv_max_error', float('nan')):.1e}")
                   + "."]
     if "noise_in_run" in results:
         parts += ["### The noise inside a paper-size run", noise_table(results["noise_in_run"])]
