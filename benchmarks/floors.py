@@ -175,6 +175,8 @@ NOISE_TRANSFORMS = {
                 lambda k, shape: jax.random.normal(k, shape)),
     "ppnd7": ("PPND7 inverse CDF (AS 241) on the same words",
               lambda k, shape: ppnd7_normals(jax.random.bits(k, shape, jnp.uint32))),
+    "both_words": ("JAX's normal from both 32-bit words of each threefry hash (half the hashes)",
+                   lambda k, shape: _erf_inv_normals(_both_words(k, shape))),
     "rbg": ("jax.random.normal on an 'rbg' key (XLA's RngBitGenerator) made from the step's key",
             lambda k, shape: jax.random.normal(_rbg_key(k, "rbg"), shape)),
     "unsafe_rbg": ("the same on an 'unsafe_rbg' key",
@@ -188,6 +190,18 @@ NOISE_TRANSFORMS = {
                     2.0 * _unit_interval(jax.random.bits(k, shape, jnp.uint32), False) - 1.0)),
     "none": ("zero noise: no keys, words or transform (NOT a sampler)", None),
 }
+
+
+def _both_words(key, shape):
+    """``prod(shape)`` words from half as many hashes, the two outputs of each laid end to end
+    instead of XOR-ed into one: the words of ``jax.random.bits`` with
+    ``jax_threefry_partitionable`` off (JAX's layout before its current default)."""
+    n, half = int(np.prod(shape)), (int(np.prod(shape)) + 1) // 2
+    data = jax.random.key_data(key)
+    counters = np.arange(2 * half, dtype=np.uint32) % np.uint32(max(n, 1))  # odd n: a 0 pads
+    first, second = _random.threefry2x32(data[0], data[1], jnp.asarray(counters[:half]),
+                                         jnp.asarray(counters[half:]))
+    return jnp.concatenate([first, second])[:n].reshape(shape)
 
 
 def _rbg_key(key, impl: str):

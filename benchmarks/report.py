@@ -176,7 +176,8 @@ def process_table(p) -> str:
 
 
 #: Noise variants of ``noise_in_run`` that draw exact standard normals (the others are floors).
-EXACT_NOISE = ("default", "philox4x32 key", "rbg", "unsafe_rbg", "ppnd7", "box_muller")
+EXACT_NOISE = ("default", "philox4x32 key", "ppnd7", "both_words", "rbg", "unsafe_rbg",
+               "box_muller")
 
 
 def fastest_exact_noise(section: dict) -> dict:
