@@ -10,9 +10,10 @@
   (``X`` of shape ``(N, 2 C d)`` for DIGing-SGLD's positions and trackers), as a ``lax.scan``.
 
 The noise variants (:class:`NoiseVariant`, :func:`ppnd7_normals`) take the noise of a paper-size
-run apart inside ``dgsgld.sample``: JAX's normal against another exact inverse CDF, Box–Muller,
-``log u`` alone, uniform noise (no transform) and no noise at all. They are measurements, not options: none is
-faster by enough to ship (``benchmarks/README.md``, "Fast noise").
+run apart inside ``dgsgld.sample``: JAX's normal against another exact inverse CDF, two normals
+per hash, rbg keys, Box–Muller, ``log u`` alone, uniform noise (no transform) and no noise at
+all. They are measurements, not options: none is faster by enough to ship
+(``benchmarks/README.md``, "Fast noise").
 
 ``noise_shape_effect`` measures the same normals drawn in the shape ``(T, C, N, d)``: XLA:CPU
 vectorises the generator along the last axis, so a short last axis (``d = 6``) is slower than
@@ -168,8 +169,8 @@ def normal_transforms(key, count: int, repeats: int) -> dict:
 
 # ------------------------------------------------------------------ noise inside the real run
 
-#: ``name -> (what it is, transform of one leaf's noise key)``; "erf_inv" is what every sampler
-#: draws (``jax.random.normal``). Only "erf_inv" and "ppnd7" are standard normals.
+#: ``name -> (what it is, draw(key, shape))`` of one leaf's noise; "erf_inv" is what every
+#: sampler draws (``jax.random.normal``). "log", "uniform" and "none" are not normal: floors.
 NOISE_TRANSFORMS = {
     "erf_inv": ("jax.random.normal (√2 erf⁻¹(2u − 1)), the toolkit's noise",
                 lambda k, shape: jax.random.normal(k, shape)),
