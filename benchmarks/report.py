@@ -307,7 +307,8 @@ def markdown(results: dict) -> str:
         m, p = n["box_muller_moments"], n.get("ppnd7_moments")
         parts += ["## Fast noise? Normals from the same random words (paper size)",
                   f"{n['count']:,} normals in one call: the words {_ms(n['bits_s'])} ms (JAX's "
-                  f"own threefry); JAX's transform (`√2 erf⁻¹(2u − 1)`, what "
+                  f"own threefry, XLA's rolled loop; the toolkit's written-out hash fuses into "
+                  f"its consumer, see the next table); JAX's transform (`√2 erf⁻¹(2u − 1)`, what "
                   f"`jax.random.normal` does) {_ms(n['erf_inv_s'])} ms; Box–Muller "
                   f"{_ms(n['box_muller_s'])} ms (mean {m[0]:.4f}, variance {m[1]:.4f}, fourth "
                   f"moment {m[2]:.3f}; normal: 0, 1, 3)"
