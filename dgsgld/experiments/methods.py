@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import gradients
+from .. import gradients, metrics
 from ..samplers import PolynomialDecay, d_ula, de_sghmc, de_sgld, diging_sghmc, diging_sgld
 from .configs import apply_overrides, figure_config
 from .figures import (
@@ -47,7 +47,7 @@ from .figures import (
     _w2,
     derive_seeds,
 )
-from .problems import accuracy, linear_regression_problem
+from .problems import linear_regression_problem, logistic_labels
 from .tuning import grid_search
 
 __all__ = ["METHODS", "PANELS", "methods_sweep", "methods_table"]
@@ -122,7 +122,8 @@ class _Stream(eqx.Module):
         if self.features is None:
             mean, cov = _moments(x)
             return {"mean": mean, "cov": cov, "consensus": _consensus(x), "tracker": noise}
-        acc = jnp.mean(accuracy(x, self.features, self.targets), axis=0)
+        acc = jnp.mean(metrics.accuracy(logistic_labels(x, self.features), self.targets > 0.5),
+                       axis=0)
         return {"accuracy": acc, "consensus": _consensus(x), "tracker": noise}
 
 
