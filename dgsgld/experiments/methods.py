@@ -20,8 +20,9 @@ Choices (stated, not hidden): the control-variate methods run at the panel's ``b
 full-batch noise); "DIGing-SGLD (full batch)" is the reference they aim at; the others run at
 the panel's ``b``. The momentum methods tune ``η`` on the square root of the SGLD grid (``γη = 1``
 makes DE-SGHMC DE-SGLD at step ``η²``) with the friction set by ``γη ∈ {0.1, 0.5}``, the
-better of the two kept. D-ULA tunes ``α₀`` on the SGLD grid divided by ``N`` (its drift is
-``N ∇f_i``) with ``α_k = α₀/(k+1)^0.3`` and ``β_k = 1/(k+1)^0.1``.
+better of the two kept. D-ULA tunes ``α₀`` on the SGLD grid divided by ``N`` (its local step,
+drift ``αN ∇f_i`` and noise ``√(2Nα)``, is DE-SGLD's at step ``Nα``) with
+``α_k = α₀/(k+1)^0.3`` and ``β_k = 1/(k+1)^0.1``.
 """
 
 import dataclasses
