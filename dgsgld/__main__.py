@@ -420,6 +420,9 @@ def _sweep_methods(args) -> int:
 def _sweep(args) -> int:
     if args.target == "methods":
         return _sweep_methods(args)
+    if args.panels or args.methods or args.update:
+        raise ValueError("--panels, --methods and --update apply to `sweep methods` only; "
+                         f"got target {args.target!r}.")
     from dgsgld.experiments import seed_sweep
 
     check_memory(*_figure_memory(args))
