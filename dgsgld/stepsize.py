@@ -455,7 +455,8 @@ def check_step_size(step_size: float, report: StepSizeReport) -> bool:
 
     Above the stable range the pilot diverged or grew; above the accurate range the spread of
     the chains was inflated by more than ``report.spread_tolerance``; below it the chains had
-    not reached their spread in ``report.num_steps`` iterations (slow mixing).
+    not reached their spread in ``report.num_steps`` iterations (slow mixing). A proposal made
+    with a ``score_fn`` may itself lie above the accurate range, and is then warned about too.
 
     Returns:
         ``True`` when ``step_size`` lies in ``report.accurate_range`` (no warning).
