@@ -189,26 +189,27 @@ def _linear_hand(w, b):
 def test_equinox_mlp_passed_directly_to_every_method():
     eqx = pytest.importorskip("equinox")
     # depth=0: m(z) = W z + b (identity final activation) with W (1, D), b (1,); the activation
-    # functions are non-array, static leaves. Per-agent models from eqx.filter_vmap.
-    models = eqx.filter_vmap(lambda k: eqx.nn.MLP(DP, "scalar", 4, 0, key=k))(
-        jax.random.split(jax.random.key(0), NP))
+    # functions are non-array, static leaves. Per-agent weights (N, 1, D) and biases (N, 1).
+    mlp = eqx.nn.MLP(DP, "scalar", 4, 0, key=jax.random.key(0))
+    w, b = _rng.normal(size=(NP, DP)), _rng.normal(size=NP)
+    models = eqx.tree_at(lambda m: (m.layers[0].weight, m.layers[0].bias), mlp,
+                         (jnp.asarray(w[:, None], jnp.float32),
+                          jnp.asarray(b[:, None], jnp.float32)))
     pot = dgsgld.Potential(lambda m, d: -0.5 * (m(d[0]) - d[1]) ** 2,
                            lambda m: -0.5 * LAM * _sum_sq(m), (ZP, YP))
-    w = np.asarray(models.layers[0].weight[:, 0], np.float64)  # (N, D)
-    b = np.asarray(models.layers[0].bias[:, 0], np.float64)    # (N,)
     gw, gb, value = _linear_hand(w, b)
-    full = pot.full_grad(models)
+    full = pot.full_grad(models)  # called eagerly; the others compiled (fewer compilations)
     assert callable(models.activation) and full.activation is None  # like eqx.filter_grad
     np.testing.assert_allclose(full.layers[0].weight[:, 0], gw, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(full.layers[0].bias[:, 0], gb, rtol=1e-4, atol=1e-5)
-    stochastic = pot.grad(models, jax.random.key(1))  # full batch: the exact gradient
+    stochastic = eqx.filter_jit(pot.grad)(models, jax.random.key(1))  # full batch: exact
     np.testing.assert_allclose(stochastic.layers[0].weight[:, 0], gw, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(pot.agent_values(models), value, rtol=1e-5)
+    np.testing.assert_allclose(eqx.filter_jit(pot.agent_values)(models), value, rtol=1e-5)
     # One point for every agent (agent 0's model): f = Σ_i f_i and its gradient.
     one = jax.tree.map(lambda a: a[0] if eqx.is_array(a) else a, models)
     gw0, gb0, value0 = _linear_hand(np.repeat(w[:1], NP, 0), np.repeat(b[:1], NP))
-    np.testing.assert_allclose(pot.value(one), value0.sum(), rtol=1e-5)
-    pooled = pot.pooled_grad(one, jax.random.key(2))
+    np.testing.assert_allclose(eqx.filter_jit(pot.value)(one), value0.sum(), rtol=1e-5)
+    pooled = eqx.filter_jit(pot.pooled_grad)(one, jax.random.key(2))
     np.testing.assert_allclose(pooled.layers[0].weight[0], gw0.sum(0), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(pooled.layers[0].bias[0], gb0.sum(), rtol=1e-4, atol=1e-5)
     bad = jax.tree.map(lambda a: a[:2] if eqx.is_array(a) else a, models)
