@@ -94,7 +94,7 @@ def main(argv=None) -> int:
 
         def run():
             return dgsgld.sample(algorithm, potential, mixing, state, key, args.steps,
-                                 chain_offset=offset, store_positions=False)
+                                 chain_offset=offset, output=dgsgld.Output(positions=False))
     else:
         mesh = sharding.agent_mesh()
         first, size = distributed.agent_block(args.agents)
@@ -111,7 +111,8 @@ def main(argv=None) -> int:
 
         def run():
             return sharding.sample_agent_sharded(algorithm, potential, mixing, state, key,
-                                                 args.steps, mesh=mesh, store_positions=False)
+                                                 args.steps, mesh=mesh,
+                                                 output=dgsgld.Output(positions=False))
 
     times = []
     for _ in range(args.repeat):

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from dgsgld import distributed
+from dgsgld import Output
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = [sys.executable, str(ROOT / "examples" / "multi_process.py")]
@@ -62,7 +63,7 @@ def _reference(*extra):
     args = example.parse(["--out", "unused", *SMALL, *extra])
     problem, mixing, init, key, algorithm = example.setup(args)
     trace = dgsgld.sample(algorithm, problem.potential(args.batch_size), mixing, init, key,
-                          args.steps, store_positions=False)
+                          args.steps, output=Output(positions=False))
     return np.asarray(trace.state.position)
 
 
