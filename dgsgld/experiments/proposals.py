@@ -27,11 +27,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import stepsize
+from .. import metrics, stepsize
 from ..samplers import de_sgld, diging_sgld
 from .configs import figure_config
 from .figures import _logistic_problem, _sampling_setup, derive_seeds
-from .problems import accuracy, linear_regression_problem
+from .problems import linear_regression_problem, logistic_labels
 
 __all__ = ["ValidationAccuracy", "paper_case", "compare", "table"]
 
@@ -48,7 +48,8 @@ class ValidationAccuracy(eqx.Module):
     targets: jax.Array
 
     def __call__(self, positions):
-        return jnp.mean(accuracy(positions, self.features, self.targets), axis=-1)
+        hits = metrics.accuracy(logistic_labels(positions, self.features), self.targets > 0.5)
+        return jnp.mean(hits, axis=-1)
 
 
 def paper_case(fig: str, alg: str, *, seed: int = 0, num_steps: int | None = None,
