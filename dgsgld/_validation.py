@@ -202,6 +202,19 @@ def check_floating_tree(tree, *, name: str) -> None:
             )
 
 
+def check_leading_axis(tree, size: int, *, name: str, layout: str) -> None:
+    """Every leaf of ``tree`` must have a leading axis of ``size`` (e.g. the agents)."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        shape = jax.numpy.shape(leaf)
+        if not shape or shape[0] != size:
+            raise ValueError(
+                f"`{_leaf_name(name, path)}` has shape {shape}; array leaves must be {layout} "
+                f"with a leading axis of {size}. Build per-agent parameters with jax.vmap / "
+                "eqx.filter_vmap; non-array leaves (e.g. an eqx.nn.MLP's activation) are "
+                "static and need no axes."
+            )
+
+
 def check_callable(fn, *, name: str, allow_none: bool = True) -> None:
     if fn is None and allow_none:
         return

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation
+from . import _params, _validation
 from ._types import Array, PRNGKey, PyTree
 
 __all__ = ["Potential", "pad_agent_data"]
@@ -282,25 +282,50 @@ class Potential(eqx.Module):
 
     # -- all agents ------------------------------------------------------------------------
 
+    # Parameters may be any pytree, e.g. an eqx.nn.MLP: its array leaves are the parameters
+    # (with the agent axis here), its other leaves static, as in dgsgld.sample. The user's
+    # functions see the whole model; gradients are pytrees of the array leaves (None at the
+    # static leaves, like eqx.filter_grad).
+
+    def _on_arrays(self, params: PyTree, *, name: str, agents: int | None):
+        """``(potential, arrays)``: the array leaves of ``params`` and a potential whose user
+        functions see the full parameters (:mod:`dgsgld._params`, the runner's convention).
+        ``agents``: the leading size every array leaf must have (``None``: not checked)."""
+        arrays, static = _params.split_static(params)
+        if not jax.tree.leaves(arrays):
+            raise ValueError(
+                f"`{name}` has no array leaves; the parameters are its array leaves (other "
+                "leaves, e.g. Python floats or functions, are static): pass jnp.asarray(...).")
+        if agents is not None:
+            _validation.check_leading_axis(arrays, agents, name=name,
+                                           layout="(num_agents, *param_shape)")
+        _validation.check_floating_tree(arrays, name=name)
+        return (self if static is None else _params.potential_on_arrays(self, static)), arrays
+
     def grad(self, positions: PyTree, key: PRNGKey) -> PyTree:
         """Stochastic gradients of every agent's potential at its own position.
 
         Args:
-            positions: pytree with leaves ``(N, *param_shape)``.
+            positions: pytree with array leaves ``(N, *param_shape)`` (other leaves static).
             key: PRNG key; split into one key per agent.
 
         Returns:
-            Pytree like ``positions``: agent ``i``'s unbiased estimate of ``grad f_i(x_i)``.
+            The array leaves of ``positions``: agent ``i``'s unbiased estimate of
+            ``grad f_i(x_i)``.
         """
+        pot, positions = self._on_arrays(positions, name="positions", agents=self.num_agents)
         dtype = jax.tree.leaves(positions)[0].dtype
         counts, weights = self._counts_weights(self.mask, self.num_agents, dtype)
-        return self.grad_rows(positions, self.data, counts, weights, key)
+        return pot.grad_rows(positions, self.data, counts, weights, key)
 
     def grad_rows(self, positions: PyTree, data: PyTree, counts: Array, weights: Array,
                   key: PRNGKey, first_row=0) -> PyTree:
         """Rows ``first_row, ..., first_row + R - 1`` of ``grad(all positions, key)``, from
         those agents' positions, data, data counts ``(R,)`` and weights ``(R, n_local)`` only
         (how :mod:`dgsgld.sharding` computes a device's agents)."""
+        pot, positions = self._on_arrays(positions, name="positions", agents=None)
+        if pot is not self:
+            return pot.grad_rows(positions, data, counts, weights, key, first_row)
         num_rows = jax.tree.leaves(positions)[0].shape[0]
         rows = lambda a: jax.lax.dynamic_slice_in_dim(a, first_row, num_rows)  # noqa: E731
         if self.tabulated:
@@ -316,30 +341,42 @@ class Potential(eqx.Module):
         return jax.tree.map(jnp.add, grads, prior)
 
     def full_grad(self, positions: PyTree) -> PyTree:
-        """Exact full-batch gradients ``grad f_i(x_i)``; leaves ``(N, *param_shape)``."""
+        """Exact full-batch gradients ``grad f_i(x_i)``: the array leaves of ``positions``
+        (``(N, *param_shape)``; other leaves static)."""
         if self.log_likelihood is None:
             raise ValueError("`full_grad` needs `log_likelihood`; this potential has an oracle.")
+        pot, positions = self._on_arrays(positions, name="positions", agents=self.num_agents)
         dtype = jax.tree.leaves(positions)[0].dtype
         _, weights = self._counts_weights(self.mask, self.num_agents, dtype)
-        one = jax.grad(self._local_value)
+        one = jax.grad(pot._local_value)
         return jax.vmap(one, in_axes=(0, 0, 0, None))(positions, self.data, weights, 1.0)
 
     def agent_values(self, positions: PyTree) -> Array:
-        """Full-batch potentials ``f_i(x_i)``, shape ``(N,)``."""
+        """Full-batch potentials ``f_i(x_i)``, shape ``(N,)``; ``positions`` as in
+        :meth:`full_grad`."""
         if self.log_likelihood is None:
             raise ValueError("`agent_values` needs `log_likelihood`; this potential has an oracle.")
+        pot, positions = self._on_arrays(positions, name="positions", agents=self.num_agents)
         dtype = jax.tree.leaves(positions)[0].dtype
         _, weights = self._counts_weights(self.mask, self.num_agents, dtype)
-        return jax.vmap(self._local_value, in_axes=(0, 0, 0, None))(
+        return jax.vmap(pot._local_value, in_axes=(0, 0, 0, None))(
             positions, self.data, weights, 1.0
         )
 
+    def _stacked(self, params: PyTree):
+        """``(potential, arrays (N, *param_shape))``: one point's array leaves, every agent."""
+        pot, arrays = self._on_arrays(params, name="params", agents=None)
+        n = self.num_agents
+        return pot, jax.tree.map(lambda p: jnp.broadcast_to(p, (n, *jnp.shape(p))), arrays)
+
     def value(self, params: PyTree) -> Array:
-        """The pooled potential ``f(x) = sum_i f_i(x)`` (negative log-posterior) at one point."""
-        stacked = jax.tree.map(lambda p: jnp.broadcast_to(p, (self.num_agents, *jnp.shape(p))), params)
-        return jnp.sum(self.agent_values(stacked))
+        """The pooled potential ``f(x) = sum_i f_i(x)`` (negative log-posterior) at one point
+        ``params`` (any pytree; non-array leaves static)."""
+        pot, stacked = self._stacked(params)
+        return jnp.sum(pot.agent_values(stacked))
 
     def pooled_grad(self, params: PyTree, key: PRNGKey) -> PyTree:
-        """Stochastic gradient of ``f = sum_i f_i`` at one point (the centralized sampler's)."""
-        stacked = jax.tree.map(lambda p: jnp.broadcast_to(p, (self.num_agents, *jnp.shape(p))), params)
-        return jax.tree.map(lambda g: jnp.sum(g, axis=0), self.grad(stacked, key))
+        """Stochastic gradient of ``f = sum_i f_i`` at one point (the centralized sampler's):
+        the array leaves of ``params``."""
+        pot, stacked = self._stacked(params)
+        return jax.tree.map(lambda g: jnp.sum(g, axis=0), pot.grad(stacked, key))

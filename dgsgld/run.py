@@ -21,8 +21,6 @@ Mixing: anything with ``matrix_at(k) -> W⁽ᵏ⁾`` (:mod:`dgsgld._mixing`); ar
 :class:`MixingStack`.
 """
 
-import copy
-import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
@@ -32,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _random, _validation
+from . import _params, _random, _validation
 from ._mixing import MixingStack, as_mixing
 from . import progress as _progress
 from ._types import Array, PRNGKey, PyTree
@@ -361,7 +359,7 @@ def sample(
     thin, trace_fn, ensemble_fn = output.thin, output.trace_fn, output.ensemble_fn
     show = _progress.wants_progress(progress)
     resume = _is_state(init)
-    positions, static = _split_static(init.position if resume else init)
+    positions, static = _params.split_static(init.position if resume else init)
     if resume:
         init = init._replace(position=positions)
     if static is not None:
@@ -610,59 +608,14 @@ def _check_network(stack, target, allow_disconnected: bool, window):
     return _validation.connectivity_error_if(target, union, name="mixing", what=what)
 
 
-class _Static(NamedTuple):
-    """The non-array leaves of the parameters (``eqx.partition(init, eqx.is_array)[1]``),
-    flattened so that it is hashable: wrapped user functions then reuse compiled runs."""
-
-    treedef: Any
-    leaves: tuple
-
-    def combine(self, arrays: PyTree) -> PyTree:
-        return eqx.combine(arrays, jax.tree.unflatten(self.treedef, self.leaves))
-
-
-def _split_static(tree) -> tuple[PyTree, _Static | None]:
-    """``(array leaves, static part)``; the static part is ``None`` when every leaf is an array."""
-    if all(eqx.is_array(leaf) for leaf in jax.tree.leaves(tree)):
-        return tree, None
-    arrays, static = eqx.partition(tree, eqx.is_array)
-    leaves, treedef = jax.tree.flatten(static)
-    return arrays, _Static(treedef, tuple(leaves))
-
-
-@dataclasses.dataclass(frozen=True)  # hashable by value, and weak-referenceable for jax's caches
-class _OnFull:
-    """A user function called with the full parameters ``static.combine(arrays)``.
-
-    ``kind``: ``"params"`` (``fn(params, *rest)``), ``"grad"`` (a gradient oracle: its
-    non-array output leaves dropped) or ``"state"`` (``fn(state)``, ``state.position`` full).
-    """
-
-    fn: Callable
-    static: _Static
-    kind: str
-
-    def __call__(self, first, *rest):
-        if self.kind == "state":
-            return self.fn(first._replace(position=self.static.combine(first.position)))
-        out = self.fn(self.static.combine(first), *rest)
-        return eqx.filter(out, eqx.is_array) if self.kind == "grad" else out
-
-
-def _see_static(static: _Static, potential: Potential, trace_fn, ensemble_fn):
+def _see_static(static: _params.Static, potential: Potential, trace_fn, ensemble_fn):
     """The potential, ``trace_fn`` and ``ensemble_fn`` rewired to see the full parameters
     while the loop (and ``jax.grad`` inside ``Potential``) works on the array leaves only."""
-    potential = copy.copy(potential)
-    for field, kind in (("log_likelihood", "params"), ("log_prior", "params"),
-                        ("gradient_fn", "grad")):
-        if getattr(potential, field) is not None:
-            # A copy of a frozen module: set a field the way eqx.Module.__init__ does.
-            object.__setattr__(potential, field, _OnFull(getattr(potential, field), static, kind))
-    wrap = lambda fn: None if fn is None else _OnFull(fn, static, "state")  # noqa: E731
-    return potential, wrap(trace_fn), wrap(ensemble_fn)
+    wrap = lambda fn: None if fn is None else _params.OnFull(fn, static, "state")  # noqa: E731
+    return _params.potential_on_arrays(potential, static), wrap(trace_fn), wrap(ensemble_fn)
 
 
-def _with_static(trace: Trace, static: _Static | None) -> Trace:
+def _with_static(trace: Trace, static: _params.Static | None) -> Trace:
     """``trace.positions`` and ``trace.state.position`` as full parameters (models to call)."""
     if static is None:
         return trace

@@ -29,6 +29,17 @@ The pilot must reach the posterior: when the posterior is wider than where the c
 with ``η`` through slow diffusion rather than bias, and the proposal is conservative (see
 ``report.stable_range`` for the largest stable step; a longer pilot, ``num_steps``, helps).
 
+**A criterion of your own.** The spread criterion asks for samples faithful to the posterior.
+When what matters is a prediction after a run of a given length (the paper tunes its
+logistic-regression steps by accuracy after 100 iterations), pass ``score_fn``: a function of
+the pilot's final positions, higher is better, e.g. the accuracy or log predictive density on
+a validation split (never the test set), and set ``num_steps`` to the length of the run you
+will make. The proposal is then the stable step with the best mean score; while that is the
+top of the grid, the grid is continued upwards (at most twice, ``num_step_sizes`` points each,
+one more compiled call of the same shapes). ``explain()`` shows the score beside the spread
+and the consensus error, and says when the best score lies above the accurate range (the
+agents' samples are then biased: a step that suits the score, not the posterior).
+
 :func:`check_step_size` warns when a chosen step lies outside the range a report found.
 """
 
@@ -44,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import metrics, run
+from . import _params, metrics, run
 from ._types import Array, PRNGKey, PyTree
 from .networks import spectral as network_spectral
 
@@ -70,6 +81,12 @@ class StepSizeReport(NamedTuple):
         spectral_gap: mean spectral gap of the mixing matrices (``nan`` without a network).
         spread_tolerance: the tolerance used.
         num_steps: pilot iterations; num_chains: pilot chains.
+        score: ``(G,)`` mean of ``score_fn`` at the end of the pilot, or ``None`` without one;
+            ``step_size`` is then the stable step with the best score.
+        score_se: ``(G,)`` standard errors of ``score`` over chains (a per-chain
+            ``score_fn``), else ``None``.
+        score_range: ``(low, high)`` stable steps whose score is within one standard error of
+            the best (how flat the score is around the proposal), else ``None``.
     """
 
     step_size: float
@@ -85,34 +102,60 @@ class StepSizeReport(NamedTuple):
     spread_tolerance: float
     num_steps: int
     num_chains: int
+    score: np.ndarray | None = None
+    score_se: np.ndarray | None = None
+    score_range: tuple[float, float] | None = None
 
     def explain(self) -> str:
         """How the step size was chosen, in words and a table."""
         lmax = float(np.max(self.curvature))
+        scored = self.score is not None
+        grid = (f"grid {self.step_sizes[0]:.3g} .. {self.step_sizes[-1]:.3g} = "
+                f"[1e-3, {self.step_sizes[-1] * lmax:.3g}] / L")
         lines = [
             f"Proposed step size {self.step_size:.4g} (η·L = {self.step_size * lmax:.3g}).",
             f"Curvature: largest Hessian eigenvalue per agent L_i in "
-            f"[{np.min(self.curvature):.4g}, {lmax:.4g}]; grid {self.step_sizes[0]:.3g} .. "
-            f"{self.step_sizes[-1]:.3g} = [1e-3, 3] / L.",
+            f"[{np.min(self.curvature):.4g}, {lmax:.4g}]; {grid}"
+            + (" (continued upwards while the best score was at its top)."
+               if scored and self.step_sizes[-1] * lmax > 3.01 else "."),
             f"Network: mean spectral gap {self.spectral_gap:.4g}.",
             f"Pilot: {self.num_chains} chains x {self.num_steps} iterations per step size, "
-            "one compiled call.",
+            "one compiled call per grid.",
             f"Stable (no divergence, no growth): {_range(self.stable_range)}.",
             f"Accurate (every agent's spread <= {self.spread_tolerance:g} x its smallest): "
-            f"{_range(self.accurate_range)}; the proposal is its largest step.",
+            f"{_range(self.accurate_range)}"
+            + ("." if scored else "; the proposal is its largest step."),
         ]
+        if scored:
+            lines.append("Score: the proposal is the stable step with the best mean score_fn"
+                         + ("." if self.score_range is None else
+                            f"; within one standard error of it: {_range(self.score_range)}."))
+            if self.step_size > self.accurate_range[1] * (1 + 1e-6):
+                i = int(np.flatnonzero(self.step_sizes == self.step_size)[0])
+                lines.append(
+                    f"Warning: the best score lies above the accurate range: there the worst "
+                    f"agent's spread is {self.inflation[i]:.3g}x its smallest and the consensus "
+                    f"error {self.consensus[i]:.3g}; the step suits the score, but the agents' "
+                    "samples are biased (less faithful to the posterior) there."
+                )
         if self.accurate_range[0] <= self.step_sizes[0]:
             lines.append(
                 "Note: the accurate range reaches the grid's smallest step (some agent's spread "
-                "never shrank with η): the pilot may not reach the posterior; the proposal is "
-                "then conservative (a longer pilot, num_steps, tells)."
+                "never shrank with η): the pilot may not reach the posterior; the spread "
+                "criterion is then conservative (a longer pilot, num_steps, tells)."
             )
-        lines.append("   step size    spread  inflation  consensus  stable")
-        for eta, s, r, c, ok in zip(self.step_sizes, self.spread, self.inflation,
-                                    self.consensus, self.stable):
+        head = "   step size    spread  inflation  consensus  stable"
+        lines.append(head + ("       score" if scored else ""))
+        for i, (eta, s, r, c, ok) in enumerate(zip(self.step_sizes, self.spread, self.inflation,
+                                                   self.consensus, self.stable)):
             mark = " <-" if eta == self.step_size else ""
-            lines.append(f"  {eta:10.4g}  {s:8.4g}  {r:9.3g}  {c:9.4g}  "
-                         f"{'yes' if ok else 'no':>6}{mark}")
+            row = (f"  {eta:10.4g}  {s:8.4g}  {r:9.3g}  {c:9.4g}  "
+                   f"{'yes' if ok else 'no':>6}")
+            if scored:
+                row += f"  {self.score[i]:10.4g}"
+                if self.score_se is not None:
+                    row += f" ± {self.score_se[i]:.2g}"
+            lines.append(row + mark)
         return "\n".join(lines)
 
 
@@ -155,20 +198,6 @@ def _power_iteration(potential, position: PyTree, key: PRNGKey, iterations: int)
     return value
 
 
-def _on_arrays(potential, static):
-    """The same potential as a function of the array leaves only (an equinox module's other
-    leaves, e.g. its activation, put back from ``static`` before the user's functions)."""
-    from .potential import Potential
-
-    full = lambda arrays: eqx.combine(arrays, static)  # noqa: E731
-    ll, lp = potential.log_likelihood, potential.log_prior
-    if ll is None:
-        raise ValueError("Curvature of an equinox-module model needs `log_likelihood` (the "
-                         "potential has only a `gradient_fn` oracle).")
-    return Potential(lambda a, d: ll(full(a), d), None if lp is None else lambda a: lp(full(a)),
-                     potential.data, mask=potential.mask)
-
-
 def local_curvature(potential, position: PyTree, key: PRNGKey, *, iterations: int = 50):
     """Largest Hessian eigenvalue magnitude ``L_i`` of every agent's potential ``f_i``.
 
@@ -181,9 +210,9 @@ def local_curvature(potential, position: PyTree, key: PRNGKey, *, iterations: in
     Returns:
         ``(N,)`` NumPy float64 array.
     """
-    arrays, static = eqx.partition(position, eqx.is_array)
-    if jax.tree.leaves(static):  # e.g. an eqx.nn.MLP's activation
-        potential, position = _on_arrays(potential, static), arrays
+    position, static = _params.split_static(position)
+    if static is not None:  # e.g. an eqx.nn.MLP's activation: Hessians of the array leaves
+        potential = _params.potential_on_arrays(potential, static)
     value = np.asarray(_power_iteration(potential, position, key, int(iterations)), np.float64)
     if not np.all(np.isfinite(value)):
         raise ValueError(
@@ -213,15 +242,38 @@ class _PilotStats(eqx.Module):
 
 
 @eqx.filter_jit
-def _pilot(make_algorithm, step_sizes, potential, mixing, init, key, num_steps, stats):
+def _pilot(make_algorithm, step_sizes, potential, mixing, init, key, num_steps, stats,
+           score_fn):
     def one(step_size):
         trace = run.sample(
             make_algorithm(step_size), potential, mixing, init, key, num_steps,
             output=run.Output(thin=num_steps // 2, ensemble_fn=stats), on_divergence="flag",
         )
-        return trace.ensemble, jnp.any(trace.diverged)
+        score = jnp.zeros(()) if score_fn is None else score_fn(trace.state.position)
+        return trace.ensemble, jnp.any(trace.diverged), score
 
     return jax.vmap(one)(step_sizes)
+
+
+class _Grid(NamedTuple):
+    """The pilot's raw results on a grid of ``G`` step sizes (NumPy, float64)."""
+
+    step_sizes: np.ndarray  # (G,)
+    agent_spread: np.ndarray  # (G, 3, N): start, middle, end
+    consensus: np.ndarray  # (G, 3)
+    diverged: np.ndarray  # (G,)
+    score: np.ndarray  # (G, S): S = 1 (scalar score) or the chains' scores
+
+    def join(self, other: "_Grid") -> "_Grid":
+        return _Grid(*(np.concatenate([a, b]) for a, b in zip(self, other)))
+
+
+def _run_grid(grid, run_pilot) -> _Grid:
+    (log_spread, consensus), diverged, score = run_pilot(jnp.asarray(grid, jnp.float32))
+    score = np.asarray(score, np.float64)
+    return _Grid(np.asarray(grid, np.float64), np.exp(np.asarray(log_spread, np.float64)),
+                 np.asarray(consensus, np.float64), np.asarray(diverged),
+                 score.reshape(len(grid), -1))
 
 
 def propose_step_size(
@@ -236,6 +288,7 @@ def propose_step_size(
     spread_tolerance: float = 1.5,
     max_chains: int = 64,
     curvature_at: PyTree | None = None,
+    score_fn: Callable[[PyTree], Array] | None = None,
 ) -> StepSizeReport:
     """Propose a constant step size for a model and a network (see the module doc).
 
@@ -244,12 +297,20 @@ def propose_step_size(
         potential, mixing, init, key: as in :func:`dgsgld.sample`; ``init`` needs at least 4
             chains (the pilot compares them), leaves ``(num_chains, N, *param_shape)``.
         num_steps: pilot iterations per step size (even; the budget the chains get to reach
-            the posterior: use roughly the burn-in you can afford).
+            the posterior: use roughly the burn-in you can afford, or, with ``score_fn``, the
+            length of the run you will make).
         num_step_sizes: grid points between ``10⁻³/L`` and ``3/L``.
         spread_tolerance: accepted inflation of the spread over its smallest value (> 1).
         max_chains: the pilot uses the first ``min(num_chains, max_chains)`` chains of ``init``.
         curvature_at: positions ``(N, *param_shape)`` where the curvature is measured; default
             the first chain of ``init``.
+        score_fn: optional criterion of the pilot's final positions, higher is better:
+            ``positions -> scalar`` or ``(num_chains,)`` (one score per chain; the report then
+            gives standard errors), with ``positions`` like the pilot's ``init`` (an equinox
+            model with its static leaves). E.g. the mean accuracy or log predictive density on
+            a validation split (never the test set). The proposal is then the stable step
+            with the best mean score instead of the largest accurate one, and the grid is
+            extended upwards while its best score is at its (stable) top.
 
     Returns:
         A :class:`StepSizeReport`; ``report.explain()`` says how it decided.
@@ -265,6 +326,8 @@ def propose_step_size(
         raise ValueError(f"`num_step_sizes` must be an integer >= 2; got {num_step_sizes!r}.")
     if not (isinstance(spread_tolerance, (int, float)) and spread_tolerance > 1):
         raise ValueError(f"`spread_tolerance` must be a number > 1; got {spread_tolerance!r}.")
+    if score_fn is not None and not callable(score_fn):
+        raise ValueError(f"`score_fn` must be callable or None; got {type(score_fn).__name__}.")
     leaves = jax.tree.leaves(eqx.filter(init, eqx.is_array))
     if not leaves or np.ndim(leaves[0]) < 1 or np.shape(leaves[0])[0] < 4:
         shape = np.shape(leaves[0]) if leaves else None
@@ -274,6 +337,13 @@ def propose_step_size(
         )
     chains = min(int(np.shape(leaves[0])[0]), int(max_chains))
     pilot_init = jax.tree.map(lambda x: x[:chains] if eqx.is_array(x) else x, init)
+    if score_fn is not None:  # checked on shapes now, not after the pilot
+        out = jax.eval_shape(score_fn, pilot_init)
+        if getattr(out, "shape", None) not in ((), (chains,)):
+            raise ValueError(
+                "`score_fn` must return a scalar or one score per chain, shape "
+                f"({chains},) for the pilot's {chains} chains; got "
+                f"{getattr(out, 'shape', type(out).__name__)}.")
     decentralized = bool(make_algorithm(1.0).decentralized)
     curvature_key, pilot_key = jax.random.split(key)
     at = curvature_at
@@ -292,43 +362,90 @@ def propose_step_size(
     dense = getattr(mixing, "matrices", None) if hasattr(mixing, "matrix_at") else mixing
     if dense is not None:
         gap = float(np.mean(network_spectral.spectral_gap(dense)))
-    (log_spread, consensus), diverged = _pilot(
-        make_algorithm, jnp.asarray(grid), potential, mixing, pilot_init, pilot_key,
-        num_steps, _PilotStats(decentralized),
-    )
-    agent_spread = np.exp(np.asarray(log_spread, np.float64))  # (G, 3, N): start, mid, end
-    spread = np.exp(np.mean(np.log(agent_spread), axis=-1))     # (G, 3) over agents
-    consensus = np.asarray(consensus, np.float64)
-    finite = np.isfinite(agent_spread).all((1, 2)) & np.isfinite(consensus).all(1)
+
+    def run_pilot(step_sizes):  # the same shapes every time: one compilation
+        return _pilot(make_algorithm, step_sizes, potential, mixing, pilot_init, pilot_key,
+                      num_steps, _PilotStats(decentralized), score_fn)
+
+    pilot = _run_grid(grid, run_pilot)
+    ratio = float(grid[-1] / grid[-2])
+    for _ in range(_MAX_EXTENSIONS if score_fn is not None else 0):
+        stable, score = _judge(pilot)
+        best = int(np.argmax(np.where(stable, score, -np.inf)))
+        if not (stable.any() and best == len(pilot.step_sizes) - 1):
+            break
+        # The best score at the stable top of the grid: continue the grid upwards.
+        more = (pilot.step_sizes[-1] * ratio ** np.arange(1, num_step_sizes + 1))
+        pilot = pilot.join(_run_grid(more.astype(np.float32), run_pilot))
+    return _report(pilot, curvature, gap, spread_tolerance, num_steps, chains,
+                   score_fn is not None)
+
+
+#: How many times the grid may be continued upwards (each time by ``num_step_sizes`` points at
+#: its spacing, a factor ``3000`` at the defaults) while a ``score_fn``'s best is at its top.
+_MAX_EXTENSIONS = 2
+
+
+def _judge(pilot: _Grid) -> tuple[np.ndarray, np.ndarray]:
+    """``(stable (G,), mean score (G,))``: no divergence, nothing non-finite, no growth."""
+    spread = np.exp(np.mean(np.log(pilot.agent_spread), axis=-1))  # (G, 3) over agents
+    consensus = pilot.consensus
+    score = np.mean(pilot.score, axis=1)
+    finite = (np.isfinite(pilot.agent_spread).all((1, 2)) & np.isfinite(consensus).all(1)
+              & np.isfinite(score))
     with np.errstate(invalid="ignore"):
         growing = (spread[:, 2] > 2 * spread[:, 1]) | (consensus[:, 2] > 2 * consensus[:, 1]
                                                         + 1e-12)
-    stable = finite & ~np.asarray(diverged) & ~growing
+    return finite & ~pilot.diverged & ~growing, score
+
+
+def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
+            scored: bool) -> StepSizeReport:
+    grid = pilot.step_sizes
+    stable, score = _judge(pilot)
     if not stable.any():
         raise ValueError(
             f"No step size in the pilot grid [{grid[0]:.3g}, {grid[-1]:.3g}] ran stably; check "
             "the model's gradient (scale of the log-likelihood, prior) and `init`."
         )
+    agent_spread = pilot.agent_spread
+    finite = np.isfinite(agent_spread).all((1, 2))
+    spread = np.exp(np.mean(np.log(agent_spread[:, 2]), axis=-1))
     # Every agent's spread against its own smallest over the stable grid points.
     end = np.where(stable[:, None], agent_spread[:, 2], np.inf)  # (G, N)
     inflation = np.max(end / end.min(axis=0), axis=1)             # (G,) worst agent
     accurate = stable & (inflation <= spread_tolerance)
     pick = np.flatnonzero(accurate)
+    if not pick.size:  # the agents' smallest spreads at different steps, all too far apart
+        pick = np.array([np.argmin(inflation)])
     stable_idx = np.flatnonzero(stable)
+    step = float(grid[pick[-1]])
+    score_se = score_range = None
+    if scored:
+        best = int(np.argmax(np.where(stable, score, -np.inf)))
+        step = float(grid[best])
+        if pilot.score.shape[1] > 1:
+            with np.errstate(invalid="ignore"):  # non-finite scores of diverged steps
+                score_se = np.std(pilot.score, axis=1, ddof=1) / np.sqrt(pilot.score.shape[1])
+            near = np.flatnonzero(stable & (score >= score[best] - score_se[best]))
+            score_range = (float(grid[near[0]]), float(grid[near[-1]]))
     return StepSizeReport(
-        step_size=float(grid[pick[-1]]),
+        step_size=step,
         stable_range=(float(grid[stable_idx[0]]), float(grid[stable_idx[-1]])),
         accurate_range=(float(grid[pick[0]]), float(grid[pick[-1]])),
         step_sizes=grid,
-        spread=np.where(finite, spread[:, 2], np.nan),
+        spread=np.where(finite, spread, np.nan),
         inflation=inflation,
-        consensus=consensus[:, 2],
+        consensus=pilot.consensus[:, 2],
         stable=stable,
         curvature=curvature,
         spectral_gap=gap,
         spread_tolerance=float(spread_tolerance),
         num_steps=int(num_steps),
         num_chains=chains,
+        score=score if scored else None,
+        score_se=score_se,
+        score_range=score_range,
     )
 
 
@@ -337,7 +454,8 @@ def check_step_size(step_size: float, report: StepSizeReport) -> bool:
 
     Above the stable range the pilot diverged or grew; above the accurate range the spread of
     the chains was inflated by more than ``report.spread_tolerance``; below it the chains had
-    not reached their spread in ``report.num_steps`` iterations (slow mixing).
+    not reached their spread in ``report.num_steps`` iterations (slow mixing). A proposal made
+    with a ``score_fn`` may itself lie above the accurate range, and is then warned about too.
 
     Returns:
         ``True`` when ``step_size`` lies in ``report.accurate_range`` (no warning).

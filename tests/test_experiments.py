@@ -89,6 +89,13 @@ def test_breast_cancer_problem_encoding_and_split():
     # ones, by about one standard deviation on this data set.
     z, y = np.asarray(problem.test_features), np.asarray(problem.test_targets)
     assert z[y == 1, 0].mean() < z[y == 0, 0].mean() - 1.0
+    # Validation (for tuning): the 51 - 30 training-split samples balancing left out (19 - 15
+    # malignant, 32 - 15 benign), none of them a training or test sample.
+    val = np.asarray(problem.validation_features)
+    assert val.shape == (21, 31) and float(problem.validation_targets.sum()) == 17.0
+    train = np.asarray(problem.features).reshape(-1, 31)
+    for other in (z, train):
+        assert not (val[:, None, :] == other[None, :, :]).all(-1).any()
     # A 31-parameter Bayesian logistic regression with 30 data still separates the classes:
     # the MAP estimate (prior λ = 0.3) classifies the test set well.
     pot = problem.potential()

@@ -161,3 +161,87 @@ def test_with_replacement_indices_stay_in_range_and_cover_the_data():
     # Each index has probability 1/6 per slot: 12 000 slots, sd = sqrt(12000 (1/6)(5/6)).
     counts = np.bincount(idx.ravel(), minlength=6)
     assert np.all(np.abs(counts - 2000) <= 5 * np.sqrt(12000 * 5 / 36))
+
+
+# -- parameters as pytrees, called directly (the runner's convention: array leaves carry the
+# agent axis, other leaves static) -------------------------------------------------------------
+
+NP, DP, KP, LAM = 3, 2, 4, 0.6
+_rng = np.random.default_rng(7)
+ZP = _rng.normal(size=(NP, KP, DP)).astype(np.float32)
+YP = _rng.normal(size=(NP, KP)).astype(np.float32)
+
+
+def _sum_sq(tree):
+    import equinox as eqx
+
+    return sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(eqx.filter(tree, eqx.is_array)))
+
+
+def _linear_hand(w, b):
+    """f_i(w, b) = ½ Σ_j (z_jᵀw_i + b_i − y_j)² + λ(‖w_i‖² + b_i²)/(2N): residuals r_ij, then
+    ∇_w f_i = Σ_j r_ij z_j + λ w_i / N, ∇_b f_i = Σ_j r_ij + λ b_i / N (float64)."""
+    r = np.einsum("nkd,nd->nk", ZP, w) + b[:, None] - YP
+    value = 0.5 * np.sum(r**2, 1) + LAM * (np.sum(w**2, 1) + b**2) / (2 * NP)
+    return (np.einsum("nk,nkd->nd", r, ZP) + LAM * w / NP, r.sum(1) + LAM * b / NP, value)
+
+
+def test_equinox_mlp_passed_directly_to_every_method():
+    eqx = pytest.importorskip("equinox")
+    # depth=0: m(z) = W z + b (identity final activation) with W (1, D), b (1,); the activation
+    # functions are non-array, static leaves. Per-agent weights (N, 1, D) and biases (N, 1).
+    mlp = eqx.nn.MLP(DP, "scalar", 4, 0, key=jax.random.key(0))
+    w, b = _rng.normal(size=(NP, DP)), _rng.normal(size=NP)
+    models = eqx.tree_at(lambda m: (m.layers[0].weight, m.layers[0].bias), mlp,
+                         (jnp.asarray(w[:, None], jnp.float32),
+                          jnp.asarray(b[:, None], jnp.float32)))
+    pot = dgsgld.Potential(lambda m, d: -0.5 * (m(d[0]) - d[1]) ** 2,
+                           lambda m: -0.5 * LAM * _sum_sq(m), (ZP, YP))
+    gw, gb, value = _linear_hand(w, b)
+    full = pot.full_grad(models)  # called eagerly; the others compiled (fewer compilations)
+    assert callable(models.activation) and full.activation is None  # like eqx.filter_grad
+    np.testing.assert_allclose(full.layers[0].weight[:, 0], gw, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(full.layers[0].bias[:, 0], gb, rtol=1e-4, atol=1e-5)
+    stochastic = eqx.filter_jit(pot.grad)(models, jax.random.key(1))  # full batch: exact
+    np.testing.assert_allclose(stochastic.layers[0].weight[:, 0], gw, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(eqx.filter_jit(pot.agent_values)(models), value, rtol=1e-5)
+    # One point for every agent (agent 0's model): f = Σ_i f_i and its gradient.
+    one = jax.tree.map(lambda a: a[0] if eqx.is_array(a) else a, models)
+    gw0, gb0, value0 = _linear_hand(np.repeat(w[:1], NP, 0), np.repeat(b[:1], NP))
+    np.testing.assert_allclose(eqx.filter_jit(pot.value)(one), value0.sum(), rtol=1e-5)
+    pooled = eqx.filter_jit(pot.pooled_grad)(one, jax.random.key(2))
+    np.testing.assert_allclose(pooled.layers[0].weight[0], gw0.sum(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pooled.layers[0].bias[0], gb0.sum(), rtol=1e-4, atol=1e-5)
+    bad = jax.tree.map(lambda a: a[:2] if eqx.is_array(a) else a, models)
+    with pytest.raises(ValueError, match=r"`positions\.layers\[0\]\.weight` has shape \(2, 1, 2\)"):
+        pot.full_grad(bad)
+
+
+def test_dict_parameters_called_directly():
+    pot = dgsgld.Potential(lambda p, d: -0.5 * (d[0] @ p["w"] + p["b"] - d[1]) ** 2,
+                           lambda p: -0.5 * LAM * _sum_sq(p), (ZP, YP))
+    w = _rng.normal(size=(NP, DP))
+    b = _rng.normal(size=NP)
+    gw, gb, value = _linear_hand(w, b)
+    params = {"w": jnp.asarray(w, jnp.float32), "b": jnp.asarray(b, jnp.float32)}
+    full = pot.full_grad(params)
+    np.testing.assert_allclose(full["w"], gw, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(full["b"], gb, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pot.agent_values(params), value, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"`positions\['b'\]` has shape \(\)"):
+        pot.grad({"w": params["w"], "b": jnp.float32(0.0)}, jax.random.key(0))
+
+
+def test_scalar_parameter_called_directly():
+    # f_i(x) = ½ Σ_j (x − y_j)² + λ x²/(2N)  ⇒  ∇f_i = Σ_j (x − y_j) + λ x / N.
+    pot = dgsgld.Potential(lambda x, y: -0.5 * (x - y) ** 2, lambda x: -0.5 * LAM * x**2, YP)
+    x = _rng.normal(size=NP)
+    expect = np.sum(x[:, None] - YP, 1) + LAM * x / NP
+    np.testing.assert_allclose(pot.full_grad(jnp.asarray(x, jnp.float32)), expect, rtol=1e-5)
+    x0 = 0.3
+    want = 0.5 * np.sum((x0 - YP) ** 2) + 0.5 * LAM * x0**2
+    np.testing.assert_allclose(pot.value(jnp.float32(x0)), want, rtol=1e-5)
+    np.testing.assert_allclose(pot.pooled_grad(jnp.float32(x0), jax.random.key(0)),
+                               np.sum(x0 - YP) + LAM * x0, rtol=1e-5)
+    with pytest.raises(ValueError, match="`params` has no array leaves"):
+        pot.value(0.3)  # a Python float is static, as in equinox

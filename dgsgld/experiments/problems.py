@@ -97,6 +97,8 @@ class Problem(eqx.Module):
         test_features, test_targets: ``(n_test, p)`` and ``(n_test,)`` held-out data, or
             ``None``.
         name: short description.
+        validation_features, validation_targets: ``(n_val, p)`` and ``(n_val,)`` held-out
+            data for tuning (never the test set), or ``None``.
     """
 
     features: Array
@@ -109,6 +111,8 @@ class Problem(eqx.Module):
     log_likelihood: Callable = eqx.field(static=True)
     log_prior: Callable = eqx.field(static=True)
     name: str = eqx.field(static=True)
+    validation_features: Array | None = None
+    validation_targets: Array | None = None
 
     @property
     def num_agents(self) -> int:
@@ -265,7 +269,8 @@ def logistic_regression_problem(
     and ``y = 1[p ≤ σ(zᵀx)]`` with ``p ~ U(0, 1)``. The samples are shuffled and split
     ``train_fraction`` / rest into training and test sets; the training set is class-balanced
     to ``train_size`` by keeping the first ``train_size / 2`` samples of each class, shuffled
-    again, and dealt to the agents in consecutive blocks.
+    again, and dealt to the agents in consecutive blocks. A validation set for tuning (as many
+    samples as the test set) is drawn from the same model last, leaving the rest unchanged.
 
     When a draw leaves fewer than ``train_size / 2`` training samples in a class (an extreme
     intercept), the whole data set, true parameter included, is drawn again from the same
@@ -283,7 +288,7 @@ def logistic_regression_problem(
         max_redraws: see above.
 
     Returns:
-        A :class:`Problem` with ``true_params``, ``test_features`` and ``test_targets``.
+        A :class:`Problem` with ``true_params``, ``test_*`` and ``validation_*`` data.
     """
     _check_split(train_size, num_agents, "balanced training-set size `train_size`")
     if train_size % 2:
@@ -312,6 +317,10 @@ def logistic_regression_problem(
         )
     train = _partition(train[keep], y, partition, rng)
     features, targets = _agents(z[train], y[train], num_agents)
+    # Validation data for tuning: fresh draws from the same model, as many as the test set,
+    # drawn after everything else so that the training and test data do not change.
+    z_val = _with_intercept(rng.normal(size=(test.size, dim)))
+    y_val = (rng.uniform(size=test.size) <= 1.0 / (1.0 + np.exp(-(z_val @ truth))))
     return Problem(
         features,
         targets,
@@ -323,6 +332,8 @@ def logistic_regression_problem(
         logistic_log_likelihood,
         GaussianLogPrior(float(prior_precision)),
         f"synthetic logistic regression (n={train_size}, d={dim}, N={num_agents})",
+        _f32(z_val),
+        _f32(y_val.astype(np.float64)),
     )
 
 
@@ -344,7 +355,8 @@ def breast_cancer_problem(
     test (518). Features are standardized with the mean
     and standard deviation of the training split; the training split is then class-balanced to
     ``train_size`` (the first ``train_size / 2`` of each class in random order), shuffled, and
-    dealt to the agents in consecutive blocks (one sample each for 30 agents).
+    dealt to the agents in consecutive blocks (one sample each for 30 agents). The training-split
+    samples that balancing leaves out (21 by default) are the validation set for tuning.
 
     Args:
         seed: NumPy seed of the split.
@@ -354,7 +366,7 @@ def breast_cancer_problem(
         prior_precision: ``λ`` (0.3, the paper's tuned value).
 
     Returns:
-        A :class:`Problem` with 31 parameters and ``test_features``, ``test_targets``.
+        A :class:`Problem` with 31 parameters and ``test_*`` and ``validation_*`` data.
     """
     _check_split(train_size, num_agents, "balanced training-set size `train_size`")
     if train_size % 2:
@@ -389,6 +401,8 @@ def breast_cancer_problem(
     scale = x[train].std(axis=0)
     standard = (x - loc) / np.where(scale > 0, scale, 1.0)
     z = _with_intercept(standard)
+    # Validation data for tuning: the training-split samples that balancing left out.
+    validation = np.sort(np.setdiff1d(train, train[keep]))
     train = _partition(train[keep], y, partition, rng)
     features, targets = _agents(z[train], y[train], num_agents)
     return Problem(
@@ -402,4 +416,6 @@ def breast_cancer_problem(
         logistic_log_likelihood,
         GaussianLogPrior(float(prior_precision)),
         f"breast cancer logistic regression (n={train_size}, d=30, N={num_agents})",
+        _f32(z[validation]),
+        _f32(y[validation]),
     )
