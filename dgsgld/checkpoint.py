@@ -60,7 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation
+from . import _params, _validation
 from . import run as _run
 from . import progress as _progress
 from ._fingerprint import describe
@@ -727,6 +727,16 @@ def sample_chunked(
         )
     _validation.check_callable(on_chunk, name="on_chunk")
     stop, sample_options = _sample_options(on_divergence, options)
+    # Parameters with static leaves (an eqx.nn.MLP): the chunks carry the array leaves, as
+    # `sample`'s own loop does, and the user's functions see the whole model.
+    resume = _run._is_state(init)
+    arrays, static = _params.split_static(init.position if resume else init)
+    if static is not None:
+        init = init._replace(position=arrays) if resume else arrays
+        potential, trace_fn, ensemble_fn = _run._see_static(static, potential, output.trace_fn,
+                                                            output.ensemble_fn)
+        output = output._replace(trace_fn=trace_fn, ensemble_fn=ensemble_fn)
+        options = dict(options, output=output)
     # The burn-in is dropped from the whole run's outputs at the end (the chunks keep it).
     burn_in = output.burn_in
     sample_options["output"] = output._replace(burn_in=0)
@@ -784,8 +794,9 @@ def sample_chunked(
     if on_divergence in ("raise", "warn"):  # also a checkpoint written with "flag"
         _report_divergence(divergence, on_divergence)
     outputs = (_concat([p[g] for p in parts], axis) for g, axis in _GROUPS.items())
-    return Trace(*(_rows(out, burn_in // thin, None, axis) if burn_in else out
-                   for out, axis in zip(outputs, _GROUPS.values())), state, divergence)
+    trace = Trace(*(_rows(out, burn_in // thin, None, axis) if burn_in else out
+                    for out, axis in zip(outputs, _GROUPS.values())), state, divergence)
+    return _run._with_static(trace, static)
 
 
 def _version() -> str:

@@ -78,7 +78,8 @@ def _axis(mesh: Mesh, axis_name: str | None) -> str:
 
 
 def shard_chains(tree: Any, mesh: Mesh, axis_name: str | None = None) -> Any:
-    """Place every leaf's leading (chain) axis across the mesh axis; scalars are replicated.
+    """Place every array leaf's leading (chain) axis across the mesh axis; scalars are
+    replicated; non-array leaves (an ``eqx.nn.MLP``'s activation) are static and kept as they are.
 
     Raises:
         ValueError: if the number of chains is not a multiple of the number of devices.
@@ -87,6 +88,8 @@ def shard_chains(tree: Any, mesh: Mesh, axis_name: str | None = None) -> Any:
     size = mesh.shape[axis]
 
     def place(leaf):
+        if not eqx.is_array_like(leaf):
+            return leaf
         leaf = jnp.asarray(leaf)
         if leaf.ndim == 0:
             return jax.device_put(leaf, NamedSharding(mesh, PartitionSpec()))

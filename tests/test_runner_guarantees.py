@@ -273,6 +273,37 @@ def test_an_equinox_mlp_passed_directly_matches_the_same_network_written_by_hand
     assert isinstance(more.state.position, eqx.nn.MLP)
 
 
+@pytest.mark.slow  # default run: tests/test_traceio.py samples an MLP passed directly
+def test_an_equinox_mlp_runs_through_the_chunked_and_sharded_runners(tmp_path):
+    """The checkpointed and sharded runners take the same pytrees as ``sample``: an MLP whose
+    activation is a static leaf comes back as an MLP with the same numbers."""
+    from dgsgld import sharding
+
+    xs = jnp.linspace(-1.0, 1.0, N * 3, dtype=jnp.float32).reshape(N, 3, 1)
+    potential = dgsgld.Potential(
+        lambda model, datum: -0.5 * jnp.sum((model(datum[0]) - datum[1]) ** 2), None,
+        (xs, jnp.sin(3 * xs)))
+    keys = jax.random.split(jax.random.key(0), 2 * N).reshape(2, N)
+    mlp = eqx.filter_jit(eqx.filter_vmap(eqx.filter_vmap(
+        lambda k: eqx.nn.MLP(1, 1, 4, 1, key=k))))(keys)
+    args = (dgsgld.diging_sgld(1e-2), potential, problem()[1], mlp, KEY, 6)
+    want = dgsgld.sample(*args)
+
+    def same(got, exact):
+        assert isinstance(got.positions, eqx.nn.MLP) and isinstance(got.state.position, eqx.nn.MLP)
+        for a, b in zip(jax.tree.leaves(eqx.filter((got.positions, got.state), eqx.is_array)),
+                        jax.tree.leaves(eqx.filter((want.positions, want.state), eqx.is_array))):
+            if exact:  # the same program on the same numbers
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            else:  # products split over devices may round differently: float32 rounding
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+    same(dgsgld.sample_chunked(*args, chunk_size=2, path=tmp_path / "run"), exact=True)
+    same(dgsgld.sample_chunked(*args, chunk_size=2, path=tmp_path / "run"), exact=True)  # resumed
+    same(sharding.sample_sharded(*args), exact=False)
+    same(sharding.sample_agent_sharded(*args), exact=False)
+
+
 class Line(NamedTuple):
     slope: jax.Array
     intercept: jax.Array
