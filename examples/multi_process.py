@@ -26,6 +26,11 @@ def parse(argv=None):
     p.add_argument("--coordinator", default=None, help="HOST:PORT of process 0")
     p.add_argument("--placement", choices=("chains", "agents"), default="chains")
     p.add_argument("--out", required=True, help=".npz written by process 0")
+    p.add_argument("--network", choices=("barbell", "ring"), default="barbell",
+                   help="the paper's time-varying barbell, or a ring (circulant)")
+    p.add_argument("--mixing", choices=("dense", "sparse"), default="dense",
+                   help="sparse: dgsgld.sparse snapshots; the agents placement then exchanges "
+                   "only the rows neighbours need (ppermute) instead of all-gathering them")
     p.add_argument("--chains", type=int, default=200, help="trials (200 in the paper)")
     p.add_argument("--agents", type=int, default=20, help="N (20 in the paper)")
     p.add_argument("--steps", type=int, default=100)
@@ -46,7 +51,7 @@ def parse(argv=None):
 
 
 def setup(args):
-    """``(problem, mixing stack, init (C, N, p), key, algorithm)`` of the Fig. 2(a) run,
+    """``(problem, mixing, init (C, N, p), key, algorithm)`` of the Fig. 2(a) run,
     the same on every process (the data of every agent are generated; see ``local`` below)."""
     import jax
 
@@ -61,7 +66,12 @@ def setup(args):
     seeds = derive_seeds(args.seed)
     problem = linear_regression_problem(seeds["data"], num_samples=config.num_samples,
                                         num_agents=config.num_agents)
-    mixing = make_network(config, seeds["network"]).matrices
+    if args.network == "ring":
+        mixing = dgsgld.networks.ring(args.agents).matrices
+    else:
+        mixing = make_network(config, seeds["network"]).matrices
+    if args.mixing == "sparse":
+        mixing = dgsgld.sparse.from_dense(mixing)   # circulant for the ring, else neighbour lists
     init = _initial_positions(seeds["init"], config, problem.dim)[0]
     return problem, mixing, init, jax.random.key(seeds["sampling"]), \
         dgsgld.diging_sgld(args.step_size)
