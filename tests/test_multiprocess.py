@@ -161,6 +161,20 @@ def test_mini_batches_across_two_processes_equal_single_process_run(tmp_path):
     assert _close(_positions(tmp_path / "m.npz"), _reference("--batch-size", "3"))
 
 
+@pytest.mark.parametrize("processes,network", [
+    (2, "barbell"),
+    pytest.param(2, "ring", marks=pytest.mark.slow),
+    pytest.param(4, "barbell", marks=pytest.mark.slow),
+])
+def test_sparse_agents_across_processes_equal_single_process_run(tmp_path, processes, network):
+    # Sparse snapshots (barbell: neighbour lists; ring: circulant): each process receives only
+    # the rows its agents' neighbours need (ppermute), not all rows. Same tolerance as above.
+    sparse = ["--mixing", "sparse", "--network", network]
+    _run(["--placement", "agents", "--out", str(tmp_path / "s.npz"), *sparse, *SMALL],
+         processes=processes)
+    assert _close(_positions(tmp_path / "s.npz"), _reference(*sparse))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("placement", ["chains", "agents"])
 def test_four_processes_equal_single_process_run(reference, tmp_path, placement):
