@@ -31,8 +31,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -42,7 +44,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .potential import Potential
 
 __all__ = ["agent_block", "agent_potential", "chain_block", "gather", "initialize", "launch",
-           "load_process_state", "save_process_state"]
+           "load_process_state", "sample_chains", "save_process_state"]
 
 #: Environment variables read by :func:`initialize` when an argument is not given.
 ENV = {"process_id": "DGSGLD_PROCESS_ID", "num_processes": "DGSGLD_NUM_PROCESSES",
@@ -139,8 +141,58 @@ def gather(tree):
     """Every leaf whole on every process: blocks of chains run per process are concatenated
     along the chain axis, global (agent-split) arrays assembled. A collective: every process
     must call it. E.g. ``gather(trace)`` gives the whole :class:`~dgsgld.Trace` (``ensemble``
-    excepted, which is per process)."""
+    excepted: ``dgsgld.sample``'s is over the process's own chains; :func:`sample_chains`
+    computes it over all)."""
     return multihost_utils.process_allgather(tree, tiled=True)
+
+
+@dataclass(frozen=True)  # hashable by value: repeated calls reuse the compiled run
+class _WithState:
+    """``trace_fn`` that also keeps the whole state, for an ``ensemble_fn`` applied later."""
+
+    trace_fn: Callable | None
+
+    def __call__(self, state):
+        return (None if self.trace_fn is None else self.trace_fn(state)), state
+
+
+def sample_chains(algorithm, potential: Potential, mixing, init, key, num_steps: int, *,
+                  trace_fn: Callable | None = None, ensemble_fn: Callable | None = None,
+                  store_positions: bool | None = None, **kwargs: Any):
+    """The chains placement in one call: this process runs its :func:`chain_block` of
+    ``init``'s chains with :func:`dgsgld.sample` (``chain_offset``: the draws of a
+    single-process run) and every process gets the whole :class:`~dgsgld.Trace` (:func:`gather`).
+
+    ``ensemble_fn`` sees all processes' chains, as in a single-process run: each process keeps
+    its chains' whole states at the kept iterations (memory: the state of every chain at every
+    kept iteration, on every process after gathering), and ``ensemble_fn`` is applied per kept
+    iteration after the gather. Its results equal the single-process ``trace.ensemble`` up to
+    the rounding of a separately compiled ``ensemble_fn``.
+
+    Args:
+        algorithm, potential, mixing, key, num_steps, trace_fn, store_positions, **kwargs: as
+            for :func:`dgsgld.sample` (not ``chain_offset``, set here).
+        init: all chains' positions ``(num_chains, ...)`` (or a gathered ``trace.state``), the
+            same on every process; ``num_chains`` a multiple of the number of processes.
+        ensemble_fn: ``states -> pytree`` over all chains (leaves ``(num_chains, ...)``).
+    """
+    from .run import sample
+
+    if "chain_offset" in kwargs:
+        raise ValueError("`chain_offset` is set by sample_chains (each process's block); "
+                         "do not pass it.")
+    num_chains = jax.tree.leaves(init)[0].shape[0]
+    offset, size = chain_block(num_chains)
+    block = jax.tree.map(lambda leaf: leaf[offset:offset + size], init)
+    if store_positions is None:
+        store_positions = trace_fn is None and ensemble_fn is None
+    keep = trace_fn if ensemble_fn is None else _WithState(trace_fn)
+    trace = gather(sample(algorithm, potential, mixing, block, key, num_steps, trace_fn=keep,
+                          store_positions=store_positions, chain_offset=offset, **kwargs))
+    if ensemble_fn is None:
+        return trace
+    values, states = trace.values                            # states: leaves (C, K, ...)
+    return trace._replace(values=values, ensemble=jax.vmap(ensemble_fn, in_axes=1)(states))
 
 
 # ---------------------------------------------------------------------------- checkpoints

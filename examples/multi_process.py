@@ -45,6 +45,9 @@ def parse(argv=None):
     p.add_argument("--repeat", type=int, default=1,
                    help="run R times; report the first (compilation included) or, for R > 1, "
                    "the median of the others")
+    p.add_argument("--ensemble", action="store_true",
+                   help="chains placement: also write `ensemble`, the chains' mean and variance "
+                   "per agent at every iteration, computed over all processes' chains")
     p.add_argument("--heartbeat-timeout", type=int, default=30,
                    help="seconds before a silent process is declared dead")
     return p.parse_args(argv)
@@ -77,6 +80,14 @@ def setup(args):
         dgsgld.diging_sgld(args.step_size)
 
 
+def spread(states):
+    """Per kept iteration, over all chains: the mean and variance of every agent's position
+    ``(2, N, d)`` (an ``ensemble_fn``)."""
+    import jax.numpy as jnp
+
+    return jnp.stack([jnp.mean(states.position, axis=0), jnp.var(states.position, axis=0)])
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     import jax
@@ -96,15 +107,16 @@ def main(argv=None) -> int:
     like = jax.eval_shape(jax.vmap(algorithm.init, (0, None, 0)), init, problem.potential(),
                           jax.random.split(key, args.chains))  # shapes only
     if args.placement == "chains":
-        offset, size = distributed.chain_block(args.chains)
         potential = problem.potential(args.batch_size)
-        state = init[offset:offset + size]
-        if args.resume:
-            state = distributed.load_process_state(args.resume, like)
+        state = init
+        if args.resume:  # each process's block of chains, gathered: all chains everywhere
+            state = distributed.gather(distributed.load_process_state(args.resume, like))
+        ensemble_fn = spread if args.ensemble else None
 
         def run():
-            return dgsgld.sample(algorithm, potential, mixing, state, key, args.steps,
-                                 chain_offset=offset, store_positions=False)
+            # This process's block of the chains; the whole Trace gathered on every process.
+            return distributed.sample_chains(algorithm, potential, mixing, state, key,
+                                             args.steps, ensemble_fn=ensemble_fn)
     else:
         mesh = sharding.agent_mesh()
         first, size = distributed.agent_block(args.agents)
@@ -127,15 +139,21 @@ def main(argv=None) -> int:
     for _ in range(args.repeat):
         start = time.perf_counter()
         trace = run()
-        final, divergence = distributed.gather((trace.state, trace.divergence))  # collective
+        # Whole arrays on every process: a collective (sample_chains has gathered already).
+        whole = distributed.gather(trace) if args.placement == "agents" else trace
         times.append(time.perf_counter() - start)
     # The first call compiles; with --repeat R > 1, the median of the other R - 1.
     seconds = float(np.median(times[1:] if len(times) > 1 else times))
-    if args.save_state:
-        distributed.save_process_state(args.save_state, trace.state)
+    if args.save_state:  # this process's agents, or its block of the (gathered) chains
+        state = trace.state
+        if args.placement == "chains":
+            offset, size = distributed.chain_block(args.chains)
+            state = jax.tree.map(lambda leaf: leaf[offset:offset + size], state)
+        distributed.save_process_state(args.save_state, state)
     if jax.process_index() == 0:
-        np.savez(args.out, positions=np.asarray(final.position),
-                 diverged=np.asarray(divergence.iteration) >= 0, seconds=seconds)
+        extra = {} if whole.ensemble is None else {"ensemble": np.asarray(whole.ensemble)}
+        np.savez(args.out, positions=np.asarray(whole.state.position),
+                 diverged=np.asarray(whole.divergence.iteration) >= 0, seconds=seconds, **extra)
         print(f"{args.placement}: {jax.process_count()} processes, {args.chains} chains, "
               f"{args.agents} agents, {args.steps} steps: {seconds:.2f} s; wrote {args.out}")
     return 0

@@ -50,20 +50,26 @@ def _positions(path) -> np.ndarray:
         return f["positions"]
 
 
-def _reference(*extra):
-    """The single-process run: dgsgld.sample on all chains, in this process."""
+def _example():
     import importlib.util
-
-    import dgsgld
 
     spec = importlib.util.spec_from_file_location("multi_process", EXAMPLE[1])
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    return example
+
+
+def _reference(*extra, ensemble_fn=None):
+    """The single-process run: dgsgld.sample on all chains, in this process (final positions,
+    or the trace with ``ensemble_fn``)."""
+    import dgsgld
+
+    example = _example()
     args = example.parse(["--out", "unused", *SMALL, *extra])
     problem, mixing, init, key, algorithm = example.setup(args)
     trace = dgsgld.sample(algorithm, problem.potential(args.batch_size), mixing, init, key,
-                          args.steps, store_positions=False)
-    return np.asarray(trace.state.position)
+                          args.steps, store_positions=False, ensemble_fn=ensemble_fn)
+    return trace if ensemble_fn is not None else np.asarray(trace.state.position)
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +109,44 @@ def test_two_processes_saved_and_resumed_equal_single_process_run(reference, tmp
         assert f["leaf/0"].shape == ((8, 10, 6) if placement == "agents" else (4, 20, 6))
     _run([*half, "--out", str(tmp_path / "b.npz"), "--resume", str(tmp_path / "s")], processes=2)
     assert _close(_positions(tmp_path / "b.npz"), reference)
+
+
+def test_ensemble_over_the_chains_of_two_processes_equals_single_process_run(tmp_path):
+    # ensemble_fn (chains' mean and variance per agent) over all 8 chains, 4 per process:
+    # gathered states, then ensemble_fn per kept iteration. Positions agree to rounding
+    # (above), so do their means and variances (scale-relative bound as above).
+    _run(["--placement", "chains", "--ensemble", "--out", str(tmp_path / "e.npz"), *SMALL],
+         processes=2)
+    ref = _reference(ensemble_fn=_example().spread)
+    with np.load(tmp_path / "e.npz") as f:
+        got = f["ensemble"]
+    want = np.asarray(ref.ensemble)
+    assert got.shape == want.shape == (21, 2, 20, 6)     # kept iterations 0..20, mean and var
+    assert np.abs(want[:, 1]).min() > 0                  # chains differ: a real variance
+    assert np.abs(got - want).max() < 1e-4 * max(1.0, np.abs(want).max())
+
+
+def test_sample_chains_in_one_process_is_dgsgld_sample_with_its_ensemble():
+    import jax
+    import jax.numpy as jnp
+
+    import dgsgld
+    from _problems import linear_regression, ring
+
+    prob = linear_regression(num_agents=4, dim=2)
+    init = jnp.asarray(np.random.default_rng(0).normal(size=(6, 4, 2)), jnp.float32)
+    spread = _example().spread
+    args = (dgsgld.diging_sgld(0.05), prob.potential, ring(4), init, jax.random.key(0), 10)
+    want = dgsgld.sample(*args, ensemble_fn=spread, thin=2)
+    got = distributed.sample_chains(*args, ensemble_fn=spread, thin=2)
+    # The same compiled step and draws: equal positions; ensemble_fn applied after the run
+    # instead of inside the loop (float32 rounding of the mean and variance at most).
+    np.testing.assert_array_equal(got.state.position, want.state.position)
+    assert got.ensemble.shape == want.ensemble.shape == (6, 2, 4, 2)
+    np.testing.assert_allclose(got.ensemble, want.ensemble, rtol=1e-6, atol=1e-7)
+    assert got.positions is None and got.values is None
+    with pytest.raises(ValueError, match="chain_offset"):
+        distributed.sample_chains(*args, chain_offset=2)
 
 
 def test_a_dying_process_stops_the_others_with_an_error(tmp_path):
