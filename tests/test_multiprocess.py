@@ -188,6 +188,54 @@ def test_launch_fails_loudly_when_one_process_fails(tmp_path):
     assert time.monotonic() - start < 50                 # process 0 (sleeping 60 s) was stopped
 
 
+def _free_port_in(low: int, high: int) -> int:
+    import socket
+
+    for port in np.random.default_rng().permutation(np.arange(low, high + 1)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", int(port)))
+            except OSError:
+                continue
+            return int(port)
+    raise RuntimeError(f"no free port in {low}..{high}")
+
+
+SLURM_PROBE = """
+import jax
+from dgsgld import distributed
+distributed.initialize()                 # no arguments, no DGSGLD_*: JAX's cluster detection
+from jax.experimental import multihost_utils
+ids = multihost_utils.process_allgather(jax.numpy.int32(jax.process_index()))
+print("SLURM", jax.process_index(), jax.process_count(), jax.device_count(), list(map(int, ids)))
+"""
+
+
+def test_initialize_without_arguments_joins_a_simulated_slurm_job():
+    # What srun sets for two tasks of one job on one node ("localhost"); JAX derives the
+    # coordinator (the first node, port 61440 + job id mod 4096) and each process's id and
+    # count from them. Not tested here: srun itself, several nodes, GPUs.
+    port = _free_port_in(61440, 65535)                 # the range JAX derives from the job id
+    env = {k: v for k, v in _env().items() if not k.startswith(("DGSGLD_", "SLURM_"))}
+    env |= {"SLURM_JOB_ID": str(port - 61440 + 4096 * 7), "SLURM_STEP_NODELIST": "localhost",
+            "SLURM_NTASKS": "2", "SLURM_STEP_NUM_NODES": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", SLURM_PROBE], cwd=ROOT,
+                              env=env | {"SLURM_PROCID": str(i), "SLURM_LOCALID": str(i)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for i, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, err[-2000:]
+        line = next(ln for ln in out.splitlines() if ln.startswith("SLURM"))
+        assert line == f"SLURM {i} 2 2 [0, 1]"          # joined as task i of 2; a collective ran
+
+
 def test_bad_arguments_are_rejected_with_a_message():
     with pytest.raises(ValueError, match="together"):
         distributed.initialize(process_id=0)
