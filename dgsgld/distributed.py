@@ -9,11 +9,13 @@ contiguous block :func:`chain_block` of them with :func:`dgsgld.sample`, passing
 ``chain_offset`` so that its chain ``c`` draws as global chain ``offset + c``
 (``fold_in(key, offset + c)``, the runner's chain identity rule) with the same key on every
 process. Nothing is exchanged during the run; :func:`gather` concatenates the blocks at the end.
+:func:`sample_chains` does all three, and computes ``ensemble_fn`` over all processes' chains.
 
 **Agents across processes.** Process ``p`` holds only the data of its agents
 (:func:`agent_block`, :func:`agent_potential`) and runs
 :func:`dgsgld.sharding.sample_agent_sharded` over a mesh of all devices: each step every device
-all-gathers the positions and trackers (the mixing product is the only communication) and
+receives the positions and trackers it mixes (the mixing product is the only communication: all
+rows for a dense stack, only its agents' neighbours' rows for a sparse schedule) and
 differentiates its own agents' potentials.
 
 Failure: :func:`initialize` sets a heartbeat timeout; when a process dies, the coordination

@@ -18,9 +18,12 @@ receives ``(N - N / D) F`` numbers per chain and per mixed quantity (``F`` the p
 DIGing-SGLD mixes positions and trackers); the gradients stay local. The noise of the
 single-device run is reproduced exactly by drawing the full ``(N, F)`` array on every device and
 keeping the device's rows (``D``-fold redundant work on the noise, the price of equal draws).
-Gathering is the simplest exchange and optimal for dense ``W``; for a sparse network a
-neighbour exchange (``ppermute`` of the rows neighbours need) would send less
-(``docs/scale.md``).
+Gathering is the simplest exchange and optimal for dense ``W``. A sparse schedule
+(:class:`dgsgld.sparse.SparseSchedule`) is instead split into an :class:`ExchangePlan`, built
+once on the host: per snapshot, which rows each device needs from each other device; its
+:class:`HaloRows` receives only those, with one ``jax.lax.ppermute`` per device offset (a ring:
+one row from each side instead of ``N - N / D``), and sums them in the snapshot format's own
+order. Sparse snapshots generated on the fly (:class:`GatheredRows`) are all-gathered.
 
 **Several processes** (hosts): :mod:`dgsgld.distributed`. The mesh of
 :func:`sample_agent_sharded` may span processes (inputs are placed with :func:`place`).
@@ -414,8 +417,10 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
             Its data may be a global array holding on each process only that process's agents
             (:func:`dgsgld.distributed.agent_potential`).
         mixing: a dense ``(P, N, N)`` stack, ``(N, N)`` matrix or schedule with ``.matrices``
-            (rows split over the devices), or an object whose ``matrix_at(k)`` is a dense
-            ``(N, N)`` array (computed whole on every device).
+            (rows split over the devices, all rows gathered each step); a
+            :class:`dgsgld.sparse.SparseSchedule` (neighbour exchange: :func:`exchange_plan`);
+            or an on-the-fly schedule whose ``matrix_at(k)`` is a dense ``(N, N)`` array or a
+            sparse snapshot (computed whole on every device, rows gathered).
         init: positions ``(num_chains, N, *param_shape)`` (leaves of a pytree), or the
             ``state`` of an earlier call's trace to continue it.
         key, num_steps: as for :func:`dgsgld.sample`.
