@@ -74,7 +74,9 @@ def _reference(*extra, ensemble_fn=None):
 
 @pytest.fixture(scope="module")
 def reference():
-    return _reference()
+    """Final positions ``(8, 20, 6)`` and ``ensemble`` (the example's ``spread``)."""
+    trace = _reference(ensemble_fn=_example().spread)
+    return np.asarray(trace.state.position), np.asarray(trace.ensemble)
 
 
 def _close(x, ref):
@@ -85,13 +87,23 @@ def _close(x, ref):
 
 
 def test_chains_across_two_processes_equal_single_process_run(reference, tmp_path):
-    _run(["--placement", "chains", "--out", str(tmp_path / "c.npz"), *SMALL], processes=2)
-    assert _close(_positions(tmp_path / "c.npz"), reference)
+    # With ensemble_fn (chains' mean and variance per agent) over all 8 chains, 4 per process:
+    # gathered states, then ensemble_fn per kept iteration. Positions agree to rounding, so do
+    # their means and variances (the same scale-relative bound).
+    _run(["--placement", "chains", "--ensemble", "--out", str(tmp_path / "c.npz"), *SMALL],
+         processes=2)
+    with np.load(tmp_path / "c.npz") as f:
+        got, ensemble = f["positions"], f["ensemble"]
+    assert _close(got, reference[0])
+    want = reference[1]
+    assert ensemble.shape == want.shape == (21, 2, 20, 6)  # kept iterations 0..20, mean and var
+    assert np.abs(want[:, 1]).min() > 0                  # chains differ: a real variance
+    assert np.abs(ensemble - want).max() < 1e-4 * max(1.0, np.abs(want).max())
 
 
 def test_agents_across_two_processes_equal_single_process_run(reference, tmp_path):
     _run(["--placement", "agents", "--out", str(tmp_path / "a.npz"), *SMALL], processes=2)
-    assert _close(_positions(tmp_path / "a.npz"), reference)
+    assert _close(_positions(tmp_path / "a.npz"), reference[0])
 
 
 @pytest.mark.slow
@@ -108,22 +120,7 @@ def test_two_processes_saved_and_resumed_equal_single_process_run(reference, tmp
         # its 10 of the 20 agents, or its 4 of the 8 chains
         assert f["leaf/0"].shape == ((8, 10, 6) if placement == "agents" else (4, 20, 6))
     _run([*half, "--out", str(tmp_path / "b.npz"), "--resume", str(tmp_path / "s")], processes=2)
-    assert _close(_positions(tmp_path / "b.npz"), reference)
-
-
-def test_ensemble_over_the_chains_of_two_processes_equals_single_process_run(tmp_path):
-    # ensemble_fn (chains' mean and variance per agent) over all 8 chains, 4 per process:
-    # gathered states, then ensemble_fn per kept iteration. Positions agree to rounding
-    # (above), so do their means and variances (scale-relative bound as above).
-    _run(["--placement", "chains", "--ensemble", "--out", str(tmp_path / "e.npz"), *SMALL],
-         processes=2)
-    ref = _reference(ensemble_fn=_example().spread)
-    with np.load(tmp_path / "e.npz") as f:
-        got = f["ensemble"]
-    want = np.asarray(ref.ensemble)
-    assert got.shape == want.shape == (21, 2, 20, 6)     # kept iterations 0..20, mean and var
-    assert np.abs(want[:, 1]).min() > 0                  # chains differ: a real variance
-    assert np.abs(got - want).max() < 1e-4 * max(1.0, np.abs(want).max())
+    assert _close(_positions(tmp_path / "b.npz"), reference[0])
 
 
 def test_sample_chains_in_one_process_is_dgsgld_sample_with_its_ensemble():
@@ -272,4 +269,4 @@ def test_sparse_agents_across_processes_equal_single_process_run(tmp_path, proce
 def test_four_processes_equal_single_process_run(reference, tmp_path, placement):
     _run(["--placement", placement, "--out", str(tmp_path / "p.npz"), *SMALL], processes=4)
     x = _positions(tmp_path / "p.npz")
-    assert _close(x, reference)
+    assert _close(x, reference[0])
