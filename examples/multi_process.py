@@ -7,8 +7,10 @@ Start one copy per process, e.g. two on this machine::
         --placement agents --out positions.npz
 
 (``launch`` adds ``--process-id``, ``--num-processes`` and ``--coordinator``.) ``--placement
-chains``: each process runs a block of the chains on all the data; ``agents``: each process
-holds only its agents' data, and the mixing is the only communication. Process 0 writes
+chains``: each process runs a block of the chains on all the data
+(``dgsgld.distributed.sample_chains``; ``--ensemble`` adds a statistic over all chains);
+``agents``: each process holds only its agents' data, and the mixing is the only communication
+(all rows each step, or with ``--mixing sparse`` only the rows neighbours need). Process 0 writes
 ``positions``, the final positions of all chains ``(chains, agents, d)``, to ``--out``. Without
 ``--coordinator`` the script runs in one process (the reference run).
 See docs/scale.md.
