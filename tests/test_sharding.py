@@ -92,20 +92,22 @@ SCRIPT = textwrap.dedent(
                      8, format="neighbors", dtype=jnp.float64)}
     sp = out["sparse"] = {}
     for name, mix in schedules.items():
-        if not full and name in ("edges", "on_the_fly"):
-            continue
-        ref = dgsgld.sample(alg, prob.potential, mix, init, key, 20)
-        got = sharding.sample_agent_sharded(alg, prob.potential, mix, init, key, 20)
-        sp[name] = {"diff": float(jnp.abs(got.positions - ref.positions).max()),
-                    "tracker_diff": float(jnp.abs(got.state.tracker - ref.state.tracker).max())}
-        if name != "on_the_fly":
+        sp[name] = {}
+        if full or name == "neighbors":   # whole runs (the default run: the general format)
+            ref = dgsgld.sample(alg, prob.potential, mix, init, key, 20)
+            got = sharding.sample_agent_sharded(alg, prob.potential, mix, init, key, 20)
+            sp[name] = {"diff": float(jnp.abs(got.positions - ref.positions).max()),
+                        "tracker_diff": float(jnp.abs(got.state.tracker
+                                                      - ref.state.tracker).max())}
+        if name != "on_the_fly" and (full or name != "edges"):
             plan = sharding.exchange_plan(mix, 4)
-            product = jax.shard_map(
+            product = jax.jit(jax.shard_map(
                 lambda pl, xl: pl.rows(jnp.int32(1), "agents", 4) @ xl,
                 mesh=sharding.agent_mesh(), in_specs=(jax.tree.map(lambda _: P(None, "agents"),
                                                                    plan), P("agents")),
-                out_specs=P("agents"))(plan, x)
-            sp[name]["product_diff"] = float(jnp.abs(product - mix.matrix_at(1) @ x).max())
+                out_specs=P("agents")))(plan, x)
+            own = jax.jit(lambda w, x: w @ x)(mix.matrix_at(1), x)     # compiled, as in a run
+            sp[name]["product_diff"] = float(jnp.abs(product - own).max())
             sp[name]["rows_received"] = plan.rows_received
     errors = {}
     prob = linear_regression(num_agents=6, dim=2)
@@ -173,25 +175,28 @@ def test_indivisible_sizes_are_rejected_with_a_message(result):
 
 
 def test_sparse_schedules_exchange_only_neighbour_rows_and_equal_single_device_run(result):
-    # The exchange reproduces each format's own product: circulant shifts summed one after
-    # another and neighbour lists contracted as dgsgld.sparse does, hence bit for bit; an edge
-    # list is summed per row in sender order instead of by segment_sum (float64 rounding). The
-    # whole runs differ from dgsgld.sample by rounding only (per-device gradients and updates
+    # The exchange sums the same terms in the same order as each format's own product
+    # (circulant shifts one after another, neighbour lists as one contraction; edge lists per
+    # row in sender order instead of by segment_sum), so the products agree to rounding (XLA
+    # may fuse multiply-adds differently in the two compiled programs: measured 0 or 5.6e-17).
+    # Whole runs differ from dgsgld.sample by rounding only (per-device gradients and updates
     # compile to differently vectorised code, as for the dense all-gather); bound as above.
     _check_sparse(result["sparse"])
 
 
 def _check_sparse(sp: dict) -> None:
-    assert sp["circulant"]["product_diff"] == 0.0 and sp["neighbors"]["product_diff"] == 0.0
+    # |x| ~ 1 and rows of W sum to 1: rounding of a few float64 ulps (2.2e-16 each).
+    assert sp["circulant"]["product_diff"] < 1e-15 and sp["neighbors"]["product_diff"] < 1e-15
     # A ring over 4 devices: each needs 1 row from each side. Permuted rings (3 snapshots):
     # at most 2 agents x 2 neighbours outside a block of 2, padded per offset.
     assert sp["circulant"]["rows_received"] == 2
     assert 2 <= sp["neighbors"]["rows_received"] <= 6
-    if "edges" in sp:                                    # the slow run's formats
+    if "product_diff" in sp.get("edges", {}):            # the slow run's formats
         assert sp["edges"]["product_diff"] < 1e-15
         assert sp["edges"]["rows_received"] == sp["neighbors"]["rows_received"]
     for name, r in sp.items():
-        assert r["diff"] < 1e-10 and r["tracker_diff"] < 1e-9, name
+        if "diff" in r:
+            assert r["diff"] < 1e-10 and r["tracker_diff"] < 1e-9, name
 
 
 @pytest.mark.slow
@@ -200,4 +205,4 @@ def test_full_batch_resumed_and_two_device_runs_equal_single_device_run():
     for batch in ("None", "2"):
         _check_equal(result[batch])
     _check_sparse(result["sparse"])
-    assert set(result["sparse"]) == {"circulant", "neighbors", "edges", "on_the_fly"}
+    assert all("diff" in r for r in result["sparse"].values())
