@@ -70,7 +70,8 @@ def parts(key, chains=200, steps=100, agents=20, dim=6, batch=None, repeats=7) -
     alg = dgsgld.diging_sgld(problem.step_size(prob))
 
     def whole(alg, pot, stack, x0, key):
-        return dgsgld.sample(alg, pot, stack, x0, key, steps, store_positions=False,
+        return dgsgld.sample(alg, pot, stack, x0, key, steps,
+                             output=dgsgld.Output(positions=False),
                              on_divergence="flag").state.position
 
     compiled, _ = compile_jax(whole, alg, pot, stack, x0, key)

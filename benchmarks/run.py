@@ -96,12 +96,14 @@ def _toolkit_fn(algorithm, mode: str, steps: int, ensemble_fn=None):
 
     def f(alg, pot, mixing, init, key):
         if mode == "final":
-            return dgsgld.sample(alg, pot, mixing, init, key, steps, store_positions=False,
+            return dgsgld.sample(alg, pot, mixing, init, key, steps,
+                                 output=dgsgld.Output(positions=False),
                                  on_divergence="flag").state.position
         if mode == "trace":
             return dgsgld.sample(alg, pot, mixing, init, key, steps,
                                  on_divergence="flag").positions
-        return dgsgld.sample(alg, pot, mixing, init, key, steps, ensemble_fn=ensemble_fn,
+        return dgsgld.sample(alg, pot, mixing, init, key, steps,
+                             output=dgsgld.Output(ensemble_fn=ensemble_fn),
                              on_divergence="flag").ensemble
 
     return f

@@ -13,6 +13,7 @@ from .potential import Potential as Potential
 from .potential import pad_agent_data as pad_agent_data
 from .run import Divergence as Divergence
 from .run import DivergenceError as DivergenceError
+from .run import Output as Output
 from .run import Trace as Trace
 from .run import sample as sample
 from .checkpoint import sample_chunked as sample_chunked

@@ -193,6 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML file of experiment settings, as for reproduce",
     )
     sweep.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    sweep.add_argument(
+        "--panels", nargs="+", default=None, metavar="PANEL",
+        help="methods only: the panels to run, e.g. 'fig3c (random)' (default: all)",
+    )
+    sweep.add_argument(
+        "--methods", nargs="+", default=None, metavar="METHOD",
+        help="methods only: the methods to run, e.g. D-ULA (default: all)",
+    )
+    sweep.add_argument(
+        "--update", action="store_true",
+        help="methods only: replace these panels' and methods' rows in DIR/methods.json "
+        "(same seeds, trials and config) and rewrite its table and figure",
+    )
 
     launch = sub.add_parser(
         "launch",
@@ -399,6 +412,7 @@ def _sweep_methods(args) -> int:
         except (OSError, tomllib.TOMLDecodeError) as err:
             raise ValueError(f"Config file {str(args.config)!r} could not be read: {err}") from err
     methods_sweep(range(args.seeds), args.out, trials=args.trials, overrides=overrides,
+                  panels=args.panels, methods=args.methods, update=args.update,
                   logger=None if args.quiet else print)
     return 0
 
@@ -406,6 +420,9 @@ def _sweep_methods(args) -> int:
 def _sweep(args) -> int:
     if args.target == "methods":
         return _sweep_methods(args)
+    if args.panels or args.methods or args.update:
+        raise ValueError("--panels, --methods and --update apply to `sweep methods` only; "
+                         f"got target {args.target!r}.")
     from dgsgld.experiments import seed_sweep
 
     check_memory(*_figure_memory(args))

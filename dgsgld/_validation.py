@@ -405,12 +405,12 @@ def check_iteration_range(start: int, num_steps: int, *, name: str = "num_steps"
         )
 
 
-def check_burn_in(burn_in, num_steps: int, thin: int) -> int:
+def check_burn_in(burn_in, num_steps: int, thin: int, name: str = "burn_in") -> int:
     """``0 <= burn_in <= num_steps`` and a multiple of ``thin`` (so a kept iteration starts)."""
     if isinstance(burn_in, bool) or not isinstance(burn_in, (int, np.integer)) or burn_in < 0:
-        raise ValueError(f"`burn_in` must be a nonnegative integer; got {burn_in!r}.")
+        raise ValueError(f"`{name}` must be a nonnegative integer; got {burn_in!r}.")
     if burn_in > num_steps:
-        raise ValueError(f"`burn_in` ({burn_in}) must not exceed `num_steps` ({num_steps}).")
+        raise ValueError(f"`{name}` ({burn_in}) must not exceed `num_steps` ({num_steps}).")
     if burn_in % thin:
-        raise ValueError(f"`burn_in` ({burn_in}) must be a multiple of `thin` ({thin}).")
+        raise ValueError(f"`{name}` ({burn_in}) must be a multiple of `thin` ({thin}).")
     return int(burn_in)

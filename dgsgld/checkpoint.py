@@ -587,10 +587,11 @@ def _fingerprint(algorithm, potential, mixing, init, key, options, layout) -> li
     fields += describe(algorithm, "algorithm") + describe(potential, "potential")
     fields += describe(mixing, "mixing") + describe(init, "init") + describe(key, "key")
     for name, param in params.items():
-        if param.kind is param.KEYWORD_ONLY and name not in (
-            "progress", "on_divergence", "burn_in"  # not in the chunks
-        ):
-            fields += describe(options.get(name, param.default), name)
+        if param.kind is param.KEYWORD_ONLY and name not in ("progress", "on_divergence"):
+            value = options.get(name, param.default)
+            if name == "output":  # the burn-in is dropped at the end, not in the chunks
+                value = value._replace(burn_in=0)
+            fields += describe(value, name)
     return [list(f) for f in fields] + layout
 
 
@@ -623,7 +624,7 @@ def _plan(algorithm, potential, mixing, init, key, num_steps, chunk_size, option
           sample_options):
     """``(shapes, meta)``: the shapes of a ``thin``-step call (a Trace of ShapeDtypeStructs) and
     the checkpoint's metadata for this run, fingerprint included."""
-    thin = options.get("thin", 1)
+    thin = options.get("output", _run.Output()).thin
     # From `sample` itself (validating its arguments) without running it: a finished checkpoint
     # is read back with no compilation.
     shapes = jax.eval_shape(
@@ -698,8 +699,8 @@ def sample_chunked(
             every chain once one diverges).
         progress: a bar updated after each chunk (see :mod:`dgsgld.progress`).
         on_chunk: optional ``(steps_done, num_steps) -> None`` called after each chunk is saved.
-        **options: passed to every :func:`dgsgld.sample` call (``thin``, ``trace_fn``,
-            ``ensemble_fn``, ``store_positions``, ...) and recorded in the fingerprint.
+        **options: passed to every :func:`dgsgld.sample` call (``output``, ``chain_offset``,
+            ...) and recorded in the fingerprint.
 
     Returns:
         A :class:`dgsgld.Trace` equal, bit for bit, to one ``dgsgld.sample`` call with the same
@@ -707,14 +708,17 @@ def sample_chunked(
 
     Example:
         >>> trace = sample_chunked(alg, potential, mixing, init, key, 100_000,  # doctest: +SKIP
-        ...                        chunk_size=10_000, thin=10, path="runs/diging")
+        ...                        chunk_size=10_000, output=dgsgld.Output(thin=10),
+        ...                        path="runs/diging")
     """
     num_steps = _validation.check_positive_int(num_steps, name="num_steps")
     chunk_size = _validation.check_positive_int(chunk_size, name="chunk_size")
-    thin = _validation.check_positive_int(options.get("thin", 1), name="thin")
+    output = _run._check_output(options.get("output", _run.Output()), num_steps)
+    thin = output.thin
     if chunk_size % thin:
         raise ValueError(
-            f"`chunk_size` ({chunk_size}) must be a multiple of `thin` ({thin}), so that kept "
+            f"`chunk_size` ({chunk_size}) must be a multiple of `output.thin` ({thin}), so that "
+            "kept "
             "iterations fall on the same steps as in one uninterrupted call."
         )
     if on_divergence not in ("raise", "warn", "flag", "stop"):
@@ -723,10 +727,9 @@ def sample_chunked(
         )
     _validation.check_callable(on_chunk, name="on_chunk")
     stop, sample_options = _sample_options(on_divergence, options)
-    if num_steps % thin:
-        raise ValueError(f"`num_steps` ({num_steps}) must be a multiple of `thin` ({thin}).")
     # The burn-in is dropped from the whole run's outputs at the end (the chunks keep it).
-    burn_in = _validation.check_burn_in(sample_options.pop("burn_in", 0), num_steps, thin)
+    burn_in = output.burn_in
+    sample_options["output"] = output._replace(burn_in=0)
 
     shapes, meta = _plan(algorithm, potential, mixing, init, key, num_steps, chunk_size,
                          options, stop, sample_options)

@@ -67,7 +67,8 @@ def _positions_of(samples):
     if hasattr(samples, "positions") and hasattr(samples, "divergence"):
         if samples.positions is None:
             raise ValueError(
-                "`trace` has no stored positions (run sample with store_positions=True)."
+                "`trace` has no stored positions (run sample with "
+                "output=dgsgld.Output(positions=True))."
             )
         return samples.positions, np.asarray(samples.divergence.iteration) >= 0
     return samples, None
@@ -438,7 +439,8 @@ def to_arviz(trace, var_names: str | Sequence[str] | None = None, *, burn_in: in
     positions, _ = _positions_of(trace)
     if positions is None:
         raise ValueError(
-            "`trace` has no stored positions (run sample with store_positions=True)."
+            "`trace` has no stored positions (run sample with "
+            "output=dgsgld.Output(positions=True))."
         )
     flat = _array_leaves(positions, "positions")
     if var_names is None:

@@ -43,7 +43,9 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from . import _validation
 from .potential import Potential
+from .run import Output, _check_output, sample
 
 __all__ = ["agent_block", "agent_potential", "chain_block", "gather", "initialize", "launch",
            "load_process_state", "sample_chains", "save_process_state"]
@@ -159,42 +161,41 @@ class _WithState:
 
 
 def sample_chains(algorithm, potential: Potential, mixing, init, key, num_steps: int, *,
-                  trace_fn: Callable | None = None, ensemble_fn: Callable | None = None,
-                  store_positions: bool | None = None, **kwargs: Any):
+                  output: Output = Output(), **kwargs: Any):
     """The chains placement in one call: this process runs its :func:`chain_block` of
     ``init``'s chains with :func:`dgsgld.sample` (``chain_offset``: the draws of a
     single-process run) and every process gets the whole :class:`~dgsgld.Trace` (:func:`gather`).
 
-    ``ensemble_fn`` sees all processes' chains, as in a single-process run: each process keeps
-    its chains' whole states at the kept iterations (memory: the state of every chain at every
-    kept iteration, on every process after gathering), and ``ensemble_fn`` is applied per kept
-    iteration after the gather. Its results equal the single-process ``trace.ensemble`` up to
-    the rounding of a separately compiled ``ensemble_fn``.
+    ``output.ensemble_fn`` sees all processes' chains, as in a single-process run: each process
+    keeps its chains' whole states at the kept iterations (memory: the state of every chain at
+    every kept iteration, on every process after gathering), and ``ensemble_fn`` is applied per
+    kept iteration after the gather. Its results equal the single-process ``trace.ensemble`` up
+    to the rounding of a separately compiled ``ensemble_fn``.
 
     Args:
-        algorithm, potential, mixing, key, num_steps, trace_fn, store_positions, **kwargs: as
-            for :func:`dgsgld.sample` (not ``chain_offset``, set here).
+        algorithm, potential, mixing, key, num_steps, output, **kwargs: as for
+            :func:`dgsgld.sample` (not ``chain_offset``, set here).
         init: all chains' positions ``(num_chains, ...)`` (or a gathered ``trace.state``), the
             same on every process; ``num_chains`` a multiple of the number of processes.
-        ensemble_fn: ``states -> pytree`` over all chains (leaves ``(num_chains, ...)``).
     """
-    from .run import sample
-
     if "chain_offset" in kwargs:
         raise ValueError("`chain_offset` is set by sample_chains (each process's block); "
                          "do not pass it.")
+    output = _check_output(output, _validation.check_positive_int(num_steps, name="num_steps"))
     num_chains = jax.tree.leaves(init)[0].shape[0]
     offset, size = chain_block(num_chains)
     block = jax.tree.map(lambda leaf: leaf[offset:offset + size], init)
-    if store_positions is None:
-        store_positions = trace_fn is None and ensemble_fn is None
-    keep = trace_fn if ensemble_fn is None else _WithState(trace_fn)
-    trace = gather(sample(algorithm, potential, mixing, block, key, num_steps, trace_fn=keep,
-                          store_positions=store_positions, chain_offset=offset, **kwargs))
-    if ensemble_fn is None:
+    keep = output
+    if output.ensemble_fn is not None:
+        keep = output._replace(trace_fn=_WithState(output.trace_fn), ensemble_fn=None,
+                               positions=output.stores_positions)
+    trace = gather(sample(algorithm, potential, mixing, block, key, num_steps, output=keep,
+                          chain_offset=offset, **kwargs))
+    if output.ensemble_fn is None:
         return trace
     values, states = trace.values                            # states: leaves (C, K, ...)
-    return trace._replace(values=values, ensemble=jax.vmap(ensemble_fn, in_axes=1)(states))
+    return trace._replace(values=values,
+                          ensemble=jax.vmap(output.ensemble_fn, in_axes=1)(states))
 
 
 # ---------------------------------------------------------------------------- checkpoints

@@ -21,6 +21,7 @@ __all__ = [
     "per_agent_w2",
     "consensus_error",
     "gaussian_w2_to_target",
+    "accuracy",
 ]
 
 
@@ -124,5 +125,29 @@ def consensus_error(positions: Array) -> Array:
     _validation.check_samples(positions, name="positions", min_ndim=2, layout="(..., N, d)")
     centred = positions - jnp.mean(positions, axis=-2, keepdims=True)
     return jnp.sqrt(jnp.mean(jnp.sum(centred**2, axis=-1), axis=-1))
+
+
+def accuracy(predicted: Array, labels: Array) -> Array:
+    """Fraction of points whose predicted label equals the label.
+
+    The one implementation of classification accuracy: :func:`dgsgld.predictive.accuracy`
+    (from log-probabilities) and :func:`dgsgld.streaming.accuracy` (inside a run) call it.
+
+    Args:
+        predicted: ``(..., P)`` predicted labels (e.g. ``argmax`` of class scores).
+        labels: ``(P,)`` true labels, of a dtype comparable with ``predicted``.
+
+    Returns:
+        ``(...)``.
+    """
+    shape, labels = jnp.shape(predicted), jnp.asarray(labels)
+    if not shape or labels.shape != shape[-1:]:
+        raise ValueError(
+            f"`labels` must have shape ({shape[-1] if shape else 'P'},) to match `predicted` "
+            f"{shape} (..., P); got {labels.shape}."
+        )
+    if shape[-1] == 0:
+        raise ValueError("`predicted` holds no points.")
+    return jnp.mean(predicted == jnp.broadcast_to(labels, shape), axis=-1)
 
 

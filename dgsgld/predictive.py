@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import metrics
 from ._types import Array
 
 __all__ = [
@@ -80,7 +81,7 @@ def log_predictive(log_probs: Array, axis: int | tuple[int, ...] = 0) -> Array:
 def accuracy(log_probs: Array, labels: Array) -> Array:
     """Fraction of points whose arg-max class equals ``labels``; ``log_probs (P, K)``."""
     labels = _check_labels(log_probs, labels)
-    return jnp.mean(jnp.argmax(log_probs, axis=-1) == labels)
+    return metrics.accuracy(jnp.argmax(log_probs, axis=-1), labels)
 
 
 def nll(log_probs: Array, labels: Array) -> Array:

@@ -42,9 +42,64 @@ from .samplers.base import SamplingAlgorithm
 __all__ = [
     "Divergence",
     "DivergenceError",
+    "Output",
     "Trace",
     "sample",
 ]
+
+
+class Output(NamedTuple):
+    """What :func:`sample` keeps of a run (one argument, ``output=``, for all of it).
+
+    Kept iterations are ``burn_in, burn_in + thin, ..., num_steps`` (iteration ``0`` is the
+    starting point); ``trace.state`` is the final state whatever is kept.
+
+    Attributes:
+        thin: keep every ``thin``-th iteration (``num_steps`` must be a multiple).
+        burn_in: drop the first ``burn_in`` iterations of the call; a multiple of ``thin``.
+        positions: store the positions; by default only when neither ``trace_fn`` nor
+            ``ensemble_fn`` is given.
+        trace_fn: optional ``state -> pytree`` stored per chain and kept iteration (e.g. a
+            metric). Pass the same function object to reuse compilation.
+        ensemble_fn: optional ``states -> pytree`` over all chains at once (leaves
+            ``(num_chains, ...)``) per kept iteration, for streamed cross-chain statistics.
+
+    Example:
+        >>> out = Output(thin=10, burn_in=100, trace_fn=lambda s: s.position.mean(0))
+    """
+
+    thin: int = 1
+    burn_in: int = 0
+    positions: bool | None = None
+    trace_fn: Callable[[Any], PyTree] | None = None
+    ensemble_fn: Callable[[Any], PyTree] | None = None
+
+    @property
+    def stores_positions(self) -> bool:
+        """Whether positions are stored (resolving the default of ``positions``)."""
+        if self.positions is None:
+            return self.trace_fn is None and self.ensemble_fn is None
+        return bool(self.positions)
+
+
+def _check_output(output, num_steps: int) -> Output:
+    """``output`` validated against ``num_steps``: a clear error naming the field at fault."""
+    if not isinstance(output, Output):
+        raise ValueError(
+            "`output` must be a dgsgld.Output (e.g. dgsgld.Output(thin=10)); "
+            f"got {type(output).__name__}."
+        )
+    thin = _validation.check_positive_int(output.thin, name="output.thin")
+    if num_steps % thin:
+        raise ValueError(f"`num_steps` ({num_steps}) must be a multiple of `output.thin` ({thin}).")
+    burn_in = _validation.check_burn_in(output.burn_in, num_steps, thin, name="output.burn_in")
+    _validation.check_callable(output.trace_fn, name="output.trace_fn")
+    _validation.check_callable(output.ensemble_fn, name="output.ensemble_fn")
+    if output.positions is not None and not isinstance(output.positions, (bool, np.bool_)):
+        raise ValueError(
+            f"`output.positions` must be True, False or None; got {output.positions!r}."
+        )
+    return output._replace(thin=thin, burn_in=burn_in)
 
 
 class Divergence(NamedTuple):
@@ -235,13 +290,9 @@ def sample(
     key: PRNGKey,
     num_steps: int,
     *,
-    thin: int = 1,
-    trace_fn: Callable[[Any], PyTree] | None = None,
-    ensemble_fn: Callable[[Any], PyTree] | None = None,
-    store_positions: bool | None = None,
+    output: Output = Output(),
     on_divergence: Literal["raise", "warn", "flag", "stop"] = "raise",
     progress: bool | int | str = False,
-    burn_in: int = 0,
     chain_offset: int = 0,
     allow_disconnected: bool = False,
     connectivity_window: int | None = None,
@@ -276,13 +327,8 @@ def sample(
             earlier call to continue it.
         key: PRNG key (``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``).
         num_steps: iterations to run.
-        thin: keep every ``thin``-th iteration (``num_steps`` must be a multiple).
-        trace_fn: optional ``state -> pytree`` stored per chain and kept iteration instead of
-            the positions (e.g. a metric). Pass the same function object to reuse compilation.
-        ensemble_fn: optional ``states -> pytree`` over all chains at once (leaves
-            ``(num_chains, ...)``) per kept iteration, for streamed cross-chain statistics.
-        store_positions: store positions; defaults to ``True`` unless ``trace_fn`` or
-            ``ensemble_fn`` is given.
+        output: what to keep (:class:`Output`: ``thin``, ``burn_in``, ``positions``,
+            ``trace_fn``, ``ensemble_fn``); by default every iteration's positions.
         on_divergence: what to do when a chain's positions become non-finite (checked at every
             iteration inside the compiled loop): ``"raise"`` a :class:`DivergenceError` naming
             the first iteration, chain and agent; ``"warn"``; or ``"flag"`` (only set
@@ -293,9 +339,6 @@ def sample(
             :mod:`dgsgld.progress`): ``False`` (default), ``True`` (about 100 reports, only when
             standard error is a terminal), ``"always"``, or a number of iterations between
             reports. ``DGSGLD_PROGRESS=0`` in the environment silences it.
-        burn_in: drop the first ``burn_in`` iterations of this call from ``positions``,
-            ``values`` and ``ensemble`` (kept: iterations ``burn_in, burn_in + thin, ...,
-            num_steps``); a multiple of ``thin``. ``trace.state`` is the final state either way.
         chain_offset: global index of the call's first chain (see "Chain identity" above).
             Continue a run with the offset it was started with.
         allow_disconnected: run even when the union of the network's graphs over its period
@@ -313,12 +356,8 @@ def sample(
             f"`on_divergence` must be 'raise', 'warn', 'flag' or 'stop'; got {on_divergence!r}."
         )
     num_steps = _validation.check_positive_int(num_steps, name="num_steps")
-    thin = _validation.check_positive_int(thin, name="thin")
-    if num_steps % thin:
-        raise ValueError(f"`num_steps` ({num_steps}) must be a multiple of `thin` ({thin}).")
-    burn_in = _validation.check_burn_in(burn_in, num_steps, thin)
-    _validation.check_callable(trace_fn, name="trace_fn")
-    _validation.check_callable(ensemble_fn, name="ensemble_fn")
+    output = _check_output(output, num_steps)
+    thin, trace_fn, ensemble_fn = output.thin, output.trace_fn, output.ensemble_fn
     show = _progress.wants_progress(progress)
     resume = _is_state(init)
     positions, static = _split_static(init.position if resume else init)
@@ -340,8 +379,6 @@ def sample(
                                  connectivity_window)
         init, positions = (checked, positions) if resume else (init, checked)
     key = _random.fast_key(key)
-    if store_positions is None:
-        store_positions = trace_fn is None and ensemble_fn is None
     # The bar is reached through an int32 token (a traced argument), so that turning progress
     # on does not recompile for every call; only the report spacing is static.
     every, token, bar = 0, jnp.int32(0), None
@@ -352,7 +389,7 @@ def sample(
     try:
         trace = _run(
             algorithm, potential, stack, init if resume else None, positions, key,
-            num_chains, num_steps, thin, trace_fn, ensemble_fn, bool(store_positions),
+            num_chains, num_steps, thin, trace_fn, ensemble_fn, output.stores_positions,
             on_divergence == "stop", every, token, _chains_last(),
             chain_offset=jnp.int32(chain_offset),
         )
@@ -364,7 +401,7 @@ def sample(
     if on_divergence in ("raise", "warn") and _validation.is_concrete(trace.divergence.iteration):
         cause = _divergence_cause(trace, potential, key, algorithm.decentralized, num_steps, thin)
         _report_divergence(trace.divergence, on_divergence, cause)
-    return _with_static(_drop_burn_in(trace, burn_in // thin), static)
+    return _with_static(_drop_burn_in(trace, output.burn_in // thin), static)
 
 
 def _report_divergence(divergence: Divergence, how: str, cause: str | None = None) -> None:

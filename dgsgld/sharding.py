@@ -46,7 +46,7 @@ from . import _random, _validation, sparse
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
 from ._mixing import MixingStack, as_mixing
-from .run import Divergence, Trace, _first_bad_agent, chain_keys, sample
+from .run import Divergence, Output, Trace, _check_output, _first_bad_agent, chain_keys, sample
 from .samplers.base import SamplingAlgorithm
 
 __all__ = ["AgentRows", "ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "agent_mesh",
@@ -399,7 +399,7 @@ def _agent_specs(tree: PyTree, num_agents: int, axis: str, agent_axis: int) -> P
 
 def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num_steps: int, *,
                          mesh: Mesh | None = None, axis_name: str | None = None,
-                         store_positions: bool = True, chain_offset: int = 0,
+                         output: Output = Output(), chain_offset: int = 0,
                          allow_disconnected: bool = False) -> Trace:
     """A decentralized sampler with its agents split across the devices of ``mesh``.
 
@@ -426,14 +426,15 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
         key, num_steps: as for :func:`dgsgld.sample`.
         mesh: a one-axis mesh (default :func:`agent_mesh` over all devices).
         axis_name: its axis (default: the only one).
-        store_positions: return the positions at every iteration.
+        output: what to keep, as for :func:`dgsgld.sample`; here every iteration's positions
+            or none (``Output(positions=False)``): other options are refused.
         chain_offset: global index of the first chain (a block of chains run elsewhere).
         allow_disconnected: run a dense stack that is not jointly connected over its period
             (refused by default, as by :func:`dgsgld.sample`).
 
     Returns:
         A :class:`~dgsgld.Trace`: ``positions`` leaves ``(num_chains, num_steps + 1, N, ...)``
-        (``None`` unless ``store_positions``), the final ``state``, both split along the agent
+        (``None`` with ``Output(positions=False)``), the final ``state``, both split along the agent
         axis, and ``divergence`` (first non-finite iteration and agent per chain).
     """
     if not isinstance(algorithm, SamplingAlgorithm) or not algorithm.decentralized:
@@ -443,6 +444,12 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
         raise ValueError(f"`potential` must be a dgsgld.Potential; got {type(potential).__name__}.")
     _validation.check_key(key)
     num_steps = _validation.check_positive_int(num_steps, name="num_steps")
+    output = _check_output(output, num_steps)
+    unsupported = [f"{name}={getattr(output, name)!r}" for name in ("thin", "burn_in", "trace_fn",
+                   "ensemble_fn") if getattr(output, name) != Output._field_defaults[name]]
+    if unsupported:
+        raise ValueError(f"`output` of sample_agent_sharded keeps positions only; got "
+                         f"{', '.join(unsupported)}. Thin or summarise the returned positions.")
     if isinstance(chain_offset, bool) or not isinstance(chain_offset, (int, np.integer)) \
             or chain_offset < 0:
         raise ValueError(f"`chain_offset` must be a non-negative int; got {chain_offset!r}.")
@@ -483,7 +490,7 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
     args = place((init, stack, potential, key_data), mesh, specs)
     kept, final, div = _agent_run(algorithm, *args, mesh=mesh, axis=axis, resume=resume,
                                   impl=impl, num_steps=num_steps, chain_offset=int(chain_offset),
-                                  store_positions=bool(store_positions))
+                                  store_positions=output.stores_positions)
     return Trace(kept, None, None, final, div)
 
 

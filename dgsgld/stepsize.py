@@ -217,8 +217,7 @@ def _pilot(make_algorithm, step_sizes, potential, mixing, init, key, num_steps, 
     def one(step_size):
         trace = run.sample(
             make_algorithm(step_size), potential, mixing, init, key, num_steps,
-            thin=num_steps // 2, ensemble_fn=stats, store_positions=False,
-            on_divergence="flag",
+            output=run.Output(thin=num_steps // 2, ensemble_fn=stats), on_divergence="flag",
         )
         return trace.ensemble, jnp.any(trace.diverged)
 

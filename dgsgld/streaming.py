@@ -7,8 +7,8 @@ memory of a run is that of the metric, ``O(num_kept · N)`` for per-agent W2, in
 ``O(num_chains · num_kept · N · d)`` of the positions; ``thin`` reduces ``num_kept`` further::
 
     w2 = dgsgld.streaming.gaussian_w2(post_mean, post_cov)
-    trace = dgsgld.sample(alg, potential, mixing, init, key, num_steps=10_000, thin=10,
-                          ensemble_fn=w2)
+    trace = dgsgld.sample(alg, potential, mixing, init, key, num_steps=10_000,
+                          output=dgsgld.Output(thin=10, ensemble_fn=w2))
     trace.ensemble              # (1001, N): W2 of every agent at iterations 0, 10, ..., 10 000
 
 Build each function once and pass the same object to every call: a new function object means
@@ -174,7 +174,7 @@ def accuracy(
 
     def one_chain(position) -> Array:
         def one_agent(params):
-            return jnp.mean(predict(params, inputs) == labels)
+            return metrics.accuracy(predict(params, inputs), labels)
 
         return jax.vmap(one_agent)(position)
 
@@ -205,7 +205,8 @@ def pool_moments(per_iteration: Moments, start: int = 0) -> tuple[Array, Array]:
     stored positions ``trace.positions[:, start:]`` pooled over chains and iterations.
 
     Args:
-        per_iteration: ``trace.ensemble`` of a run with ``ensemble_fn=moments()``: leaves
+        per_iteration: ``trace.ensemble`` of a run with
+            ``output=Output(ensemble_fn=moments())``: leaves
             ``(num_kept, N, d)``, ``(num_kept, N, d, d)``, ``(num_kept,)``.
         start: first kept iteration used (burn-in = ``start * thin`` iterations).
 

@@ -78,7 +78,7 @@ def main(small: bool = False, out: str | None = None) -> dict:
 
     start = time.perf_counter()
     trace = dgsgld.sample(dgsgld.diging_sgld(eta), potential, network, init, key_run, num_steps,
-                          thin=thin, burn_in=burn_in, on_divergence="warn")
+                          output=dgsgld.Output(thin=thin, burn_in=burn_in), on_divergence="warn")
     jax.block_until_ready(trace.positions)
     run_s = time.perf_counter() - start
     print(f"\nstep size {eta:.4g} (pilot {pilot_s:.1f} s); {num_chains} chains x {num_steps} "

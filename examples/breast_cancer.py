@@ -37,7 +37,7 @@ def main(small: bool = False) -> dict:
             init,
             jax.random.key(1),
             num_steps,
-            store_positions=False,
+            output=dgsgld.Output(positions=False),
         )
         final = trace.state.position  # (chains, agents, 31)
         per_agent = np.asarray(problem.test_accuracy(final).mean(axis=0))  # (agents,)

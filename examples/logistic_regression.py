@@ -39,10 +39,9 @@ def main(small: bool = False) -> dict:
     )
     schedule = networks.barbell(problem.num_agents, period=50, seed=1)
     init = jax.random.normal(jax.random.key(0), (num_chains, problem.num_agents, problem.dim))
-    test_x, test_y = problem.test_features, problem.test_targets
 
     def final_accuracy(trace):  # mean over chains and agents of the final samples' accuracy
-        return jnp.mean(experiments.accuracy(trace.state.position, test_x, test_y))
+        return jnp.mean(problem.test_accuracy(trace.state.position))
 
     out = {}
     for name, make in [("DIGing-SGLD", dgsgld.diging_sgld), ("DE-SGLD", dgsgld.de_sgld)]:

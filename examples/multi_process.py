@@ -117,8 +117,9 @@ def main(argv=None) -> int:
 
         def run():
             # This process's block of the chains; the whole Trace gathered on every process.
-            return distributed.sample_chains(algorithm, potential, mixing, state, key,
-                                             args.steps, ensemble_fn=ensemble_fn)
+            return distributed.sample_chains(
+                algorithm, potential, mixing, state, key, args.steps,
+                output=dgsgld.Output(positions=False, ensemble_fn=ensemble_fn))
     else:
         mesh = sharding.agent_mesh()
         first, size = distributed.agent_block(args.agents)
@@ -135,7 +136,8 @@ def main(argv=None) -> int:
 
         def run():
             return sharding.sample_agent_sharded(algorithm, potential, mixing, state, key,
-                                                 args.steps, mesh=mesh, store_positions=False)
+                                                 args.steps, mesh=mesh,
+                                                 output=dgsgld.Output(positions=False))
 
     times = []
     for _ in range(args.repeat):

@@ -105,7 +105,8 @@ def main(small: bool = False, out: str | None = None) -> dict:
 
     start = time.perf_counter()
     trace = dgsgld.sample(dgsgld.diging_sgld(eta), potential, network, init, key_run, num_steps,
-                          thin=10, burn_in=burn_in)  # keeps iterations burn_in, burn_in + 10, ...
+                          # keeps iterations burn_in, burn_in + 10, ..., num_steps
+                          output=dgsgld.Output(thin=10, burn_in=burn_in))
     jax.block_until_ready(trace.positions)
     run_s = time.perf_counter() - start
 

@@ -30,7 +30,7 @@ def run_chains(algorithm, problem, mixing, num_steps, num_chains, key, init_std=
     N, d = problem.Z.shape[0], problem.Z.shape[-1]
     init = init_std * jax.random.normal(jax.random.key(11), (num_chains, N, d))
     trace = dgsgld.sample(algorithm, problem.potential, mixing, init, key, num_steps,
-                          store_positions=False, trace_fn=lambda s: ())
+                          output=dgsgld.Output(positions=False, trace_fn=lambda s: ()))
     return np.asarray(trace.state.position, np.float64)
 
 

@@ -60,7 +60,8 @@ def ensemble_fn(states):
     return jnp.var(states.position, axis=0)
 
 
-KWARGS = dict(thin=THIN, trace_fn=trace_fn, ensemble_fn=ensemble_fn, store_positions=True)
+KWARGS = dict(output=dgsgld.Output(thin=THIN, trace_fn=trace_fn, ensemble_fn=ensemble_fn,
+                                   positions=True))
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +265,9 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
          "`algorithm`"),
         ((dgsgld.diging_sgld(0.04), *args, init, jax.random.key(KEY_SEED), NUM_STEPS), {},
          "`algorithm.step_size`"),
-        ((alg, *args, init, jax.random.key(KEY_SEED), NUM_STEPS), {"thin": 1}, "`thin`"),
+        ((alg, *args, init, jax.random.key(KEY_SEED), NUM_STEPS),
+         {"output": KWARGS["output"]._replace(thin=1)},
+         "`output.thin`"),
     ]
     for call, extra, field in cases:
         kwargs = {**KWARGS, **extra}
@@ -284,7 +287,7 @@ def test_damaged_checkpoint_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(chunk_size=3), r"`chunk_size` \(3\) must be a multiple of `thin` \(2\)"),
+        (dict(chunk_size=3), r"`chunk_size` \(3\) must be a multiple of `output.thin` \(2\)"),
         (dict(chunk_size=0), "`chunk_size` must be a positive integer; got 0"),
         (dict(chunk_size=8.0), "`chunk_size` must be a positive integer; got 8.0"),
         (dict(chunk_size=10, on_divergence="ignore"), "`on_divergence` must be"),
@@ -295,5 +298,5 @@ def test_damaged_checkpoint_is_a_clear_error(tmp_path):
 def test_bad_chunking_arguments(tmp_path, kwargs, match):
     alg, potential, init = problem()
     with pytest.raises(ValueError, match=match):
-        sample_chunked(alg, potential, W, init, jax.random.key(0), NUM_STEPS, thin=THIN,
-                       path=tmp_path, **kwargs)
+        sample_chunked(alg, potential, W, init, jax.random.key(0), NUM_STEPS,
+                       output=dgsgld.Output(thin=THIN), path=tmp_path, **kwargs)

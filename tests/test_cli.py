@@ -34,7 +34,8 @@ def test_help_documents_every_option(capsys):
     for option in RUN_OPTIONS:
         assert option in text
     text = _help(["sweep", "--help"], capsys)
-    for option in ["--seeds", "--out", "--trials", "--config", "--quiet"]:
+    for option in ["--seeds", "--out", "--trials", "--config", "--quiet", "--panels",
+                   "--methods", "--update"]:
         assert option in text
     text = _help(["reproduce", "--help"], capsys)
     for option in REPRODUCE_OPTIONS:
@@ -56,6 +57,13 @@ def test_bad_arguments_exit_with_usage(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--trials", "0"])
     assert "positive integer" in capsys.readouterr().err
+
+
+def test_methods_only_options_are_refused_elsewhere(tmp_path, capsys):
+    code = main(["sweep", "fig2a", "--panels", "fig2a", "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "`sweep methods` only" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "sweep_fig2a.json").exists()
 
 
 def test_unknown_config_key_is_an_error_naming_it(tmp_path, capsys):

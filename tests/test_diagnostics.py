@@ -111,7 +111,7 @@ def test_to_arviz_errors(monkeypatch):
     x = ar1((3, 2), 0.5, seed=6)[:, :20]
     with pytest.raises(ValueError, match="`var_names` must name each of the 2"):
         diagnostics.to_arviz(fake_trace((x, x)), var_names="theta")
-    with pytest.raises(ValueError, match="store_positions"):
+    with pytest.raises(ValueError, match=r"Output\(positions=True\)"):
         diagnostics.to_arviz(fake_trace(None))
     monkeypatch.setitem(sys.modules, "arviz", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install 'dgsgld\[diagnostics\]'"):

@@ -108,7 +108,8 @@ def test_accuracy_counts_sign_agreement():
     targets = jnp.array([1.0, 1.0, 0.0, 1.0])
     params = jnp.array([[1.0, 1.0], [-1.0, -1.0]])
     # x=(1,1): logits (1,1,-1,-1) -> predictions (1,1,0,0): 3 of 4 right; the negation 1 of 4.
-    np.testing.assert_allclose(np.asarray(ex.accuracy(params, features, targets)), [0.75, 0.25])
+    got = dgsgld.metrics.accuracy(ex.logistic_labels(params, features), targets > 0.5)
+    np.testing.assert_allclose(np.asarray(got), [0.75, 0.25])
 
 
 # ---------------------------------------------------------------- configurations

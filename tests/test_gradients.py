@@ -86,7 +86,7 @@ def test_tracking_invariant_with_control_variates(name, key):
     init = jax.random.normal(key, (8, 5, 2))
     alg = dgsgld.diging_sgld(0.02, estimator=ESTIMATORS[name]())
     trace = dgsgld.sample(alg, pb.potential, permuted_rings(5, 7), init, key, num_steps=200,
-                          trace_fn=residual)
+                          output=dgsgld.Output(trace_fn=residual))
     y_sum, g_sum = np.asarray(trace.values[:, :, 0]), np.asarray(trace.values[:, :, 1])
     scale = np.abs(np.asarray(trace.state.grad)).max()
     assert np.abs(y_sum - g_sum).max() <= 200 * 5 * 1.2e-7 * 10 * scale

@@ -111,3 +111,17 @@ def test_rounding_and_rank_deficiency_are_accepted():
     # Slightly negative within the stated tolerance: accepted.
     near = jnp.diag(jnp.array([1.0, -5e-7]))
     assert float(gaussian_w2(jnp.zeros(2), near, jnp.zeros(2), near)) < 1e-3
+
+
+def test_accuracy_counts_matching_labels_per_leading_index():
+    predicted = jnp.array([[0, 1, 2, 2], [2, 2, 2, 2]])
+    labels = jnp.array([0, 1, 1, 2])
+    # Row 0 gets points 0, 1, 3 right (3/4); row 1 only point 3 (1/4).
+    np.testing.assert_allclose(np.asarray(metrics.accuracy(predicted, labels)), [0.75, 0.25])
+    # The predictive and streamed accuracies are this one: arg-max of log-probabilities.
+    from dgsgld import predictive
+
+    log_probs = jnp.log(jax.nn.one_hot(predicted[0], 3) * 0.9 + 0.1 / 3)
+    assert float(predictive.accuracy(log_probs, labels)) == 0.75
+    with pytest.raises(ValueError, match=r"`labels` must have shape \(4,\)"):
+        metrics.accuracy(predicted, labels[:3])

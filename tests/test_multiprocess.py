@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from dgsgld import distributed
+from dgsgld import Output
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = [sys.executable, str(ROOT / "examples" / "multi_process.py")]
@@ -68,7 +69,7 @@ def _reference(*extra, ensemble_fn=None):
     args = example.parse(["--out", "unused", *SMALL, *extra])
     problem, mixing, init, key, algorithm = example.setup(args)
     trace = dgsgld.sample(algorithm, problem.potential(args.batch_size), mixing, init, key,
-                          args.steps, store_positions=False, ensemble_fn=ensemble_fn)
+                          args.steps, output=Output(positions=False, ensemble_fn=ensemble_fn))
     return trace if ensemble_fn is not None else np.asarray(trace.state.position)
 
 
@@ -134,8 +135,8 @@ def test_sample_chains_in_one_process_is_dgsgld_sample_with_its_ensemble():
     init = jnp.asarray(np.random.default_rng(0).normal(size=(6, 4, 2)), jnp.float32)
     spread = _example().spread
     args = (dgsgld.diging_sgld(0.05), prob.potential, ring(4), init, jax.random.key(0), 10)
-    want = dgsgld.sample(*args, ensemble_fn=spread, thin=2)
-    got = distributed.sample_chains(*args, ensemble_fn=spread, thin=2)
+    want = dgsgld.sample(*args, output=Output(thin=2, ensemble_fn=spread))
+    got = distributed.sample_chains(*args, output=Output(thin=2, ensemble_fn=spread))
     # The same compiled step and draws: equal positions; ensemble_fn applied after the run
     # instead of inside the loop (float32 rounding of the mean and variance at most).
     np.testing.assert_array_equal(got.state.position, want.state.position)

@@ -142,8 +142,8 @@ def test_sample_reports_every_m_iterations_without_recompiling(monkeypatch):
     for key in (0, 1):
         reports.clear()
         finals.clear()
-        trace = dgsgld.sample(alg, potential, W, init, jax.random.key(key), 20, thin=2,
-                              trace_fn=trace_fn, progress=4)
+        trace = dgsgld.sample(alg, potential, W, init, jax.random.key(key), 20,
+                              output=dgsgld.Output(thin=2, trace_fn=trace_fn), progress=4)
         # Every 4 iterations counted from the start of this call, from inside the scan; then
         # the bar is closed at the total.
         assert sorted(reports) == [4, 8, 12, 16, 20]

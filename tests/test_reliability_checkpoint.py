@@ -77,9 +77,12 @@ def scaled_trace_fn(scale):
 def resume(path, algorithm=None, potential=None, mixing=W, init=None, key=KEY_SEED,
            num_steps=NUM_STEPS, chunk_size=10, **changes):
     alg, pot, ini = problem()
+    # Changes of single output fields (thin=1, ...) are made inside KWARGS's `output`.
+    fields = {name: changes.pop(name) for name in list(changes) if name in dgsgld.Output._fields}
+    output = changes.pop("output", KWARGS["output"])._replace(**fields)
     return sample_chunked(algorithm or alg, potential or pot, mixing, ini if init is None else init,
                           jax.random.key(key), num_steps, chunk_size=chunk_size, path=path,
-                          **{**KWARGS, **changes})
+                          **{**KWARGS, "output": output, **changes})
 
 
 # -- 1. a checkpoint is a contract --------------------------------------------------------------
@@ -108,9 +111,9 @@ W2 = np.array([[0.6, 0.4, 0.0], [0.4, 0.2, 0.4], [0.0, 0.4, 0.6]], np.float32)
         (dict(mixing=W2), "`mixing` differs"),
         (dict(mixing=jnp.stack([W, W])), "`mixing` differs"),
         (dict(key=KEY_SEED + 1), "`key` differs"),
-        (dict(trace_fn=scaled_trace_fn(2.0)), "`trace_fn` differs"),
-        (dict(ensemble_fn=None), "`ensemble_fn` differs"),
-        (dict(store_positions=False), "`store_positions` differs"),
+        (dict(trace_fn=scaled_trace_fn(2.0)), "`output.trace_fn` differs"),
+        (dict(ensemble_fn=None), "`output.ensemble_fn` differs"),
+        (dict(positions=False), "`output.positions` differs"),
         (dict(chunk_size=12), "`chunk_size` differs"),
         (dict(num_steps=NUM_STEPS + 2), "`num_steps` differs"),
     ],
@@ -146,7 +149,7 @@ def test_closure_values_and_function_bodies_are_part_of_the_contract(finished):
          namespace)
     namespace["trace_fn"].__module__ = trace_fn.__module__
     assert fields(namespace["trace_fn"])["trace_fn"] != fields(trace_fn)["trace_fn"]
-    with pytest.raises(CheckpointError, match=r"`trace_fn` differs .*code sha256:"):
+    with pytest.raises(CheckpointError, match=r"`output.trace_fn` differs .*code sha256:"):
         resume(finished, trace_fn=namespace["trace_fn"])
 
 
@@ -422,7 +425,7 @@ ARGUMENTS = {
     "thin": [THIN, 1],
     "trace_fn": [trace_fn, scaled_trace_fn(1.0), None],
     "ensemble_fn": [ensemble_fn, None],
-    "store_positions": [True, None, False],
+    "positions": [True, None, False],
 }
 
 
@@ -508,4 +511,4 @@ def test_chain_offset_and_burn_in_pass_through(finished, reference):
     with pytest.raises(CheckpointError, match=r"`chain_offset` differs .*: 0 \(checkpoint\) vs 5"):
         resume(finished, chain_offset=5)
     assert_identical(resume(finished, burn_in=6),
-                     dgsgld.sample(*args, burn_in=6, **KWARGS))
+                     dgsgld.sample(*args, output=KWARGS["output"]._replace(burn_in=6)))

@@ -41,9 +41,11 @@ def problem():
 
 
 def run(mixing=None, init=None, num_steps=20, **kwargs):
+    """``dgsgld.sample`` on the ring problem; ``Output`` fields may be given as keywords."""
     potential, ring, init0 = problem()
+    output = dgsgld.Output(**{k: kwargs.pop(k) for k in list(kwargs) if k in dgsgld.Output._fields})
     return dgsgld.sample(dgsgld.diging_sgld(0.05), potential, ring if mixing is None else mixing,
-                         init0 if init is None else init, KEY, num_steps, **kwargs)
+                         init0 if init is None else init, KEY, num_steps, output=output, **kwargs)
 
 
 # -- 1. chain identity ------------------------------------------------------------------------
@@ -316,7 +318,7 @@ def test_dict_parameters_reach_the_linear_gaussian_posterior_mean():
     chains = 32
     init = {"w": jnp.zeros((chains, N, 2)), "b": jnp.zeros((chains, N))}
     trace = dgsgld.sample(dgsgld.diging_sgld(0.02), dgsgld.Potential(ll, lp, data),
-                          problem()[1], init, KEY, 600, thin=2, burn_in=200)
+                          problem()[1], init, KEY, 600, output=dgsgld.Output(thin=2, burn_in=200))
     # For a Gaussian target the iterates are linear in the noise and the stationary mean of
     # DIGing-SGLD is the posterior mean exactly (no step-size bias in the mean). Chains are
     # independent, so the Monte Carlo error of the grand mean is the spread of the chains'
@@ -336,7 +338,8 @@ def test_a_scalar_parameter_reaches_the_gaussian_posterior_mean():
     trace = dgsgld.sample(dgsgld.diging_sgld(0.02),
                           dgsgld.Potential(lambda mu, d: -0.5 * (d - mu) ** 2,
                                            lambda mu: -0.05 * mu**2, jnp.asarray(y, jnp.float32)),
-                          problem()[1], jnp.zeros((chains, N)), KEY, 400, burn_in=100)
+                          problem()[1], jnp.zeros((chains, N)), KEY, 400,
+                          output=dgsgld.Output(burn_in=100))
     per_chain = np.asarray(trace.positions).mean(axis=(1, 2))
     error = per_chain.std(ddof=1) / np.sqrt(chains)  # as in the dict test above
     assert abs(per_chain.mean() - y.sum() / (y.size + 0.1)) < 4 * error + 1e-3
@@ -347,7 +350,7 @@ def test_a_scalar_parameter_reaches_the_gaussian_posterior_mean():
 
 def test_burn_in_drops_the_first_iterations_only():
     kwargs = dict(num_steps=12, thin=2, trace_fn=lambda s: s.position[:, 0],
-                  ensemble_fn=lambda s: jnp.mean(s.position), store_positions=True)
+                  ensemble_fn=lambda s: jnp.mean(s.position), positions=True)
     full = run(**kwargs)
     cut = run(burn_in=6, **kwargs)
     # Kept iterations 0, 2, ..., 12 -> 6, 8, ..., 12: drop the first 3 of 7.
@@ -362,7 +365,7 @@ def test_burn_in_drops_the_first_iterations_only():
 @pytest.mark.parametrize("burn_in, match", [(3, "multiple of `thin`"), (14, "must not exceed"),
                                             (-2, "nonnegative")])
 def test_bad_burn_in_is_refused(burn_in, match):
-    with pytest.raises(ValueError, match=f"`burn_in`.*{match}"):
+    with pytest.raises(ValueError, match=f"`output.burn_in`.*{match}"):
         run(num_steps=12, thin=2, burn_in=burn_in)
 
 

@@ -48,7 +48,8 @@ def test_agent_moments_match_posterior(make, key):
     pb = linear_regression(heterogeneous=True)
     n, eta = 5, 0.002
     trace = dgsgld.sample(make(eta), pb.potential, complete_graph(n), posterior_init(pb, CHAINS, n),
-                          key, num_steps=300, store_positions=False, trace_fn=lambda s: ())
+                          key, num_steps=300,
+                          output=dgsgld.Output(positions=False, trace_fn=lambda s: ()))
     m, s = final_moments(trace)
     se = np.sqrt(np.diagonal(s, axis1=1, axis2=2) / CHAINS)
     assert np.all(np.abs(m - pb.mean) <= 4.5 * se)
@@ -94,7 +95,7 @@ def test_de_sgld_bias_exceeds_diging(stack, key):
     bias = {}
     for name, make in [("diging", dgsgld.diging_sgld), ("de", dgsgld.de_sgld)]:
         trace = dgsgld.sample(make(eta), pb.potential, stack, init, key, num_steps=200,
-                              store_positions=False, trace_fn=lambda s: ())
+                              output=dgsgld.Output(positions=False, trace_fn=lambda s: ()))
         m, _ = final_moments(trace)
         bias[name] = np.linalg.norm(m - pb.mean, axis=1).mean()
     noise = np.sqrt(np.trace(pb.cov) / CHAINS)
@@ -114,7 +115,7 @@ def test_tracking_invariant_with_minibatches(key):
 
     init = jax.random.normal(key, (8, 5, 2))
     trace = dgsgld.sample(dgsgld.diging_sgld(0.02), pb.potential, permuted_rings(5, 7), init,
-                          key, num_steps=200, trace_fn=residual)
+                          key, num_steps=200, output=dgsgld.Output(trace_fn=residual))
     y_sum, g_sum = np.asarray(trace.values[:, :, 0]), np.asarray(trace.values[:, :, 1])
     scale = np.abs(np.asarray(trace.state.grad)).max()
     assert np.abs(y_sum - g_sum).max() <= 200 * 5 * 1.2e-7 * 10 * scale
@@ -176,18 +177,20 @@ def test_thinning_and_trace_fn(key):
     init = jax.random.normal(key, (3, 5, 2))
     alg = dgsgld.de_sgld(0.05)
     full = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12)
-    thin = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12, thin=4)
+    thin = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12,
+                         output=dgsgld.Output(thin=4))
     assert thin.positions.shape == (3, 4, 5, 2)
     np.testing.assert_array_equal(full.positions[:, ::4], thin.positions)
     mean_only = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12,
-                              trace_fn=lambda s: jnp.mean(s.position, 0))
+                              output=dgsgld.Output(trace_fn=lambda s: jnp.mean(s.position, 0)))
     assert mean_only.positions is None
     np.testing.assert_allclose(mean_only.values, full.positions.mean(2), rtol=1e-6, atol=1e-6)
     ens = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12,
-                        ensemble_fn=lambda s: jnp.mean(s.position, 0))
+                        output=dgsgld.Output(ensemble_fn=lambda s: jnp.mean(s.position, 0)))
     np.testing.assert_allclose(ens.ensemble, full.positions.mean(0), rtol=1e-6, atol=1e-6)
-    with pytest.raises(ValueError, match="multiple of `thin`"):
-        dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=10, thin=4)
+    with pytest.raises(ValueError, match="multiple of `output.thin`"):
+        dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=10,
+                      output=dgsgld.Output(thin=4))
 
 
 @pytest.mark.slow  # default run: tests/test_dula.py's optax schedule test
@@ -319,7 +322,8 @@ def test_diging_paper_problem_long_run(key):
     init = jnp.asarray(np.repeat(draw[:, None], 20, 1), jnp.float32)
     schedule = permuted_rings(20, 50)
     trace = dgsgld.sample(dgsgld.diging_sgld(0.002), pot, schedule, init, key,
-                          num_steps=2000, store_positions=False, trace_fn=lambda s: ())
+                          num_steps=2000,
+                          output=dgsgld.Output(positions=False, trace_fn=lambda s: ()))
     x = np.asarray(trace.state.position, np.float64)
     w2 = np.array([dgsgld.metrics.gaussian_w2_to_target(x[:, i], mean, cov) for i in range(20)])
     with jax.enable_x64(True):
@@ -351,7 +355,7 @@ def test_chain_layout_changes_no_number(batch_size, monkeypatch, key):
 
     def run():
         return dgsgld.sample(dgsgld.diging_sgld(0.01), potential, complete_graph(20), init, key,
-                             3, trace_fn=lambda s: s.grad, store_positions=True)
+                             3, output=dgsgld.Output(trace_fn=lambda s: s.grad, positions=True))
 
     trace = run()
     monkeypatch.setattr(run_module, "_chains_last", lambda: False)
@@ -370,8 +374,8 @@ def test_gradient_in_the_loop_is_the_gradient_called_directly(replace):
     key = jax.random.PRNGKey(3)   # a legacy key: the runner converts it, the draws stay
     x0 = jax.random.normal(jax.random.key(1), (3, 5, 2))
     alg = dgsgld.diging_sgld(0.05)
-    trace = dgsgld.sample(alg, pb.potential, ring(5), x0, key, 1, trace_fn=lambda s: s.grad,
-                          store_positions=True)
+    trace = dgsgld.sample(alg, pb.potential, ring(5), x0, key, 1,
+                          output=dgsgld.Output(trace_fn=lambda s: s.grad, positions=True))
     for c in range(3):
         init_key, run_key = jax.random.split(jax.random.fold_in(key, c))
         np.testing.assert_allclose(trace.values[c, 0], pb.potential.grad(x0[c], init_key),

@@ -58,7 +58,7 @@ def test_tracking_invariant_with_minibatches(key):
 
     init = jax.random.normal(key, (8, 5, 2))
     trace = dgsgld.sample(dgsgld.diging_sghmc(0.1, 2.0), pb.potential, permuted_rings(5, 7),
-                          init, key, num_steps=200, trace_fn=residual)
+                          init, key, num_steps=200, output=dgsgld.Output(trace_fn=residual))
     diff = np.asarray(trace.values[:, :, 0] - trace.values[:, :, 1])
     assert np.abs(diff).max() <= 200 * 5 * 1.2e-7 * 10 * np.abs(np.asarray(trace.state.grad)).max()
 

@@ -47,7 +47,7 @@ SCRIPT = textwrap.dedent(
         de_agents = sharding.sample_agent_sharded(de, prob.potential, mixing, init, key, 20)
         ref_more = dgsgld.sample(alg, prob.potential, mixing, ref.state, key, 5)
         more_agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, state, key, 5,
-                                                    store_positions=False)
+                                                    output=dgsgld.Output(positions=False))
         res = out[str(batch)] = {}
         if full:
             more = sharding.sample_sharded(alg, prob.potential, mixing, chains.state, key, 5)
@@ -72,9 +72,9 @@ SCRIPT = textwrap.dedent(
     prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
     blow = dgsgld.diging_sgld(1e4)   # non-finite after ~72 steps, agents 1 and 5
     ref = dgsgld.sample(blow, prob.potential, mixing, init, key, 100, on_divergence="flag",
-                        store_positions=False)
+                        output=dgsgld.Output(positions=False))
     agents = sharding.sample_agent_sharded(blow, prob.potential, mixing, init, key, 100,
-                                           store_positions=False)
+                                           output=dgsgld.Output(positions=False))
     out["divergence"] = [np.asarray(ref.divergence).tolist(),
                          np.asarray(agents.divergence).tolist()]
     # Sparse schedules: a neighbour exchange (ppermute of the rows neighbours need) instead of

@@ -38,8 +38,9 @@ def run():
         acc=streaming.accuracy(predict, TEST_INPUTS, TEST_LABELS, per_chain=True),
     )
     trace = dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, mixing, init,
-                          jax.random.key(1), T, thin=2, ensemble_fn=ensemble,
-                          trace_fn=per_chain, store_positions=True)
+                          jax.random.key(1), T,
+                          output=dgsgld.Output(thin=2, ensemble_fn=ensemble, trace_fn=per_chain,
+                                               positions=True))
     return prob, trace
 
 
@@ -100,7 +101,8 @@ def test_streaming_stores_no_positions_and_thinning_keeps_every_thin_th_iteratio
 
     def run(init):
         return dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, permuted_rings(N, 2),
-                             init, jax.random.key(0), 20, thin=5, ensemble_fn=w2)
+                             init, jax.random.key(0), 20,
+                             output=dgsgld.Output(thin=5, ensemble_fn=w2))
 
     # Shapes only (no compilation): memory O(num_kept N), not O(C num_kept N d).
     trace = jax.eval_shape(run, jnp.zeros((4, N, D)))

@@ -102,7 +102,7 @@ def test_network_average_and_consensus_match_monte_carlo():
         init,
         jax.random.key(4),
         NUM_STEPS,
-        trace_fn=stats,
+        output=dgsgld.Output(trace_fn=stats),
     )
     exact = th.exact_moments(
         "diging", q, schedule, np.zeros(2), np.eye(2), NUM_STEPS, step_size=eta

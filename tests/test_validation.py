@@ -305,14 +305,16 @@ def test_bad_num_steps_is_refused(num_steps):
 @given(st.one_of(st.integers(max_value=0), st.floats(), st.integers(NUM_STEPS + 1, 100),
                  st.sampled_from([3, 4, 6, 7, 8, 9])))
 def test_bad_thin_is_refused(thin):
-    assert_names(lambda: sample(thin=thin), "thin")
+    assert_names(lambda: sample(output=dgsgld.Output(thin=thin)), "output.thin")
 
 
 def test_bad_arguments_of_sample_are_named():
     assert_names(lambda: sample(algorithm="diging"), "algorithm")
     assert_names(lambda: sample(potential=log_likelihood), "potential")
-    assert_names(lambda: sample(trace_fn="mean"), "trace_fn")
-    assert_names(lambda: sample(ensemble_fn=3), "ensemble_fn")
+    assert_names(lambda: sample(output=dgsgld.Output(trace_fn="mean")), "output.trace_fn")
+    assert_names(lambda: sample(output=dgsgld.Output(ensemble_fn=3)), "output.ensemble_fn")
+    assert_names(lambda: sample(output={"thin": 2}), "output")  # a dict, not an Output
+    assert_names(lambda: sample(output=dgsgld.Output(positions="yes")), "output.positions")
     assert_names(lambda: sample(on_divergence="ignore"), "on_divergence")
 
 

@@ -29,7 +29,7 @@ from .plots import plot_overview as plot_overview
 from .problems import GaussianLogLikelihood as GaussianLogLikelihood
 from .problems import GaussianLogPrior as GaussianLogPrior
 from .problems import Problem as Problem
-from .problems import accuracy as accuracy
+from .problems import logistic_labels as logistic_labels
 from .problems import breast_cancer_problem as breast_cancer_problem
 from .problems import linear_regression_problem as linear_regression_problem
 from .problems import logistic_log_likelihood as logistic_log_likelihood

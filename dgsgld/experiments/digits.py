@@ -50,7 +50,7 @@ import optax
 from .. import data as dd
 from .. import networks, predictive
 from ..potential import Potential
-from ..run import sample
+from ..run import Output, sample
 from ..samplers import de_sgld, diging_sgld, sgld
 
 __all__ = ["BenchmarkConfig", "DIGITS", "DIGITS_SMALL", "DIABETES", "DIABETES_SMALL",
@@ -264,8 +264,9 @@ def _grid_runs(make_algorithm, step_sizes, potentials, mixing, init, key, num_st
     """Every split (outer axis) x step size (inner axis) x chain x agent x iteration."""
 
     def one(potential, eta):
-        trace = sample(make_algorithm(eta), potential, mixing, init, key, num_steps, thin=thin,
-                       ensemble_fn=ensemble_fn, store_positions=False, on_divergence="flag")
+        trace = sample(make_algorithm(eta), potential, mixing, init, key, num_steps,
+                       output=Output(thin=thin, ensemble_fn=ensemble_fn),
+                       on_divergence="flag")
         return trace.ensemble, jnp.any(trace.diverged)
 
     per_split = lambda pot: jax.vmap(lambda eta: one(pot, eta))(step_sizes)  # noqa: E731

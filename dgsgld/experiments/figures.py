@@ -43,9 +43,9 @@ from .configs import (
 )
 from .problems import (
     Problem,
-    accuracy,
     breast_cancer_problem,
     linear_regression_problem,
+    logistic_labels,
     logistic_regression_problem,
 )
 from .tuning import GradientTuning, grid_search, tune_step_size_gradient
@@ -284,7 +284,9 @@ class _FinalAccuracy(eqx.Module):
     targets: jax.Array
 
     def __call__(self, trace):
-        return jnp.mean(accuracy(trace.state.position, self.features, self.targets))
+        hits = metrics.accuracy(logistic_labels(trace.state.position, self.features),
+                                self.targets > 0.5)
+        return jnp.mean(hits)
 
 
 class _AccuracyStream(eqx.Module):
@@ -295,7 +297,10 @@ class _AccuracyStream(eqx.Module):
 
     def __call__(self, states):
         positions = _agent_axis(states.position)
-        acc = jnp.mean(accuracy(positions, self.features, self.targets), axis=0)
+        acc = jnp.mean(
+            metrics.accuracy(logistic_labels(positions, self.features), self.targets > 0.5),
+            axis=0,
+        )
         return acc, _consensus(positions)
 
 
@@ -573,7 +578,7 @@ def run_logistic_regression(
                 init,
                 key_run,
                 config.num_steps,
-                ensemble_fn=_AccuracyStream(*test),
+                output=run.Output(ensemble_fn=_AccuracyStream(*test)),
                 on_divergence="flag",
             )
             acc, consensus = (np.asarray(a, np.float64) for a in trace.ensemble)

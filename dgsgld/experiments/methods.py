@@ -20,8 +20,9 @@ Choices (stated, not hidden): the control-variate methods run at the panel's ``b
 full-batch noise); "DIGing-SGLD (full batch)" is the reference they aim at; the others run at
 the panel's ``b``. The momentum methods tune ``η`` on the square root of the SGLD grid (``γη = 1``
 makes DE-SGHMC DE-SGLD at step ``η²``) with the friction set by ``γη ∈ {0.1, 0.5}``, the
-better of the two kept. D-ULA tunes ``α₀`` on the SGLD grid divided by ``N`` (its drift is
-``N ∇f_i``) with ``α_k = α₀/(k+1)^0.3`` and ``β_k = 1/(k+1)^0.1``.
+better of the two kept. D-ULA tunes ``α₀`` on the SGLD grid divided by ``N`` (its local step,
+drift ``αN ∇f_i`` and noise ``√(2Nα)``, is DE-SGLD's at step ``Nα``) with
+``α_k = α₀/(k+1)^0.3`` and ``β_k = 1/(k+1)^0.1``.
 """
 
 import dataclasses
@@ -36,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import gradients
+from .. import gradients, metrics
 from ..samplers import PolynomialDecay, d_ula, de_sghmc, de_sgld, diging_sghmc, diging_sgld
 from .configs import apply_overrides, figure_config
 from .figures import (
@@ -47,7 +48,7 @@ from .figures import (
     _w2,
     derive_seeds,
 )
-from .problems import accuracy, linear_regression_problem
+from .problems import linear_regression_problem, logistic_labels
 from .tuning import grid_search
 
 __all__ = ["METHODS", "PANELS", "methods_sweep", "methods_table"]
@@ -122,7 +123,8 @@ class _Stream(eqx.Module):
         if self.features is None:
             mean, cov = _moments(x)
             return {"mean": mean, "cov": cov, "consensus": _consensus(x), "tracker": noise}
-        acc = jnp.mean(accuracy(x, self.features, self.targets), axis=0)
+        acc = jnp.mean(metrics.accuracy(logistic_labels(x, self.features), self.targets > 0.5),
+                       axis=0)
         return {"accuracy": acc, "consensus": _consensus(x), "tracker": noise}
 
 
@@ -215,11 +217,27 @@ def run_panel(panel: str, seed: int, *, trials: int | None = None, methods=None,
 
 
 def methods_sweep(seeds, out_dir=None, *, panels=None, methods=None, trials=None,
-                  overrides: dict | None = None, plot: bool = True, logger=None) -> dict:
+                  overrides: dict | None = None, plot: bool = True, logger=None,
+                  update: bool = False) -> dict:
     """Run :func:`run_panel` over panels and seeds; write ``methods.json``, ``methods.md`` and
     ``methods.png`` into ``out_dir`` when given. ``overrides`` apply to every panel's config
-    (e.g. ``{"num_step_sizes": 9}``)."""
+    (e.g. ``{"num_step_sizes": 9}``).
+
+    ``update=True`` re-runs part of an earlier sweep: the rows of this run's panels and
+    methods replace those of ``out_dir/methods.json`` (same seeds, trials and overrides, else
+    ``ValueError``), the other rows are kept, and the table and figure are rewritten from the
+    merged result. Every row depends only on its method's settings, the panel and the seed."""
     seeds = [int(s) for s in seeds]
+    base = None
+    if update:
+        if out_dir is None or not (Path(out_dir) / "methods.json").is_file():
+            raise ValueError("`update=True` needs `out_dir` holding an earlier methods.json.")
+        base = json.loads((Path(out_dir) / "methods.json").read_text())
+        for field, value in (("seeds", seeds), ("trials", trials),
+                             ("overrides", overrides or {})):
+            if base[field] != value:
+                raise ValueError(f"`update=True`: the earlier sweep's {field} were "
+                                 f"{base[field]!r}, this run's are {value!r}.")
     panels = list(panels or PANELS)
     for p in panels:
         if p not in PANELS:
@@ -242,10 +260,27 @@ def methods_sweep(seeds, out_dir=None, *, panels=None, methods=None, trials=None
         }
         result["wall_time_s"] = time.perf_counter() - start
         if out_dir is not None:  # after every panel: a long sweep leaves partial results
-            _write(result, Path(out_dir), plot)
+            _write(result if base is None else _merge(base, result), Path(out_dir), plot)
+    if base is not None:
+        result = _merge(base, result)
     if logger is not None:
         logger(methods_table(result))
     return result
+
+
+def _merge(base: dict, new: dict) -> dict:
+    """``base`` with ``new``'s rows in place of its own (new panels and methods appended);
+    ``new``'s wall time recorded under ``updates``."""
+    out = json.loads(json.dumps(base))
+    for panel, entry in new["panels"].items():
+        slot = out["panels"].setdefault(panel, {"metric": entry["metric"], "methods": {}})
+        slot["methods"].update(entry["methods"])
+    out.setdefault("updates", []).append({
+        "panels": list(new["panels"]),
+        "methods": list(next(iter(new["panels"].values()))["methods"]) if new["panels"] else [],
+        "wall_time_s": new.get("wall_time_s"),
+    })
+    return out
 
 
 def _write(result: dict, path: Path, plot: bool) -> None:

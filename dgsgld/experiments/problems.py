@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import metrics
 from .._types import Array
 from ..potential import Potential
 
@@ -28,7 +29,7 @@ __all__ = [
     "GaussianLogLikelihood",
     "GaussianLogPrior",
     "Problem",
-    "accuracy",
+    "logistic_labels",
     "breast_cancer_problem",
     "linear_regression_problem",
     "logistic_log_likelihood",
@@ -68,20 +69,18 @@ def logistic_log_likelihood(params: Array, datum) -> Array:
     return y * t - jax.nn.softplus(t)
 
 
-def accuracy(params: Array, features: Array, targets: Array) -> Array:
-    """Test accuracy of logistic-regression parameters.
+def logistic_labels(params: Array, features: Array) -> Array:
+    """Labels ``1[zᵀx > 0]`` predicted by logistic-regression parameters.
 
     Args:
         params: ``(..., p)``.
-        features: ``(n_test, p)``.
-        targets: ``(n_test,)`` labels in ``{0, 1}``.
+        features: ``(n, p)``.
 
     Returns:
-        ``(...)``: fraction of test points with ``1[zᵀx > 0] == y``.
+        ``(..., n)`` booleans; compare with ``targets > 0.5`` through
+        :func:`dgsgld.metrics.accuracy`.
     """
-    logits = jnp.einsum("...p,tp->...t", params, features)
-    hits = (logits > 0) == jnp.broadcast_to(targets > 0.5, logits.shape)
-    return jnp.mean(hits.astype(params.dtype), axis=-1)
+    return jnp.einsum("...p,tp->...t", params, features) > 0
 
 
 class Problem(eqx.Module):
@@ -139,10 +138,12 @@ class Problem(eqx.Module):
         )
 
     def test_accuracy(self, params: Array) -> Array:
-        """:func:`accuracy` on the held-out set; ``params (..., p)`` -> ``(...)``."""
+        """Accuracy of :func:`logistic_labels` on the held-out set; ``params (..., p)`` ->
+        ``(...)``."""
         if self.test_features is None:
             raise ValueError(f"Problem {self.name!r} has no test set.")
-        return accuracy(params, self.test_features, self.test_targets)
+        return metrics.accuracy(logistic_labels(params, self.test_features),
+                                self.test_targets > 0.5)
 
 
 def _check_split(num_train: int, num_agents: int, what: str) -> int:

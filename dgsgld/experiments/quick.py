@@ -111,7 +111,7 @@ def quick_run(
         steps[name] = float(sgld_step_size if central else step_size)
         trace = run.sample(make(steps[name]), potential, None if central else schedule,
                            init_cen if central else init_dec, key, num_steps,
-                           store_positions=False, on_divergence="warn")
+                           output=run.Output(positions=False), on_divergence="warn")
         finals.append(np.asarray(_agent_axis(trace.state.position)))
     draws = _exact_draws(problem, trials, seeds["reference"])
     # One program for every W2: agents of all algorithms, then the floor's replicates.

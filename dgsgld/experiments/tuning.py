@@ -85,8 +85,7 @@ def _grid_run(
             init,
             key,
             num_steps,
-            ensemble_fn=ensemble_fn,
-            store_positions=False,
+            output=run.Output(positions=False, ensemble_fn=ensemble_fn),
             on_divergence="flag",
         )
         return score_fn(trace), trace.ensemble, jnp.any(trace.diverged)
@@ -182,7 +181,7 @@ def _gradient_step(
             init,
             key,
             num_steps,
-            store_positions=False,
+            output=run.Output(positions=False),
             on_divergence="flag",
         )
         return criterion(trace.state.position)

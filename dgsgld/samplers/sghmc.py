@@ -8,8 +8,17 @@ friction ``γ`` from its own stochastic gradient, and positions are mixed over t
     x⁺ = W x + η v⁺,                                  v⁽⁰⁾ = 0.
 
 This is the Euler discretization of underdamped Langevin dynamics per agent with the
-consensus step of DE-SGLD on positions. The network average moves like centralized SGHMC on
-``f / N`` at temperature ``1 / N``, so its ``x̄`` marginal targets ``exp(−f)``. With full
+consensus step of DE-SGLD on positions: the velocity sees only the agent's own gradient, the
+network enters through ``W x`` in the position update. Sources: the paper's text was not
+reachable from this machine (searched: the search tool's pages, docs and code corpora for the
+title, arXiv 2007.00590, JMLR 22 and the update's terms), so no equation number is cited;
+the form above is the one of the public re-implementation that states it regenerates the
+paper's experiments (sisl/Distributed_ADMM_Sampler, ``bayesian_lin_reg.py``, "D-SGHMC":
+``v_new = v − η(γ v + ∇f_i(x_i)) + √(2γη) ξ``, ``x_i = Σ_j W_ij x_j + η v_new``), term for term;
+it starts ``v⁽⁰⁾ ~ N(0, I)``, this module ``v⁽⁰⁾ = 0``.
+
+The network average moves like centralized SGHMC on ``f / N`` at temperature ``1 / N``, so its
+``x̄`` marginal targets ``exp(−f)``. With full
 batches DE-SGHMC keeps a network-induced bias (its fixed point has ``(I − W) x = −η ∇F(x) / γ``).
 
 DIGing-SGHMC (this toolkit): DIGing's tracker replaces the local gradient in the velocity,

@@ -274,7 +274,7 @@ def bound_inputs(
         init,
         run_key,
         num_steps=max(B - 1, 1),
-        trace_fn=consensus,
+        output=run.Output(trace_fn=consensus),
     )
     x_sq, y_sq = (np.asarray(v, np.float64)[:, :B] for v in trace.values)
     x0 = np.asarray(init, np.float64)

@@ -21,7 +21,7 @@ so a Gaussian initialization stays Gaussian and its mean and covariance propagat
   ``M = [[𝒲, ηa I, −η²I], [0, a I, −ηI], [𝐀(𝒲 − I), ηa𝐀, 𝒲 − η²𝐀]]``, ``c = 0``,
   ``G = √(2γη) [ηI; I; η𝐀]``.
 * D-ULA with step ``α = η`` and consensus weight ``β``, ``s = x``:
-  ``M = (1 − β)I + β𝒲 − ηN𝐀``, ``c = ηN𝐛``, ``G = √(2η) I``.
+  ``M = (1 − β)I + β𝒲 − ηN𝐀``, ``c = ηN𝐛``, ``G = √(2Nη) I``.
 
 The second parameter of the momentum samplers (``γ``) and of D-ULA (``β_k``, a schedule too)
 is read off the sampler, or given as ``parameter=`` with a kind string.
@@ -237,7 +237,7 @@ def linear_recursion(
         return LinearRecursion(M, c, root * xp.concatenate([eye, V2]))
     if kind == "d_ula":
         M = (1 - parameter) * eye + parameter * Wb - eta * N * Ab
-        return LinearRecursion(M, eta * N * bb, root * eye)
+        return LinearRecursion(M, eta * N * bb, xp.sqrt(2.0 * N * eta) * eye)
     if kind in ("de_sghmc", "diging_sghmc"):
         a, kick = 1 - eta * parameter, xp.sqrt(2.0 * parameter * eta)
         zero = xp.zeros((n, n), dtype)
