@@ -148,7 +148,8 @@ def report(result) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in result.get("bytes", []):
         lines.append(f"| {r['network']} | {r['agents']} | {r['chains']} | {r['processes']} | "
-                     f"{r['mixing']} | {r['predicted']:,} | {r['measured']:,.0f} |".replace(",", " "))
+                     f"{r['mixing']} | {r['predicted']:,} | {r['measured']:,.0f} |"
+                     .replace(",", " "))
     lines += ["", "| problem | N | C | mixing | 1 process | 2 processes | 4 processes |",
               "|---|---|---|---|---|---|---|"]
     for name, network, chains, agents in PROBLEMS:
@@ -161,7 +162,8 @@ def report(result) -> str:
                     continue
                 run, whole = np.median(np.asarray(got), axis=0)
                 cells.append(f"{run:.2f} s ({whole:.0f} s)")
-            lines.append(f"| {network} | {agents} | {chains} | {mixing} | " + " | ".join(cells) + " |")
+            lines.append(f"| {network} | {agents} | {chains} | {mixing} | "
+                         + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -291,7 +291,8 @@ def _neighbour_lists(schedule: sparse.SparseSchedule):
     period, n = schedule.period, schedule.num_agents
     if isinstance(snaps, sparse.CirculantMixing):
         shifts = np.asarray(snaps.shifts, np.int64)
-        nbr = np.broadcast_to((np.arange(n)[:, None] + shifts[None, :]) % n, (period, n, shifts.size))
+        nbr = (np.arange(n)[:, None] + shifts[None, :]) % n
+        nbr = np.broadcast_to(nbr, (period, n, shifts.size))
         return nbr, np.repeat(snaps.weights[:, None, :], n, axis=1), snaps.diagonal, True
     if isinstance(snaps, sparse.NeighborMixing):
         return snaps.neighbors, snaps.weights, snaps.diagonal, False
@@ -346,7 +347,8 @@ def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int) -> Exchange
     for p in range(period):
         for d in range(num_devices):
             block = nbr[p, d * size:(d + 1) * size]
-            position = np.where((block >= d * size) & (block < (d + 1) * size), block - d * size, -1)
+            own = (block >= d * size) & (block < (d + 1) * size)
+            position = np.where(own, block - d * size, -1)
             base = size
             for o in offsets:
                 e = (d - o) % num_devices
@@ -468,7 +470,8 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
                          f"{shapes}.")
     stack = as_mixing(mixing)
     if not hasattr(stack, "matrix_at"):
-        raise ValueError(f"`mixing` must be a mixing stack or schedule; got {type(mixing).__name__}.")
+        raise ValueError("`mixing` must be a mixing stack or schedule; got "
+                         f"{type(mixing).__name__}.")
     if not allow_disconnected and all(_validation.is_concrete(x) for x in jax.tree.leaves(stack)):
         from .networks.validation import check_joint_connectivity
 
