@@ -2,13 +2,14 @@
 single-process run, and a process that dies stops the others with an error instead of a hang.
 
 Every run is ``examples/multi_process.py`` (the paper's Fig. 2(a) problem, 20 agents, d = 6)
-on a few chains, started by ``dgsgld.distributed.launch``.
+on a few chains, started by ``dgsgld.distributed.launch``; and a simulated SLURM job.
 
 Tolerances: the processes make the same draws as the single-process run (chain identity rule),
 so positions differ only by rounding: chains across processes run a block of the chains, whose
 batched products may round differently from the whole batch's (here 4 vs 8 chains differ by
 ~1e-6; 100 vs 200 chains were bit-identical); agents across processes compute ``W @ x`` as row
-blocks times gathered rows instead of one product. Float32 rounding (~6e-8 relative) per step,
+blocks times gathered rows (dense) or neighbours' rows (sparse schedules) instead of one
+product, and per-device gradients compile to differently vectorised code. Float32 rounding (~6e-8 relative) per step,
 amplified over 20 steps of a contracting map, stays below 1e-4 times the positions' scale
 (measured: ~5e-6 at 100 steps); one differing draw would move a position by about
 sqrt(2 η) = 0.13.
