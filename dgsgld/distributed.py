@@ -9,11 +9,13 @@ contiguous block :func:`chain_block` of them with :func:`dgsgld.sample`, passing
 ``chain_offset`` so that its chain ``c`` draws as global chain ``offset + c``
 (``fold_in(key, offset + c)``, the runner's chain identity rule) with the same key on every
 process. Nothing is exchanged during the run; :func:`gather` concatenates the blocks at the end.
+:func:`sample_chains` does all three, and computes ``ensemble_fn`` over all processes' chains.
 
 **Agents across processes.** Process ``p`` holds only the data of its agents
 (:func:`agent_block`, :func:`agent_potential`) and runs
 :func:`dgsgld.sharding.sample_agent_sharded` over a mesh of all devices: each step every device
-all-gathers the positions and trackers (the mixing product is the only communication) and
+receives the positions and trackers it mixes (the mixing product is the only communication: all
+rows for a dense stack, only its agents' neighbours' rows for a sparse schedule) and
 differentiates its own agents' potentials.
 
 Failure: :func:`initialize` sets a heartbeat timeout; when a process dies, the coordination
@@ -31,18 +33,22 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from . import _validation
 from .potential import Potential
+from .run import Output, _check_output, sample
 
 __all__ = ["agent_block", "agent_potential", "chain_block", "gather", "initialize", "launch",
-           "load_process_state", "save_process_state"]
+           "load_process_state", "sample_chains", "save_process_state"]
 
 #: Environment variables read by :func:`initialize` when an argument is not given.
 ENV = {"process_id": "DGSGLD_PROCESS_ID", "num_processes": "DGSGLD_NUM_PROCESSES",
@@ -139,8 +145,57 @@ def gather(tree):
     """Every leaf whole on every process: blocks of chains run per process are concatenated
     along the chain axis, global (agent-split) arrays assembled. A collective: every process
     must call it. E.g. ``gather(trace)`` gives the whole :class:`~dgsgld.Trace` (``ensemble``
-    excepted, which is per process)."""
+    excepted: ``dgsgld.sample``'s is over the process's own chains; :func:`sample_chains`
+    computes it over all)."""
     return multihost_utils.process_allgather(tree, tiled=True)
+
+
+@dataclass(frozen=True)  # hashable by value: repeated calls reuse the compiled run
+class _WithState:
+    """``trace_fn`` that also keeps the whole state, for an ``ensemble_fn`` applied later."""
+
+    trace_fn: Callable | None
+
+    def __call__(self, state):
+        return (None if self.trace_fn is None else self.trace_fn(state)), state
+
+
+def sample_chains(algorithm, potential: Potential, mixing, init, key, num_steps: int, *,
+                  output: Output = Output(), **kwargs: Any):
+    """The chains placement in one call: this process runs its :func:`chain_block` of
+    ``init``'s chains with :func:`dgsgld.sample` (``chain_offset``: the draws of a
+    single-process run) and every process gets the whole :class:`~dgsgld.Trace` (:func:`gather`).
+
+    ``output.ensemble_fn`` sees all processes' chains, as in a single-process run: each process
+    keeps its chains' whole states at the kept iterations (memory: the state of every chain at
+    every kept iteration, on every process after gathering), and ``ensemble_fn`` is applied per
+    kept iteration after the gather. Its results equal the single-process ``trace.ensemble`` up
+    to the rounding of a separately compiled ``ensemble_fn``.
+
+    Args:
+        algorithm, potential, mixing, key, num_steps, output, **kwargs: as for
+            :func:`dgsgld.sample` (not ``chain_offset``, set here).
+        init: all chains' positions ``(num_chains, ...)`` (or a gathered ``trace.state``), the
+            same on every process; ``num_chains`` a multiple of the number of processes.
+    """
+    if "chain_offset" in kwargs:
+        raise ValueError("`chain_offset` is set by sample_chains (each process's block); "
+                         "do not pass it.")
+    output = _check_output(output, _validation.check_positive_int(num_steps, name="num_steps"))
+    num_chains = jax.tree.leaves(init)[0].shape[0]
+    offset, size = chain_block(num_chains)
+    block = jax.tree.map(lambda leaf: leaf[offset:offset + size], init)
+    keep = output
+    if output.ensemble_fn is not None:
+        keep = output._replace(trace_fn=_WithState(output.trace_fn), ensemble_fn=None,
+                               positions=output.stores_positions)
+    trace = gather(sample(algorithm, potential, mixing, block, key, num_steps, output=keep,
+                          chain_offset=offset, **kwargs))
+    if output.ensemble_fn is None:
+        return trace
+    values, states = trace.values                            # states: leaves (C, K, ...)
+    return trace._replace(values=values,
+                          ensemble=jax.vmap(output.ensemble_fn, in_axes=1)(states))
 
 
 # ---------------------------------------------------------------------------- checkpoints

@@ -18,9 +18,12 @@ receives ``(N - N / D) F`` numbers per chain and per mixed quantity (``F`` the p
 DIGing-SGLD mixes positions and trackers); the gradients stay local. The noise of the
 single-device run is reproduced exactly by drawing the full ``(N, F)`` array on every device and
 keeping the device's rows (``D``-fold redundant work on the noise, the price of equal draws).
-Gathering is the simplest exchange and optimal for dense ``W``; for a sparse network a
-neighbour exchange (``ppermute`` of the rows neighbours need) would send less
-(``docs/scale.md``).
+Gathering is the simplest exchange and optimal for dense ``W``. A sparse schedule
+(:class:`dgsgld.sparse.SparseSchedule`) is instead split into an :class:`ExchangePlan`, built
+once on the host: per snapshot, which rows each device needs from each other device; its
+:class:`HaloRows` receives only those, with one ``jax.lax.ppermute`` per device offset (a ring:
+one row from each side instead of ``N - N / D``), and sums them in the snapshot format's own
+order. Sparse snapshots generated on the fly (:class:`GatheredRows`) are all-gathered.
 
 **Several processes** (hosts): :mod:`dgsgld.distributed`. The mesh of
 :func:`sample_agent_sharded` may span processes (inputs are placed with :func:`place`).
@@ -39,15 +42,16 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import equinox as eqx
 import numpy as np
 
-from . import _random, _validation
+from . import _random, _validation, sparse
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
 from ._mixing import MixingStack, as_mixing
 from .run import Divergence, Output, Trace, _check_output, _first_bad_agent, chain_keys, sample
 from .samplers.base import SamplingAlgorithm
 
-__all__ = ["AgentRows", "RowBlock", "agent_mesh", "chain_mesh", "place", "sample_agent_sharded",
-           "sample_sharded", "shard_chains"]
+__all__ = ["AgentRows", "ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "agent_mesh",
+           "chain_mesh", "exchange_plan", "place", "sample_agent_sharded", "sample_sharded",
+           "shard_chains"]
 
 
 def chain_mesh(num_devices: int | None = None, axis_name: str = "chains") -> Mesh:
@@ -173,6 +177,193 @@ class AgentRows(eqx.Module):
         return pot.grad_rows(positions, pot.data, counts, weights, key, self.first)
 
 
+class GatheredRows(eqx.Module):
+    """This device's rows of a sparse ``W⁽ᵏ⁾`` generated on the fly (its neighbour pattern is
+    unknown before the step): ``block @ x_local`` all-gathers ``x`` as :class:`RowBlock` does,
+    applies the whole snapshot and keeps the device's rows, the single-device arithmetic.
+
+    Attributes:
+        matrix: the snapshot (``dgsgld.sparse`` format), ``N`` rows.
+        first: the device's first agent; ``size``: its number of agents ``R`` (static).
+        axis_name: the mesh axis the agents are split over.
+    """
+
+    matrix: Any
+    first: Array
+    size: int = eqx.field(static=True)
+    axis_name: str = eqx.field(static=True)
+
+    def astype(self, dtype) -> "GatheredRows":
+        return GatheredRows(self.matrix.astype(dtype), self.first, self.size, self.axis_name)
+
+    def __matmul__(self, local: Array) -> Array:
+        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
+        full = jax.lax.all_gather(local, self.axis_name, axis=0, tiled=True)
+        return jax.lax.dynamic_slice_in_dim(self.matrix @ full, self.first, self.size)
+
+
+class HaloRows(eqx.Module):
+    """This device's rows of a sparse ``W⁽ᵏ⁾`` with a neighbour exchange: ``block @ x_local``
+    receives, with one ``jax.lax.ppermute`` per device offset, only the rows of other devices'
+    agents that this device's agents listen to, and returns the device's rows of ``W @ x``.
+
+    Built by :meth:`ExchangePlan.rows`. Row ``i``'s neighbours index the concatenation
+    ``[x_local (R); rows received from offset offsets[0] (M_0); ...]``.
+
+    Attributes:
+        neighbors: ``(R, K)`` int32 positions in that concatenation.
+        weights: ``(R, K)``, ``W[i, neighbour]``; ``diagonal``: ``(R,)``, ``W[i, i]``.
+        sends: per offset ``o``, ``(M_o,)`` int32: the local rows device ``+ o`` needs.
+        offsets: device offsets ``o`` (static): send to ``d + o``, receive from ``d - o``.
+        num_devices, axis_name: the mesh axis (static).
+        ordered: sum the ``K`` terms one after another, as :class:`~dgsgld.sparse.
+            CirculantMixing` does, instead of one contraction as ``NeighborMixing``: the
+            single-device arithmetic of the snapshot's format.
+    """
+
+    neighbors: Array
+    weights: Array
+    diagonal: Array
+    sends: tuple[Array, ...]
+    offsets: tuple[int, ...] = eqx.field(static=True)
+    num_devices: int = eqx.field(static=True)
+    axis_name: str = eqx.field(static=True)
+    ordered: bool = eqx.field(static=True)
+
+    def astype(self, dtype) -> "HaloRows":
+        return eqx.tree_at(lambda h: (h.weights, h.diagonal), self,
+                           (self.weights.astype(dtype), self.diagonal.astype(dtype)))
+
+    def __matmul__(self, local: Array) -> Array:
+        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
+        parts = [local]
+        for send, offset in zip(self.sends, self.offsets):
+            pairs = [(j, (j + offset) % self.num_devices) for j in range(self.num_devices)]
+            parts.append(jax.lax.ppermute(local[send], self.axis_name, pairs))
+        gathered = jnp.concatenate(parts)[self.neighbors]                  # (R, K, k)
+        out = self.diagonal[:, None] * local
+        if not self.ordered:
+            return out + jnp.einsum("nk,nkf->nf", self.weights, gathered)
+        for k in range(self.neighbors.shape[1]):
+            out = out + self.weights[:, k, None] * gathered[:, k]
+        return out
+
+
+class ExchangePlan(eqx.Module):
+    """Who sends which rows to whom, for every snapshot of a sparse schedule whose agents are
+    split in contiguous blocks over ``D`` devices: the tables of :class:`HaloRows`, built once
+    on the host (:func:`exchange_plan`). Leaves carry a leading ``P`` (snapshot) axis; rows
+    and sends an agent or device axis that ``shard_map`` splits.
+
+    Attributes:
+        neighbors, weights: ``(P, N, K)``; ``diagonal``: ``(P, N)`` (as :class:`HaloRows`, per
+            snapshot, rows of all devices stacked).
+        sends: per offset, ``(P, D, M_o)`` int32, indexed by the sending device.
+        offsets, ordered: as :class:`HaloRows`.
+    """
+
+    neighbors: Array
+    weights: Array
+    diagonal: Array
+    sends: tuple[Array, ...]
+    offsets: tuple[int, ...] = eqx.field(static=True)
+    ordered: bool = eqx.field(static=True)
+
+    @property
+    def period(self) -> int:
+        return self.diagonal.shape[0]
+
+    @property
+    def rows_received(self) -> int:
+        """Rows each device receives per exchange (padded to the busiest snapshot and device)."""
+        return sum(s.shape[-1] for s in self.sends)
+
+    def rows(self, k, axis_name: str, num_devices: int) -> HaloRows:
+        """:class:`HaloRows` of ``W⁽ᵏ⁾`` inside ``shard_map`` (this device's block of every
+        table; ``k`` may be traced)."""
+        p = k % self.period
+        return HaloRows(self.neighbors[p], self.weights[p], self.diagonal[p],
+                        tuple(s[p, 0] for s in self.sends), self.offsets, num_devices,
+                        axis_name, self.ordered)
+
+
+def _neighbour_lists(schedule: sparse.SparseSchedule):
+    """``(neighbors (P, N, K), weights (P, N, K), diagonal (P, N), ordered)`` of any sparse
+    format, each row's terms in the order its format sums them (edge lists: sender order)."""
+    snaps = jax.tree.map(np.asarray, schedule.snapshots)
+    period, n = schedule.period, schedule.num_agents
+    if isinstance(snaps, sparse.CirculantMixing):
+        shifts = np.asarray(snaps.shifts, np.int64)
+        nbr = (np.arange(n)[:, None] + shifts[None, :]) % n
+        nbr = np.broadcast_to(nbr, (period, n, shifts.size))
+        return nbr, np.repeat(snaps.weights[:, None, :], n, axis=1), snaps.diagonal, True
+    if isinstance(snaps, sparse.NeighborMixing):
+        return snaps.neighbors, snaps.weights, snaps.diagonal, False
+    counts = np.stack([np.bincount(r, minlength=n) for r in snaps.receivers])      # (P, N)
+    k_max = max(int(counts.max()), 1)
+    nbr = np.tile(np.arange(n)[None, :, None], (period, 1, k_max))    # padding: self, weight 0
+    wts = np.zeros((period, n, k_max), snaps.weights.dtype)
+    for p in range(period):
+        rows = snaps.receivers[p]
+        slot = np.arange(rows.size) - np.searchsorted(rows, rows)
+        nbr[p, rows, slot], wts[p, rows, slot] = snaps.senders[p], snaps.weights[p]
+    return nbr, wts, snaps.diagonal, False
+
+
+def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int) -> ExchangePlan:
+    """The :class:`ExchangePlan` of ``schedule`` (concrete snapshots) with its ``N`` agents in
+    ``num_devices`` contiguous blocks.
+
+    Device ``d`` needs, from device ``e``, the rows of ``e``'s agents that appear in the
+    neighbour lists of ``d``'s agents; they travel at offset ``o = (d - e) mod D``, padded to
+    the most any device needs at that offset in any snapshot (``M_o`` rows; fixed shapes).
+
+    Raises:
+        ValueError: if ``N`` is not a multiple of ``num_devices``.
+    """
+    nbr, wts, diag, ordered = _neighbour_lists(schedule)
+    period, n, k = nbr.shape
+    if n % num_devices:
+        raise ValueError(f"the number of agents ({n}) must be a multiple of the number of "
+                         f"devices ({num_devices}).")
+    size = n // num_devices
+    # needed[o][p][d]: sorted local rows of device (d - o) % D that device d needs at snapshot p.
+    needed = [[[None] * num_devices for _ in range(period)] for _ in range(num_devices)]
+    for p in range(period):
+        for d in range(num_devices):
+            cols = np.unique(nbr[p, d * size:(d + 1) * size])
+            for o in range(1, num_devices):
+                e = (d - o) % num_devices
+                needed[o][p][d] = cols[(cols >= e * size) & (cols < (e + 1) * size)] - e * size
+    widths = {o: max(len(needed[o][p][d]) for p in range(period) for d in range(num_devices))
+              for o in range(1, num_devices)}
+    offsets = tuple(o for o in range(1, num_devices) if widths[o])
+    local = np.empty_like(nbr, dtype=np.int32)
+    sends = []
+    for o in offsets:
+        send = np.zeros((period, num_devices, widths[o]), np.int32)
+        for p in range(period):
+            for d in range(num_devices):
+                rows = needed[o][p][d]
+                send[p, (d - o) % num_devices, :len(rows)] = rows
+        sends.append(send)
+    for p in range(period):
+        for d in range(num_devices):
+            block = nbr[p, d * size:(d + 1) * size]
+            own = (block >= d * size) & (block < (d + 1) * size)
+            position = np.where(own, block - d * size, -1)
+            base = size
+            for o in offsets:
+                e = (d - o) % num_devices
+                rows = needed[o][p][d]
+                inside = (block >= e * size) & (block < (e + 1) * size)
+                position[inside] = base + np.searchsorted(rows, block[inside] - e * size)
+                base += widths[o]
+            local[p, d * size:(d + 1) * size] = position
+    return ExchangePlan(jnp.asarray(local), jnp.asarray(wts), jnp.asarray(diag),
+                        tuple(jnp.asarray(s) for s in sends), offsets, ordered)
+
+
 def _is_key(x) -> bool:
     return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
@@ -231,8 +422,10 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
             Its data may be a global array holding on each process only that process's agents
             (:func:`dgsgld.distributed.agent_potential`).
         mixing: a dense ``(P, N, N)`` stack, ``(N, N)`` matrix or schedule with ``.matrices``
-            (rows split over the devices), or an object whose ``matrix_at(k)`` is a dense
-            ``(N, N)`` array (computed whole on every device).
+            (rows split over the devices, all rows gathered each step); a
+            :class:`dgsgld.sparse.SparseSchedule` (neighbour exchange: :func:`exchange_plan`);
+            or an on-the-fly schedule whose ``matrix_at(k)`` is a dense ``(N, N)`` array or a
+            sparse snapshot (computed whole on every device, rows gathered).
         init: positions ``(num_chains, N, *param_shape)`` (leaves of a pytree), or the
             ``state`` of an earlier call's trace to continue it.
         key, num_steps: as for :func:`dgsgld.sample`.
@@ -279,20 +472,23 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
         raise ValueError(f"`init` leaves must be (num_chains, {n}, *param_shape); got shapes "
                          f"{shapes}.")
     stack = as_mixing(mixing)
+    if not hasattr(stack, "matrix_at"):
+        raise ValueError("`mixing` must be a mixing stack or schedule; got "
+                         f"{type(mixing).__name__}.")
+    if not allow_disconnected and all(_validation.is_concrete(x) for x in jax.tree.leaves(stack)):
+        from .networks.validation import check_joint_connectivity
+
+        check_joint_connectivity(stack, name="mixing")  # as dgsgld.sample does
+    w0 = jax.eval_shape(stack.matrix_at, jnp.int32(0))
+    if getattr(w0, "shape", None) != (n, n):
+        raise ValueError(f"`mixing` must hold ({n}, {n}) matrices; got {getattr(w0, 'shape', w0)}.")
     if isinstance(stack, MixingStack):  # dense: its rows are split over the devices
         stack = stack.matrices
-        if not allow_disconnected and _validation.is_concrete(stack):
-            from .networks.validation import check_joint_connectivity
-
-            check_joint_connectivity(stack, name="mixing")  # as dgsgld.sample does
-    on_the_fly = hasattr(stack, "matrix_at")
-    if on_the_fly:
-        w0 = jax.eval_shape(stack.matrix_at, jnp.int32(0))
-        if not isinstance(w0, jax.ShapeDtypeStruct) or w0.shape != (n, n):
-            raise ValueError(f"`mixing`.matrix_at(k) must give a dense ({n}, {n}) array for "
-                             "agent sharding (sparse snapshots are not split by rows).")
-    elif stack.shape[1:] != (n, n):
-        raise ValueError(f"`mixing` must be a dense (P, {n}, {n}) stack; got {stack.shape}.")
+    elif isinstance(stack, sparse.SparseSchedule):  # stored snapshots: a neighbour exchange
+        if not all(_validation.is_concrete(x) for x in jax.tree.leaves(stack)):
+            raise ValueError("`mixing`: a sparse schedule's snapshots must be concrete (not "
+                             "traced) to plan the neighbour exchange.")
+        stack = exchange_plan(stack, devices)
     key = _random.fast_key(key)  # the runner's key implementation: the same numbers, faster
     impl = jax.random.key_impl(key) if _is_key(key) else None
     key_data = key if impl is None else jax.random.key_data(key)
@@ -315,8 +511,10 @@ def _agent_in_specs(potential, stack, init, axis):
     pot_specs = jax.tree_util.tree_map_with_path(
         lambda path, _: PartitionSpec(axis) if path[0].name in ("data", "mask") else PartitionSpec(),
         potential)
-    mix_specs = (jax.tree.map(lambda _: PartitionSpec(), stack) if hasattr(stack, "matrix_at")
-                 else PartitionSpec(None, axis))
+    if hasattr(stack, "matrix_at"):     # generated on the fly: whole on every device
+        mix_specs = jax.tree.map(lambda _: PartitionSpec(), stack)
+    else:                               # dense rows, or an ExchangePlan's per-device tables
+        mix_specs = jax.tree.map(lambda _: PartitionSpec(None, axis), stack)
     return _agent_specs(init, n, axis, 1), mix_specs, pot_specs, PartitionSpec()
 
 
@@ -324,8 +522,8 @@ def _agent_in_specs(potential, stack, init, axis):
 def _agent_run(algorithm, init, stack, potential, key_data, *, mesh, axis, resume, impl,
                num_steps, chain_offset, store_positions):
     """The compiled agent-sharded run (cached per configuration and shapes)."""
-    n = potential.num_agents
-    block = n // mesh.shape[axis]
+    n, devices = potential.num_agents, mesh.shape[axis]
+    block = n // devices
     on_the_fly = hasattr(stack, "matrix_at")
     positions = init.position if resume else init
     num_chains = jax.tree.leaves(positions)[0].shape[0]
@@ -348,11 +546,15 @@ def _agent_run(algorithm, init, stack, potential, key_data, *, mesh, axis, resum
         def one_step(carry, _):
             states, div = carry
             k = states.count[0]
-            if on_the_fly:
-                rows = jax.lax.dynamic_slice_in_dim(stack_rows.matrix_at(k), first, block)
+            if isinstance(stack_rows, ExchangePlan):
+                w = stack_rows.rows(k, axis, devices)
+            elif on_the_fly:
+                snapshot = stack_rows.matrix_at(k)
+                w = (RowBlock(jax.lax.dynamic_slice_in_dim(snapshot, first, block), axis)
+                     if isinstance(snapshot, jax.Array)
+                     else GatheredRows(snapshot, first, block, axis))
             else:
-                rows = stack_rows[k % stack_rows.shape[0]]
-            w = RowBlock(rows, axis)
+                w = RowBlock(stack_rows[k % stack_rows.shape[0]], axis)
             keys = jax.vmap(jax.random.fold_in, (0, None))(run_keys, k)
             step = lambda kc, s: algorithm.step(kc, s, local, w, noise(kc, s.position))[0]  # noqa: E731
             states = jax.vmap(step)(keys, states)

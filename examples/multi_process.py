@@ -7,8 +7,10 @@ Start one copy per process, e.g. two on this machine::
         --placement agents --out positions.npz
 
 (``launch`` adds ``--process-id``, ``--num-processes`` and ``--coordinator``.) ``--placement
-chains``: each process runs a block of the chains on all the data; ``agents``: each process
-holds only its agents' data, and the mixing is the only communication. Process 0 writes
+chains``: each process runs a block of the chains on all the data
+(``dgsgld.distributed.sample_chains``; ``--ensemble`` adds a statistic over all chains);
+``agents``: each process holds only its agents' data, and the mixing is the only communication
+(all rows each step, or with ``--mixing sparse`` only the rows neighbours need). Process 0 writes
 ``positions``, the final positions of all chains ``(chains, agents, d)``, to ``--out``. Without
 ``--coordinator`` the script runs in one process (the reference run).
 See docs/scale.md.
@@ -26,6 +28,11 @@ def parse(argv=None):
     p.add_argument("--coordinator", default=None, help="HOST:PORT of process 0")
     p.add_argument("--placement", choices=("chains", "agents"), default="chains")
     p.add_argument("--out", required=True, help=".npz written by process 0")
+    p.add_argument("--network", choices=("barbell", "ring"), default="barbell",
+                   help="the paper's time-varying barbell, or a ring (circulant)")
+    p.add_argument("--mixing", choices=("dense", "sparse"), default="dense",
+                   help="sparse: dgsgld.sparse snapshots; the agents placement then exchanges "
+                   "only the rows neighbours need (ppermute) instead of all-gathering them")
     p.add_argument("--chains", type=int, default=200, help="trials (200 in the paper)")
     p.add_argument("--agents", type=int, default=20, help="N (20 in the paper)")
     p.add_argument("--steps", type=int, default=100)
@@ -40,13 +47,16 @@ def parse(argv=None):
     p.add_argument("--repeat", type=int, default=1,
                    help="run R times; report the first (compilation included) or, for R > 1, "
                    "the median of the others")
+    p.add_argument("--ensemble", action="store_true",
+                   help="chains placement: also write `ensemble`, the chains' mean and variance "
+                   "per agent at every iteration, computed over all processes' chains")
     p.add_argument("--heartbeat-timeout", type=int, default=30,
                    help="seconds before a silent process is declared dead")
     return p.parse_args(argv)
 
 
 def setup(args):
-    """``(problem, mixing stack, init (C, N, p), key, algorithm)`` of the Fig. 2(a) run,
+    """``(problem, mixing, init (C, N, p), key, algorithm)`` of the Fig. 2(a) run,
     the same on every process (the data of every agent are generated; see ``local`` below)."""
     import jax
 
@@ -61,10 +71,23 @@ def setup(args):
     seeds = derive_seeds(args.seed)
     problem = linear_regression_problem(seeds["data"], num_samples=config.num_samples,
                                         num_agents=config.num_agents)
-    mixing = make_network(config, seeds["network"]).matrices
+    if args.network == "ring":
+        mixing = dgsgld.networks.ring(args.agents).matrices
+    else:
+        mixing = make_network(config, seeds["network"]).matrices
+    if args.mixing == "sparse":
+        mixing = dgsgld.sparse.from_dense(mixing)   # circulant for the ring, else neighbour lists
     init = _initial_positions(seeds["init"], config, problem.dim)[0]
     return problem, mixing, init, jax.random.key(seeds["sampling"]), \
         dgsgld.diging_sgld(args.step_size)
+
+
+def spread(states):
+    """Per kept iteration, over all chains: the mean and variance of every agent's position
+    ``(2, N, d)`` (an ``ensemble_fn``)."""
+    import jax.numpy as jnp
+
+    return jnp.stack([jnp.mean(states.position, axis=0), jnp.var(states.position, axis=0)])
 
 
 def main(argv=None) -> int:
@@ -86,15 +109,17 @@ def main(argv=None) -> int:
     like = jax.eval_shape(jax.vmap(algorithm.init, (0, None, 0)), init, problem.potential(),
                           jax.random.split(key, args.chains))  # shapes only
     if args.placement == "chains":
-        offset, size = distributed.chain_block(args.chains)
         potential = problem.potential(args.batch_size)
-        state = init[offset:offset + size]
-        if args.resume:
-            state = distributed.load_process_state(args.resume, like)
+        state = init
+        if args.resume:  # each process's block of chains, gathered: all chains everywhere
+            state = distributed.gather(distributed.load_process_state(args.resume, like))
+        ensemble_fn = spread if args.ensemble else None
 
         def run():
-            return dgsgld.sample(algorithm, potential, mixing, state, key, args.steps,
-                                 chain_offset=offset, output=dgsgld.Output(positions=False))
+            # This process's block of the chains; the whole Trace gathered on every process.
+            return distributed.sample_chains(
+                algorithm, potential, mixing, state, key, args.steps,
+                output=dgsgld.Output(positions=False, ensemble_fn=ensemble_fn))
     else:
         mesh = sharding.agent_mesh()
         first, size = distributed.agent_block(args.agents)
@@ -118,15 +143,21 @@ def main(argv=None) -> int:
     for _ in range(args.repeat):
         start = time.perf_counter()
         trace = run()
-        final, divergence = distributed.gather((trace.state, trace.divergence))  # collective
+        # Whole arrays on every process: a collective (sample_chains has gathered already).
+        whole = distributed.gather(trace) if args.placement == "agents" else trace
         times.append(time.perf_counter() - start)
     # The first call compiles; with --repeat R > 1, the median of the other R - 1.
     seconds = float(np.median(times[1:] if len(times) > 1 else times))
-    if args.save_state:
-        distributed.save_process_state(args.save_state, trace.state)
+    if args.save_state:  # this process's agents, or its block of the (gathered) chains
+        state = trace.state
+        if args.placement == "chains":
+            offset, size = distributed.chain_block(args.chains)
+            state = jax.tree.map(lambda leaf: leaf[offset:offset + size], state)
+        distributed.save_process_state(args.save_state, state)
     if jax.process_index() == 0:
-        np.savez(args.out, positions=np.asarray(final.position),
-                 diverged=np.asarray(divergence.iteration) >= 0, seconds=seconds)
+        extra = {} if whole.ensemble is None else {"ensemble": np.asarray(whole.ensemble)}
+        np.savez(args.out, positions=np.asarray(whole.state.position),
+                 diverged=np.asarray(whole.divergence.iteration) >= 0, seconds=seconds, **extra)
         print(f"{args.placement}: {jax.process_count()} processes, {args.chains} chains, "
               f"{args.agents} agents, {args.steps} steps: {seconds:.2f} s; wrote {args.out}")
     return 0

@@ -2,13 +2,14 @@
 single-process run, and a process that dies stops the others with an error instead of a hang.
 
 Every run is ``examples/multi_process.py`` (the paper's Fig. 2(a) problem, 20 agents, d = 6)
-on a few chains, started by ``dgsgld.distributed.launch``.
+on a few chains, started by ``dgsgld.distributed.launch``; and a simulated SLURM job.
 
 Tolerances: the processes make the same draws as the single-process run (chain identity rule),
 so positions differ only by rounding: chains across processes run a block of the chains, whose
 batched products may round differently from the whole batch's (here 4 vs 8 chains differ by
 ~1e-6; 100 vs 200 chains were bit-identical); agents across processes compute ``W @ x`` as row
-blocks times gathered rows instead of one product. Float32 rounding (~6e-8 relative) per step,
+blocks times gathered rows (dense) or neighbours' rows (sparse schedules) instead of one
+product, and per-device gradients compile to differently vectorised code. Float32 rounding (~6e-8 relative) per step,
 amplified over 20 steps of a contracting map, stays below 1e-4 times the positions' scale
 (measured: ~5e-6 at 100 steps); one differing draw would move a position by about
 sqrt(2 η) = 0.13.
@@ -51,25 +52,33 @@ def _positions(path) -> np.ndarray:
         return f["positions"]
 
 
-def _reference(*extra):
-    """The single-process run: dgsgld.sample on all chains, in this process."""
+def _example():
     import importlib.util
-
-    import dgsgld
 
     spec = importlib.util.spec_from_file_location("multi_process", EXAMPLE[1])
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    return example
+
+
+def _reference(*extra, ensemble_fn=None):
+    """The single-process run: dgsgld.sample on all chains, in this process (final positions,
+    or the trace with ``ensemble_fn``)."""
+    import dgsgld
+
+    example = _example()
     args = example.parse(["--out", "unused", *SMALL, *extra])
     problem, mixing, init, key, algorithm = example.setup(args)
     trace = dgsgld.sample(algorithm, problem.potential(args.batch_size), mixing, init, key,
-                          args.steps, output=Output(positions=False))
-    return np.asarray(trace.state.position)
+                          args.steps, output=Output(positions=False, ensemble_fn=ensemble_fn))
+    return trace if ensemble_fn is not None else np.asarray(trace.state.position)
 
 
 @pytest.fixture(scope="module")
 def reference():
-    return _reference()
+    """Final positions ``(8, 20, 6)`` and ``ensemble`` (the example's ``spread``)."""
+    trace = _reference(ensemble_fn=_example().spread)
+    return np.asarray(trace.state.position), np.asarray(trace.ensemble)
 
 
 def _close(x, ref):
@@ -80,13 +89,23 @@ def _close(x, ref):
 
 
 def test_chains_across_two_processes_equal_single_process_run(reference, tmp_path):
-    _run(["--placement", "chains", "--out", str(tmp_path / "c.npz"), *SMALL], processes=2)
-    assert _close(_positions(tmp_path / "c.npz"), reference)
+    # With ensemble_fn (chains' mean and variance per agent) over all 8 chains, 4 per process:
+    # gathered states, then ensemble_fn per kept iteration. Positions agree to rounding, so do
+    # their means and variances (the same scale-relative bound).
+    _run(["--placement", "chains", "--ensemble", "--out", str(tmp_path / "c.npz"), *SMALL],
+         processes=2)
+    with np.load(tmp_path / "c.npz") as f:
+        got, ensemble = f["positions"], f["ensemble"]
+    assert _close(got, reference[0])
+    want = reference[1]
+    assert ensemble.shape == want.shape == (21, 2, 20, 6)  # kept iterations 0..20, mean and var
+    assert np.abs(want[:, 1]).min() > 0                  # chains differ: a real variance
+    assert np.abs(ensemble - want).max() < 1e-4 * max(1.0, np.abs(want).max())
 
 
 def test_agents_across_two_processes_equal_single_process_run(reference, tmp_path):
     _run(["--placement", "agents", "--out", str(tmp_path / "a.npz"), *SMALL], processes=2)
-    assert _close(_positions(tmp_path / "a.npz"), reference)
+    assert _close(_positions(tmp_path / "a.npz"), reference[0])
 
 
 @pytest.mark.slow
@@ -103,7 +122,30 @@ def test_two_processes_saved_and_resumed_equal_single_process_run(reference, tmp
         # its 10 of the 20 agents, or its 4 of the 8 chains
         assert f["leaf/0"].shape == ((8, 10, 6) if placement == "agents" else (4, 20, 6))
     _run([*half, "--out", str(tmp_path / "b.npz"), "--resume", str(tmp_path / "s")], processes=2)
-    assert _close(_positions(tmp_path / "b.npz"), reference)
+    assert _close(_positions(tmp_path / "b.npz"), reference[0])
+
+
+def test_sample_chains_in_one_process_is_dgsgld_sample_with_its_ensemble():
+    import jax
+    import jax.numpy as jnp
+
+    import dgsgld
+    from _problems import linear_regression, ring
+
+    prob = linear_regression(num_agents=4, dim=2)
+    init = jnp.asarray(np.random.default_rng(0).normal(size=(6, 4, 2)), jnp.float32)
+    spread = _example().spread
+    args = (dgsgld.diging_sgld(0.05), prob.potential, ring(4), init, jax.random.key(0), 10)
+    want = dgsgld.sample(*args, output=Output(thin=2, ensemble_fn=spread))
+    got = distributed.sample_chains(*args, output=Output(thin=2, ensemble_fn=spread))
+    # The same compiled step and draws: equal positions; ensemble_fn applied after the run
+    # instead of inside the loop (float32 rounding of the mean and variance at most).
+    np.testing.assert_array_equal(got.state.position, want.state.position)
+    assert got.ensemble.shape == want.ensemble.shape == (6, 2, 4, 2)
+    np.testing.assert_allclose(got.ensemble, want.ensemble, rtol=1e-6, atol=1e-7)
+    assert got.positions is None and got.values is None
+    with pytest.raises(ValueError, match="chain_offset"):
+        distributed.sample_chains(*args, chain_offset=2)
 
 
 def test_a_dying_process_stops_the_others_with_an_error(tmp_path):
@@ -145,6 +187,54 @@ def test_launch_fails_loudly_when_one_process_fails(tmp_path):
     assert time.monotonic() - start < 50                 # process 0 (sleeping 60 s) was stopped
 
 
+def _free_port_in(low: int, high: int) -> int:
+    import socket
+
+    for port in np.random.default_rng().permutation(np.arange(low, high + 1)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", int(port)))
+            except OSError:
+                continue
+            return int(port)
+    raise RuntimeError(f"no free port in {low}..{high}")
+
+
+SLURM_PROBE = """
+import jax
+from dgsgld import distributed
+distributed.initialize()                 # no arguments, no DGSGLD_*: JAX's cluster detection
+from jax.experimental import multihost_utils
+ids = multihost_utils.process_allgather(jax.numpy.int32(jax.process_index()))
+print("SLURM", jax.process_index(), jax.process_count(), jax.device_count(), list(map(int, ids)))
+"""
+
+
+def test_initialize_without_arguments_joins_a_simulated_slurm_job():
+    # What srun sets for two tasks of one job on one node ("localhost"); JAX derives the
+    # coordinator (the first node, port 61440 + job id mod 4096) and each process's id and
+    # count from them. Not tested here: srun itself, several nodes, GPUs.
+    port = _free_port_in(61440, 65535)                 # the range JAX derives from the job id
+    env = {k: v for k, v in _env().items() if not k.startswith(("DGSGLD_", "SLURM_"))}
+    env |= {"SLURM_JOB_ID": str(port - 61440 + 4096 * 7), "SLURM_STEP_NODELIST": "localhost",
+            "SLURM_NTASKS": "2", "SLURM_STEP_NUM_NODES": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", SLURM_PROBE], cwd=ROOT,
+                              env=env | {"SLURM_PROCID": str(i), "SLURM_LOCALID": str(i)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for i, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, err[-2000:]
+        line = next(ln for ln in out.splitlines() if ln.startswith("SLURM"))
+        assert line == f"SLURM {i} 2 2 [0, 1]"          # joined as task i of 2; a collective ran
+
+
 def test_bad_arguments_are_rejected_with_a_message():
     with pytest.raises(ValueError, match="together"):
         distributed.initialize(process_id=0)
@@ -162,9 +252,23 @@ def test_mini_batches_across_two_processes_equal_single_process_run(tmp_path):
     assert _close(_positions(tmp_path / "m.npz"), _reference("--batch-size", "3"))
 
 
+@pytest.mark.parametrize("processes,network", [
+    (2, "barbell"),
+    pytest.param(2, "ring", marks=pytest.mark.slow),
+    pytest.param(4, "barbell", marks=pytest.mark.slow),
+])
+def test_sparse_agents_across_processes_equal_single_process_run(tmp_path, processes, network):
+    # Sparse snapshots (barbell: neighbour lists; ring: circulant): each process receives only
+    # the rows its agents' neighbours need (ppermute), not all rows. Same tolerance as above.
+    sparse = ["--mixing", "sparse", "--network", network]
+    _run(["--placement", "agents", "--out", str(tmp_path / "s.npz"), *sparse, *SMALL],
+         processes=processes)
+    assert _close(_positions(tmp_path / "s.npz"), _reference(*sparse))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("placement", ["chains", "agents"])
 def test_four_processes_equal_single_process_run(reference, tmp_path, placement):
     _run(["--placement", placement, "--out", str(tmp_path / "p.npz"), *SMALL], processes=4)
     x = _positions(tmp_path / "p.npz")
-    assert _close(x, reference)
+    assert _close(x, reference[0])
