@@ -42,11 +42,12 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import equinox as eqx
 import numpy as np
 
-from . import _random, _validation, sparse
+from . import _params, _random, _validation, sparse
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
 from ._mixing import MixingStack, as_mixing
-from .run import Divergence, Output, Trace, _check_output, _first_bad_agent, chain_keys, sample
+from .run import (Divergence, Output, Trace, _check_output, _first_bad_agent, _with_static,
+                  chain_keys, sample)
 from .samplers.base import SamplingAlgorithm
 
 __all__ = ["AgentRows", "ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "agent_mesh",
@@ -466,7 +467,11 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
         raise ValueError(f"the number of agents ({n}) must be a multiple of the number of devices "
                          f"on mesh axis {axis!r} ({devices}).")
     resume = isinstance(init, tuple) and hasattr(init, "_fields") and hasattr(init, "count")
-    positions = init.position if resume else init
+    # Static leaves (an eqx.nn.MLP's activation) stay out of the loop, as in dgsgld.sample.
+    positions, static = _params.split_static(init.position if resume else init)
+    if static is not None:
+        init = init._replace(position=positions) if resume else positions
+        potential = _params.potential_on_arrays(potential, static)
     shapes = [jnp.shape(leaf) for leaf in jax.tree.leaves(positions)]
     if not shapes or any(len(s) < 2 or s[1] != n for s in shapes) or len({s[0] for s in shapes}) != 1:
         raise ValueError(f"`init` leaves must be (num_chains, {n}, *param_shape); got shapes "
@@ -497,7 +502,7 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
     kept, final, div = _agent_run(algorithm, *args, mesh=mesh, axis=axis, resume=resume,
                                   impl=impl, num_steps=num_steps, chain_offset=int(chain_offset),
                                   store_positions=output.stores_positions)
-    return Trace(kept, None, None, final, div)
+    return _with_static(Trace(kept, None, None, final, div), static)
 
 
 def _keys(key_data, impl):
