@@ -395,7 +395,11 @@ def connectivity_error_if(target, adjacency, *, name: str = "mixing", what: str 
     """``target`` with an ``equinox.error_if`` that fails when the graph of the boolean ``(N, N)``
     ``adjacency`` (a union of snapshots' graphs) is disconnected.
 
-    Components by min-label propagation in a ``while_loop``: ``O(N² · diameter)``.
+    Components by min-label propagation in a ``while_loop``, each round followed by one pointer
+    jump (``labels[labels]``: a label is always an agent of the same component, at most its
+    own index, so the fixed point is still each component's smallest agent): at most
+    ``diameter`` rounds of ``O(N²)``, about ``log₂ diameter`` on rings and paths (10, not 500,
+    for a 1 000-agent ring).
     """
     import equinox as eqx
     import jax.numpy as jnp
@@ -406,6 +410,7 @@ def connectivity_error_if(target, adjacency, *, name: str = "mixing", what: str 
     def spread(carry):
         labels, _ = carry
         new = jnp.min(jnp.where(adj, labels[None, :], n), axis=1)
+        new = new[new]
         return new, jnp.any(new != labels)
 
     labels, _ = jax.lax.while_loop(lambda c: c[1], spread, (jnp.arange(n), jnp.asarray(True)))

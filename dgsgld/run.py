@@ -476,10 +476,11 @@ def _run(algorithm, potential, mixing, state, positions, key, num_chains, num_st
     init_keys, run_keys = split[:, 0], split[:, 1]
     if state is None:
         state = jax.vmap(algorithm.init, (0, None, 0))(positions, potential, init_keys)
-    # Sparse snapshots gather along the agent axis: their loop keeps chains first.
-    dense = mixing is None or isinstance(
-        jax.eval_shape(mixing.matrix_at, jnp.int32(0)), jax.ShapeDtypeStruct
-    )
+    # Sparse snapshots gather along the agent axis: their loop keeps chains first, unless the
+    # format says its product keeps chains last like the dense one (``chains_last``).
+    w0 = None if mixing is None else jax.eval_shape(mixing.matrix_at, jnp.int32(0))
+    dense = (mixing is None or isinstance(w0, jax.ShapeDtypeStruct)
+             or getattr(w0, "chains_last", False))
     axes = _chain_axes(state, num_chains, chains_last and dense)
     # The barrier keeps XLA from folding this transpose into the layout of the product that
     # made the state (XLA:CPU's small-dot emitter aborts on such layouts, e.g. 3 chains, d = 2).

@@ -25,16 +25,17 @@ floating-point summation order (float32 rounding).
 
 Automatic choice (:func:`auto`) from a cost model (:class:`CostModel`, :func:`cost`) fitted
 to whole sampling runs, not a density threshold: the sparse formats' products are cheap at any
-size, but a run with sparse snapshots (chains first in ``dgsgld.sample``'s loop) spends about
-six times a dense run's per-agent time outside the product, so sparse only wins once the dense
-product's ``N²`` dominates. Measured DIGing-SGLD on a ring, 200 chains, d = 6, 20 steps, CPU
-seconds, dense / circulant, before the engine rework: N = 200 0.08 / 0.19; N = 500 0.34 / 0.49;
-N = 1 000 1.28 / 1.01; N = 2 000 4.95 / 2.04 (``benchmarks/README.md``).
+size, but their runs differ outside the product. :class:`CirculantMixing` keeps
+``dgsgld.sample``'s chains-last loop (its product is one contraction, like the dense one); the
+gathering formats run chains first, about seven times a dense run's per-agent time outside the
+product. Measured DIGing-SGLD on a ring, 200 chains, d = 6, 20 steps, CPU ms of
+``benchmarks.run``'s sparse section's runs on a loaded 2-core machine, dense / circulant /
+neighbours: N = 200 150 / 130-166 / 308; N = 500 553 / 390 / 958; N = 1 000 1 966 / 952 / 2 001.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -147,12 +148,28 @@ class EdgeMixing(_Snapshot):
         return dense + jnp.diag(self.diagonal)
 
 
+def _roll_up(x: Array, shift: int) -> Array:
+    """``jnp.roll(x, -shift, axis=0)`` (row ``i`` is ``x[(i + shift) mod N]``) as two slices,
+    each zero-padded to ``N`` rows, added: unlike ``roll``'s concatenate, slice and pad keep a
+    ``vmap``-ped axis where it is. Exact (each row is one slice's value plus zero)."""
+    n = x.shape[0]
+    rest = [(0, 0, 0)] * (x.ndim - 1)
+    zero = jnp.zeros((), x.dtype)
+    head = jax.lax.pad(x[shift:], zero, [(0, shift, 0)] + rest)
+    tail = jax.lax.pad(x[:shift], zero, [(n - shift, 0, 0)] + rest)
+    return head + tail
+
+
 class CirculantMixing(_Snapshot):
     """One circulant mixing matrix (a ring, a circulant graph: ``W[i, j]`` depends only on
     ``(j - i) mod N``) as shifts: ``(W x)_i = W_ii x_i + Σ_k w_k x_{(i + s_k) mod N}``.
 
     Each term is a roll of ``x`` along the agent axis (two contiguous slices): no index array,
-    no gather, and the chain axis may sit anywhere.
+    no gather, and the chain axis may sit anywhere. The ``K + 1`` terms are summed by ONE
+    contraction ``[W_ii, w_1, ..., w_K] · [x, roll_1 x, ..., roll_K x]``, so that under the
+    runner's ``vmap`` the product is a ``dot`` like the dense ``W @ x``: it keeps the chain axis
+    last (``chains_last``, read by :func:`dgsgld.sample`) where elementwise rolls let XLA:CPU
+    put the chains first (5-8x slower noise and updates on short parameter axes).
 
     Attributes:
         shifts: static tuple of ``K`` nonzero offsets ``s_k`` in ``1..N-1``.
@@ -164,17 +181,18 @@ class CirculantMixing(_Snapshot):
     weights: Array
     diagonal: Array
 
+    #: The runner may keep the chain axis last for this format (see the class docstring).
+    chains_last: ClassVar[bool] = True
+
     def astype(self, dtype) -> CirculantMixing:
         return CirculantMixing(self.shifts, self.weights.astype(dtype), self.diagonal.astype(dtype))
 
     def __matmul__(self, x: Array) -> Array:
         """``W @ x`` for ``x`` of shape ``(N, ...)``."""
         _check_operand(x, self.num_agents)
-        expand = (slice(None),) + (None,) * (x.ndim - 1)
-        out = self.diagonal[expand] * x
-        for k, shift in enumerate(self.shifts):
-            out = out + self.weights[k] * jnp.roll(x, -shift, axis=0)
-        return out
+        terms = jnp.stack([x] + [_roll_up(x, shift) for shift in self.shifts])   # (K + 1, N, ...)
+        weights = jnp.concatenate([self.diagonal[:1], self.weights]).astype(x.dtype)
+        return jnp.tensordot(weights, terms, axes=1)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         # The dense matrix for host-side readers of any snapshot (the runner's connectivity
@@ -332,14 +350,18 @@ class CostModel(NamedTuple):
     """Modelled cost of one sampling step per agent, in units of a dense run's per-agent work.
 
     ``dense = N (1 + N / dense_crossover)``: per-agent work plus the ``N²`` product;
-    ``sparse = N (sparse_loop + entry[format] (K + 1))``: per-agent work as a run with sparse
-    snapshots does it, plus ``K + 1`` stored entries per agent. Defaults fitted to whole
-    DIGing-SGLD runs on rings of 200-2 000 agents, 200 chains, d = 6 (``python -m
-    benchmarks.run --sections sparse``, CPU seconds, XLA:CPU); refit them on other hardware.
+    ``sparse = N (loop + entry[format] (K + 1))``: per-agent work as the run with that format
+    does it (``circulant_loop`` for :class:`CirculantMixing`, which keeps the chains-last loop;
+    ``sparse_loop`` for the gathering formats, whose loop runs chains first), plus ``K + 1``
+    stored entries per agent. Defaults fitted to whole DIGing-SGLD runs on rings of 200-1 000
+    agents, 200 chains, d = 6 (the module docstring; ``python -m benchmarks.run --sections
+    sparse``, XLA:CPU): dense ``a + b N`` per agent with ``a / b ≈ 143``; circulant and dense
+    equal near N = 200; neighbours and dense equal near N = 1 000. Refit them on other hardware.
     """
 
-    dense_crossover: float = 132.0
-    sparse_loop: float = 6.0
+    dense_crossover: float = 143.0
+    sparse_loop: float = 7.0
+    circulant_loop: float = 2.0
     entry: tuple[tuple[str, float], ...] = (("circulant", 0.17), ("neighbors", 0.33),
                                             ("edges", 0.30))
 
@@ -358,7 +380,8 @@ def cost(mixing: Any, format: str = "dense", model: CostModel = CostModel()) -> 
     off = (stack != 0) & ~np.eye(n, dtype=bool)
     degrees = off.sum(axis=2)
     k = float(degrees.max() if format != "edges" else degrees.sum(axis=1).max() / n)
-    return n * (model.sparse_loop + dict(model.entry)[format] * (k + 1.0))
+    loop = model.circulant_loop if format == "circulant" else model.sparse_loop
+    return n * (loop + dict(model.entry)[format] * (k + 1.0))
 
 
 def _auto_format(stack: np.ndarray) -> str:
@@ -374,8 +397,9 @@ def auto(mixing: Any, *, model: CostModel = CostModel()):
     """``mixing`` as it is, or :func:`from_dense` of it when the sparse run is modelled cheaper.
 
     The modelled costs are :func:`cost` of the dense and of the automatic sparse format; sparse
-    only when strictly cheaper. With the default model: a ring from about 730 agents on, a
-    degree-10 graph from about 1 100. Schedules generated on the fly (``matrix_at`` without
+    only when strictly cheaper. With the default model: a ring (circulant) from about 220
+    agents on; a graph stored as neighbour lists from about ``143 (6 + 0.33 (K + 1))`` agents
+    (degree 2: 1 000, degree 10: 1 380). Schedules generated on the fly (``matrix_at`` without
     ``matrices``) are returned as they are.
     """
     if hasattr(mixing, "matrix_at") and not hasattr(mixing, "matrices"):

@@ -8,7 +8,7 @@ import pytest
 from _problems import linear_regression
 
 import dgsgld
-from dgsgld import networks, sparse
+from dgsgld import _validation, networks, sparse
 
 
 def _stacks():
@@ -104,15 +104,17 @@ def test_automatic_choice_follows_the_cost_model():
     model = sparse.CostModel()
     ring = networks.ring(100)
     assert sparse.density(ring) == pytest.approx(2 / 100)
-    # dense N (1 + N / 132) against sparse N (6 + 0.17 · 3): equal at N = 132 · 5.51 ≈ 727.
-    assert sparse.cost(ring, "dense") == pytest.approx(100 * (1 + 100 / 132))
-    assert sparse.cost(ring, "auto") == pytest.approx(100 * (6 + 0.17 * 3))
-    assert sparse.auto(networks.ring(700)) is not None
-    assert not isinstance(sparse.auto(networks.ring(700)), sparse.SparseSchedule)
-    big = sparse.auto(networks.ring(760))
+    # dense N (1 + N / 143) against circulant N (2 + 0.17 · 3): equal at N = 143 · 1.51 ≈ 216.
+    assert sparse.cost(ring, "dense") == pytest.approx(100 * (1 + 100 / 143))
+    assert sparse.cost(ring, "auto") == pytest.approx(100 * (2 + 0.17 * 3))
+    # Neighbour lists run chains first: N (7 + 0.33 · 3), equal to dense at N ≈ 1 000.
+    assert sparse.cost(ring, "neighbors") == pytest.approx(100 * (7 + 0.33 * 3))
+    assert not isinstance(sparse.auto(networks.ring(200)), sparse.SparseSchedule)
+    big = sparse.auto(networks.ring(240))
     assert isinstance(big, sparse.SparseSchedule) and isinstance(big.snapshots, sparse.CirculantMixing)
-    # A cheaper chains-first loop moves the crossover down.
-    assert isinstance(sparse.auto(ring, model=model._replace(sparse_loop=1.0)), sparse.SparseSchedule)
+    # A cheaper loop moves the crossover down.
+    cheaper = model._replace(circulant_loop=1.0)
+    assert isinstance(sparse.auto(ring, model=cheaper), sparse.SparseSchedule)
     barbell = networks.barbell(100, period=2)
     assert sparse.auto(barbell, model=model._replace(sparse_loop=1.0)) is barbell   # dense-ish
     # A star's hub has degree N - 1 ≫ the mean degree: the edge list is chosen.
@@ -138,3 +140,33 @@ def test_a_disconnected_circulant_schedule_is_refused_like_its_dense_stack():
         with pytest.raises(ValueError, match="connected"):
             dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, mixing, init,
                           jax.random.key(0), 2)
+
+
+def test_circulant_rolls_are_exact_and_keep_a_vmapped_axis_in_place():
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(7, 3)), jnp.float32)
+    for shift in (1, 3, 6):
+        np.testing.assert_array_equal(sparse._roll_up(x, shift), jnp.roll(x, -shift, axis=0))
+    # Chains on the last axis stay there (what lets dgsgld.sample keep its chains-last loop).
+    batched = jax.vmap(lambda v: sparse._roll_up(v, 2), in_axes=-1, out_axes=-1)
+    jaxpr = jax.make_jaxpr(batched)(jnp.zeros((7, 3, 5)))
+    assert "concatenate" not in str(jaxpr) and "transpose" not in str(jaxpr)
+    assert sparse.CirculantMixing.chains_last
+    assert not getattr(sparse.NeighborMixing, "chains_last", False)
+
+
+@pytest.mark.parametrize("cut", [None, 13], ids=["ring", "path_cut_in_two"])
+def test_traced_connectivity_check_on_a_long_ring(cut):
+    # Checked inside the computation (the stack is traced), by label propagation with pointer
+    # jumps: a 40-agent ring, or a path cut into two pieces (disconnected).
+    n = 40
+    adj = np.zeros((n, n), bool)
+    i = np.arange(n)
+    adj[i, (i + 1) % n] = adj[(i + 1) % n, i] = True
+    if cut is not None:
+        adj[cut, cut + 1] = adj[cut + 1, cut] = adj[n - 1, 0] = adj[0, n - 1] = False
+    check = jax.jit(lambda a: _validation.connectivity_error_if(jnp.zeros(1), a))
+    if cut is None:
+        jax.block_until_ready(check(jnp.asarray(adj)))
+    else:
+        with pytest.raises(Exception, match="not jointly connected"):
+            jax.block_until_ready(check(jnp.asarray(adj)))
