@@ -9,6 +9,7 @@ every chain of an experiment from one compiled call::
 """
 
 from . import metrics as metrics
+from .noise import fast_normal as fast_normal
 from .potential import Potential as Potential
 from .potential import pad_agent_data as pad_agent_data
 from .run import Divergence as Divergence

@@ -25,15 +25,16 @@ def mix(matrix: Array, tree: PyTree) -> PyTree:
     return jax.tree.map(one, tree)
 
 
-def normal_like(key: PRNGKey, tree: PyTree) -> PyTree:
+def normal_like(key: PRNGKey, tree: PyTree, normal=jax.random.normal) -> PyTree:
     """Standard normal noise with the structure, shapes and dtypes of ``tree``.
 
-    The numbers of ``optax.tree_utils.tree_random_like(key, tree)``: one key per leaf from
-    ``split(key, num_leaves)``.
+    One key per leaf from ``split(key, num_leaves)``, leaf ``i`` drawn as
+    ``normal(keys[i], shape, dtype)``: with the default, the numbers of
+    ``optax.tree_utils.tree_random_like(key, tree)``.
     """
     leaves, treedef = jax.tree.flatten(tree)
     keys = jax.random.split(key, len(leaves))
-    noise = [jax.random.normal(keys[i], jnp.shape(leaf), leaf.dtype) for i, leaf in enumerate(leaves)]
+    noise = [normal(keys[i], jnp.shape(leaf), leaf.dtype) for i, leaf in enumerate(leaves)]
     return jax.tree.unflatten(treedef, noise)
 
 

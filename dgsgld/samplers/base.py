@@ -9,9 +9,13 @@ inputs as arguments, so the same function serves ``dgsgld.sample`` and a user's 
 
 Randomness of a step: ``key`` splits into a noise key and a gradient key (mini-batches). The
 Gaussian noise ``w`` is ``noise(key, position)``; passing it to ``step`` gives the same step as
-drawing it there; passing it lets two samplers share their noise (synchronous coupling).
+drawing it there; passing it lets two samplers share their noise (synchronous coupling). Each
+leaf of ``w`` is ``normal(leaf_key, shape, dtype)``: ``jax.random.normal`` unless the sampler
+was built with another generator, e.g. ``DIGingSGLD(0.01, normal=dgsgld.fast_normal)``
+(:mod:`dgsgld.noise`: other numbers, the same law to the tested accuracy, faster on CPU).
 """
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import equinox as eqx
@@ -27,6 +31,13 @@ def step_keys(key: PRNGKey) -> tuple[PRNGKey, PRNGKey]:
     return noise_key, grad_key
 
 
+def _normal(normal: Callable) -> Callable:
+    if not callable(normal):
+        raise ValueError(f"`normal` must be a function (key, shape, dtype) -> normals; got "
+                         f"{normal!r}.")
+    return normal
+
+
 class SamplingAlgorithm(eqx.Module):
     """Interface of the samplers (documentation and ``isinstance`` only).
 
@@ -34,10 +45,17 @@ class SamplingAlgorithm(eqx.Module):
         step_size: a positive constant or a schedule ``count -> step size``; checked when the
             sampler is built (``DIGingSGLD(-1.0)`` raises like ``diging_sgld(-1.0)``), and a
             constant is stored as an array so that changing it reuses compiled runs.
+        normal: keyword-only; ``(key, shape, dtype) -> standard normals``, the generator of
+            the noise ``w`` (default ``jax.random.normal``; :func:`dgsgld.fast_normal` is the
+            faster table transform of the same bits). Static: a new step size with the same
+            generator reuses compiled runs.
         decentralized: ``True`` when positions carry an agent axis and a mixing matrix is used.
     """
 
     step_size: StepSize = eqx.field(converter=_tree.as_step_size)
+    normal: Callable = eqx.field(
+        default=jax.random.normal, converter=_normal, static=True, kw_only=True
+    )
     decentralized: ClassVar[bool] = True
 
     def init(self, position: PyTree, potential, key: PRNGKey):  # pragma: no cover - interface
@@ -49,7 +67,7 @@ class SamplingAlgorithm(eqx.Module):
 
     def noise(self, key: PRNGKey, position: PyTree) -> PyTree:
         """The standard normal ``w`` that ``step(key, ...)`` draws, shaped like ``position``."""
-        return _tree.normal_like(step_keys(key)[0], position)
+        return _tree.normal_like(step_keys(key)[0], position, self.normal)
 
     def _step_inputs(self, key: PRNGKey, state, noise: PyTree | None, gradient):
         """``(η, gradient key, ∇̃F(position), w)`` of one step.

@@ -1,0 +1,246 @@
+"""``dgsgld.fast_normal``, the samplers' optional noise generator: its law against N(0, 1), and
+samplers built with it against the exact laws of ``dgsgld.theory.exact``.
+
+Tolerances. Every Monte Carlo comparison below is a z-score ``(estimate − truth) / s.e.``, the
+standard error that of an average of ``n`` i.i.d. terms under the exact law (stated where the
+test computes it). With ``m`` comparisons in a test we require ``|z| ≤ Φ⁻¹(1 − α/(2m))`` for a
+family-wise false-alarm rate ``α = 1e-3`` (Bonferroni). The transform's own deterministic error
+(at most 1e-5 per draw, and the tails cut at ``|z| < 5.3``, mass 1.2e-7) moves every moment
+tested by less than 1e-4, below 1/40 of the smallest standard error here, so it needs no room
+of its own; ``test_transform_is_the_normal_quantile_on_every_input`` bounds it exactly.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import ndtri
+from scipy.stats import norm
+
+import dgsgld
+from _moments import count_traces
+from _problems import linear_regression, permuted_rings, ring
+from dgsgld import noise
+from dgsgld import theory as th
+from dgsgld.run import chain_keys
+from dgsgld.samplers.base import step_keys
+
+ALPHA = 1e-3
+SAMPLERS = {  # every sampler class, built with the fast generator
+    "diging": lambda **kw: dgsgld.DIGingSGLD(0.05, **kw),
+    "de": lambda **kw: dgsgld.DESGLD(0.05, **kw),
+    "extra": lambda **kw: dgsgld.EXTRASGLD(0.05, **kw),
+    "sgld": lambda **kw: dgsgld.SGLD(0.02, **kw),
+    "diging_sghmc": lambda **kw: dgsgld.DIGingSGHMC(0.05, 1.0, **kw),
+    "de_sghmc": lambda **kw: dgsgld.DESGHMC(0.05, 1.0, **kw),
+    "d_ula": lambda **kw: dgsgld.DULA(0.01, 0.5, **kw),
+}
+
+
+def _threshold(num_comparisons: int) -> float:
+    return float(norm.ppf(1 - ALPHA / (2 * num_comparisons)))
+
+
+# ------------------------------------------------------------------ the normals themselves
+
+
+def test_transform_is_the_normal_quantile_on_every_input():
+    """Exhaustive, no Monte Carlo: the top 23 bits ``k`` of a word map to ``Φ⁻¹((k + ½)/2²³)``
+    within 5e-6 (measured 2.5e-6; jax.random.normal's own transform is within 2.2e-5 of its
+    uniform's quantile), exactly antisymmetrically, monotonically, the same numbers with and
+    without jit (XLA's fused multiply-add), and the low 9 bits are ignored."""
+    k = np.arange(2**23, dtype=np.uint32)
+    transform = jax.jit(noise.normals_from_bits)
+    words = jnp.asarray(k << np.uint32(9))
+    z = np.asarray(transform(words), np.float64)
+    assert np.max(np.abs(z - ndtri((k + 0.5) / 2**23))) < 5e-6
+    np.testing.assert_array_equal(z[::97], noise.normals_from_bits(words[::97]))  # op by op
+    np.testing.assert_array_equal(z, -z[::-1])
+    assert np.all(np.diff(z) >= 0)  # monotone: the law's CDF is within 1e-5 · φ of Φ
+    low = np.asarray(transform(jnp.asarray((k << np.uint32(9)) | np.uint32(511))), np.float64)
+    np.testing.assert_array_equal(z, low)
+
+
+def test_moments_and_tails_match_the_standard_normal():
+    """``n = 2²²`` draws of one key. Averages of ``g(z)`` with, under N(0, 1), mean ``E g`` and
+    s.e. ``sqrt(Var g / n)``: ``z`` (Var 1), ``z²`` (Var 2), ``z³`` (skewness; Var 15), ``z⁴``
+    (kurtosis; Var 96), ``1{|z| > c}`` (Var π(1 − π), ``π = 2Φ(−c)``; c = 1..4, the last about
+    260 draws), and ``z_i z_{i+1}`` (lag-one correlation; Var 1: the products are uncorrelated)."""
+    n = 2**22
+    z = np.asarray(jax.jit(lambda k: dgsgld.fast_normal(k, (n,)))(jax.random.key(0)), np.float64)
+    tails = [2 * norm.cdf(-c) for c in (1, 2, 3, 4)]
+    stats = [(z.mean(), 0.0, 1.0), ((z**2).mean(), 1.0, 2.0), ((z**3).mean(), 0.0, 15.0),
+             ((z**4).mean(), 3.0, 96.0), ((z[1:] * z[:-1]).mean(), 0.0, 1.0)]
+    stats += [((np.abs(z) > c).mean(), p, p * (1 - p)) for c, p in zip((1, 2, 3, 4), tails)]
+    scores = np.array([(est - truth) / np.sqrt(var / n) for est, truth, var in stats])
+    assert np.max(np.abs(scores)) < _threshold(len(scores)), scores
+
+
+def test_numbers_are_close_to_jax_random_normal_but_not_equal():
+    """Both invert Φ at the same 23-bit uniform (ours at the midpoint): close where the
+    quantile is flat, apart in the far tails, never the same run."""
+    ours = jax.jit(lambda k: dgsgld.fast_normal(k, (2**20,)))(jax.random.key(5))
+    theirs = jax.random.normal(jax.random.key(5), (2**20,))
+    diff, centre = np.abs(np.asarray(ours - theirs)), np.abs(np.asarray(theirs)) < 3
+    assert diff[centre].max() < 2e-5
+    assert not np.array_equal(ours, theirs)
+
+
+def test_draws_are_deterministic_under_jit_vmap_and_batching():
+    keys = jax.random.split(jax.random.key(3), 8)
+    draw = jax.jit(lambda k: dgsgld.fast_normal(k, (5, 2)))
+    batched = jax.jit(jax.vmap(draw))(keys)
+    for i in (0, 7):
+        np.testing.assert_array_equal(batched[i], draw(keys[i]))
+    # The same numbers from the runner's key implementation (dgsgld._random) as from JAX's.
+    np.testing.assert_array_equal(jax.jit(jax.vmap(draw))(dgsgld._random.fast_key(keys)),
+                                  batched)
+    assert jax.eval_shape(lambda k: dgsgld.fast_normal(k, (3,), jnp.bfloat16),
+                          keys[0]).dtype == jnp.bfloat16
+    with pytest.raises(ValueError, match="float dtype"):
+        dgsgld.fast_normal(keys[0], (3,), jnp.int32)
+
+
+# ------------------------------------------------------------------ the sampler option
+
+
+def test_default_is_jax_random_normal_bit_for_bit(key):
+    position = {"a": jnp.zeros((4, 3)), "b": jnp.zeros((4,))}
+    alg = dgsgld.diging_sgld(0.05)
+    assert alg.normal is jax.random.normal
+    leaf_keys = jax.random.split(step_keys(key)[0], 2)
+    w = alg.noise(key, position)
+    np.testing.assert_array_equal(w["a"], jax.random.normal(leaf_keys[0], (4, 3)))
+    np.testing.assert_array_equal(w["b"], jax.random.normal(leaf_keys[1], (4,)))
+
+
+def test_every_sampler_draws_its_noise_from_the_generator(key):
+    """For every sampler class, leaf ``i`` of ``w`` is ``fast_normal(split(noise_key, 2)[i],
+    shape, dtype)``; the factories' samplers take the generator through
+    ``dataclasses.replace``; a non-function is refused when the sampler is built."""
+    algs = {name: make(normal=dgsgld.fast_normal) for name, make in SAMPLERS.items()}
+    x = jax.random.normal(jax.random.key(1), (5, 2))
+    position = {"a": x, "b": x[:, :1] + 1.0}
+    leaf_keys = jax.random.split(step_keys(key)[0], 2)
+
+    @jax.jit
+    def draws(key, position):
+        noises = {name: alg.noise(key, position) for name, alg in algs.items()}
+        default = SAMPLERS["diging"]().noise(key, position)
+        return noises, default, dgsgld.fast_normal(leaf_keys[0], (5, 2)), \
+            dgsgld.fast_normal(leaf_keys[1], (5, 1))
+
+    noises, default, a, b = draws(key, position)
+    for name, w in noises.items():
+        np.testing.assert_array_equal(w["a"], a, err_msg=name)
+        np.testing.assert_array_equal(w["b"], b, err_msg=name)
+        assert dataclasses.replace(SAMPLERS[name](), normal=dgsgld.fast_normal) == algs[name]
+        with pytest.raises(ValueError, match="normal"):
+            SAMPLERS[name](normal="fast")
+    assert not np.array_equal(default["a"], a)
+
+
+@pytest.mark.parametrize("name", ["diging", "sgld"])
+def test_step_draws_the_generators_noise(name, key):
+    alg = SAMPLERS[name](normal=dgsgld.fast_normal)
+    pb = linear_regression()
+    x = jax.random.normal(jax.random.key(1), (5, 2) if alg.decentralized else (2,))
+    mixing = jnp.asarray(ring(5)) if alg.decentralized else None
+
+    @jax.jit
+    def both(key, x):
+        state = alg.init(x, pb.potential, key)
+        drawn = alg.step(key, state, pb.potential, mixing)[0].position
+        return drawn, alg.step(key, state, pb.potential, mixing, alg.noise(key, x))[0].position
+
+    drawn, passed = both(key, x)
+    np.testing.assert_array_equal(drawn, passed)
+
+
+def test_same_key_same_run_and_a_new_step_size_reuses_the_compiled_run(key):
+    ll, calls = count_traces()
+    pb = linear_regression()
+    pot = dgsgld.Potential(ll, None, pb.potential.data)
+    init = jax.random.normal(key, (3, 5, 2))
+    run = lambda eta, k: dgsgld.sample(  # noqa: E731
+        dgsgld.DIGingSGLD(eta, normal=dgsgld.fast_normal), pot, permuted_rings(5, 3), init, k, 5)
+    first = run(0.01, key).positions
+    np.testing.assert_array_equal(run(0.01, key).positions, first)
+    n = len(calls)
+    run(0.02, jax.random.key(3))
+    assert len(calls) - n <= 1  # only the pre-compile shape check (jax.eval_shape) traces
+
+
+def test_same_noise_however_chains_are_batched(key):
+    """The noise of step 0 for chains 6-7 as the runner draws it, 8 chains at once against
+    those 2 alone (the runner keeps these in different layouts; whole runs would also compare
+    the rounding of two layouts of the mixing product)."""
+    alg = dgsgld.DIGingSGLD(0.05, normal=dgsgld.fast_normal)
+    position = jnp.zeros((5, 2))
+
+    def draws(num_chains, offset):
+        keys = jax.vmap(jax.random.split)(chain_keys(key, num_chains, offset))[:, 1]
+        keys = jax.vmap(jax.random.fold_in, (0, None))(keys, 0)
+        return jax.vmap(alg.noise, (0, None), -1)(keys, position)
+
+    np.testing.assert_array_equal(jax.jit(draws, static_argnums=(0, 1))(8, 0)[..., 6:],
+                                  jax.jit(draws, static_argnums=(0, 1))(2, 6))
+
+
+# ------------------------------------------------------------------ moments of whole runs
+
+
+def _z_scores(samples, mean, cov):
+    """z of each agent's sample mean and of the upper triangle of its sample covariance.
+
+    Full-batch gradients on a quadratic potential make each iterate exactly Gaussian, so the
+    mean of ``C`` independent chains has s.e. ``sqrt(S_aa / C)`` and a sample covariance entry
+    (divisor ``C − 1``) s.e. ``sqrt((S_aa S_bb + S_ab²) / (C − 1))`` (Wishart).
+    """
+    C = samples.shape[0]
+    centred = samples - samples.mean(0)
+    s_hat = np.einsum("c...a,c...b->...ab", centred, centred) / (C - 1)
+    var = np.diagonal(cov, axis1=-2, axis2=-1)
+    z_mean = (samples.mean(0) - mean) / np.sqrt(var / C)
+    iu = np.triu_indices(cov.shape[-1])
+    sd = np.sqrt((var[..., :, None] * var[..., None, :] + cov**2) / (C - 1))
+    return np.concatenate([z_mean.ravel(), ((s_hat - cov) / sd)[..., iu[0], iu[1]].ravel()])
+
+
+def _check_exact_law(alg, num_chains, num_steps, check_at, thin=1):
+    """Chains of ``alg`` (float32, fast noise) on a heterogeneous 4-agent regression over a
+    time-varying ring, from ``N(m₀, S₀)``, against the exact law at iterations ``check_at``
+    (multiples of ``thin``)."""
+    pb = linear_regression(num_agents=4, local_size=4, dim=2, heterogeneous=True)
+    schedule = None if not alg.decentralized else permuted_rings(4, 3, seed=4)
+    m0, S0 = np.array([1.0, -2.0]), np.array([[0.5, 0.2], [0.2, 1.5]])
+    shape = (num_chains, 2) if not alg.decentralized else (num_chains, 4, 2)
+    draws = np.random.default_rng(1).normal(size=shape)
+    init = jnp.asarray(m0 + draws @ np.linalg.cholesky(S0).T, jnp.float32)
+    trace = dgsgld.sample(alg, pb.potential, schedule, init, jax.random.key(2), num_steps,
+                          output=dgsgld.Output(thin=thin))
+    # f_i(x) = ½‖Z_i x − y_i‖² + λ‖x‖²/(2N) = ½ xᵀA_i x − b_iᵀx with b_i = Z_iᵀy_i
+    quadratic = th.Quadratic(np.asarray(pb.hessians, np.float64),
+                             np.einsum("nki,nk->ni", pb.Z, pb.y).astype(np.float64))
+    with jax.enable_x64(True):
+        exact = th.exact_moments(alg, quadratic, schedule, m0, S0, num_steps)
+        mean, cov = np.asarray(exact.mean), np.asarray(exact.cov)
+    positions = np.asarray(trace.positions, np.float64)
+    z = np.concatenate([_z_scores(positions[:, k // thin], mean[k], cov[k]) for k in check_at])
+    assert np.max(np.abs(z)) < _threshold(z.size), (np.max(np.abs(z)), _threshold(z.size))
+
+
+def test_diging_sgld_with_fast_noise_matches_the_exact_law():
+    """20 000 chains: a noise variance off by 3% fails (covariance s.e. ≈ 1%)."""
+    _check_exact_law(dgsgld.DIGingSGLD(0.08, normal=dgsgld.fast_normal), 20_000, 12, (1, 4, 12))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SAMPLERS))
+def test_every_sampler_with_fast_noise_matches_the_exact_law(name):
+    """200 000 chains, 60 iterations: a noise variance off by 1% fails (covariance s.e. ≈
+    0.3%)."""
+    _check_exact_law(SAMPLERS[name](normal=dgsgld.fast_normal), 200_000, 60, (10, 30, 60),
+                     thin=10)
