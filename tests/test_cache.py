@@ -31,8 +31,8 @@ def _cli(cache: Path, *extra: str) -> str:
 def test_a_second_process_reuses_every_stored_program(tmp_path):
     first = _cli(tmp_path)
     stored = _files(tmp_path)
-    # JAX's cache entries: the three sampling loops and the W2 program at least.
-    assert len(stored) >= 4
+    # JAX's cache entries: the run's one program (three samplers and every W2), and small ones.
+    assert any(name.startswith("jit__lambda") for name in stored)
     second = _cli(tmp_path)
     assert second == first                  # same numbers from the loaded programs
     assert _files(tmp_path) == stored       # nothing compiled anew: no new entry

@@ -105,6 +105,20 @@ def test_run_prints_the_table(capsys):
     assert step == 0.008 and 0 < low <= mean <= high
 
 
+def test_the_run_command_loads_neither_networkx_nor_optax():
+    # Loaded where they are used (graphs given as networkx objects, gradient tuning), not by
+    # `python -m dgsgld run`'s imports or its network.
+    import subprocess
+
+    code = ("import sys, dgsgld, dgsgld.__main__, dgsgld.experiments as e, dgsgld.networks as n; "
+            "n.barbell(20, seed=0); n.lollipop(20, seed=0); "
+            "print(sorted(m for m in ('networkx', 'optax') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_run_reports_bad_batch_size(capsys):
     assert main(["run", "--batch-size", "9", "--trials", "4", "--num-steps", "2"]) == 2
     assert "batch_size" in capsys.readouterr().err

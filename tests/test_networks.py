@@ -555,3 +555,21 @@ def test_generation_is_seconds_for_a_thousand_agents(gen):
     s = gen(1000, period=50, seed=0)
     assert time.perf_counter() - start < 15
     assert s.matrices.shape == (50, 1000, 1000)
+
+
+def test_components_equal_networkx_on_random_graphs_and_cut_paths():
+    # The host-side connectivity check's components (plain NumPy label propagation) are
+    # networkx's, ordered by smallest agent, on sparse random graphs and on paths cut at
+    # random places (long diameters: many propagation rounds).
+    from dgsgld.networks.validation import _components
+
+    rng = np.random.default_rng(0)
+    for t in range(60):
+        n = int(rng.integers(1, 60))
+        g = nx.gnp_random_graph(n, float(rng.uniform(0, 0.12)), seed=t)
+        if t % 3 == 0:
+            g = nx.path_graph(n)
+            g.remove_edges_from([(i, i + 1) for i in range(0, n - 1, int(rng.integers(2, 9)))])
+        edges = np.array(g.edges(), dtype=int).reshape(-1, 2)
+        got = [sorted(map(int, c)) for c in _components(n, edges[:, 0], edges[:, 1])]
+        assert got == sorted((sorted(c) for c in nx.connected_components(g)), key=lambda c: c[0])

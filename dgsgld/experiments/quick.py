@@ -1,15 +1,21 @@
 """The quick decentralized run behind ``python -m dgsgld run``: Bayesian linear regression
 (Figure 2's problem) at fixed step sizes, no tuning, final per-agent W2 of every algorithm.
 
-Four programs: one sampling loop per algorithm (each a plain :func:`dgsgld.sample` call) and
-one for every W2 (all agents of all algorithms and the exact-draw floor's replicates side by
-side). The command line keeps them in JAX's persistent compilation cache (:mod:`dgsgld._cache`).
+One compiled program (:func:`_final_w2`): the three sampling loops (each a plain
+:func:`dgsgld.sample` call) and every W2 (all agents of all algorithms and the exact-draw
+floor's replicates side by side). On XLA:CPU one program compiles about twice as fast as one
+per algorithm, and a later process loads it from JAX's persistent compilation cache (the
+command line's :mod:`dgsgld._cache`) as one entry (``benchmarks/process.md``). The data,
+starts, key and step sizes are its arguments; the network is a constant of it (see
+:func:`quick_run`), so each network (``--network``, ``--seed``) compiles once.
 """
 
 import time
 from dataclasses import dataclass
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .. import run
@@ -104,26 +110,46 @@ def quick_run(
     schedule = make_network(config, seeds["network"])
     potential = problem.potential(batch_size)
     init_dec, init_cen = _initial_positions(seeds["init"], config, problem.dim)
-    key = jax.random.key(seeds["sampling"])
-    steps, finals = {}, []
-    for name, make in ALGORITHMS.items():
-        central = name == CENTRALIZED
-        steps[name] = float(sgld_step_size if central else step_size)
-        trace = run.sample(make(steps[name]), potential, None if central else schedule,
-                           init_cen if central else init_dec, key, num_steps,
-                           output=run.Output(positions=False), on_divergence="warn")
-        finals.append(np.asarray(_agent_axis(trace.state.position)))
+    steps = {name: float(sgld_step_size if name == CENTRALIZED else step_size)
+             for name in ALGORITHMS}
     draws = _exact_draws(problem, trials, seeds["reference"])
-    # One program for every W2: agents of all algorithms, then the floor's replicates.
-    w2 = np.asarray(_final_w2(np.concatenate(finals + [draws], axis=1), problem.posterior_mean,
-                              problem.posterior_cov), np.float64)
-    bounds = np.cumsum([0] + [f.shape[1] for f in finals])
-    final_w2 = {name: w2[lo:hi] for name, lo, hi in zip(steps, bounds[:-1], bounds[1:])}
-    floor = float(np.mean(w2[bounds[-1]:]))
+    # The network is a constant of the program, so that `dgsgld.sample` checks it on the host
+    # (a traced one is checked inside the program by host callbacks, `equinox.error_if`, and JAX
+    # does not store programs with host callbacks in its persistent cache). Step sizes are
+    # float32 arrays: traced, so that other step sizes reuse the program.
+    program = eqx.filter_jit(lambda *args: _final_w2(schedule, *args))
+    w2, divergences = program(
+        {name: np.float32(eta) for name, eta in steps.items()}, potential, init_dec, init_cen,
+        jax.random.key(seeds["sampling"]), num_steps, draws, problem.posterior_mean,
+        problem.posterior_cov,
+    )
+    for divergence in divergences:
+        run._report_divergence(divergence, "warn")
+    w2 = np.asarray(w2, np.float64)
+    final_w2, lo = {}, 0
+    for name in steps:
+        hi = lo + (1 if name == CENTRALIZED else config.num_agents)
+        final_w2[name], lo = w2[lo:hi], hi
+    floor = float(np.mean(w2[lo:]))
     return QuickRun(config, steps, final_w2, floor, time.perf_counter() - start)
 
 
-@jax.jit
-def _final_w2(positions, target_mean, target_cov):
-    """``(M,)`` W2 of the Gaussian fits over chains of ``(C, M, p)`` positions to the target."""
-    return _w2(*_moments(positions), target_mean, target_cov)
+def _final_w2(schedule, steps, potential, init_dec, init_cen, key, num_steps, draws,
+              target_mean, target_cov):
+    """Every algorithm's final per-agent W2 to the target, then the exact draws' (one program).
+
+    Returns ``(M,)`` W2 of the Gaussian fits over chains, agents of the algorithms in
+    :data:`ALGORITHMS` order (``N``, ``N``, ``1``) then the ``draws``' replicates
+    (``(C, R, p)``), and each algorithm's :class:`dgsgld.Divergence` record. Traced under one
+    ``jit`` by :func:`quick_run`.
+    """
+    finals, divergences = [], []
+    for name, make in ALGORITHMS.items():
+        central = name == CENTRALIZED
+        trace = run.sample(make(steps[name]), potential, None if central else schedule,
+                           init_cen if central else init_dec, key, num_steps,
+                           output=run.Output(positions=False), on_divergence="flag")
+        finals.append(_agent_axis(trace.state.position))
+        divergences.append(trace.divergence)
+    positions = jnp.concatenate([*finals, draws], axis=1)
+    return _w2(*_moments(positions), target_mean, target_cov), divergences

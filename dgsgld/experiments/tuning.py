@@ -12,18 +12,21 @@ The samplers are ``eqx.Module``-s whose constant step size is an array leaf, so
   ``√(2η) w``) and minimizes a differentiable criterion with an optax optimizer.
 """
 
+import functools
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from .. import run
 from .._types import Array, PRNGKey, PyTree
+
+if TYPE_CHECKING:
+    import optax  # imported where gradient tuning runs: grid searches and quick runs skip it
 
 __all__ = ["GradientTuning", "GridSearch", "grid_search", "log_grid", "tune_step_size_gradient"]
 
@@ -155,9 +158,13 @@ def grid_search(
     return GridSearch(grid, scores, diverged, best, float(grid[best]), ensemble)
 
 
-# One optimizer object, so that the compiled tuning step is reused across calls; the learning
-# rate lives in its state (inject_hyperparams) rather than in the traced function.
-_ADAM = optax.inject_hyperparams(optax.adam)(learning_rate=0.1)
+@functools.cache
+def _adam():
+    """One optimizer object, so that the compiled tuning step is reused across calls; the
+    learning rate lives in its state (inject_hyperparams) rather than in the traced function."""
+    import optax
+
+    return optax.inject_hyperparams(optax.adam)(learning_rate=0.1)
 
 
 @eqx.filter_jit
@@ -173,6 +180,8 @@ def _gradient_step(
     key,
     num_steps,
 ):
+    import optax
+
     def loss(log_eta):
         trace = run.sample(
             make_algorithm(jnp.exp(log_eta)),
@@ -203,7 +212,7 @@ def tune_step_size_gradient(
     *,
     num_iterations: int = 25,
     learning_rate: float = 0.1,
-    optimizer: optax.GradientTransformation | None = None,
+    optimizer: "optax.GradientTransformation | None" = None,
 ) -> GradientTuning:
     """Minimize a differentiable criterion of the final samples over ``log η`` with optax.
 
@@ -237,9 +246,12 @@ def tune_step_size_gradient(
         or num_iterations < 1
     ):
         raise ValueError(f"`num_iterations` must be a positive integer; got {num_iterations!r}.")
+    import optax
+
     log_step = jnp.log(jnp.asarray(initial_step_size, jnp.float32))
+    adam = _adam()
     if optimizer is None:
-        optimizer = _ADAM
+        optimizer = adam
         opt_state = optimizer.init(log_step)
         opt_state.hyperparams["learning_rate"] = jnp.asarray(learning_rate, jnp.float32)
     else:
@@ -248,7 +260,7 @@ def tune_step_size_gradient(
     schedule = optax.cosine_decay_schedule(learning_rate, max(num_iterations - 1, 1), alpha=0.1)
     steps, losses = [], []
     for k in range(num_iterations):
-        if optimizer is _ADAM:
+        if optimizer is adam:
             opt_state.hyperparams["learning_rate"] = jnp.asarray(schedule(k), jnp.float32)
         value, grad, new_log, new_state = _gradient_step(
             log_step,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import networkx as nx
 import numpy as np
 
 __all__ = ["draw_snapshot"]
@@ -37,6 +36,7 @@ def draw_snapshot(
         The matplotlib axes.
     """
     import matplotlib.pyplot as plt  # lazy: matplotlib stays an optional dependency
+    import networkx as nx
 
     w = np.asarray(getattr(schedule, "matrices", schedule), dtype=np.float64)
     if w.ndim == 2:

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import networkx as nx
 import numpy as np
 
 from .._mixing import MixingStack
 from .validation import DEFAULT_TOL, validate_schedule
-from .weights import as_adjacency, get_weight_rule
+from .weights import _is_graph, as_adjacency, get_weight_rule
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "Schedule",
@@ -117,6 +119,8 @@ class Schedule(MixingStack):
             adj = np.asarray(self.adjacency[p])
         else:
             adj = np.asarray(self.matrices[p]) != 0
+        import networkx as nx
+
         return nx.from_numpy_array(as_adjacency(adj).astype(int))
 
 
@@ -158,6 +162,8 @@ def _clique(n: int) -> np.ndarray:
 
 
 def _is_connected(adj: np.ndarray) -> bool:
+    import networkx as nx
+
     return adj.shape[0] <= 1 or nx.is_connected(nx.from_numpy_array(adj.astype(np.int8)))
 
 
@@ -345,6 +351,8 @@ def grid(
     """
     r = _positive_int(rows, "rows")
     c = r if cols is None else _positive_int(cols, "cols")
+    import networkx as nx
+
     g = nx.grid_2d_graph(r, c, periodic=periodic)
     nodes = [(i, j) for i in range(r) for j in range(c)]
     adj = nx.to_numpy_array(g, nodelist=nodes, weight=None) != 0
@@ -373,6 +381,8 @@ def random_regular(
         raise ValueError(
             f"random_regular: need degree < N and N * degree even; got N={n}, degree={d}."
         )
+    import networkx as nx
+
     rng = _rng(seed)
     for _ in range(max_tries):
         g = nx.random_regular_graph(d, n, seed=int(rng.integers(2**31)))
@@ -432,7 +442,7 @@ def from_graphs(
         >>> s.period, s.num_agents
         (2, 4)
     """
-    if isinstance(graphs, nx.Graph):
+    if _is_graph(graphs):
         raise TypeError("from_graphs: expected a sequence of graphs; use from_graph for one graph.")
     adjs = (
         [as_adjacency(g) for g in graphs]

@@ -9,10 +9,12 @@ repeated forever, ``sup_{k ≥ B−1} δ(k)`` is the maximum over the ``P`` wind
 from __future__ import annotations
 
 import warnings
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import networkx as nx
 import numpy as np
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["spectral_gap", "delta", "Delta", "smallest_joint_connectivity_window", "union_graph"]
 
@@ -117,6 +119,8 @@ def delta(schedule: Any, window: int) -> Delta:
 
 def union_graph(schedule: Any) -> nx.Graph:
     """Union over one period of the communication graphs (nonzero off-diagonal weights)."""
+    import networkx as nx
+
     w = _as_stack(schedule)
     adj = (w != 0).any(axis=0)
     np.fill_diagonal(adj, False)
@@ -156,6 +160,8 @@ def smallest_joint_connectivity_window(
     limit = 2 * period if max_window is None else int(max_window)
     if limit < 1:
         raise ValueError(f"`max_window` must be >= 1; got {max_window!r}.")
+    import networkx as nx
+
     union = union_graph(w)
     if w.shape[-1] > 1 and not nx.is_connected(union):
         if warn:

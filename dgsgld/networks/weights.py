@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import networkx as nx
+import sys
+
 import numpy as np
 
 __all__ = [
@@ -25,6 +26,13 @@ __all__ = [
     "get_weight_rule",
     "WEIGHT_RULES",
 ]
+
+
+def _is_graph(obj: Any) -> bool:
+    """Whether ``obj`` is a networkx graph, without importing networkx (lazy: an object cannot
+    be a networkx graph unless networkx is already loaded)."""
+    nx = sys.modules.get("networkx")
+    return nx is not None and isinstance(obj, nx.Graph)
 
 
 def as_adjacency(adjacency: Any) -> np.ndarray:
@@ -41,7 +49,9 @@ def as_adjacency(adjacency: Any) -> np.ndarray:
     Raises:
         ValueError: if the array is not square or not symmetric (the graph must be undirected).
     """
-    if isinstance(adjacency, nx.Graph):
+    if _is_graph(adjacency):
+        import networkx as nx
+
         if adjacency.is_directed():
             raise ValueError(
                 "adjacency: expected an undirected graph, got a directed networkx graph"
