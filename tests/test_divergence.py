@@ -141,6 +141,7 @@ def test_on_divergence_stop_freezes_every_chain(flagged):
     assert np.isfinite(pos[: C - 1]).all()
 
 
+@pytest.mark.slow  # default run: test_on_divergence_stop_freezes_every_chain
 def test_on_divergence_stop_in_chunks_matches_one_call(tmp_path):
     # Complete-graph averaging (connected); the agents' mean curvature 2 * 3 still makes
     # η = 1 unstable (factor |1 - 6| = 5).

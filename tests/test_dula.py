@@ -46,6 +46,7 @@ def test_network_average_targets_the_posterior(graph):
         assert np.linalg.norm(st.average_mean[0] - pb.mean) < alpha * lam * scale
 
 
+@pytest.mark.slow  # default run: the decaying schedules' exact law above
 def test_optax_schedule_equals_polynomial_decay(key):
     pb = linear_regression(batch_size=2)
     init = jax.random.normal(key, (3, 5, 2))

@@ -205,6 +205,7 @@ def _small_linear(num_agents=4):
     return problem, problem.potential(), schedule.matrices
 
 
+@pytest.mark.slow  # a compile grid; default run: tests/test_samplers.py's vmap over step sizes
 def test_grid_search_equals_separate_runs_and_flags_divergence():
     _, potential, mixing = _small_linear()
     init = jax.random.normal(jax.random.key(0), (16, 4, 3))

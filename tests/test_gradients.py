@@ -20,7 +20,9 @@ def draws(estimator, state, potential, x, num):
     return jax.jit(jax.vmap(lambda k: estimator.grad(state, potential, x, k)[0]))(keys)
 
 
-@pytest.mark.parametrize("name", ESTIMATORS)
+# Default run: SVRG here and SAGA in the tracking test below (each estimator once); both in
+# both tests in the slow set.
+@pytest.mark.parametrize("name", ["svrg", pytest.param("saga", marks=pytest.mark.slow)])
 def test_first_estimate_is_exact_later_ones_unbiased_and_less_noisy(name):
     """At the anchor / table point the estimate is the full gradient; away from it, the mean
     over K = 4000 independent mini-batches matches the full gradient within 4.5 standard
@@ -73,7 +75,7 @@ def test_saga_table_holds_the_last_gradient_of_each_drawn_datum():
     np.testing.assert_array_equal(changed, expected)
 
 
-@pytest.mark.parametrize("name", ESTIMATORS)
+@pytest.mark.parametrize("name", [pytest.param("svrg", marks=pytest.mark.slow), "saga"])
 def test_tracking_invariant_with_control_variates(name, key):
     """Σ_i y_i = Σ_i ∇̃f_i(x_i) at every iteration with SVRG and SAGA estimates, to float32
     rounding: K·N·eps·|g| with K = 200, N = 5 (as for plain mini-batches in

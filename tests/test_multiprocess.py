@@ -103,6 +103,7 @@ def test_chains_across_two_processes_equal_single_process_run(reference, tmp_pat
     assert np.abs(ensemble - want).max() < 1e-4 * max(1.0, np.abs(want).max())
 
 
+@pytest.mark.slow  # default run: agents over 4 devices in one process (tests/test_sharding.py)
 def test_agents_across_two_processes_equal_single_process_run(reference, tmp_path):
     _run(["--placement", "agents", "--out", str(tmp_path / "a.npz"), *SMALL], processes=2)
     assert _close(_positions(tmp_path / "a.npz"), reference[0])
@@ -148,6 +149,7 @@ def test_sample_chains_in_one_process_is_dgsgld_sample_with_its_ensemble():
         distributed.sample_chains(*args, chain_offset=2)
 
 
+@pytest.mark.slow  # default run: test_launch_fails_loudly_when_one_process_fails
 def test_a_dying_process_stops_the_others_with_an_error(tmp_path):
     address = f"127.0.0.1:{distributed.free_port()}"
     procs = [
@@ -252,8 +254,10 @@ def test_mini_batches_across_two_processes_equal_single_process_run(tmp_path):
     assert _close(_positions(tmp_path / "m.npz"), _reference("--batch-size", "3"))
 
 
+# Slow set: the neighbour exchange itself is checked in one process on 4 devices by
+# tests/test_sharding.py's default run; here it runs across real processes.
 @pytest.mark.parametrize("processes,network", [
-    (2, "barbell"),
+    pytest.param(2, "barbell", marks=pytest.mark.slow),
     pytest.param(2, "ring", marks=pytest.mark.slow),
     pytest.param(4, "barbell", marks=pytest.mark.slow),
 ])

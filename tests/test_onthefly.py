@@ -30,7 +30,8 @@ def _adjacency(stack):
 
 @pytest.mark.parametrize("schedule", [
     onthefly.barbell_on_the_fly(9, key=0),
-    onthefly.lollipop_on_the_fly(10, key=1),
+    # The lollipop's law is tested below (branch lengths and links); its matrices in the slow set.
+    pytest.param(onthefly.lollipop_on_the_fly(10, key=1), marks=pytest.mark.slow),
     onthefly.link_failures_on_the_fly(nx.cycle_graph(8), 0.3, key=2, format="dense"),
     onthefly.link_failures_on_the_fly(nx.cycle_graph(80), 0.3, key=2),          # neighbour lists
     onthefly.one_peer_exponential_on_the_fly(64),                                 # neighbour lists

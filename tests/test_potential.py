@@ -10,7 +10,8 @@ from dgsgld import potential as potential_module
 from _problems import linear_regression, log_likelihood
 
 
-@pytest.mark.parametrize("replace", [False, True])
+# Default run: with replacement (without: the subset-table tests below, and the slow set).
+@pytest.mark.parametrize("replace", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_minibatch_estimator_is_unbiased(replace):
     """Mean of K estimates vs the exact gradient: each coordinate's estimate averages K i.i.d.
     draws, so |mean − exact| ≤ 5 · sd / √K fails with probability < 6e-7 per coordinate."""

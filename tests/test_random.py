@@ -19,7 +19,8 @@ def _data(keys):
     return np.asarray(jax.random.key_data(keys))
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+# Default run: seed 0; the largest seed in the slow set.
+@pytest.mark.parametrize("seed", [0, pytest.param(2**31 - 1, marks=pytest.mark.slow)])
 def test_keys_equal_threefry(seed):
     key = jax.random.key(seed)
     fast = _random.fast_key(key)
@@ -33,7 +34,8 @@ def test_keys_equal_threefry(seed):
                                       _data(jax.random.split(key, num)))
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+# Default run: seed 0 at every shape; the largest seed in the slow set.
+@pytest.mark.parametrize("seed", [0, pytest.param(2**31 - 1, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_draws_equal_threefry(seed, shape):
     key = jax.random.key(seed)

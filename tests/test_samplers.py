@@ -82,7 +82,9 @@ def test_centralized_sgld_matches_exact_ula_covariance(key):
 
 
 @pytest.mark.parametrize(
-    "stack", [ring(5)[None], permuted_rings(5, 10)], ids=["static-ring", "time-varying"]
+    # Default run: the time-varying network (the paper's setting); a static ring in the slow set.
+    "stack", [pytest.param(ring(5)[None], marks=pytest.mark.slow), permuted_rings(5, 10)],
+    ids=["static-ring", "time-varying"]
 )
 def test_de_sgld_bias_exceeds_diging(stack, key):
     """Heterogeneous data, full batch: DE-SGLD's agents settle around a network-biased mean,
@@ -125,6 +127,7 @@ def test_tracking_invariant_with_minibatches(key):
     assert not np.allclose(g1, g2)
 
 
+@pytest.mark.slow  # the negative control of test_tracking_invariant_with_minibatches
 def test_redrawing_the_old_gradient_breaks_the_invariant(key):
     """The test above can fail: a variant that re-draws ∇̃f(x) with a fresh mini-batch instead
     of reusing the stored one lets Σ y − Σ ∇̃f drift far beyond rounding."""
@@ -208,6 +211,7 @@ def test_optax_schedule_equals_constant(key):
     assert not np.allclose(a.positions[:, -1], c.positions[:, -1])
 
 
+@pytest.mark.slow  # default run: tests/test_runner_guarantees.py's dict parameters, test_potential.py
 def test_pytree_parameters(key):
     """A dict of parameters gives the same gradients as the flat vector and samples run."""
     pb = linear_regression()
@@ -343,7 +347,8 @@ def test_diging_paper_problem_long_run(key):
 # ------------------------------------------------------------------ the runner's plain route
 
 
-@pytest.mark.parametrize("batch_size", [None, 3])
+# Default run: full batches (mini-batches change only the gradient, not the layout choice).
+@pytest.mark.parametrize("batch_size", [None, pytest.param(3, marks=pytest.mark.slow)])
 def test_chain_layout_changes_no_number(batch_size, monkeypatch, key):
     """The runner's one layout choice (chains last for small leaves, XLA:CPU) is only ``vmap``
     axes: the trace equals the chains-first run. Paper shape (200 chains > d = 6, so the
@@ -364,7 +369,8 @@ def test_chain_layout_changes_no_number(batch_size, monkeypatch, key):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("replace", [False, True])
+# Default run: mini-batches without replacement (the subset table); with replacement: slow set.
+@pytest.mark.parametrize("replace", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_gradient_in_the_loop_is_the_gradient_called_directly(replace):
     """``Potential.grad`` inside ``sample`` is the user-callable one with the same key: chain
     ``c``'s initial gradient uses ``split(fold_in(key, c))[0]``, its first step's gradient the
@@ -403,6 +409,7 @@ def test_sampler_class_and_factory_are_the_same(cls, make):
     assert isinstance(a.step_size, jax.Array) and float(a.step_size) == float(b.step_size)
 
 
+@pytest.mark.slow  # default run: tests/test_sparse.py's sparse and circulant traces equal dense
 def test_every_mixing_form_gives_the_same_run(key):
     """A stack, a MixingStack, a networks.Schedule and a sparse schedule all reach the step as
     ``matrix_at(k) = W[k % P]``; one matrix is a stack of one."""

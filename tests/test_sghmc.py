@@ -13,7 +13,9 @@ from _problems import linear_regression, permuted_rings, ring
 from dgsgld.theory import exact
 
 
-@pytest.mark.parametrize("make", [dgsgld.de_sghmc, dgsgld.diging_sghmc], ids=["de", "diging"])
+# Default run: DIGing-SGHMC (DE-SGHMC shares the velocity update; slow set).
+@pytest.mark.parametrize("make", [pytest.param(dgsgld.de_sghmc, marks=pytest.mark.slow),
+                                  dgsgld.diging_sghmc], ids=["de", "diging"])
 def test_full_batch_law_matches_theory_exact(make, key):
     """Full batch, time-varying ring: the state (x, v[, y]) is linear-Gaussian, so after 40
     steps the per-agent mean and covariance of C = 4000 chains equal theory.exact's within
@@ -38,6 +40,7 @@ def test_tracking_removes_the_network_bias():
     assert np.abs(de.mean[0] - pb.mean).max() > 0.1
 
 
+@pytest.mark.slow  # default run: DIGing-SGHMC's exact law and tracking invariant
 def test_unit_friction_step_is_de_sgld_with_squared_step(key):
     """γη = 1: v⁺ = −η∇̃F(x) + √2 w, so x⁺ = W x − η²∇̃F(x) + √(2η²) w, DE-SGLD at step η²
     with the same noise and gradients (same key): equal to float32 rounding."""

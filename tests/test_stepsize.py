@@ -94,6 +94,7 @@ def test_score_is_the_users_criterion_on_the_pilots_final_samples():
                                    key, score_fn=lambda x: x[..., 0])
 
 
+@pytest.mark.slow  # default run: the user's score (above) and the stable-range proposal
 def test_grid_continues_upwards_while_the_best_score_is_at_its_stable_top():
     # Logistic regression with a flat prior: every datum's gradient is bounded by |z| = 1, so
     # no step diverges, and the Langevin noise sqrt(2η) makes the samples' norm grow with η.

@@ -54,7 +54,9 @@ def test_mu_L_estimate_for_logistic():
     assert curv.mu >= 1 / 3 - 1e-12  # the prior's share λ/N is a floor
 
 
-@pytest.mark.parametrize("replace", [pytest.param(False, marks=pytest.mark.slow), True])
+# Slow set (a Monte Carlo of the estimator per agent); default run: the exact curvature constants.
+@pytest.mark.slow
+@pytest.mark.parametrize("replace", [False, True])
 def test_sigma2_matches_the_sampling_formula(replace):
     # ĝ = (n/b) Σ_{j∈S} g_j with per-datum gradients g_j. Without replacement
     # E‖ĝ − g‖² = n²(1 − b/n) S²/b with S² = Σ_coords Σ_j (g_j − ḡ)²/(n − 1); with replacement

@@ -48,7 +48,9 @@ def test_ula_matches_closed_forms():
     np.testing.assert_allclose(out.cov[-1], closed, rtol=1e-8)  # 400 steps: ρ⁴⁰⁰ ≈ 1e-10
 
 
-@pytest.mark.parametrize("kind", KINDS)
+# Default run: DIGing-SGLD, both cases; DE- and EXTRA-SGLD in the slow set.
+@pytest.mark.parametrize("kind", ["diging", pytest.param("de", marks=pytest.mark.slow),
+                                  pytest.param("extra", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("periodic", [False, True])
 def test_long_propagation_reaches_the_stationary_law(kind, periodic):
     q = small_quadratic()
@@ -87,7 +89,10 @@ def test_conserved_direction_has_unit_eigenvalues(kind):
     assert th.stationary_moments(kind, q, ring(4), step_size=0.05).spectral_radius < 1 - 1e-3
 
 
-@pytest.mark.parametrize("make", [dgsgld.diging_sgld, dgsgld.de_sgld, dgsgld.extra_sgld])
+# Default run: DIGing-SGLD (DE- and EXTRA-SGLD's exact laws also meet Monte Carlo in the slow set).
+@pytest.mark.parametrize("make", [dgsgld.diging_sgld,
+                                  pytest.param(dgsgld.de_sgld, marks=pytest.mark.slow),
+                                  pytest.param(dgsgld.extra_sgld, marks=pytest.mark.slow)])
 def test_recursion_matrix_matches_the_engine_step(make):
     # Same key, two states: the noise is identical, so the difference of the engine's next
     # states is exactly M (s₁ − s₂), with no Monte Carlo error.

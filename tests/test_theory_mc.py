@@ -47,7 +47,11 @@ def z_scores(samples, mean, cov):
 
 
 @pytest.mark.parametrize(
-    "make", [dgsgld.diging_sgld, dgsgld.de_sgld, dgsgld.extra_sgld, dgsgld.sgld]
+    # Default run: DIGing-SGLD (the other samplers' exact laws are checked against their
+    # engine steps in tests/test_theory_exact.py, and centralized SGLD in test_samplers.py).
+    "make", [dgsgld.diging_sgld, pytest.param(dgsgld.de_sgld, marks=pytest.mark.slow),
+             pytest.param(dgsgld.extra_sgld, marks=pytest.mark.slow),
+             pytest.param(dgsgld.sgld, marks=pytest.mark.slow)]
 )
 def test_exact_moments_match_monte_carlo(make):
     prob = linear_regression(

@@ -54,7 +54,7 @@ CASES = {
 @pytest.mark.parametrize("case", [
     pytest.param("two_agents", marks=pytest.mark.slow),
     pytest.param("three_tv", marks=pytest.mark.slow),
-    "four_complete",
+    pytest.param("four_complete", marks=pytest.mark.slow),  # default run: test_how_loose_...
 ])
 def test_theorems_bound_exact_w2_at_every_k(case):
     q, W, m0, S0 = CASES[case]()
