@@ -12,8 +12,9 @@
 The noise variants (:class:`NoiseVariant`, :func:`ppnd7_normals`) take the noise of a paper-size
 run apart inside ``dgsgld.sample``: JAX's normal against another exact inverse CDF, two normals
 per hash, rbg keys, Box–Muller, ``log u`` alone, uniform noise (no transform) and no noise at
-all. They are measurements, not options: none is faster by enough to ship
-(``benchmarks/README.md``, "Fast noise").
+all. They are measurements, not options; the shipped option is ``normal=dgsgld.fast_normal``
+(:mod:`dgsgld.noise`, a table inverse CDF without transcendentals), measured beside them
+through the samplers' own ``normal`` field (``benchmarks/run.py``, ``noise_section``).
 
 ``noise_shape_effect`` measures the same normals drawn in the shape ``(T, C, N, d)``: XLA:CPU
 vectorises the generator along the last axis, so a short last axis (``d = 6``) is slower than
@@ -139,20 +140,29 @@ def ppnd7_normals(bits: jax.Array) -> jax.Array:
     return jnp.where(centre, q, jnp.sign(q)) * _horner(pick(a, c), x) / _horner(pick(b, d), x)
 
 
+#: What ``dgsgld.fast_normal`` is, for the tables.
+FAST_NORMAL_WHAT = ("dgsgld.fast_normal, the shipped option (`normal=`): a table inverse CDF "
+                    "(23 × 128 lines) on the same words, no log/sqrt/division")
+
+
 def normal_transforms(key, count: int, repeats: int) -> dict:
     """Seconds to turn ``count`` random words into normals: JAX's ``erf⁻¹`` transform against
-    PPND7 and Box–Muller, and to draw the words themselves; the largest error of JAX's transform
-    and of PPND7 against the exact quantile over all 2²³ inputs."""
+    PPND7, Box–Muller and ``dgsgld.fast_normal``'s table, and to draw the words themselves; the
+    largest error of JAX's transform, PPND7 and the table against the exact quantile over all
+    2²³ inputs."""
     from scipy.special import ndtri
+
+    from dgsgld.noise import normals_from_bits
 
     bits_fn, _ = compile_jax(lambda k: jax.random.bits(k, (count,), jnp.uint32), key)
     bits = jax.block_until_ready(bits_fn(key))
     out = {"bits_s": time_calls(lambda: bits_fn(key), repeats).median}
     for name, fn in (("erf_inv_s", _erf_inv_normals), ("box_muller_s", _box_muller_normals),
-                     ("ppnd7_s", ppnd7_normals)):
+                     ("ppnd7_s", ppnd7_normals), ("fast_normal_s", normals_from_bits)):
         compiled, _ = compile_jax(fn, bits)
         out[name] = time_calls(lambda: compiled(bits), repeats).median
-    for name, fn in (("box_muller", _box_muller_normals), ("ppnd7", ppnd7_normals)):
+    for name, fn in (("box_muller", _box_muller_normals), ("ppnd7", ppnd7_normals),
+                     ("fast_normal", normals_from_bits)):
         z = np.asarray(jax.jit(fn)(bits), np.float64)
         out[f"{name}_moments"] = [float(z.mean()), float(z.var()), float((z**4).mean())]
     # Largest error against the exact quantile of the uniform each transform computes (the
@@ -161,6 +171,8 @@ def normal_transforms(key, count: int, repeats: int) -> dict:
     words = jnp.asarray(k << np.uint32(9))
     z = np.asarray(jax.jit(ppnd7_normals)(words), np.float64)
     out["ppnd7_max_error"] = float(np.max(np.abs(z - ndtri((k + 0.5) / 2**23))))
+    z = np.asarray(jax.jit(normals_from_bits)(words), np.float64)
+    out["fast_normal_max_error"] = float(np.max(np.abs(z - ndtri((k + 0.5) / 2**23))))
     z = np.asarray(jax.jit(_erf_inv_normals)(words), np.float64)[1:]
     out["erf_inv_max_error"] = float(np.max(np.abs(z - ndtri(k[1:] / 2**23))))
     out["count"] = count
@@ -170,7 +182,8 @@ def normal_transforms(key, count: int, repeats: int) -> dict:
 # ------------------------------------------------------------------ noise inside the real run
 
 #: ``name -> (what it is, draw(key, shape))`` of one leaf's noise; "erf_inv" is what every
-#: sampler draws (``jax.random.normal``). "log", "uniform" and "none" are not normal: floors.
+#: sampler draws by default (``jax.random.normal``; the option ``normal=dgsgld.fast_normal`` is
+#: measured through the sampler itself). "log", "uniform" and "none" are not normal: floors.
 NOISE_TRANSFORMS = {
     "erf_inv": ("jax.random.normal (√2 erf⁻¹(2u − 1)), the toolkit's noise",
                 lambda k, shape: jax.random.normal(k, shape)),

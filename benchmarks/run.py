@@ -328,12 +328,15 @@ def chain_invariance(key) -> bool:
 
 
 def noise_section(key, rounds: int) -> dict:
-    """The noise of a paper-size DIGing-SGLD run taken apart inside ``dgsgld.sample``: other
-    key implementations and other transforms of the same words (:data:`floors.NOISE_TRANSFORMS`),
-    each the call a user makes, in alternated rounds with the strongest NumPy; and whether each
-    variant draws the same noise for a chain however the chains are batched (chains 6-7 of 8
-    against 2 chains from offset 6, keys derived as the runner derives them: comparing whole
-    runs would also compare the rounding of two layouts of the mixing product)."""
+    """The noise of a paper-size DIGing-SGLD run taken apart inside ``dgsgld.sample``: the
+    shipped option ``normal=dgsgld.fast_normal`` (a table inverse CDF of the same words), other
+    key implementations and other transforms of the same words (:data:`floors.NOISE_TRANSFORMS`,
+    with the floors: ``log u`` alone, the words alone, no noise), each the call a user makes, in
+    alternated rounds with the strongest NumPy; per-round ratio medians with quartiles; and
+    whether each variant draws the same noise for a chain however the chains are batched
+    (chains 6-7 of 8 against 2 chains from offset 6, keys derived as the runner derives them:
+    comparing whole runs would also compare the rounding of two layouts of the mixing
+    product)."""
     w = PAPER
     prob = problem.make_problem(w.agents, w.dim)
     eta = problem.step_size(prob)
@@ -342,6 +345,8 @@ def noise_section(key, rounds: int) -> dict:
     init = jnp.zeros((w.chains, w.agents, w.dim), jnp.float32)
     variants = {"default": (dgsgld.diging_sgld(eta), key,
                             floors.NOISE_TRANSFORMS["erf_inv"][0] + " with the default key")}
+    variants["fast_normal"] = (dgsgld.DIGingSGLD(eta, normal=dgsgld.fast_normal), key,
+                               floors.FAST_NORMAL_WHAT)
     variants["philox4x32 key"] = (dgsgld.diging_sgld(eta), jax.random.key(0, impl="philox4x32"),
                                   "jax.random.normal with `jax.random.key(0, impl='philox4x32')`")
     for name, (what, _) in floors.NOISE_TRANSFORMS.items():
@@ -353,6 +358,10 @@ def noise_section(key, rounds: int) -> dict:
                                 algorithm="diging")
     print(f"[{time.strftime('%H:%M:%S')}] noise inside the run ({rounds} rounds)", flush=True)
     t = time_rounds(fns, rounds)
+
+    def quartiles(num, den, cpu=False):
+        a, b = (num.cpu, den.cpu) if cpu else (num.wall, den.wall)
+        return [float(q) for q in np.percentile([x / y for x, y in zip(a, b)], [25, 75])]
 
     def draws(alg, k, num_chains, offset):
         # The noise of step 0 as the runner draws it: chain keys, run key, fold_in, vmap.
@@ -366,10 +375,18 @@ def noise_section(key, rounds: int) -> dict:
         rows.append({"variant": name, "what": what, "wall_s": t[name].median,
                      "cpu_s": t[name].cpu_median,
                      "numpy_fast_over": round_ratio(t["numpy_fast"], t[name]),
+                     "numpy_fast_over_quartiles": quartiles(t["numpy_fast"], t[name]),
                      "numpy_fast_over_cpu": round_ratio(t["numpy_fast"], t[name], cpu=True),
                      "default_over": round_ratio(t["default"], t[name]),
+                     "default_over_quartiles": quartiles(t["default"], t[name]),
                      "default_over_cpu": round_ratio(t["default"], t[name], cpu=True),
+                     "default_over_cpu_quartiles": quartiles(t["default"], t[name], cpu=True),
                      "same_draws_batched": bool(jnp.array_equal(batched, alone))})
+        print(f"    {name}: strongest NumPy / this {rows[-1]['numpy_fast_over']:.2f}x "
+              f"(quartiles {rows[-1]['numpy_fast_over_quartiles'][0]:.2f}-"
+              f"{rows[-1]['numpy_fast_over_quartiles'][1]:.2f}), default / this "
+              f"{rows[-1]['default_over']:.2f}x (CPU {rows[-1]['default_over_cpu']:.2f}x)",
+              flush=True)
     return {"rounds": rounds, "numpy_fast_s": t["numpy_fast"].median,
             "numpy_fast_cpu_s": t["numpy_fast"].cpu_median, "variants": rows}
 
