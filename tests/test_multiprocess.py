@@ -88,6 +88,7 @@ def _close(x, ref):
     return np.abs(x - ref).max() < 1e-4 * max(1.0, scale)
 
 
+@pytest.mark.slow  # default run: the SLURM job's collective over 2 processes, sample_chains in one
 def test_chains_across_two_processes_equal_single_process_run(reference, tmp_path):
     # With ensemble_fn (chains' mean and variance per agent) over all 8 chains, 4 per process:
     # gathered states, then ensemble_fn per kept iteration. Positions agree to rounding, so do

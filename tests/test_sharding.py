@@ -68,47 +68,48 @@ SCRIPT = textwrap.dedent(
             "agents_diverged": bool(agents.diverged.any()),
             "scale": float(jnp.abs(ref.positions).max()),
         }
-    # A diverging run: the same first non-finite iteration and agent per chain.
-    prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
-    blow = dgsgld.diging_sgld(1e4)   # non-finite after ~72 steps, agents 1 and 5
-    ref = dgsgld.sample(blow, prob.potential, mixing, init, key, 100, on_divergence="flag",
-                        output=dgsgld.Output(positions=False))
-    agents = sharding.sample_agent_sharded(blow, prob.potential, mixing, init, key, 100,
-                                           output=dgsgld.Output(positions=False))
-    out["divergence"] = [np.asarray(ref.divergence).tolist(),
-                         np.asarray(agents.divergence).tolist()]
-    # Sparse schedules: a neighbour exchange (ppermute of the rows neighbours need) instead of
-    # the all-gather; on-the-fly sparse snapshots all-gather. The same draws as dgsgld.sample
-    # with the same sparse mixing; the exchange's product alone, bit for bit.
-    from dgsgld import networks, sparse
-    from jax.sharding import PartitionSpec as P
-    prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
-    alg = dgsgld.diging_sgld(0.05)
-    x = jnp.asarray(np.random.default_rng(1).normal(size=(8, 3)))
-    schedules = {"circulant": sparse.from_dense(ring(8)),
-                 "neighbors": sparse.from_dense(mixing, format="neighbors"),
-                 "edges": sparse.from_dense(mixing, format="edges"),
-                 "on_the_fly": networks.onthefly.one_peer_exponential_on_the_fly(
-                     8, format="neighbors", dtype=jnp.float64)}
-    sp = out["sparse"] = {}
-    for name, mix in schedules.items():
-        sp[name] = {}
-        if full or name == "neighbors":   # whole runs (the default run: the general format)
+    if full:   # the slow run: divergence and the sparse exchange (more programs)
+        # A diverging run: the same first non-finite iteration and agent per chain.
+        prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
+        blow = dgsgld.diging_sgld(1e4)   # non-finite after ~72 steps, agents 1 and 5
+        ref = dgsgld.sample(blow, prob.potential, mixing, init, key, 100, on_divergence="flag",
+                            output=dgsgld.Output(positions=False))
+        agents = sharding.sample_agent_sharded(blow, prob.potential, mixing, init, key, 100,
+                                               output=dgsgld.Output(positions=False))
+        out["divergence"] = [np.asarray(ref.divergence).tolist(),
+                             np.asarray(agents.divergence).tolist()]
+        # Sparse schedules: a neighbour exchange (ppermute of the rows neighbours need) instead of
+        # the all-gather; on-the-fly sparse snapshots all-gather. The same draws as dgsgld.sample
+        # with the same sparse mixing; the exchange's product alone, bit for bit.
+        from dgsgld import networks, sparse
+        from jax.sharding import PartitionSpec as P
+        prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
+        alg = dgsgld.diging_sgld(0.05)
+        x = jnp.asarray(np.random.default_rng(1).normal(size=(8, 3)))
+        schedules = {"circulant": sparse.from_dense(ring(8)),
+                     "neighbors": sparse.from_dense(mixing, format="neighbors"),
+                     "edges": sparse.from_dense(mixing, format="edges"),
+                     "on_the_fly": networks.onthefly.one_peer_exponential_on_the_fly(
+                         8, format="neighbors", dtype=jnp.float64)}
+        sp = out["sparse"] = {}
+        for name, mix in schedules.items():
+            sp[name] = {}
+            # Whole runs of every format.
             ref = dgsgld.sample(alg, prob.potential, mix, init, key, 20)
             got = sharding.sample_agent_sharded(alg, prob.potential, mix, init, key, 20)
             sp[name] = {"diff": float(jnp.abs(got.positions - ref.positions).max()),
                         "tracker_diff": float(jnp.abs(got.state.tracker
                                                       - ref.state.tracker).max())}
-        if name != "on_the_fly" and (full or name != "edges"):
-            plan = sharding.exchange_plan(mix, 4)
-            product = jax.jit(jax.shard_map(
-                lambda pl, xl: pl.rows(jnp.int32(1), "agents", 4) @ xl,
-                mesh=sharding.agent_mesh(), in_specs=(jax.tree.map(lambda _: P(None, "agents"),
-                                                                   plan), P("agents")),
-                out_specs=P("agents")))(plan, x)
-            own = jax.jit(lambda w, x: w @ x)(mix.matrix_at(1), x)     # compiled, as in a run
-            sp[name]["product_diff"] = float(jnp.abs(product - own).max())
-            sp[name]["rows_received"] = plan.rows_received
+            if name != "on_the_fly":
+                plan = sharding.exchange_plan(mix, 4)
+                product = jax.jit(jax.shard_map(
+                    lambda pl, xl: pl.rows(jnp.int32(1), "agents", 4) @ xl,
+                    mesh=sharding.agent_mesh(), in_specs=(jax.tree.map(lambda _: P(None, "agents"),
+                                                                       plan), P("agents")),
+                    out_specs=P("agents")))(plan, x)
+                own = jax.jit(lambda w, x: w @ x)(mix.matrix_at(1), x)     # compiled, as in a run
+                sp[name]["product_diff"] = float(jnp.abs(product - own).max())
+                sp[name]["rows_received"] = plan.rows_received
     errors = {}
     prob = linear_regression(num_agents=6, dim=2)
     try:
@@ -143,6 +144,11 @@ def result():
     return _run("fast")
 
 
+@pytest.fixture(scope="module")
+def full_result():
+    return _run("full")
+
+
 def _check_equal(r: dict) -> None:
     assert r["scale"] > 0.1                                  # a real, moving run
     bound = 1e-10 * max(1.0, r["scale"])
@@ -162,8 +168,9 @@ def test_chain_and_agent_sharded_runs_equal_single_device_run(result):
     _check_equal(result["2"])
 
 
-def test_agent_sharded_divergence_is_that_of_the_single_device_run(result):
-    ref, agents = result["divergence"]
+@pytest.mark.slow  # the slow run's subprocess
+def test_agent_sharded_divergence_is_that_of_the_single_device_run(full_result):
+    ref, agents = full_result["divergence"]
     assert min(ref[0]) > 0                     # every chain diverged, after a few steps
     assert agents == ref
 
@@ -173,14 +180,15 @@ def test_indivisible_sizes_are_rejected_with_a_message(result):
     assert "multiple of the number of devices" in result["errors"]["agents"]
 
 
-def test_sparse_schedules_exchange_only_neighbour_rows_and_equal_single_device_run(result):
+@pytest.mark.slow  # the slow run's subprocess (across processes: tests/test_multiprocess.py)
+def test_sparse_schedules_exchange_only_neighbour_rows_and_equal_single_device_run(full_result):
     # The exchange sums the same terms in the same order as each format's own product
     # (circulant shifts one after another, neighbour lists as one contraction; edge lists per
     # row in sender order instead of by segment_sum), so the products agree to rounding (XLA
     # may fuse multiply-adds differently in the two compiled programs: measured 0 or 5.6e-17).
     # Whole runs differ from dgsgld.sample by rounding only (per-device gradients and updates
     # compile to differently vectorised code, as for the dense all-gather); bound as above.
-    _check_sparse(result["sparse"])
+    _check_sparse(full_result["sparse"])
 
 
 def _check_sparse(sp: dict) -> None:
@@ -199,8 +207,8 @@ def _check_sparse(sp: dict) -> None:
 
 
 @pytest.mark.slow
-def test_full_batch_resumed_and_two_device_runs_equal_single_device_run():
-    result = _run("full")
+def test_full_batch_resumed_and_two_device_runs_equal_single_device_run(full_result):
+    result = full_result
     for batch in ("None", "2"):
         assert {"agents_de_diff", "agents_resume_diff", "resume_diff"} <= set(result[batch])
         _check_equal(result[batch])
