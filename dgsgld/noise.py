@@ -2,7 +2,7 @@
 
 ``jax.random.normal`` turns each 32-bit word into ``√2 erf⁻¹(2u − 1)``: a log, a square root
 and two degree-9 polynomials per number, about a fifth of a paper-size DIGing-SGLD run on
-XLA:CPU (``benchmarks/noise.md``). :func:`fast_normal` turns the same words,
+XLA:CPU (``benchmarks/targets.md``). :func:`fast_normal` turns the same words,
 ``jax.random.bits(key, shape)``, into normals with two table reads and one multiply-add:
 
 * the top 23 bits give ``p = (k + ½) / 2²³`` (the 23 bits of ``jax.random``'s float32 uniform,
