@@ -113,6 +113,7 @@ def test_mean_follows_the_full_batch_law(make, name, key):
     assert_mean_matches(x, mean, 4 * cov)
 
 
+@pytest.mark.slow  # default run: tests/test_samplers.py's compiled-once test (plain mini-batches)
 def test_compiled_once_for_new_step_size_with_svrg(key):
     """Retrace guard: the user's log-likelihood is traced on the first call only."""
     ll, calls = count_traces()

@@ -164,6 +164,7 @@ def test_same_key_same_draws_however_batched(key):
     pytest.param(dgsgld.de_sgld, marks=pytest.mark.slow),  # same runner path as DIGing-SGLD
     pytest.param(dgsgld.extra_sgld, marks=pytest.mark.slow),
 ])
+@pytest.mark.slow  # default run: tests/test_checkpoint.py's chunked run equals one call, bit for bit
 def test_continuing_from_state_is_bit_identical(make, key):
     pb = linear_regression(batch_size=3)
     init = jax.random.normal(jax.random.key(1), (4, 5, 2))
