@@ -244,3 +244,17 @@ def test_every_sampler_with_fast_noise_matches_the_exact_law(name):
     0.3%)."""
     _check_exact_law(SAMPLERS[name](normal=dgsgld.fast_normal), 200_000, 60, (10, 30, 60),
                      thin=10)
+
+
+@pytest.mark.reliability
+def test_resuming_a_checkpoint_with_another_noise_generator_is_refused(tmp_path):
+    # The generator is part of the sampler, so the checkpoint's fingerprint covers it: a run
+    # started with jax.random.normal cannot be continued with other numbers.
+    from dgsgld.checkpoint import CheckpointError
+
+    pb = linear_regression(num_agents=4, dim=2)
+    args = (pb.potential, dgsgld.networks.ring(4), jnp.zeros((2, 4, 2)), jax.random.key(0))
+    dgsgld.sample_chunked(dgsgld.DIGingSGLD(0.05), *args, 10, chunk_size=5, path=tmp_path)
+    with pytest.raises(CheckpointError, match=r"`algorithm.normal` differs from the checkpoint"):
+        dgsgld.sample_chunked(dgsgld.DIGingSGLD(0.05, normal=dgsgld.fast_normal), *args, 20,
+                              chunk_size=5, path=tmp_path)
