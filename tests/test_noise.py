@@ -20,7 +20,7 @@ from scipy.special import ndtri
 from scipy.stats import norm
 
 import dgsgld
-from _moments import count_traces
+from _moments import count_traces, exact_quadratic
 from _problems import linear_regression, permuted_rings, ring
 from dgsgld import noise
 from dgsgld import theory as th
@@ -221,11 +221,8 @@ def _check_exact_law(alg, num_chains, num_steps, check_at, thin=1):
     init = jnp.asarray(m0 + draws @ np.linalg.cholesky(S0).T, jnp.float32)
     trace = dgsgld.sample(alg, pb.potential, schedule, init, jax.random.key(2), num_steps,
                           output=dgsgld.Output(thin=thin))
-    # f_i(x) = ½‖Z_i x − y_i‖² + λ‖x‖²/(2N) = ½ xᵀA_i x − b_iᵀx with b_i = Z_iᵀy_i
-    quadratic = th.Quadratic(np.asarray(pb.hessians, np.float64),
-                             np.einsum("nki,nk->ni", pb.Z, pb.y).astype(np.float64))
     with jax.enable_x64(True):
-        exact = th.exact_moments(alg, quadratic, schedule, m0, S0, num_steps)
+        exact = th.exact_moments(alg, exact_quadratic(pb), schedule, m0, S0, num_steps)
         mean, cov = np.asarray(exact.mean), np.asarray(exact.cov)
     positions = np.asarray(trace.positions, np.float64)
     z = np.concatenate([_z_scores(positions[:, k // thin], mean[k], cov[k]) for k in check_at])
