@@ -31,22 +31,27 @@ _PARITY = np.uint32(0x1BD11BDA)
 
 
 def _rotate_left(x: Array, r: int) -> Array:
-    return lax.shift_left(x, np.uint32(r)) | lax.shift_right_logical(x, np.uint32(32 - r))
+    return lax.bitwise_or(lax.shift_left(x, np.uint32(r)),
+                          lax.shift_right_logical(x, np.uint32(32 - r)))
 
 
 def threefry2x32(k1: Array, k2: Array, x1: Array, x2: Array) -> tuple[Array, Array]:
     """The Threefry-2x32 hash (20 rounds) of counters ``(x1, x2)`` under key ``(k1, k2)``.
 
-    All ``uint32``, broadcast together. Same function as JAX's ``threefry2x32_p``.
+    All ``uint32``; ``k1``, ``k2`` scalars and ``x1``, ``x2`` of one shape (or scalars). Same
+    function as JAX's ``threefry2x32_p``. Written in ``lax`` ops, not ``jnp`` operators: it is
+    traced at every lowering of a random primitive, and ``jnp``'s dispatch made it a quarter
+    of the quick run's tracing and lowering time.
     """
-    ks = (k1, k2, k1 ^ k2 ^ _PARITY)
-    x1, x2 = x1 + ks[0], x2 + ks[1]
+    add, xor = lax.add, lax.bitwise_xor
+    ks = (k1, k2, xor(xor(k1, k2), _PARITY))
+    x1, x2 = add(x1, ks[0]), add(x2, ks[1])
     for i in range(5):
         for r in _ROTATIONS[i % 2]:
-            x1 = x1 + x2
-            x2 = x1 ^ _rotate_left(x2, r)
-        x1 = x1 + ks[(i + 1) % 3]
-        x2 = x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
+            x1 = add(x1, x2)
+            x2 = xor(x1, _rotate_left(x2, r))
+        x1 = add(x1, ks[(i + 1) % 3])
+        x2 = add(add(x2, ks[(i + 2) % 3]), np.uint32(i + 1))
     return x1, x2
 
 
