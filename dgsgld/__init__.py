@@ -12,10 +12,12 @@ from . import metrics as metrics
 from .noise import fast_normal as fast_normal
 from .potential import Potential as Potential
 from .potential import pad_agent_data as pad_agent_data
+from .run import CheckedNetwork as CheckedNetwork
 from .run import Divergence as Divergence
 from .run import DivergenceError as DivergenceError
 from .run import Output as Output
 from .run import Trace as Trace
+from .run import checked_network as checked_network
 from .run import sample as sample
 from .checkpoint import sample_chunked as sample_chunked
 from .samplers import DESGLD as DESGLD

@@ -38,10 +38,12 @@ from .potential import Potential
 from .samplers.base import SamplingAlgorithm
 
 __all__ = [
+    "CheckedNetwork",
     "Divergence",
     "DivergenceError",
     "Output",
     "Trace",
+    "checked_network",
     "sample",
 ]
 
@@ -365,12 +367,20 @@ def sample(
     if static is not None:
         potential, trace_fn, ensemble_fn = _see_static(static, potential, trace_fn, ensemble_fn)
     _check_mixing_role(algorithm, mixing)
+    prechecked = isinstance(mixing, CheckedNetwork)
+    if prechecked:
+        if allow_disconnected or connectivity_window is not None:
+            raise ValueError(
+                "`mixing` is a CheckedNetwork: give `allow_disconnected`/`connectivity_window` "
+                "to dgsgld.checked_network, which ran the checks, not to sample."
+            )
+        mixing = mixing.mixing
     stack = as_mixing(mixing)
     num_chains = _check_inputs(
         algorithm, potential, stack, positions, key, num_steps, init if resume else None
     )
     chain_offset = _check_chain_offset(chain_offset, num_chains)
-    if stack is not None:
+    if stack is not None and not prechecked:
         # Dense stacks are checked as arrays (their period, traced or not); other schedules
         # through their own protocol.
         network = stack.matrices if isinstance(stack, MixingStack) else stack
@@ -569,6 +579,70 @@ def _check_mixing_role(algorithm, mixing) -> None:
             f"`mixing` must be None for {type(algorithm).__name__} (centralized: it has no "
             f"network and would ignore one); got {type(mixing).__name__}."
         )
+
+
+class CheckedNetwork(eqx.Module):
+    """A network that :func:`checked_network` checked on the host; :func:`sample` runs it
+    without checking it again, even when it is traced under the caller's ``jit``.
+
+    Attributes:
+        mixing: the network as :func:`sample` takes it (a dense stack is a
+            :class:`MixingStack`); a pytree leaf, so it may be traced.
+        allow_disconnected, connectivity_window: the settings it was checked with (static).
+    """
+
+    mixing: Any
+    allow_disconnected: bool = eqx.field(static=True)
+    connectivity_window: int | None = eqx.field(static=True)
+
+    def matrix_at(self, k):
+        return self.mixing.matrix_at(k)
+
+
+def checked_network(mixing, *, allow_disconnected: bool = False,
+                    connectivity_window: int | None = None) -> CheckedNetwork:
+    """Run :func:`sample`'s network checks now, on the host, and mark the network as checked.
+
+    A network traced under ``jit`` is checked inside the computation (``equinox.error_if``),
+    which puts host callbacks in the program, and JAX's persistent compilation cache stores no
+    program with host callbacks. Check a concrete network here and pass the result through
+    the ``jit`` instead: the program then carries no check, is cached across processes, and is
+    reused in-process for every network of the same shapes (e.g. one per seed).
+
+    Args:
+        mixing: as for :func:`sample`; concrete (not traced).
+        allow_disconnected, connectivity_window: as for :func:`sample`.
+
+    Returns:
+        A :class:`CheckedNetwork`.
+
+    Raises:
+        ValueError: what :func:`sample` would raise for this network, or if it is traced.
+    """
+    if isinstance(mixing, CheckedNetwork):
+        mixing = mixing.mixing
+    stack = as_mixing(mixing)  # a dense stack is checked here (finite, doubly stochastic, ...)
+    if stack is None:
+        raise ValueError("`mixing` is None: there is no network to check.")
+    if not all(_validation.is_concrete(leaf) for leaf in jax.tree.leaves(stack)):
+        raise ValueError(
+            "`mixing` is traced: checked_network checks on the host. Call it outside jit, or "
+            "pass the network to sample as it is (it is then checked inside the computation)."
+        )
+    network = stack.matrices if isinstance(stack, MixingStack) else stack
+    _check_network(network, None, allow_disconnected, connectivity_window)
+    return CheckedNetwork(stack, bool(allow_disconnected), connectivity_window)
+
+
+def checked_if_concrete(mixing):
+    """:func:`checked_network` of a concrete network; a traced one or ``None`` as it is (then
+    :func:`sample` checks it inside the computation). For drivers that call :func:`sample`
+    under their own ``jit`` with the network as an argument (grid searches, pilots)."""
+    if mixing is None or isinstance(mixing, CheckedNetwork):
+        return mixing
+    if not all(_validation.is_concrete(leaf) for leaf in jax.tree.leaves(mixing)):
+        return mixing
+    return checked_network(mixing)
 
 
 def _check_network(stack, target, allow_disconnected: bool, window):

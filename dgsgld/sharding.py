@@ -46,6 +46,7 @@ from . import _params, _random, _validation, sparse
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
 from ._mixing import MixingStack, as_mixing
+from .run import CheckedNetwork
 from .run import (Divergence, Output, Trace, _check_output, _first_bad_agent, _with_static,
                   chain_keys, sample)
 from .samplers.base import SamplingAlgorithm
@@ -476,6 +477,8 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
     if not shapes or any(len(s) < 2 or s[1] != n for s in shapes) or len({s[0] for s in shapes}) != 1:
         raise ValueError(f"`init` leaves must be (num_chains, {n}, *param_shape); got shapes "
                          f"{shapes}.")
+    if isinstance(mixing, CheckedNetwork):  # its host check is repeated below (it is cheap)
+        mixing, allow_disconnected = mixing.mixing, mixing.allow_disconnected or allow_disconnected
     stack = as_mixing(mixing)
     if not hasattr(stack, "matrix_at"):
         raise ValueError("`mixing` must be a mixing stack or schedule; got "

@@ -363,8 +363,10 @@ def propose_step_size(
     if dense is not None:
         gap = float(np.mean(network_spectral.spectral_gap(dense)))
 
+    checked = run.checked_if_concrete(mixing)  # no check inside the program: cached on disk
+
     def run_pilot(step_sizes):  # the same shapes every time: one compilation
-        return _pilot(make_algorithm, step_sizes, potential, mixing, pilot_init, pilot_key,
+        return _pilot(make_algorithm, step_sizes, potential, checked, pilot_init, pilot_key,
                       num_steps, _PilotStats(decentralized), score_fn)
 
     pilot = _run_grid(grid, run_pilot)

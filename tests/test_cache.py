@@ -66,3 +66,34 @@ def test_the_cli_opt_out_stores_nothing(opt_out, tmp_path, monkeypatch):
     monkeypatch.setenv("DGSGLD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(jax.config, "update", lambda *a: pytest.fail("config changed"))
     assert _cache.enable(disabled=args.no_cache) is None
+
+
+_GRID_SCRIPT = """
+import jax, jax.numpy as jnp, numpy as np, dgsgld
+from dgsgld import _cache, networks
+from dgsgld.experiments.tuning import grid_search
+_cache.enable()
+data = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3, 2)), jnp.float32)
+potential = dgsgld.Potential(lambda t, x: -0.5 * jnp.sum((x - t) ** 2), lambda t: -0.5 * t @ t,
+                             data)
+init = jnp.zeros((3, 4, 2))
+final = lambda trace: jnp.mean(trace.state.position ** 2)
+search = grid_search(dgsgld.diging_sgld, [0.01, 0.02], potential, networks.barbell(4, period=3),
+                     init, jax.random.key(0), 5, score_fn=final)
+print(search.best_step_size, *search.scores)
+"""
+
+
+def test_a_grid_search_program_is_stored_for_the_next_process(tmp_path):
+    # The reproduce/sweep commands' programs take the network as an argument; checked on the
+    # host first (`dgsgld.checked_network`), it leaves no host callback in them, so JAX stores
+    # them (a program with host callbacks is never stored) and a second process loads them.
+    env = {k: v for k, v in os.environ.items() if k != "DGSGLD_NO_CACHE"}
+    env |= {"DGSGLD_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    go = lambda: subprocess.run([sys.executable, "-c", _GRID_SCRIPT], env=env,  # noqa: E731
+                                capture_output=True, text=True, check=True, timeout=600).stdout
+    first = go()
+    stored = _files(tmp_path)
+    assert any(name.startswith("jit__grid_run") for name in stored)
+    assert go() == first
+    assert _files(tmp_path) == stored

@@ -177,6 +177,52 @@ def test_a_traced_valid_stack_gives_the_eager_result():
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-6)
 
 
+def _primitives(jaxpr, acc=None) -> set[str]:
+    """Names of every primitive in ``jaxpr`` and its sub-jaxprs (scan bodies, conds, jits)."""
+    acc = set() if acc is None else acc
+    for eqn in jaxpr.eqns:
+        acc.add(eqn.primitive.name)
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    _primitives(inner, acc)
+    return acc
+
+
+def test_a_checked_network_runs_traced_without_host_callbacks_and_gives_the_same_draws():
+    # A traced network is checked inside the program by host callbacks, which JAX's persistent
+    # cache refuses to store; a network checked on the host (`checked_network`) carries none.
+    potential, ring, init = problem()
+    fn = lambda w: dgsgld.sample(dgsgld.diging_sgld(0.05), potential, w, init, KEY,  # noqa: E731
+                                 20).positions
+    callbacks = lambda w: {p for p in _primitives(jax.make_jaxpr(fn)(w).jaxpr)  # noqa: E731
+                           if "callback" in p}
+    assert callbacks(ring)                        # the check is in the program ...
+    checked = dgsgld.checked_network(ring)
+    assert callbacks(checked) == set()            # ... and not once checked on the host
+    # The same draws as the eager run, to the tolerance of the traced-stack test above.
+    want = full_and_part()[0].positions
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(checked)), np.asarray(want), rtol=0,
+                               atol=1e-6)
+
+
+def test_checked_network_runs_samples_checks_on_the_host():
+    with pytest.raises(ValueError, match="not doubly stochastic"):
+        dgsgld.checked_network(0.5 * problem()[1])
+    with pytest.raises(ValueError, match="not jointly connected") as err:
+        dgsgld.checked_network(np.eye(N, dtype=np.float32))
+    assert "agents {0} | {1} | {2} | {3}" in str(err.value)
+    with pytest.raises(ValueError, match=r"snapshots 0\.\.1 \(cyclic window B = 2\)"):
+        dgsgld.checked_network(pair_swaps(), connectivity_window=2)
+    alone = dgsgld.checked_network(np.eye(N, dtype=np.float32), allow_disconnected=True)
+    assert run(mixing=alone).positions.shape == (C, 21, N, D)
+    with pytest.raises(ValueError, match="`mixing` is traced"):
+        jax.jit(dgsgld.checked_network)(problem()[1])
+    with pytest.raises(ValueError, match="give `allow_disconnected`.*to dgsgld.checked_network"):
+        run(mixing=alone, allow_disconnected=True)
+
+
 # -- 4. iteration counts ----------------------------------------------------------------------
 
 

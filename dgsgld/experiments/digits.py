@@ -50,7 +50,7 @@ import optax
 from .. import data as dd
 from .. import networks, predictive
 from ..potential import Potential
-from ..run import Output, sample
+from ..run import Output, checked_if_concrete, sample
 from ..samplers import de_sgld, diging_sgld, sgld
 
 __all__ = ["BenchmarkConfig", "DIGITS", "DIGITS_SMALL", "DIABETES", "DIABETES_SMALL",
@@ -474,8 +474,8 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
     tuning, curves, calibration, timings = {}, {s: {} for s in split_names}, {}, {}
     for label, make, mixing, init, pots, etas in methods:
         t0, c0 = time.perf_counter(), time.process_time()
-        ens, diverged = _grid_runs(make, jnp.asarray(etas), pots, mixing, init, run_key,
-                                   config.num_steps, config.thin,
+        ens, diverged = _grid_runs(make, jnp.asarray(etas), pots, checked_if_concrete(mixing),
+                                   init, run_key, config.num_steps, config.thin,
                                    _ensemble_fn(task, make is not sgld))
         ens = jax.tree.map(np.asarray, ens)
         diverged = np.asarray(diverged)

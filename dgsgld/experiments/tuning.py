@@ -134,6 +134,8 @@ def grid_search(
         raise ValueError(
             f"`step_sizes` must be a non-empty 1-D array of positive values; got {grid!r}."
         )
+    # Checked here on the host: the program then carries no check, and JAX caches it on disk.
+    mixing = run.checked_if_concrete(mixing)
     scores, ensemble, diverged = _grid_run(
         make_algorithm,
         jnp.asarray(grid),
@@ -259,6 +261,7 @@ def tune_step_size_gradient(
     # Cosine decay to a tenth, set on the host each iteration so the compiled step is reused.
     schedule = optax.cosine_decay_schedule(learning_rate, max(num_iterations - 1, 1), alpha=0.1)
     steps, losses = [], []
+    mixing = run.checked_if_concrete(mixing)  # as in grid_search
     for k in range(num_iterations):
         if optimizer is adam:
             opt_state.hyperparams["learning_rate"] = jnp.asarray(schedule(k), jnp.float32)
