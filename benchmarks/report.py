@@ -156,25 +156,6 @@ def sparse_table(rows) -> str:
                                "> 1× means the circulant toolkit run is faster."])
 
 
-def process_table(p) -> str:
-    lines = ["| command | wall s | CPU s | peak memory MiB | wall / NumPy script | CPU / NumPy |",
-             "|---|---|---|---|---|---|"]
-    names = {"first": "`python -m dgsgld run`, first (empty cache)",
-             "second": "`python -m dgsgld run`, second (cache filled)",
-             "numpy": "`python benchmarks/main_job_numpy.py`",
-             "import_jax": "`python -c \"import jax; jax.numpy.zeros(1)\"` (JAX's floor)"}
-    for key, label in names.items():
-        if key not in p:
-            continue
-        r = p[key]
-        ratio = ("1×", "1×") if key == "numpy" else (_x(p[f"{key}_over_numpy_wall"]),
-                                                    _x(p[f"{key}_over_numpy_cpu"]))
-        lines.append(f"| {label} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['memory_mib']:.0f} | "
-                     f"{ratio[0]} | {ratio[1]} |")
-    return "\n".join(lines + ["", f"{p['rounds']} alternated rounds, medians; ratios are "
-                               "medians of per-round ratios."])
-
-
 #: Noise variants of ``noise_in_run`` that draw exact standard normals (the others are floors).
 EXACT_NOISE = ("default", "fast_normal", "philox4x32 key", "ppnd7", "both_words", "rbg",
                "unsafe_rbg", "box_muller")
@@ -293,7 +274,12 @@ def markdown(results: dict) -> str:
     ]
     parts += ["## Targets (issue 19)", targets_table(results)]
     if "process" in results:
+        from .whole_process import process_table, reproduce_table
+
         parts += ["## The main job as a whole process", process_table(results["process"])]
+        if results["process"].get("reproduce"):
+            parts += ["### A figure's programs are reused too",
+                      reproduce_table(results["process"])]
     if "grid" in results:
         parts += ["## Workloads", grid_table(results["grid"]), "### Paper size in detail",
                   paper_detail(results["grid"])]

@@ -7,6 +7,10 @@ memory:
 * ``first``: ``python -m dgsgld run`` with an empty compile cache (a first run);
 * ``second``: the same with the cache the first runs filled (every later run);
 * ``numpy``: ``python benchmarks/main_job_numpy.py`` (the same job, NumPy only);
+* ``reproduce``: ``python -m dgsgld reproduce fig2a`` (step-size grids and gradient tuning
+  of three samplers) with an empty cache and with the cache its first run filled, alternated,
+  to show that its programs (networks checked on the host, ``dgsgld.checked_network``) are
+  stored and loaded too;
 * floors: ``import_jax`` (``python -c "import jax; jax.numpy.zeros(1)..."``: the interpreter,
   the import, the CPU client and one tiny compiled op, the floor of any process that computes
   with JAX), ``import_dgsgld`` (``python -c "import dgsgld"``) and ``interpreter``
@@ -211,8 +215,35 @@ def _breakdown(runs: list[dict], walls: list[float]) -> dict:
             "cache_hits": runs[-1]["cache_hits"], "imported": runs[-1]["imported"]}
 
 
-def measure(rounds: int = 5) -> dict:
-    """Alternated rounds of the commands; medians, per-round ratios and the stage breakdown."""
+def _entries(directory: Path) -> int:
+    return sum(1 for p in directory.rglob("*") if p.is_file()) if directory.exists() else 0
+
+
+def reproduce_reuse(env: dict, tmp: Path, rounds: int, figure: str = "fig2a") -> dict:
+    """``python -m dgsgld reproduce FIGURE`` with an empty and with a filled cache, alternated:
+    medians of wall and CPU time, and the cache entries the first run wrote and the second
+    added (0: every program loaded)."""
+    out_dir = tmp / "figures"
+    job = [sys.executable, "-m", "dgsgld", "reproduce", figure, "--out", str(out_dir)]
+    first, second, written, added = [], [], [], []
+    for r in range(rounds):
+        cache = tmp / f"reproduce{r}"
+        first.append(_timed(job, dict(env, DGSGLD_CACHE_DIR=str(cache))))
+        written.append(_entries(cache))
+        second.append(_timed(job, dict(env, DGSGLD_CACHE_DIR=str(cache))))
+        added.append(_entries(cache) - written[-1])
+    res = {"figure": figure, "rounds": rounds, "entries_written": written[-1],
+           "entries_added_by_second": max(added)}
+    for name, rs in (("first", first), ("second", second)):
+        res[name] = {k: _median([x[k] for x in rs]) for k in ("wall_s", "cpu_s")}
+    res["first_over_second_wall"] = _median([a["wall_s"] / b["wall_s"]
+                                             for a, b in zip(first, second)])
+    return res
+
+
+def measure(rounds: int = 5, reproduce_rounds: int = 1) -> dict:
+    """Alternated rounds of the commands; medians, per-round ratios and the stage breakdown;
+    then :func:`reproduce_reuse` (``reproduce_rounds`` rounds, 0 to skip)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("DGSGLD_NO_CACHE", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -253,6 +284,10 @@ def measure(rounds: int = 5) -> dict:
         ratios = [a["wall_s"] / b["wall_s"] for a, b in zip(runs[name], runs["import_jax"])]
         out[f"{name}_over_import_jax_wall"] = _median(ratios)
     out["breakdown"] = {which: _breakdown(*parts[which]) for which in parts}
+    if reproduce_rounds:
+        with tempfile.TemporaryDirectory() as tmp:
+            env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "bytecode")
+            out["reproduce"] = reproduce_reuse(env, Path(tmp), reproduce_rounds)
     out["toolkit_output"] = runs["second"][-1]["output"]
     out["numpy_output"] = runs["numpy"][-1]["output"]
     return out
@@ -302,6 +337,21 @@ def process_table(res: dict) -> str:
                                "medians of per-round ratios."])
 
 
+def reproduce_table(res: dict) -> str:
+    """Markdown: ``reproduce FIGURE`` with an empty and a filled cache (``measure``'s
+    ``reproduce`` entry); empty when it was skipped."""
+    r = res.get("reproduce")
+    if not r:
+        return ""
+    return "\n".join([
+        f"| `python -m dgsgld reproduce {r['figure']}` | wall s | CPU s |", "|---|---|---|",
+        f"| first (empty cache) | {r['first']['wall_s']:.1f} | {r['first']['cpu_s']:.1f} |",
+        f"| second (cache filled) | {r['second']['wall_s']:.1f} | {r['second']['cpu_s']:.1f} |",
+        "", f"First / second {r['first_over_second_wall']:.2f}× (wall, median of {r['rounds']} "
+        f"alternated round(s)). The first run stored {r['entries_written']} cache entries, the "
+        f"second added {r['entries_added_by_second']}."])
+
+
 def markdown(res: dict) -> str:
     targets = [("second run within 3× of the NumPy script (wall)", "second", 3),
                ("first run within 8× of the NumPy script (wall)", "first", 8)]
@@ -318,13 +368,18 @@ def markdown(res: dict) -> str:
         f"JAX's own floor (interpreter, `import jax`, CPU client, one tiny op) is {floor:.2f}× "
         f"the NumPy script; a second run is {res['second_over_import_jax_wall']:.2f}× and a "
         f"first run {res['first_over_import_jax_wall']:.2f}× that floor.",
-        process_table(res), "## Where the time goes", breakdown_table(res)])
+        process_table(res), "## Where the time goes", breakdown_table(res),
+        *(["## A figure's programs are reused too", reproduce_table(res)]
+          if res.get("reproduce") else [])])
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.whole_process",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--reproduce-rounds", type=int, default=1,
+                        help="rounds of `reproduce fig2a` with an empty and a filled cache "
+                        "(0: skip)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON result file (and its Markdown next to it, .md)")
     parser.add_argument("--stages", type=Path, default=None, metavar="FILE",
@@ -333,7 +388,8 @@ def main(argv=None) -> dict:
     if args.stages is not None:
         args.stages.write_text(json.dumps(stages()))
         return {}
-    res = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), **measure(args.rounds)}
+    res = {"time": time.strftime("%Y-%m-%d %H:%M:%S"),
+           **measure(args.rounds, args.reproduce_rounds)}
     for name in ("first", "second", "numpy", *FLOORS):
         r = res[name]
         print(f"{name:>13}: {r['wall_s']:.2f} s wall, {r['cpu_s']:.2f} s CPU, "
@@ -343,6 +399,8 @@ def main(argv=None) -> dict:
           f"{res['second_over_numpy_wall']:.1f}x wall ({res['second_over_numpy_cpu']:.1f}x CPU); "
           f"import jax / numpy {res['import_jax_over_numpy_wall']:.1f}x wall")
     print(breakdown_table(res))
+    if res.get("reproduce"):
+        print(reproduce_table(res))
     if args.out is not None:
         args.out.write_text(json.dumps(res, indent=1))
         args.out.with_suffix(".md").write_text(markdown(res) + "\n")
