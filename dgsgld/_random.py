@@ -1,8 +1,9 @@
 """JAX's threefry2x32 keys with the hash written out, registered as a ``jax.random`` implementation.
 
-On CPU, XLA lowers JAX's threefry2x32 hash as a rolled five-iteration ``while`` loop. Inside the runner's ``lax.scan`` every ``fold_in``, ``split`` and
-``normal`` of every step then becomes a nested loop with its own dispatch and buffer copies:
-two thirds of a paper-size run (200 chains x 100 steps x 20 agents x d = 6) went there. Here
+On CPU, XLA lowers JAX's threefry2x32 hash as a rolled five-iteration ``while`` loop. Inside
+the runner's ``lax.scan`` every ``fold_in``, ``split`` and ``normal`` of every step then
+becomes a nested loop with its own dispatch and buffer copies: two thirds of a paper-size run
+(200 chains x 100 steps x 20 agents x d = 6) went there. Here
 the same hash is written out in ``lax`` integer ops, which XLA fuses into the consumer of the
 numbers (e.g. the Langevin update): 2-3x faster per draw on CPU, and the main job's program
 compiles faster too (1.45 s against 2.3-2.7 s with JAX's loop, ``benchmarks/README.md``).

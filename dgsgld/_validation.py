@@ -19,6 +19,11 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def is_concrete_tree(tree) -> bool:
+    """True when every leaf of ``tree`` is :func:`is_concrete`."""
+    return all(is_concrete(leaf) for leaf in jax.tree.leaves(tree))
+
+
 def check_mixing(stack, *, tol: float = MIXING_TOL, name: str = "mixing") -> None:
     """Check a ``(P, N, N)`` stack of mixing matrices against Assumption 3.2 (i)–(ii).
 

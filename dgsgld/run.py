@@ -624,7 +624,7 @@ def checked_network(mixing, *, allow_disconnected: bool = False,
     stack = as_mixing(mixing)  # a dense stack is checked here (finite, doubly stochastic, ...)
     if stack is None:
         raise ValueError("`mixing` is None: there is no network to check.")
-    if not all(_validation.is_concrete(leaf) for leaf in jax.tree.leaves(stack)):
+    if not _validation.is_concrete_tree(stack):
         raise ValueError(
             "`mixing` is traced: checked_network checks on the host. Call it outside jit, or "
             "pass the network to sample as it is (it is then checked inside the computation)."
@@ -640,7 +640,7 @@ def checked_if_concrete(mixing):
     under their own ``jit`` with the network as an argument (grid searches, pilots)."""
     if mixing is None or isinstance(mixing, CheckedNetwork):
         return mixing
-    if not all(_validation.is_concrete(leaf) for leaf in jax.tree.leaves(mixing)):
+    if not _validation.is_concrete_tree(mixing):
         return mixing
     return checked_network(mixing)
 
@@ -657,7 +657,7 @@ def _check_network(stack, target, allow_disconnected: bool, window):
     if window is not None:
         _validation.check_positive_int(window, name="connectivity_window")
     schedule = hasattr(stack, "matrix_at")
-    if all(_validation.is_concrete(leaf) for leaf in jax.tree.leaves(stack)):
+    if _validation.is_concrete_tree(stack):
         if not allow_disconnected:
             try:
                 net.check_joint_connectivity(stack, window, name="mixing")

@@ -483,7 +483,7 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
     if not hasattr(stack, "matrix_at"):
         raise ValueError("`mixing` must be a mixing stack or schedule; got "
                          f"{type(mixing).__name__}.")
-    if not allow_disconnected and all(_validation.is_concrete(x) for x in jax.tree.leaves(stack)):
+    if not allow_disconnected and _validation.is_concrete_tree(stack):
         from .networks.validation import check_joint_connectivity
 
         check_joint_connectivity(stack, name="mixing")  # as dgsgld.sample does
@@ -493,7 +493,7 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
     if isinstance(stack, MixingStack):  # dense: its rows are split over the devices
         stack = stack.matrices
     elif isinstance(stack, sparse.SparseSchedule):  # stored snapshots: a neighbour exchange
-        if not all(_validation.is_concrete(x) for x in jax.tree.leaves(stack)):
+        if not _validation.is_concrete_tree(stack):
             raise ValueError("`mixing`: a sparse schedule's snapshots must be concrete (not "
                              "traced) to plan the neighbour exchange.")
         stack = exchange_plan(stack, devices)
