@@ -582,8 +582,11 @@ def _check_mixing_role(algorithm, mixing) -> None:
 
 
 class CheckedNetwork(eqx.Module):
-    """A network that :func:`checked_network` checked on the host; :func:`sample` runs it
-    without checking it again, even when it is traced under the caller's ``jit``.
+    """A network whose :func:`sample` checks ran on the host when it was built; :func:`sample`
+    runs it without checking it again, even when it is traced under the caller's ``jit``.
+
+    Build it with :func:`checked_network` (or this constructor, which runs the same checks:
+    there is no way to build one unchecked; JAX's unflattening inside ``jit`` does not call it).
 
     Attributes:
         mixing: the network as :func:`sample` takes it (a dense stack is a
@@ -594,6 +597,25 @@ class CheckedNetwork(eqx.Module):
     mixing: Any
     allow_disconnected: bool = eqx.field(static=True)
     connectivity_window: int | None = eqx.field(static=True)
+
+    def __init__(self, mixing, *, allow_disconnected: bool = False,
+                 connectivity_window: int | None = None):
+        if isinstance(mixing, CheckedNetwork):
+            mixing = mixing.mixing
+        stack = as_mixing(mixing)  # a dense stack is checked here (finite, doubly stochastic, ...)
+        if stack is None:
+            raise ValueError("`mixing` is None: there is no network to check.")
+        if not _validation.is_concrete_tree(stack):
+            raise ValueError(
+                "`mixing` is traced: checked_network checks on the host. Call it outside jit, "
+                "or pass the network to sample as it is (it is then checked inside the "
+                "computation)."
+            )
+        network = stack.matrices if isinstance(stack, MixingStack) else stack
+        _check_network(network, None, allow_disconnected, connectivity_window)
+        self.mixing = stack
+        self.allow_disconnected = bool(allow_disconnected)
+        self.connectivity_window = connectivity_window
 
     def matrix_at(self, k):
         return self.mixing.matrix_at(k)
@@ -619,19 +641,8 @@ def checked_network(mixing, *, allow_disconnected: bool = False,
     Raises:
         ValueError: what :func:`sample` would raise for this network, or if it is traced.
     """
-    if isinstance(mixing, CheckedNetwork):
-        mixing = mixing.mixing
-    stack = as_mixing(mixing)  # a dense stack is checked here (finite, doubly stochastic, ...)
-    if stack is None:
-        raise ValueError("`mixing` is None: there is no network to check.")
-    if not _validation.is_concrete_tree(stack):
-        raise ValueError(
-            "`mixing` is traced: checked_network checks on the host. Call it outside jit, or "
-            "pass the network to sample as it is (it is then checked inside the computation)."
-        )
-    network = stack.matrices if isinstance(stack, MixingStack) else stack
-    _check_network(network, None, allow_disconnected, connectivity_window)
-    return CheckedNetwork(stack, bool(allow_disconnected), connectivity_window)
+    return CheckedNetwork(mixing, allow_disconnected=allow_disconnected,
+                          connectivity_window=connectivity_window)
 
 
 def checked_if_concrete(mixing):

@@ -210,6 +210,8 @@ def test_a_checked_network_runs_traced_without_host_callbacks_and_gives_the_same
 def test_checked_network_runs_samples_checks_on_the_host():
     with pytest.raises(ValueError, match="not doubly stochastic"):
         dgsgld.checked_network(0.5 * problem()[1])
+    with pytest.raises(ValueError, match="not doubly stochastic"):  # no unchecked way to build one
+        dgsgld.CheckedNetwork(0.5 * problem()[1])
     with pytest.raises(ValueError, match="not jointly connected") as err:
         dgsgld.checked_network(np.eye(N, dtype=np.float32))
     assert "agents {0} | {1} | {2} | {3}" in str(err.value)
