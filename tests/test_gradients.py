@@ -8,7 +8,7 @@ import pytest
 
 import dgsgld
 from _moments import assert_mean_matches, count_traces, law_after, run_chains
-from _problems import complete_graph, linear_regression, permuted_rings, ring
+from _problems import linear_regression, permuted_rings, ring
 from dgsgld import gradients
 
 ESTIMATORS = {"svrg": lambda: gradients.svrg(update_every=4), "saga": gradients.saga}

@@ -317,9 +317,8 @@ class _LastAccuracy(eqx.Module):
 _STREAM_BUDGET = 2**16
 
 
-@jax.jit
-def _w2_curves(mean, cov, target_mean, target_cov):
-    return _w2(mean, cov, target_mean, target_cov)
+#: ``_w2`` as one compiled call, for the curves computed on the host after a run.
+_w2_curves = jax.jit(_w2)
 
 
 def _exact_draws(problem: Problem, trials: int, seed: int, replicates: int = 64) -> np.ndarray:
@@ -342,7 +341,7 @@ def _log(logger, msg):
         logger(msg)
 
 
-# ---------------------------------------------------------------- Figure 2
+# ---------------------------------------------------------------- the figures' runs
 
 
 def _sampling_setup(config, problem: Problem, seeds: dict):
@@ -362,6 +361,53 @@ def _algorithm_runs(config, schedule, init_dec, init_cen):
                init_cen if central else init_dec, None if central else schedule.matrices)
 
 
+def _run_figure(config, seed: int, problem_fn: Callable, tune_fn: Callable,
+                references_fn: Callable, *, metric: str, name: str, title: str | None,
+                logger: Callable[[str], None] | None) -> FigureResult:
+    """What Figures 2 and 3 share: seeds, problem and sampling set-up, one tuned run per
+    algorithm (timed and logged), then the references.
+
+    ``problem_fn(config, data_seed) -> Problem``; ``tune_fn(problem, potential, key, make,
+    centralized, grid, init, mixing) -> (AlgorithmResult, log suffix)``;
+    ``references_fn(problem, seeds) -> {label: value}``.
+    """
+    start, cpu_start = time.perf_counter(), time.process_time()
+    seeds = derive_seeds(seed)
+    problem = problem_fn(config, seeds["data"])
+    schedule, potential, key_run, init_dec, init_cen = _sampling_setup(config, problem, seeds)
+    timings, results = {}, {}
+    for alg_name, make, central, alg_grid, init, mixing in _algorithm_runs(
+        config, schedule, init_dec, init_cen
+    ):
+        t0 = time.perf_counter()
+        result, suffix = tune_fn(problem, potential, key_run, make, central, alg_grid, init, mixing)
+        results[alg_name] = result
+        timings[alg_name] = time.perf_counter() - t0
+        _log(logger, f"{name}: {alg_name:<19} {metric}={result.final:.4f} at step "
+                     f"{result.step_size:.4g}{suffix} [{timings[alg_name]:.1f} s]")
+    references = references_fn(problem, seeds)
+    timings["total"] = time.perf_counter() - start
+    timings["total_cpu"] = time.process_time() - cpu_start
+    return FigureResult(name, title or name, metric, config, int(seed), seeds,
+                        np.arange(config.num_steps + 1), results, references, timings)
+
+
+def _search(make, grid, potential, mixing, init, key, config, score_fn, mode, ensemble_fn=None):
+    """The figures' grid search: every step size of ``grid`` × every trial in one call."""
+    return grid_search(make, grid, potential, mixing, init, key, config.num_steps,
+                       score_fn=score_fn, ensemble_fn=ensemble_fn, mode=mode)
+
+
+def _curves_result(search, curves, consensus, gradient=None) -> AlgorithmResult:
+    """An :class:`AlgorithmResult` of per-iteration, per-agent ``curves`` at the chosen step."""
+    return AlgorithmResult(search.best_step_size, curves.mean(axis=1), curves.std(axis=1),
+                           curves, consensus, search.step_sizes, search.scores,
+                           search.diverged, gradient)
+
+
+# ---------------------------------------------------------------- Figure 2
+
+
 def run_linear_regression(
     config: LinearRegressionConfig,
     seed: int = 0,
@@ -371,36 +417,21 @@ def run_linear_regression(
     logger: Callable[[str], None] | None = None,
 ) -> FigureResult:
     """Figure 2 for any :class:`LinearRegressionConfig`; see :func:`fig2`."""
-    start, cpu_start = time.perf_counter(), time.process_time()
-    seeds = derive_seeds(seed)
-    problem = linear_regression_problem(
-        seeds["data"],
-        num_samples=config.num_samples,
-        dim=config.dim,
-        num_agents=config.num_agents,
-        prior_precision=config.prior_precision,
-        noise_std=config.noise_std,
-    )
-    schedule, potential, key_run, init_dec, init_cen = _sampling_setup(config, problem, seeds)
-    grid = config.step_grid()
-    target = (problem.posterior_mean, problem.posterior_cov)
-    timings, results = {}, {}
-    for alg_name, make, central, alg_grid, init, mixing in _algorithm_runs(
-        config, schedule, init_dec, init_cen
-    ):
-        t0 = time.perf_counter()
-        search = grid_search(
-            make,
-            alg_grid,
-            potential,
-            mixing,
-            init,
-            key_run,
-            config.num_steps,
-            score_fn=_FinalW2(*target),
-            ensemble_fn=_MomentStream(),
-            mode="min",
+
+    def problem_fn(config, data_seed):
+        return linear_regression_problem(
+            data_seed,
+            num_samples=config.num_samples,
+            dim=config.dim,
+            num_agents=config.num_agents,
+            prior_precision=config.prior_precision,
+            noise_std=config.noise_std,
         )
+
+    def tune_fn(problem, potential, key, make, central, grid, init, mixing):
+        target = (problem.posterior_mean, problem.posterior_cov)
+        search = _search(make, grid, potential, mixing, init, key, config,
+                         _FinalW2(*target), "min", ensemble_fn=_MomentStream())
         mean, cov, consensus = (np.asarray(a)[search.best_index] for a in search.ensemble)
         per_agent = np.asarray(_w2_curves(mean, cov, *target), np.float64)
         gradient = None
@@ -410,47 +441,31 @@ def run_linear_regression(
                 potential,
                 mixing,
                 init,
-                key_run,
+                key,
                 config.num_steps,
                 _W2Criterion(*target),
-                float(grid[0]),
+                float(config.step_grid()[0]),
                 num_iterations=config.gradient_iterations,
                 learning_rate=config.learning_rate,
             )
-        results[alg_name] = AlgorithmResult(
-            search.best_step_size,
-            per_agent.mean(axis=1),
-            per_agent.std(axis=1),
-            per_agent,
-            np.asarray(consensus, np.float64),
-            search.step_sizes,
-            search.scores,
-            search.diverged,
-            gradient,
-        )
-        timings[alg_name] = time.perf_counter() - t0
-        msg = f"{name}: {alg_name:<19} W2={results[alg_name].final:.4f} at step {search.best_step_size:.4g}"
-        if gradient is not None:
-            msg += f" (gradient tuning: {gradient.step_size:.4g})"
-        _log(logger, msg + f" [{timings[alg_name]:.1f} s]")
-    floor = _exact_draw_floor(problem, config.trials, seeds["reference"])
-    timings["total"] = time.perf_counter() - start
-    timings["total_cpu"] = time.process_time() - cpu_start
-    return FigureResult(
-        name,
-        title or name,
-        "W2",
-        config,
-        int(seed),
-        seeds,
-        np.arange(config.num_steps + 1),
-        results,
-        {f"W2 of {config.trials} exact posterior draws": floor},
-        timings,
-    )
+        suffix = "" if gradient is None else f" (gradient tuning: {gradient.step_size:.4g})"
+        return _curves_result(search, per_agent, np.asarray(consensus, np.float64),
+                              gradient), suffix
+
+    def references_fn(problem, seeds):
+        floor = _exact_draw_floor(problem, config.trials, seeds["reference"])
+        return {f"W2 of {config.trials} exact posterior draws": floor}
+
+    return _run_figure(config, seed, problem_fn, tune_fn, references_fn, metric="W2",
+                       name=name, title=title, logger=logger)
 
 
-def _preset(family: str, variant: str, trials: int | None, overrides: dict | None, config):
+def _preset(family: str, variant: str, trials: int | None, overrides: dict | None, config,
+            config_type: type):
+    """``(name, configuration)`` of a figure call: the preset (or ``config``, which must be a
+    ``config_type``) with ``overrides`` and ``trials`` applied."""
+    if variant not in ("a", "b", "c"):
+        raise ValueError(f"`variant` of Figure {family} must be 'a', 'b' or 'c'; got {variant!r}.")
     name = f"fig{family}{variant}"
     if config is None:
         config = figure_config(name)
@@ -458,6 +473,8 @@ def _preset(family: str, variant: str, trials: int | None, overrides: dict | Non
         config = apply_overrides(config, overrides, where=f"overrides for {name}")
     if trials is not None:
         config = apply_overrides(config, {"trials": trials}, where="`trials`")
+    if not isinstance(config, config_type):
+        raise ValueError(f"`config` must be a {config_type.__name__}; got {type(config).__name__}.")
     return name, config
 
 
@@ -488,11 +505,7 @@ def fig2(
         >>> res = fig2("a", trials=50)                                    # doctest: +SKIP
         >>> res.final("DIGing-SGLD"), res.algorithms["DIGing-SGLD"].step_size  # doctest: +SKIP
     """
-    if variant not in ("a", "b", "c"):
-        raise ValueError(f"`variant` of Figure 2 must be 'a', 'b' or 'c'; got {variant!r}.")
-    name, config = _preset("2", variant, trials, overrides, config)
-    if not isinstance(config, LinearRegressionConfig):
-        raise ValueError(f"`config` must be a LinearRegressionConfig; got {type(config).__name__}.")
+    name, config = _preset("2", variant, trials, overrides, config, LinearRegressionConfig)
     return run_linear_regression(config, seed, name=name, title=FIGURE_TITLES[name], logger=logger)
 
 
@@ -530,93 +543,39 @@ def run_logistic_regression(
     logger: Callable[[str], None] | None = None,
 ) -> FigureResult:
     """Figure 3 for any :class:`LogisticRegressionConfig`; see :func:`fig3`."""
-    start, cpu_start = time.perf_counter(), time.process_time()
-    seeds = derive_seeds(seed)
-    problem = _logistic_problem(config, seeds["data"])
-    schedule, potential, key_run, init_dec, init_cen = _sampling_setup(config, problem, seeds)
-    grid = config.step_grid()
-    test = (problem.test_features, problem.test_targets)
     # Stream the accuracy curves of every grid point in the grid run when that is cheap
     # (synthetic data); otherwise score the final samples only and stream the curves in a
     # second run at the chosen step (breast cancer: 512 test points x 31 features).
-    stream_grid = grid.size * test[0].size <= _STREAM_BUDGET
-    timings, results = {}, {}
-    for alg_name, make, _, alg_grid, init, mixing in _algorithm_runs(
-        config, schedule, init_dec, init_cen
-    ):
-        t0 = time.perf_counter()
-        if stream_grid:
-            search = grid_search(
-                make,
-                alg_grid,
-                potential,
-                mixing,
-                init,
-                key_run,
-                config.num_steps,
-                score_fn=_LastAccuracy(),
-                ensemble_fn=_AccuracyStream(*test),
-                mode="max",
-            )
+
+    def tune_fn(problem, potential, key, make, central, grid, init, mixing):
+        test = (problem.test_features, problem.test_targets)
+        if config.step_grid().size * test[0].size <= _STREAM_BUDGET:
+            search = _search(make, grid, potential, mixing, init, key, config,
+                             _LastAccuracy(), "max", ensemble_fn=_AccuracyStream(*test))
             acc, consensus = (np.asarray(a, np.float64)[search.best_index] for a in search.ensemble)
         else:
-            search = grid_search(
-                make,
-                alg_grid,
-                potential,
-                mixing,
-                init,
-                key_run,
-                config.num_steps,
-                score_fn=_FinalAccuracy(*test),
-                mode="max",
-            )
+            search = _search(make, grid, potential, mixing, init, key, config,
+                             _FinalAccuracy(*test), "max")
             trace = run.sample(
                 make(search.best_step_size),
                 potential,
                 mixing,
                 init,
-                key_run,
+                key,
                 config.num_steps,
                 output=run.Output(ensemble_fn=_AccuracyStream(*test)),
                 on_divergence="flag",
             )
             acc, consensus = (np.asarray(a, np.float64) for a in trace.ensemble)
-        results[alg_name] = AlgorithmResult(
-            search.best_step_size,
-            acc.mean(axis=1),
-            acc.std(axis=1),
-            acc,
-            consensus,
-            search.step_sizes,
-            search.scores,
-            search.diverged,
-        )
-        timings[alg_name] = time.perf_counter() - t0
-        _log(
-            logger,
-            f"{name}: {alg_name:<19} accuracy={results[alg_name].final:.4f} at step "
-            f"{search.best_step_size:.4g} [{timings[alg_name]:.1f} s]",
-        )
-    references = {}
-    if problem.true_params is not None:
-        references["accuracy of the true parameter"] = float(
-            problem.test_accuracy(problem.true_params)
-        )
-    timings["total"] = time.perf_counter() - start
-    timings["total_cpu"] = time.process_time() - cpu_start
-    return FigureResult(
-        name,
-        title or name,
-        "accuracy",
-        config,
-        int(seed),
-        seeds,
-        np.arange(config.num_steps + 1),
-        results,
-        references,
-        timings,
-    )
+        return _curves_result(search, acc, consensus), ""
+
+    def references_fn(problem, seeds):
+        if problem.true_params is None:
+            return {}
+        return {"accuracy of the true parameter": float(problem.test_accuracy(problem.true_params))}
+
+    return _run_figure(config, seed, _logistic_problem, tune_fn, references_fn,
+                       metric="accuracy", name=name, title=title, logger=logger)
 
 
 def fig3(
@@ -639,16 +598,9 @@ def fig3(
     Returns:
         A :class:`FigureResult` with metric ``"accuracy"``.
     """
-    if variant not in ("a", "b", "c"):
-        raise ValueError(f"`variant` of Figure 3 must be 'a', 'b' or 'c'; got {variant!r}.")
-    name, config = _preset("3", variant, trials, overrides, config)
-    if not isinstance(config, LogisticRegressionConfig):
-        raise ValueError(
-            f"`config` must be a LogisticRegressionConfig; got {type(config).__name__}."
-        )
-    return run_logistic_regression(
-        config, seed, name=name, title=FIGURE_TITLES[name], logger=logger
-    )
+    name, config = _preset("3", variant, trials, overrides, config, LogisticRegressionConfig)
+    return run_logistic_regression(config, seed, name=name, title=FIGURE_TITLES[name],
+                                   logger=logger)
 
 
 def run_figure(
