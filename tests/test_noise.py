@@ -20,7 +20,7 @@ from scipy.special import ndtri
 from scipy.stats import norm
 
 import dgsgld
-from _moments import count_traces, exact_quadratic
+from _moments import count_traces, exact_quadratic, z_scores
 from _problems import linear_regression, permuted_rings, ring
 from dgsgld import noise
 from dgsgld import theory as th
@@ -192,23 +192,6 @@ def test_same_noise_however_chains_are_batched(key):
 # ------------------------------------------------------------------ moments of whole runs
 
 
-def _z_scores(samples, mean, cov):
-    """z of each agent's sample mean and of the upper triangle of its sample covariance.
-
-    Full-batch gradients on a quadratic potential make each iterate exactly Gaussian, so the
-    mean of ``C`` independent chains has s.e. ``sqrt(S_aa / C)`` and a sample covariance entry
-    (divisor ``C − 1``) s.e. ``sqrt((S_aa S_bb + S_ab²) / (C − 1))`` (Wishart).
-    """
-    C = samples.shape[0]
-    centred = samples - samples.mean(0)
-    s_hat = np.einsum("c...a,c...b->...ab", centred, centred) / (C - 1)
-    var = np.diagonal(cov, axis1=-2, axis2=-1)
-    z_mean = (samples.mean(0) - mean) / np.sqrt(var / C)
-    iu = np.triu_indices(cov.shape[-1])
-    sd = np.sqrt((var[..., :, None] * var[..., None, :] + cov**2) / (C - 1))
-    return np.concatenate([z_mean.ravel(), ((s_hat - cov) / sd)[..., iu[0], iu[1]].ravel()])
-
-
 def _check_exact_law(alg, num_chains, num_steps, check_at, thin=1):
     """Chains of ``alg`` (float32, fast noise) on a heterogeneous 4-agent regression over a
     time-varying ring, from ``N(m₀, S₀)``, against the exact law at iterations ``check_at``
@@ -225,7 +208,9 @@ def _check_exact_law(alg, num_chains, num_steps, check_at, thin=1):
         exact = th.exact_moments(alg, exact_quadratic(pb), schedule, m0, S0, num_steps)
         mean, cov = np.asarray(exact.mean), np.asarray(exact.cov)
     positions = np.asarray(trace.positions, np.float64)
-    z = np.concatenate([_z_scores(positions[:, k // thin], mean[k], cov[k]) for k in check_at])
+    # Each iterate is exactly Gaussian (full-batch gradients, quadratic potential): z-scores.
+    z = np.concatenate([np.ravel(part) for k in check_at
+                        for part in z_scores(positions[:, k // thin], mean[k], cov[k])])
     assert np.max(np.abs(z)) < _threshold(z.size), (np.max(np.abs(z)), _threshold(z.size))
 
 
