@@ -116,11 +116,12 @@ def quick_run(
     # The network is a constant of the program, so that `dgsgld.sample` checks it on the host
     # (a traced one is checked inside the program by host callbacks, `equinox.error_if`, and JAX
     # does not store programs with host callbacks in its persistent cache). Step sizes are
-    # float32 arrays: traced, so that other step sizes reuse the program.
+    # float32 arrays: traced, so that other step sizes reuse the program. So is the sampling
+    # seed: the key is made inside (an eager ``jax.random.key`` is a program of its own).
     program = eqx.filter_jit(lambda *args: _final_w2(schedule, *args))
     w2, divergences = program(
         {name: np.float32(eta) for name, eta in steps.items()}, potential, init_dec, init_cen,
-        jax.random.key(seeds["sampling"]), num_steps, draws, problem.posterior_mean,
+        np.uint32(seeds["sampling"]), num_steps, draws, problem.posterior_mean,
         problem.posterior_cov,
     )
     for divergence in divergences:
@@ -134,15 +135,17 @@ def quick_run(
     return QuickRun(config, steps, final_w2, floor, time.perf_counter() - start)
 
 
-def _final_w2(schedule, steps, potential, init_dec, init_cen, key, num_steps, draws,
+def _final_w2(schedule, steps, potential, init_dec, init_cen, seed, num_steps, draws,
               target_mean, target_cov):
     """Every algorithm's final per-agent W2 to the target, then the exact draws' (one program).
 
-    Returns ``(M,)`` W2 of the Gaussian fits over chains, agents of the algorithms in
+    ``seed``: a uint32 scalar, the sampling key's ``jax.random.key(seed)``. Returns ``(M,)``
+    W2 of the Gaussian fits over chains, agents of the algorithms in
     :data:`ALGORITHMS` order (``N``, ``N``, ``1``) then the ``draws``' replicates
     (``(C, R, p)``), and each algorithm's :class:`dgsgld.Divergence` record. Traced under one
     ``jit`` by :func:`quick_run`.
     """
+    key = jax.random.key(seed)
     finals, divergences = [], []
     for name, make in ALGORITHMS.items():
         central = name == CENTRALIZED

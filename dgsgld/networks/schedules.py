@@ -100,9 +100,13 @@ class Schedule(MixingStack):
         if matrices.ndim == 2:
             matrices = matrices[None]
         if adjacency is not None:
-            adjacency = jnp.asarray(adjacency) != 0
-            if adjacency.ndim == 2:
-                adjacency = jnp.broadcast_to(adjacency, matrices.shape)
+            if isinstance(adjacency, np.ndarray):
+                # Host graphs stay NumPy until transferred: no eager program per shape.
+                adjacency = jax.device_put(np.broadcast_to(adjacency != 0, matrices.shape))
+            else:
+                adjacency = jnp.asarray(adjacency) != 0
+                if adjacency.ndim == 2:
+                    adjacency = jnp.broadcast_to(adjacency, matrices.shape)
         if validate:
             validate_schedule(matrices, adjacency, tol=tol, name=name)
         self.matrices = matrices
