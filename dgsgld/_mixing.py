@@ -6,12 +6,14 @@ on-the-fly schedules. ``W[i, j]`` is the weight agent ``i`` puts on agent ``j``:
 """
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _validation
 from ._types import Array
 
-__all__ = ["MixingStack", "as_mixing"]
+__all__ = ["MixingStack", "abstract_matrix", "as_mixing"]
 
 
 class MixingStack(eqx.Module):
@@ -27,8 +29,12 @@ class MixingStack(eqx.Module):
     matrices: Array
 
     def __init__(self, matrices):
-        stack = jnp.asarray(matrices)
-        self.matrices = stack[None] if stack.ndim == 2 else stack
+        if isinstance(matrices, jax.Array):   # on a device, or traced
+            stack = matrices[None] if matrices.ndim == 2 else matrices
+        else:   # host data: shaped by NumPy and transferred, with no eager program per shape
+            host = np.asarray(matrices)
+            stack = jax.device_put(host[None] if host.ndim == 2 else host)
+        self.matrices = stack
         _validation.check_mixing(self.matrices, name="mixing")
 
     @property
@@ -51,3 +57,9 @@ def as_mixing(mixing):
     if mixing is None or callable(getattr(mixing, "matrix_at", None)):
         return mixing
     return MixingStack(mixing)
+
+
+def abstract_matrix(mixing):
+    """``mixing.matrix_at(k)`` traced abstractly: a ``jax.ShapeDtypeStruct`` for a dense stack,
+    the format's own object for a sparse one. Makes no array, so it runs no program."""
+    return jax.eval_shape(mixing.matrix_at, jax.ShapeDtypeStruct((), jnp.int32))

@@ -64,7 +64,17 @@ def as_step_size(step_size: StepSize) -> StepSize:
     _validation.check_step_size(step_size)
     if callable(step_size):
         return step_size
-    return jnp.asarray(step_size, dtype=jnp.result_type(float))
+    return as_float_array(step_size)
+
+
+def as_float_array(x) -> Array:
+    """A sampler's constant as an array of the default float dtype. Host values (Python or
+    NumPy numbers) are converted by NumPy and transferred: ``jnp.asarray`` would compile and
+    run a conversion program for each."""
+    dtype = jnp.result_type(float)
+    if isinstance(x, jax.Array):   # on a device, or traced (``jax.grad``, ``vmap``)
+        return jnp.asarray(x, dtype=dtype)
+    return jax.device_put(np.asarray(x, dtype=dtype))
 
 
 def tree_sub(a: PyTree, b: PyTree) -> PyTree:

@@ -7,9 +7,18 @@ The 2-Wasserstein distance between Gaussians (§4.1):
 Square roots of symmetric positive semidefinite matrices use ``eigh`` with eigenvalues clipped
 at zero, so rank-deficient empirical covariances (fewer chains than dimensions) are fine, and
 the result is symmetric in its arguments up to rounding.
+
+Each function checks its inputs on the host (when they hold values) and then computes in one
+compiled program (``jax.jit``): on a stored trace, op-by-op dispatch would compile every
+operation on its own (the Quick start's ``per_agent_w2``: 1.5-1.9 s on first use, against
+0.4 s compiled). Under a user's ``jit`` they trace like any other function.
 """
 
+from functools import partial
+
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _validation
 from ._types import Array
@@ -31,6 +40,16 @@ def sqrtm_psd(matrix: Array) -> Array:
     if len(shape) < 2 or shape[-1] != shape[-2]:
         raise ValueError(f"`matrix` must be (..., d, d); got shape {shape}.")
     _validation.check_finite_tree(matrix, name="matrix")
+    return _sqrtm(_as_array(matrix))
+
+
+def _as_array(x):
+    """Array-likes (lists, scalars) as NumPy arrays, so that ``jit`` sees one array leaf."""
+    return x if isinstance(x, (jax.Array, np.ndarray)) else np.asarray(x)
+
+
+@jax.jit
+def _sqrtm(matrix):
     sym = 0.5 * (matrix + jnp.swapaxes(matrix, -1, -2))
     vals, vecs = jnp.linalg.eigh(sym)
     root = jnp.sqrt(jnp.clip(vals, 0.0))
@@ -54,8 +73,13 @@ def gaussian_w2(mean1: Array, cov1: Array, mean2: Array, cov2: Array) -> Array:
             f"`mean1` and `mean2` must have the same dimension d; got shapes "
             f"{jnp.shape(mean1)} and {jnp.shape(mean2)}."
         )
-    root1 = sqrtm_psd(cov1)
-    cross = sqrtm_psd(root1 @ cov2 @ root1)
+    return _w2(*map(_as_array, (mean1, cov1, mean2, cov2)))
+
+
+@jax.jit
+def _w2(mean1, cov1, mean2, cov2):
+    root1 = _sqrtm(cov1)
+    cross = _sqrtm(root1 @ cov2 @ root1)
     trace = lambda m: jnp.trace(m, axis1=-2, axis2=-1)  # noqa: E731
     sq = jnp.sum((mean1 - mean2) ** 2, axis=-1) + trace(cov1) + trace(cov2) - 2.0 * trace(cross)
     return jnp.sqrt(jnp.clip(sq, 0.0))
@@ -63,6 +87,11 @@ def gaussian_w2(mean1: Array, cov1: Array, mean2: Array, cov2: Array) -> Array:
 
 def empirical_moments(samples: Array, axis: int = 0, ddof: int = 1) -> tuple[Array, Array]:
     """Mean ``(..., d)`` and covariance ``(..., d, d)`` over ``axis`` of ``samples (..., d)``."""
+    return _moments(_as_array(samples), _sample_axis(samples, axis, ddof), ddof)
+
+
+def _sample_axis(samples, axis: int, ddof: int) -> int:
+    """``axis`` as a non-negative index, after checking ``samples`` and that axis."""
     shape = jnp.shape(samples)
     if len(shape) < 2:
         raise ValueError(f"`samples` must be (..., d) with a sample axis; got shape {shape}.")
@@ -76,6 +105,11 @@ def empirical_moments(samples: Array, axis: int = 0, ddof: int = 1) -> tuple[Arr
             f"`samples` needs more than ddof={ddof} samples along axis {axis}; got shape {shape}."
         )
     _validation.check_samples(samples, name="samples", min_ndim=2, layout="(..., d)")
+    return axis % len(shape)
+
+
+@partial(jax.jit, static_argnums=(1, 2))
+def _moments(samples, axis: int, ddof: int):
     x = jnp.moveaxis(samples, axis, 0)
     mean = jnp.mean(x, axis=0)
     centred = x - mean[None]
@@ -91,8 +125,14 @@ def gaussian_w2_to_target(samples: Array, mean: Array, cov: Array, axis: int = 0
             f"`mean` has dimension {jnp.shape(mean)[-1]} but `samples` (shape "
             f"{jnp.shape(samples)}) have {jnp.shape(samples)[-1]} coordinates."
         )
-    m, s = empirical_moments(samples, axis=axis)
-    return gaussian_w2(m, s, jnp.broadcast_to(mean, m.shape), jnp.broadcast_to(cov, s.shape))
+    axis = _sample_axis(samples, axis, 1)
+    return _w2_to_target(*map(_as_array, (samples, mean, cov)), axis)
+
+
+@partial(jax.jit, static_argnums=(3,))
+def _w2_to_target(samples, mean, cov, axis: int):
+    m, s = _moments(samples, axis, 1)
+    return _w2(m, s, jnp.broadcast_to(mean, m.shape), jnp.broadcast_to(cov, s.shape))
 
 
 def per_agent_w2(positions: Array, mean: Array, cov: Array) -> Array:
@@ -123,6 +163,11 @@ def consensus_error(positions: Array) -> Array:
         ``(...)``: ``sqrt(mean_i ‖x_i − x̄‖²)``.
     """
     _validation.check_samples(positions, name="positions", min_ndim=2, layout="(..., N, d)")
+    return _consensus_error(_as_array(positions))
+
+
+@jax.jit
+def _consensus_error(positions):
     centred = positions - jnp.mean(positions, axis=-2, keepdims=True)
     return jnp.sqrt(jnp.mean(jnp.sum(centred**2, axis=-1), axis=-1))
 

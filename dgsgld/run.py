@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _params, _random, _validation
-from ._mixing import MixingStack, as_mixing
+from ._mixing import MixingStack, abstract_matrix, as_mixing
 from . import progress as _progress
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
@@ -210,7 +210,7 @@ def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume
             raise ValueError(f"`mixing` is required by {type(algorithm).__name__}; got None.")
         # W^(0) traced abstractly: a dense array, or any object with `@` (e.g. sparse).
         try:
-            w0 = jax.eval_shape(stack.matrix_at, jnp.int32(0))
+            w0 = abstract_matrix(stack)
         except Exception as err:  # noqa: BLE001 - re-raised with the argument named
             raise ValueError(
                 f"`mixing`.matrix_at(0) failed: {type(err).__name__}: {err}"
@@ -390,7 +390,7 @@ def sample(
     key = _random.fast_key(key)
     # The bar is reached through an int32 token (a traced argument), so that turning progress
     # on does not recompile for every call; only the report spacing is static.
-    every, token, bar = 0, jnp.int32(0), None
+    every, token, bar = 0, np.int32(0), None   # NumPy: no eager program to make it
     if show:
         every = _progress.report_every(progress, num_steps, thin)
         bar = _progress.ProgressBar(num_steps)
@@ -400,7 +400,7 @@ def sample(
             algorithm, potential, stack, init if resume else None, positions, key,
             num_chains, num_steps, thin, trace_fn, ensemble_fn, output.stores_positions,
             on_divergence == "stop", every, token, _chains_last(),
-            chain_offset=jnp.int32(chain_offset),
+            chain_offset=np.int32(chain_offset),
         )
     finally:
         if bar is not None:
@@ -488,7 +488,7 @@ def _run(algorithm, potential, mixing, state, positions, key, num_chains, num_st
         state = jax.vmap(algorithm.init, (0, None, 0))(positions, potential, init_keys)
     # Sparse snapshots gather along the agent axis: their loop keeps chains first, unless the
     # format says its product keeps chains last like the dense one (``chains_last``).
-    w0 = None if mixing is None else jax.eval_shape(mixing.matrix_at, jnp.int32(0))
+    w0 = None if mixing is None else abstract_matrix(mixing)
     dense = (mixing is None or isinstance(w0, jax.ShapeDtypeStruct)
              or getattr(w0, "chains_last", False))
     axes = _chain_axes(state, num_chains, chains_last and dense)

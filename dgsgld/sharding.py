@@ -45,7 +45,7 @@ import numpy as np
 from . import _params, _random, _validation, sparse
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
-from ._mixing import MixingStack, as_mixing
+from ._mixing import MixingStack, abstract_matrix, as_mixing
 from .run import CheckedNetwork
 from .run import (Divergence, Output, Trace, _check_output, _first_bad_agent, _with_static,
                   chain_keys, sample)
@@ -487,7 +487,7 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
         from .networks.validation import check_joint_connectivity
 
         check_joint_connectivity(stack, name="mixing")  # as dgsgld.sample does
-    w0 = jax.eval_shape(stack.matrix_at, jnp.int32(0))
+    w0 = abstract_matrix(stack)
     if getattr(w0, "shape", None) != (n, n):
         raise ValueError(f"`mixing` must hold ({n}, {n}) matrices; got {getattr(w0, 'shape', w0)}.")
     if isinstance(stack, MixingStack):  # dense: its rows are split over the devices

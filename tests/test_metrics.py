@@ -1,5 +1,7 @@
 """Gaussian W2 and friends against closed forms."""
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -67,6 +69,23 @@ def test_per_agent_w2_matches_loop():
             np.testing.assert_allclose(w[t, i], ref, rtol=1e-4)
     with pytest.raises(ValueError, match="positions"):
         metrics.per_agent_w2(jnp.zeros((5, 2)), mean, cov)
+
+
+def test_a_metric_on_a_stored_trace_is_one_compiled_program(caplog):
+    # Host checks, then one jitted computation: op-by-op dispatch would compile each of its
+    # dozens of operations as a program of its own. Shapes no other test uses, so that none
+    # of these programs is compiled already in this worker.
+    x = np.random.default_rng(2).normal(size=(7, 3, 2, 5)).astype(np.float32)
+    mean, cov = np.zeros(5, np.float32), np.eye(5, dtype=np.float32)
+    with caplog.at_level(logging.WARNING), jax.log_compiles():
+        w = metrics.per_agent_w2(x, mean, cov)
+        e = metrics.consensus_error(x)
+    compiled = [r.getMessage().split()[1] for r in caplog.records
+                if r.getMessage().startswith("Compiling")]
+    assert compiled == ["jit(_w2_to_target)", "jit(_consensus_error)"], compiled
+    assert w.shape == (3, 2) and e.shape == (7, 3)
+    np.testing.assert_allclose(w[0, 0], w2_reference(x[:, 0, 0].mean(0), np.cov(x[:, 0, 0].T),
+                                                     mean, cov), rtol=1e-4)
 
 
 def test_consensus_error():

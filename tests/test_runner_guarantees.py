@@ -8,6 +8,7 @@ any pytree (equinox modules included) and ``burn_in``.
 """
 
 import functools
+import logging
 from typing import NamedTuple
 
 import equinox as eqx
@@ -223,6 +224,24 @@ def test_checked_network_runs_samples_checks_on_the_host():
         jax.jit(dgsgld.checked_network)(problem()[1])
     with pytest.raises(ValueError, match="give `allow_disconnected`.*to dgsgld.checked_network"):
         run(mixing=alone, allow_disconnected=True)
+
+
+def test_a_sample_call_on_host_inputs_compiles_one_program(caplog):
+    # The host-side work of a call (sampler constants, the dense stack, the keys) runs no
+    # eager JAX operation: each would be a program of its own, compiled on first use. Shapes
+    # (3 agents, d = 5) that no other test of this worker compiles.
+    rng = np.random.default_rng(3)
+    data = rng.normal(size=(3, 2, 5)).astype(np.float32)
+    potential = dgsgld.Potential(log_likelihood, lambda t: -0.5 * t @ t, data)
+    mixing = np.full((3, 3), 1 / 3)                                 # a NumPy float64 matrix
+    init = rng.normal(size=(2, 3, 5)).astype(np.float32)
+    with caplog.at_level(logging.WARNING), jax.log_compiles():
+        for sampler in (dgsgld.diging_sgld(0.05), dgsgld.de_sghmc(0.05, friction=1.0)):
+            trace = dgsgld.sample(sampler, potential, mixing, init, KEY, 4)
+    compiled = [r.getMessage().split()[1] for r in caplog.records
+                if r.getMessage().startswith("Compiling")]
+    assert compiled == ["jit(_run)"] * 2, compiled
+    assert np.all(np.isfinite(np.asarray(trace.positions)))
 
 
 # -- 4. iteration counts ----------------------------------------------------------------------

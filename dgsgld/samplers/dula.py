@@ -58,8 +58,8 @@ class PolynomialDecay(eqx.Module):
         _validation.check_step_size(initial, name="initial")
         if not 0 <= float(exponent) < float("inf"):
             raise ValueError(f"`exponent` must be a finite number >= 0; got {exponent!r}.")
-        self.initial = jnp.asarray(initial, dtype=jnp.result_type(float))
-        self.exponent = jnp.asarray(exponent, dtype=jnp.result_type(float))
+        self.initial = _tree.as_float_array(initial)
+        self.exponent = _tree.as_float_array(exponent)
 
     def __call__(self, count):
         return self.initial / (jnp.asarray(count) + 1.0) ** self.exponent

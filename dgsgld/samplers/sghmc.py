@@ -102,7 +102,7 @@ def _friction(friction) -> Array:
     _validation.check_step_size(friction, name="friction")
     if callable(friction):
         raise ValueError("`friction` must be a positive constant; got a callable.")
-    return jnp.asarray(friction, dtype=jnp.result_type(float))
+    return _tree.as_float_array(friction)
 
 
 class DESGHMC(SamplingAlgorithm):
