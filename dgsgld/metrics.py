@@ -10,8 +10,8 @@ the result is symmetric in its arguments up to rounding.
 
 Each function checks its inputs on the host (when they hold values) and then computes in one
 compiled program (``jax.jit``): on a stored trace, op-by-op dispatch would compile every
-operation on its own (the Quick start's ``per_agent_w2``: 1.5-1.9 s on first use, against
-0.4 s compiled). Under a user's ``jit`` they trace like any other function.
+operation as a program of its own on first use (``docs/performance.md``). Under a user's
+``jit`` they trace like any other function.
 """
 
 from functools import partial
