@@ -172,7 +172,7 @@ def _agents(z: np.ndarray, y: np.ndarray, num_agents: int) -> tuple[Array, Array
 
 def _f32(x):
     """Host data as a float32 JAX array: converted by NumPy and transferred (``jnp.asarray``
-    would compile a conversion program per shape, a tenth of a second of the quick run)."""
+    would compile and run a conversion program for each shape)."""
     return None if x is None else jax.device_put(np.asarray(x, np.float32))
 
 
