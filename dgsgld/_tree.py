@@ -67,6 +67,12 @@ def as_step_size(step_size: StepSize) -> StepSize:
     return as_float_array(step_size)
 
 
+def as_array(x):
+    """Array-likes (lists, scalars) as NumPy arrays; arrays, NumPy or JAX (traced or not), as
+    they are. For arguments of a ``jax.jit`` function, which takes a list for a pytree."""
+    return x if isinstance(x, (jax.Array, np.ndarray)) else np.asarray(x)
+
+
 def as_float_array(x) -> Array:
     """A sampler's constant as an array of the default float dtype. Host values (Python or
     NumPy numbers) are converted by NumPy and transferred: ``jnp.asarray`` would compile and

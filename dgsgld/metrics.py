@@ -18,9 +18,9 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from . import _validation
+from ._tree import as_array
 from ._types import Array
 
 __all__ = [
@@ -40,12 +40,7 @@ def sqrtm_psd(matrix: Array) -> Array:
     if len(shape) < 2 or shape[-1] != shape[-2]:
         raise ValueError(f"`matrix` must be (..., d, d); got shape {shape}.")
     _validation.check_finite_tree(matrix, name="matrix")
-    return _sqrtm(_as_array(matrix))
-
-
-def _as_array(x):
-    """Array-likes (lists, scalars) as NumPy arrays, so that ``jit`` sees one array leaf."""
-    return x if isinstance(x, (jax.Array, np.ndarray)) else np.asarray(x)
+    return _sqrtm(as_array(matrix))
 
 
 @jax.jit
@@ -73,7 +68,7 @@ def gaussian_w2(mean1: Array, cov1: Array, mean2: Array, cov2: Array) -> Array:
             f"`mean1` and `mean2` must have the same dimension d; got shapes "
             f"{jnp.shape(mean1)} and {jnp.shape(mean2)}."
         )
-    return _w2(*map(_as_array, (mean1, cov1, mean2, cov2)))
+    return _w2(*map(as_array, (mean1, cov1, mean2, cov2)))
 
 
 @jax.jit
@@ -87,7 +82,7 @@ def _w2(mean1, cov1, mean2, cov2):
 
 def empirical_moments(samples: Array, axis: int = 0, ddof: int = 1) -> tuple[Array, Array]:
     """Mean ``(..., d)`` and covariance ``(..., d, d)`` over ``axis`` of ``samples (..., d)``."""
-    return _moments(_as_array(samples), _sample_axis(samples, axis, ddof), ddof)
+    return _moments(as_array(samples), _sample_axis(samples, axis, ddof), ddof)
 
 
 def _sample_axis(samples, axis: int, ddof: int) -> int:
@@ -126,7 +121,7 @@ def gaussian_w2_to_target(samples: Array, mean: Array, cov: Array, axis: int = 0
             f"{jnp.shape(samples)}) have {jnp.shape(samples)[-1]} coordinates."
         )
     axis = _sample_axis(samples, axis, 1)
-    return _w2_to_target(*map(_as_array, (samples, mean, cov)), axis)
+    return _w2_to_target(*map(as_array, (samples, mean, cov)), axis)
 
 
 @partial(jax.jit, static_argnums=(3,))
@@ -163,7 +158,7 @@ def consensus_error(positions: Array) -> Array:
         ``(...)``: ``sqrt(mean_i ‖x_i − x̄‖²)``.
     """
     _validation.check_samples(positions, name="positions", min_ndim=2, layout="(..., N, d)")
-    return _consensus_error(_as_array(positions))
+    return _consensus_error(as_array(positions))
 
 
 @jax.jit

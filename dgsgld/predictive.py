@@ -20,13 +20,20 @@ The scores then take the predictive ``(P, K)``:
 Regression works from per-sample Gaussian predictive means and standard deviations ``(S, P)``:
 :func:`rmse` of the predictive mean, and :func:`gaussian_nll`, the negative log density of the
 mixture ``(1/S) sum_s N(y; μ_s, σ_s²)``, again by ``logsumexp``.
+
+Every score is one compiled program (``jax.jit``, checked at tracing on shapes and dtypes):
+on host arrays, op-by-op dispatch would compile each of its operations on its own.
 """
+
+import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from . import metrics
+from ._tree import as_array
 from ._types import Array
 
 __all__ = [
@@ -46,6 +53,24 @@ __all__ = [
 ECE_BINS = 15
 
 
+def _compiled(*static: str):
+    """The score as one ``jax.jit`` program; ``static`` names its static arguments, the others
+    are arrays (array-likes such as lists are converted first)."""
+
+    def decorate(fn):
+        jitted = jax.jit(fn, static_argnames=static)
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs).arguments
+            return jitted(**{k: v if k in static else as_array(v) for k, v in bound.items()})
+
+        return call
+
+    return decorate
+
+
 def _check_labels(log_probs: Array, labels: Array) -> Array:
     shape = jnp.shape(log_probs)
     if len(shape) != 2:
@@ -60,6 +85,7 @@ def _check_labels(log_probs: Array, labels: Array) -> Array:
     return labels
 
 
+@_compiled("axis")
 def log_predictive(log_probs: Array, axis: int | tuple[int, ...] = 0) -> Array:
     """Log of the mean over sample axes of the probabilities: ``logsumexp − log S``.
 
@@ -78,18 +104,21 @@ def log_predictive(log_probs: Array, axis: int | tuple[int, ...] = 0) -> Array:
     return jax.nn.logsumexp(log_probs, axis=axes) - jnp.log(float(count))
 
 
+@_compiled()
 def accuracy(log_probs: Array, labels: Array) -> Array:
     """Fraction of points whose arg-max class equals ``labels``; ``log_probs (P, K)``."""
     labels = _check_labels(log_probs, labels)
     return metrics.accuracy(jnp.argmax(log_probs, axis=-1), labels)
 
 
+@_compiled()
 def nll(log_probs: Array, labels: Array) -> Array:
     """Mean of ``-log p̂(label)`` over points; ``log_probs (P, K)`` (a log predictive)."""
     labels = _check_labels(log_probs, labels)
     return -jnp.mean(jnp.take_along_axis(log_probs, labels[:, None], axis=-1))
 
 
+@_compiled()
 def brier(log_probs: Array, labels: Array) -> Array:
     """Multi-class Brier score ``mean_p sum_k (p̂_k − 1[y = k])²``; ``log_probs (P, K)``."""
     labels = _check_labels(log_probs, labels)
@@ -98,6 +127,7 @@ def brier(log_probs: Array, labels: Array) -> Array:
     return jnp.mean(jnp.sum((probs - onehot) ** 2, axis=-1))
 
 
+@_compiled("num_bins")
 def calibration_curve(log_probs: Array, labels: Array, num_bins: int = ECE_BINS):
     """Reliability diagram data over ``num_bins`` equal-width confidence bins.
 
@@ -120,12 +150,14 @@ def calibration_curve(log_probs: Array, labels: Array, num_bins: int = ECE_BINS)
     return counts, acc, conf
 
 
+@_compiled("num_bins")
 def ece(log_probs: Array, labels: Array, num_bins: int = ECE_BINS) -> Array:
     """Expected calibration error ``sum_b (n_b / P) |acc_b − conf_b|`` (15 bins by default)."""
     counts, acc, conf = calibration_curve(log_probs, labels, num_bins)
     return jnp.sum(counts * jnp.abs(acc - conf)) / jnp.sum(counts)
 
 
+@_compiled()
 def entropy(log_probs: Array) -> Array:
     """Entropy ``−sum_k p̂_k log p̂_k`` (nats) per point: ``log_probs (..., K) -> (...)``."""
     log_probs = jnp.asarray(log_probs)
@@ -133,6 +165,7 @@ def entropy(log_probs: Array) -> Array:
     return -jnp.sum(jnp.where(log_probs > -jnp.inf, jnp.exp(log_probs) * log_probs, 0.0), axis=-1)
 
 
+@_compiled()
 def auroc(scores_in: Array, scores_out: Array) -> Array:
     """Area under the ROC curve for telling ``scores_out`` (positives) from ``scores_in``.
 
@@ -164,12 +197,14 @@ def _check_regression(means: Array, stds: Array, targets: Array) -> tuple[Array,
     return means, stds, targets
 
 
+@_compiled()
 def rmse(means: Array, targets: Array) -> Array:
     """Root-mean-square error of the predictive mean ``mean_s μ_s``; ``means (S, P)``."""
     means, _, targets = _check_regression(means, 1.0, targets)
     return jnp.sqrt(jnp.mean((jnp.mean(means, axis=0) - targets) ** 2))
 
 
+@_compiled()
 def gaussian_nll(means: Array, stds: Array, targets: Array) -> Array:
     """Mean over points of ``−log (1/S) sum_s N(y; μ_s, σ_s²)``.
 

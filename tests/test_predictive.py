@@ -93,3 +93,27 @@ def test_regression_rmse_and_mixture_nll():
 def test_bad_input_raises(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_each_score_is_one_compiled_program(caplog):
+    # Op-by-op dispatch would compile each operation of a score as a program of its own
+    # (dozens for these six). Shapes no other test of this file uses.
+    import logging
+
+    import jax
+
+    rng = np.random.default_rng(5)
+    lp = np.log(rng.dirichlet(np.ones(3), size=(4, 7)).astype(np.float32))   # (S, P, K)
+    labels = rng.integers(0, 3, 7)
+    with caplog.at_level(logging.WARNING), jax.log_compiles():
+        pred = pr.log_predictive(lp)
+        entropy = np.asarray(pr.entropy(pred))
+        scores = [pr.accuracy(pred, labels), pr.nll(pred, labels), pr.brier(pred, labels),
+                  pr.ece(pred, labels), pr.auroc(entropy[:3], entropy[3:])]
+    compiled = sorted(r.getMessage().split()[1] for r in caplog.records
+                      if r.getMessage().startswith("Compiling"))
+    assert compiled == sorted(f"jit({f})" for f in ("log_predictive", "accuracy", "nll", "brier",
+                                                     "ece", "auroc", "entropy")), compiled
+    probs = np.exp(np.asarray(pred, np.float64))
+    np.testing.assert_allclose(scores[0], np.mean(probs.argmax(-1) == labels))
+    np.testing.assert_allclose(scores[1], -np.mean(np.log(probs[np.arange(7), labels])), rtol=1e-5)
