@@ -477,13 +477,16 @@ def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num
     if not shapes or any(len(s) < 2 or s[1] != n for s in shapes) or len({s[0] for s in shapes}) != 1:
         raise ValueError(f"`init` leaves must be (num_chains, {n}, *param_shape); got shapes "
                          f"{shapes}.")
-    if isinstance(mixing, CheckedNetwork):  # its host check is repeated below (it is cheap)
-        mixing, allow_disconnected = mixing.mixing, mixing.allow_disconnected or allow_disconnected
+    # A CheckedNetwork's connectivity was checked when it was built: as dgsgld.sample does,
+    # run it without checking again.
+    prechecked = isinstance(mixing, CheckedNetwork)
+    if prechecked:
+        mixing = mixing.mixing
     stack = as_mixing(mixing)
     if not hasattr(stack, "matrix_at"):
         raise ValueError("`mixing` must be a mixing stack or schedule; got "
                          f"{type(mixing).__name__}.")
-    if not allow_disconnected and _validation.is_concrete_tree(stack):
+    if not (prechecked or allow_disconnected) and _validation.is_concrete_tree(stack):
         from .networks.validation import check_joint_connectivity
 
         check_joint_connectivity(stack, name="mixing")  # as dgsgld.sample does

@@ -244,6 +244,24 @@ def test_a_sample_call_on_host_inputs_compiles_one_program(caplog):
     assert np.all(np.isfinite(np.asarray(trace.positions)))
 
 
+def test_the_agent_sharded_runner_takes_a_checked_network_as_sample_does():
+    # Run as it was checked, without checking again (one device here: the same code path).
+    from dgsgld import sharding
+
+    potential, ring, init = problem()
+    algorithm = dgsgld.diging_sgld(0.05)
+    plain = sharding.sample_agent_sharded(algorithm, potential, ring, init, KEY, 5).positions
+    checked = sharding.sample_agent_sharded(algorithm, potential, dgsgld.checked_network(ring),
+                                            init, KEY, 5).positions
+    np.testing.assert_array_equal(np.asarray(checked), np.asarray(plain))
+    eye = np.eye(N, dtype=np.float32)
+    with pytest.raises(ValueError, match="not jointly connected"):
+        sharding.sample_agent_sharded(algorithm, potential, eye, init, KEY, 5)
+    alone = dgsgld.checked_network(eye, allow_disconnected=True)
+    out = sharding.sample_agent_sharded(algorithm, potential, alone, init, KEY, 5)
+    assert out.positions.shape == (C, 6, N, D)
+
+
 # -- 4. iteration counts ----------------------------------------------------------------------
 
 
