@@ -28,24 +28,53 @@ def mix(matrix: Array, tree: PyTree) -> PyTree:
 def normal_like(key: PRNGKey, tree: PyTree, normal=jax.random.normal) -> PyTree:
     """Standard normal noise with the structure, shapes and dtypes of ``tree``.
 
-    One key per leaf from ``split(key, num_leaves)``, leaf ``i`` drawn as
-    ``normal(keys[i], shape, dtype)``: with the default, the numbers of
-    ``optax.tree_utils.tree_random_like(key, tree)``.
+    One key per leaf from ``split(key, num_leaves)``, leaf ``i`` drawn flat as
+    ``normal(keys[i], (size,), dtype)`` and reshaped: with the default, the numbers of
+    ``optax.tree_utils.tree_random_like(key, tree)`` (JAX's normals depend on the position in
+    row-major order, not on the shape). Drawn flat, so that a generator of the user's own gives
+    the same numbers whatever layout the runner keeps (:func:`flatten_where`).
     """
     leaves, treedef = jax.tree.flatten(tree)
     keys = jax.random.split(key, len(leaves))
-    noise = [normal(keys[i], jnp.shape(leaf), leaf.dtype) for i, leaf in enumerate(leaves)]
+    noise = [normal(keys[i], (int(np.prod(jnp.shape(leaf), dtype=int)),), leaf.dtype)
+             .reshape(jnp.shape(leaf)) for i, leaf in enumerate(leaves)]
     return jax.tree.unflatten(treedef, noise)
 
 
+def flatten_where(tree: PyTree, flat: PyTree) -> PyTree:
+    """Each leaf of ``tree`` raveled to ``(size,)`` where the matching bool of ``flat`` is set."""
+    return jax.tree.map(lambda leaf, f: jnp.ravel(leaf) if f else leaf, tree, flat)
+
+
+def in_noise_shape(update, noise: PyTree, *trees: PyTree) -> PyTree:
+    """``update(*leaves, w)`` leaf by leaf, computed in the shape of the noise leaf ``w``: that
+    of the other leaves, or flat ``(size,)`` (the runner passes the noise flat when its loop
+    keeps the chain axis first; then the fused update runs over one long axis on XLA:CPU
+    instead of a short last one). The result has the shape of the first tree's leaves.
+    """
+
+    def one(w, *leaves):
+        shape = jnp.shape(leaves[0])
+        if jnp.shape(w) not in (shape, (int(np.prod(shape, dtype=int)),)):
+            raise ValueError(
+                f"`noise` leaves must be shaped like the position ({shape}) or flat "
+                f"({int(np.prod(shape, dtype=int))},); got {jnp.shape(w)}."
+            )
+        out = update(*(jnp.reshape(leaf, jnp.shape(w)) for leaf in leaves), w)
+        return jnp.reshape(out, shape)
+
+    return jax.tree.map(one, noise, *trees)
+
+
 def langevin_update(base: PyTree, drift: PyTree, noise: PyTree, step_size: Array) -> PyTree:
-    """``base - step_size * drift + sqrt(2 step_size) * noise`` leaf by leaf."""
+    """``base - step_size * drift + sqrt(2 step_size) * noise`` leaf by leaf
+    (:func:`in_noise_shape`: ``noise`` leaves shaped like ``base`` or flat)."""
     scale = jnp.sqrt(2.0 * step_size)
 
     def one(b, d, w):
         return b - step_size.astype(b.dtype) * d + scale.astype(b.dtype) * w
 
-    return jax.tree.map(one, base, drift, noise)
+    return in_noise_shape(one, noise, base, drift)
 
 
 def resolve_step_size(step_size: StepSize, count: Array) -> Array:

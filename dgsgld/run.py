@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _params, _random, _validation
+from . import _params, _random, _tree, _validation
 from ._mixing import MixingStack, abstract_matrix, as_mixing
 from . import progress as _progress
 from ._types import Array, PRNGKey, PyTree
@@ -496,8 +496,12 @@ def _run(algorithm, potential, mixing, state, positions, key, num_chains, num_st
     # made the state (XLA:CPU's small-dot emitter aborts on such layouts, e.g. 3 chains, d = 2).
     state = _move_chains(jax.lax.optimization_barrier(state), axes, inward=True)
     # The noise is drawn for all chains before the step, in the layout of the positions: drawn
-    # inside the vmapped step it would come out chains-first and drag the state with it.
-    noise = jax.vmap(algorithm.noise, (0, axes.position), axes.position)
+    # inside the vmapped step it would come out chains-first and drag the state with it. Leaves
+    # with the chain axis first get it flat, and the step updates them in that shape: XLA:CPU
+    # then fuses the draw and the update into one loop over a long axis, not the short last one.
+    flat = jax.tree.map(lambda axis: axis == 0, axes.position)
+    noise = jax.vmap(lambda k, p: _tree.flatten_where(algorithm.noise(k, p), flat),
+                     (0, axes.position), axes.position)
     step = jax.vmap(algorithm.step, (0, axes, None, None, axes.position), (axes, 0))
     check = jax.vmap(lambda p: _first_bad_agent(p, algorithm.decentralized), (axes.position,))
 

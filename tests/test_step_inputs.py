@@ -31,6 +31,42 @@ def test_passing_the_drawn_noise_changes_nothing(make, key):
         np.testing.assert_array_equal(a, b)
 
 
+EVERY_SAMPLER = {  # every sampler class
+    "diging": lambda: dgsgld.DIGingSGLD(0.05),
+    "de": lambda: dgsgld.DESGLD(0.05),
+    "extra": lambda: dgsgld.EXTRASGLD(0.05),
+    "sgld": lambda: dgsgld.SGLD(0.02),
+    "diging_sghmc": lambda: dgsgld.DIGingSGHMC(0.05, 1.0),
+    "de_sghmc": lambda: dgsgld.DESGHMC(0.05, 1.0),
+    "d_ula": lambda: dgsgld.DULA(0.01, 0.5),
+}
+
+
+@pytest.mark.parametrize("name", list(EVERY_SAMPLER))
+def test_flat_noise_gives_the_same_step_bit_for_bit(name, key):
+    """The runner passes the noise flat (``(size,)`` leaves) where its loop keeps the chain
+    axis first, and the step then updates in that shape: the same elementwise arithmetic, so
+    the same bits as with the noise shaped like the position. A leaf of another shape is
+    refused, even of the right size (taking it would be a silent reshuffle of the noise)."""
+    pb = linear_regression(batch_size=2)
+    alg = EVERY_SAMPLER[name]()
+    x0 = jax.random.normal(key, (5, 2))
+    if not alg.decentralized:
+        x0 = x0[0]                       # (d,): flat is the same shape, the refusal is tested
+    state = alg.init(x0, pb.potential, jax.random.key(11))
+    W = jnp.asarray(ring(5)) if alg.decentralized else None
+    k = jax.random.key(5)
+    w = alg.noise(k, state.position)
+    step = jax.jit(lambda noise: alg.step(k, state, pb.potential, W, noise)[0])
+    shaped, flat = step(w), step(jax.tree.map(jnp.ravel, w))
+    assert jax.tree.structure(shaped) == jax.tree.structure(flat)
+    for a, b in zip(jax.tree.leaves(shaped), jax.tree.leaves(flat)):
+        assert a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="`noise` leaves must be shaped like the position"):
+        alg.step(k, state, pb.potential, W, jax.tree.map(lambda a: a[..., None], w))
+
+
 def test_shared_noise_couples_two_samplers(key):
     """With the same noise and full batches, DE-SGLD and DIGing-SGLD from the same start and
     with y⁰ = ∇F(x⁰) take the same first step exactly (x¹ = W x⁰ − η ∇F(x⁰) + √(2η) w)."""

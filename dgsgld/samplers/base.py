@@ -10,9 +10,13 @@ inputs as arguments, so the same function serves ``dgsgld.sample`` and a user's 
 Randomness of a step: ``key`` splits into a noise key and a gradient key (mini-batches). The
 Gaussian noise ``w`` is ``noise(key, position)``; passing it to ``step`` gives the same step as
 drawing it there; passing it lets two samplers share their noise (synchronous coupling). Each
-leaf of ``w`` is ``normal(leaf_key, shape, dtype)``: ``jax.random.normal`` unless the sampler
-was built with another generator, e.g. ``DIGingSGLD(0.01, normal=dgsgld.fast_normal)``
-(:mod:`dgsgld.noise`: other numbers, the same law to the tested accuracy, faster on CPU).
+leaf of ``w`` is ``normal(leaf_key, (size,), dtype)`` reshaped to the leaf's shape:
+``jax.random.normal`` unless the sampler was built with another generator, e.g.
+``DIGingSGLD(0.01, normal=dgsgld.fast_normal)`` (:mod:`dgsgld.noise`: other numbers, the same
+law to the tested accuracy, faster on CPU). A passed ``w`` may also have flat ``(size,)``
+leaves, and the step then updates in that shape, with the same numbers: ``dgsgld.sample`` does
+so where its loop keeps the chain axis first, so that XLA:CPU fuses the draw and the update
+into a loop over one long axis rather than a short last one.
 """
 
 from collections.abc import Callable
@@ -47,8 +51,8 @@ class SamplingAlgorithm(eqx.Module):
             constant is stored as an array so that changing it reuses compiled runs.
         normal: keyword-only; ``(key, shape, dtype) -> standard normals``, the generator of
             the noise ``w`` (default ``jax.random.normal``; :func:`dgsgld.fast_normal` is the
-            faster table transform of the same bits). Static: a new step size with the same
-            generator reuses compiled runs.
+            faster table transform of the same bits), called with each leaf's flat shape
+            ``(size,)``. Static: a new step size with the same generator reuses compiled runs.
         decentralized: ``True`` when positions carry an agent axis and a mixing matrix is used.
     """
 

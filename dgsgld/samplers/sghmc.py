@@ -85,13 +85,14 @@ class SGHMCInfo(NamedTuple):
 
 
 def _velocity_update(velocity, drift, noise, eta, friction):
-    """``(1 − ηγ) v − η drift + √(2γη) w`` leaf by leaf."""
+    """``(1 − ηγ) v − η drift + √(2γη) w`` leaf by leaf (``noise`` leaves shaped like the
+    velocity or flat: :func:`dgsgld._tree.in_noise_shape`)."""
     decay, scale = 1.0 - eta * friction, jnp.sqrt(2.0 * friction * eta)
 
     def one(v, d, w):
         return decay.astype(v.dtype) * v - eta.astype(v.dtype) * d + scale.astype(v.dtype) * w
 
-    return jax.tree.map(one, velocity, drift, noise)
+    return _tree.in_noise_shape(one, noise, velocity, drift)
 
 
 def _position_update(mixed, velocity, eta):
