@@ -139,8 +139,9 @@ def memory_table(rows) -> str:
 def sparse_table(rows) -> str:
     lines = ["| ring N | C × T | toolkit dense ms | toolkit circulant ms | toolkit neighbours ms "
              "| NumPy + scipy.sparse ms | NumPy dense ms | scipy / circulant | dense / circulant "
-             "| `sparse.auto` picks | mixing alone: dense / circulant / neighbours ms |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| dense / neighbours | `sparse.auto` picks "
+             "| mixing alone: dense / circulant / neighbours ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cell = lambda k: "–" if k not in r else (  # noqa: E731
             f"{_ms(r[k]['wall_s'])} ({_ms(r[k]['cpu_s'])} CPU)")
@@ -149,11 +150,19 @@ def sparse_table(rows) -> str:
             f"{cell('circulant')} | {cell('neighbors')} | {cell('numpy_scipy')} | "
             f"{cell('numpy_dense')} | {_x(r['scipy_over_circulant'])} (CPU "
             f"{_x(r['scipy_over_circulant_cpu'])}) | {_x(r['dense_over_circulant'])} (CPU "
-            f"{_x(r['dense_over_circulant_cpu'])}) | {r['auto']} | {_ms(r['mixing_dense_s'])} / "
+            f"{_x(r['dense_over_circulant_cpu'])}) | {_neighbours_cell(r)} | {r['auto']} | "
+            f"{_ms(r['mixing_dense_s'])} / "
             f"{_ms(r['mixing_circulant_s'])} / {_ms(r['mixing_neighbors_s'])} |")
     return "\n".join(lines + ["", "Alternated rounds, medians of wall time (CPU time of the "
                                "process in brackets); ratios are medians of per-round ratios, "
-                               "> 1× means the circulant toolkit run is faster."])
+                               "> 1× means the circulant toolkit run is faster (dense / "
+                               "neighbours: the neighbour-list run)."])
+
+
+def _neighbours_cell(r) -> str:
+    if "dense_over_neighbors" not in r:   # runs made before the column existed
+        return "–"
+    return f"{_x(r['dense_over_neighbors'])} (CPU {_x(r['dense_over_neighbors_cpu'])})"
 
 
 #: Noise variants of ``noise_in_run`` that draw exact standard normals (the others are floors).
@@ -254,6 +263,10 @@ def targets_table(results: dict) -> str:
             rows.append(("1 000-agent ring faster than dense", _x(d), d > 1))
             rows.append(("`sparse.auto` picks the faster of dense and sparse at N = 1 000",
                          r["auto"], (r["auto"] != "dense") == (d > 1)))
+            if "dense_over_neighbors" in r:
+                n = r["dense_over_neighbors"]
+                rows.append(("neighbour lists faster than dense at N = 1 000 (a ring stored "
+                             "as neighbour lists)", _x(n), n > 1))
     lines = ["| target | measured | met |", "|---|---|---|"]
     lines += [f"| {t} | {m} | {'yes' if ok else 'NO'} |" for t, m, ok in rows]
     return "\n".join(lines)

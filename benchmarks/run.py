@@ -484,6 +484,8 @@ def sparse_section(key, quick: bool, rounds: int = 3) -> list[dict]:
         row["scipy_over_circulant_cpu"] = round_ratio(t["numpy_scipy"], t["circulant"], cpu=True)
         row["dense_over_circulant"] = round_ratio(t["dense"], t["circulant"])
         row["dense_over_circulant_cpu"] = round_ratio(t["dense"], t["circulant"], cpu=True)
+        row["dense_over_neighbors"] = round_ratio(t["dense"], t["neighbors"])
+        row["dense_over_neighbors_cpu"] = round_ratio(t["dense"], t["neighbors"], cpu=True)
         row["mixing_dense_s"] = floors.mixing(mixings["dense"], w.chains, w.dim, w.steps, 1)[0].median
         row["mixing_circulant_s"] = floors.mixing(mixings["circulant"], w.chains, w.dim, w.steps,
                                                   3)[0].median

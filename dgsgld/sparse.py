@@ -27,10 +27,12 @@ Automatic choice (:func:`auto`) from a cost model (:class:`CostModel`, :func:`co
 to whole sampling runs, not a density threshold: the sparse formats' products are cheap at any
 size, but their runs differ outside the product. :class:`CirculantMixing` keeps
 ``dgsgld.sample``'s chains-last loop (its product is one contraction, like the dense one); the
-gathering formats run chains first, about seven times a dense run's per-agent time outside the
-product. Measured DIGing-SGLD on a ring, 200 chains, d = 6, 20 steps, CPU ms of
-``benchmarks.run``'s sparse section's runs on a loaded 2-core machine, dense / circulant /
-neighbours: N = 200 150 / 130-166 / 308; N = 500 553 / 390 / 958; N = 1 000 1 966 / 952 / 2 001.
+gathering formats run chains first (with the noise and the updates on flat leaves), about four
+times a dense run's per-agent time outside the product. Measured DIGing-SGLD on a ring, 200
+chains, d = 6, 20 steps, wall ms on a 2-core machine, dense / circulant / neighbours:
+N = 200 90 / 80 / 112; N = 1 000 1 003 / 605 / 693; N = 2 000 2 616 / 1 092 / 1 516
+(``benchmarks/targets.md``); dense / neighbours 0.73, 0.87, 0.92, 0.94 and 1.32 at N = 200,
+300, 400, 500 and 700 (9 alternated rounds each).
 """
 
 from __future__ import annotations
@@ -353,14 +355,14 @@ class CostModel(NamedTuple):
     ``sparse = N (loop + entry[format] (K + 1))``: per-agent work as the run with that format
     does it (``circulant_loop`` for :class:`CirculantMixing`, which keeps the chains-last loop;
     ``sparse_loop`` for the gathering formats, whose loop runs chains first), plus ``K + 1``
-    stored entries per agent. Defaults fitted to whole DIGing-SGLD runs on rings of 200-1 000
+    stored entries per agent. Defaults fitted to whole DIGing-SGLD runs on rings of 200-2 000
     agents, 200 chains, d = 6 (the module docstring; ``python -m benchmarks.run --sections
     sparse``, XLA:CPU): dense ``a + b N`` per agent with ``a / b ≈ 143``; circulant and dense
-    equal near N = 200; neighbours and dense equal near N = 1 000. Refit them on other hardware.
+    equal near N = 200; neighbours and dense equal near N = 570. Refit them on other hardware.
     """
 
     dense_crossover: float = 143.0
-    sparse_loop: float = 7.0
+    sparse_loop: float = 4.0
     circulant_loop: float = 2.0
     entry: tuple[tuple[str, float], ...] = (("circulant", 0.17), ("neighbors", 0.33),
                                             ("edges", 0.30))
@@ -398,8 +400,8 @@ def auto(mixing: Any, *, model: CostModel = CostModel()):
 
     The modelled costs are :func:`cost` of the dense and of the automatic sparse format; sparse
     only when strictly cheaper. With the default model: a ring (circulant) from about 220
-    agents on; a graph stored as neighbour lists from about ``143 (6 + 0.33 (K + 1))`` agents
-    (degree 2: 1 000, degree 10: 1 380). Schedules generated on the fly (``matrix_at`` without
+    agents on; a graph stored as neighbour lists from about ``143 (3 + 0.33 (K + 1))`` agents
+    (degree 2: 570, degree 10: 950). Schedules generated on the fly (``matrix_at`` without
     ``matrices``) are returned as they are.
     """
     if hasattr(mixing, "matrix_at") and not hasattr(mixing, "matrices"):

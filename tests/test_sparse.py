@@ -107,8 +107,8 @@ def test_automatic_choice_follows_the_cost_model():
     # dense N (1 + N / 143) against circulant N (2 + 0.17 · 3): equal at N = 143 · 1.51 ≈ 216.
     assert sparse.cost(ring, "dense") == pytest.approx(100 * (1 + 100 / 143))
     assert sparse.cost(ring, "auto") == pytest.approx(100 * (2 + 0.17 * 3))
-    # Neighbour lists run chains first: N (7 + 0.33 · 3), equal to dense at N ≈ 1 000.
-    assert sparse.cost(ring, "neighbors") == pytest.approx(100 * (7 + 0.33 * 3))
+    # Neighbour lists run chains first: N (4 + 0.33 · 3), equal to dense at N ≈ 570.
+    assert sparse.cost(ring, "neighbors") == pytest.approx(100 * (4 + 0.33 * 3))
     assert not isinstance(sparse.auto(networks.ring(200)), sparse.SparseSchedule)
     big = sparse.auto(networks.ring(240))
     assert isinstance(big, sparse.SparseSchedule) and isinstance(big.snapshots, sparse.CirculantMixing)
