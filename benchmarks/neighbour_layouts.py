@@ -1,6 +1,8 @@
 """Neighbour-list mixing and the loop's layout: the routes to a faster run, measured.
 
-``python -m benchmarks.neighbour_layouts [--agents 1000] [--rounds 7] [--out FILE.md]``
+``python -m benchmarks.neighbour_layouts [--agents 1000] [--rounds 7] [--out FILE.md]``;
+``--crossover 200,300,400,500,700`` instead times dense, neighbour-list and edge-list runs as
+shipped on rings of those sizes (9 rounds by default), the data ``sparse.CostModel`` is fitted to.
 
 On XLA:CPU the runner keeps the chain axis last for dense and circulant mixing (their product
 is a contraction) and first for :class:`dgsgld.sparse.NeighborMixing` (a gather). Chains first,
@@ -107,6 +109,11 @@ def _flat_updates():
     return _patched("langevin_update", flat)
 
 
+def _final(alg, pot, mixing, init, key, *, steps):
+    return dgsgld.sample(alg, pot, mixing, init, key, steps, output=dgsgld.Output(positions=False),
+                         on_divergence="flag").state.position
+
+
 def measure(agents: int = 1_000, rounds: int = 5, steps: int = 20, chains: int = 200) -> dict:
     prob = problem.make_problem(agents, 6, network="ring")
     alg = dgsgld.diging_sgld(problem.step_size(prob))
@@ -125,10 +132,7 @@ def measure(agents: int = 1_000, rounds: int = 5, steps: int = 20, chains: int =
         "dense, flat updates": (dense, _flat_updates),
     }
 
-    def final(alg, pot, mixing, init, key):
-        return dgsgld.sample(alg, pot, mixing, init, key, steps,
-                             output=dgsgld.Output(positions=False),
-                             on_divergence="flag").state.position
+    final = partial(_final, steps=steps)
 
     fns, compile_s, finals = {}, {}, {}
     for name, (mixing, context) in variants.items():
@@ -152,6 +156,44 @@ def measure(agents: int = 1_000, rounds: int = 5, steps: int = 20, chains: int =
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+def crossover(sizes, rounds: int = 9, steps: int = 20, chains: int = 200) -> dict:
+    """Dense against neighbour and edge lists as shipped, whole runs on rings of ``sizes``."""
+    rows = []
+    for n in sizes:
+        prob = problem.make_problem(n, 6, network="ring")
+        alg = dgsgld.diging_sgld(problem.step_size(prob))
+        pot = problem.potential(prob)
+        init = jnp.zeros((chains, n, 6))
+        key = jax.random.key(0)
+        fns = {}
+        for name, mixing in (("dense", jnp.asarray(prob.mixing)),
+                             ("neighbours", sparse.from_dense(prob.mixing, format="neighbors")),
+                             ("edges", sparse.from_dense(prob.mixing, format="edges"))):
+            compiled, _ = compile_jax(partial(_final, steps=steps), alg, pot, mixing, init, key)
+            fns[name] = partial(compiled, alg, pot, mixing, init, key)
+        timing = time_rounds(fns, rounds)
+        rows.append({"agents": n, **{f"{k}_s": v.median for k, v in timing.items()},
+                     "dense_over_neighbours": round_ratio(timing["dense"], timing["neighbours"]),
+                     "dense_over_edges": round_ratio(timing["dense"], timing["edges"])})
+    return {"chains": chains, "steps": steps, "rounds": rounds, "rows": rows,
+            "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def crossover_table(result: dict) -> str:
+    lines = [
+        (f"Rings, DIGing-SGLD, {result['chains']} chains × {result['steps']} iterations, d = 6; "
+         f"{result['rounds']} alternated rounds, medians of wall time ({result['time']})."),
+        "",
+        "| ring N | dense ms | neighbours ms | edges ms | dense / neighbours | dense / edges |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        lines.append(f"| {r['agents']:,} | {1e3 * r['dense_s']:.1f} | "
+                     f"{1e3 * r['neighbours_s']:.1f} | {1e3 * r['edges_s']:.1f} | "
+                     f"{r['dense_over_neighbours']:.2f}× | {r['dense_over_edges']:.2f}× |")
+    return "\n".join(lines)
+
+
 def table(result: dict) -> str:
     lines = [
         (f"Ring of {result['agents']} agents, DIGing-SGLD, {result['chains']} chains × "
@@ -171,16 +213,27 @@ def table(result: dict) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=1_000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=None, help="7 (9 with --crossover)")
+    parser.add_argument("--crossover", help="comma-separated ring sizes: dense against the "
+                                            "gathering formats as shipped")
     parser.add_argument("--out", help="write the table to this Markdown file")
     args = parser.parse_args(argv)
-    text = table(measure(args.agents, args.rounds))
+    if args.crossover:
+        sizes = [int(n) for n in args.crossover.split(",")]
+        rounds = args.rounds or 9
+        text = crossover_table(crossover(sizes, rounds))
+        command = f"--crossover {args.crossover} --rounds {rounds}"
+        title = "Neighbour and edge lists against dense: the crossover"
+    else:
+        rounds = args.rounds or 7
+        text = table(measure(args.agents, rounds))
+        command = f"--agents {args.agents} --rounds {rounds}"
+        title = "Neighbour lists and the loop's layout"
     print(text)
     if args.out:
         with open(args.out, "w") as f:
-            f.write("# Neighbour lists and the loop's layout\n\nCommand: `python -m "
-                    f"benchmarks.neighbour_layouts --agents {args.agents} --rounds "
-                    f"{args.rounds} --out {args.out}`.\n\n{text}\n")
+            f.write(f"# {title}\n\nCommand: `python -m benchmarks.neighbour_layouts {command} "
+                    f"--out {args.out}`.\n\n{text}\n")
 
 
 if __name__ == "__main__":

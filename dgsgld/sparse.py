@@ -30,9 +30,9 @@ size, but their runs differ outside the product. :class:`CirculantMixing` keeps
 gathering formats run chains first (with the noise and the updates on flat leaves), about four
 times a dense run's per-agent time outside the product. Measured DIGing-SGLD on a ring, 200
 chains, d = 6, 20 steps, wall ms on a 2-core machine, dense / circulant / neighbours:
-N = 200 90 / 80 / 112; N = 1 000 1 003 / 605 / 693; N = 2 000 2 616 / 1 092 / 1 516
-(``benchmarks/targets.md``); dense / neighbours 0.73, 0.87, 0.92, 0.94 and 1.32 at N = 200,
-300, 400, 500 and 700 (9 alternated rounds each).
+N = 200 82 / 91 / 131; N = 1 000 1 023 / 534 / 818; N = 2 000 3 291 / 1 180 / 1 677
+(``benchmarks/targets.md``); dense / neighbours 0.80, 0.76, 0.95, 1.05, 1.16 and 1.25 at
+N = 200, 300, ..., 700 (``benchmarks/neighbour_crossover.md``).
 """
 
 from __future__ import annotations
@@ -357,8 +357,10 @@ class CostModel(NamedTuple):
     ``sparse_loop`` for the gathering formats, whose loop runs chains first), plus ``K + 1``
     stored entries per agent. Defaults fitted to whole DIGing-SGLD runs on rings of 200-2 000
     agents, 200 chains, d = 6 (the module docstring; ``python -m benchmarks.run --sections
-    sparse``, XLA:CPU): dense ``a + b N`` per agent with ``a / b ≈ 143``; circulant and dense
-    equal near N = 200; neighbours and dense equal near N = 570. Refit them on other hardware.
+    sparse`` and ``python -m benchmarks.neighbour_layouts --crossover ...``, XLA:CPU): dense
+    ``a + b N`` per agent with ``a / b ≈ 143``; circulant and dense equal near N = 200;
+    neighbour and edge lists and dense near N = 570 (measured: 480 and 620). Refit them on
+    other hardware.
     """
 
     dense_crossover: float = 143.0
