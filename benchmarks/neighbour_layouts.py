@@ -114,12 +114,20 @@ def _final(alg, pot, mixing, init, key, *, steps):
                          on_divergence="flag").state.position
 
 
-def measure(agents: int = 1_000, rounds: int = 5, steps: int = 20, chains: int = 200) -> dict:
+def _ring(agents: int, chains: int):
+    """``(ring problem, DIGing-SGLD, potential, zero init, key)`` of ``agents`` agents, d = 6."""
     prob = problem.make_problem(agents, 6, network="ring")
-    alg = dgsgld.diging_sgld(problem.step_size(prob))
-    pot = problem.potential(prob)
-    init = jnp.zeros((chains, agents, 6))
-    key = jax.random.key(0)
+    return (prob, dgsgld.diging_sgld(problem.step_size(prob)), problem.potential(prob),
+            jnp.zeros((chains, agents, 6)), jax.random.key(0))
+
+
+def _markdown(caption: str, header: list[str], rows: list[list[str]]) -> str:
+    lines = [caption, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def measure(agents: int = 1_000, rounds: int = 5, steps: int = 20, chains: int = 200) -> dict:
+    prob, alg, pot, init, key = _ring(agents, chains)
     dense = jnp.asarray(prob.mixing)
     neighbours = sparse.from_dense(prob.mixing, format="neighbors")
     folded = sparse.SparseSchedule(_FoldedNeighbors(*(
@@ -160,11 +168,7 @@ def crossover(sizes, rounds: int = 9, steps: int = 20, chains: int = 200) -> dic
     """Dense against neighbour and edge lists as shipped, whole runs on rings of ``sizes``."""
     rows = []
     for n in sizes:
-        prob = problem.make_problem(n, 6, network="ring")
-        alg = dgsgld.diging_sgld(problem.step_size(prob))
-        pot = problem.potential(prob)
-        init = jnp.zeros((chains, n, 6))
-        key = jax.random.key(0)
+        prob, alg, pot, init, key = _ring(n, chains)
         fns = {}
         for name, mixing in (("dense", jnp.asarray(prob.mixing)),
                              ("neighbours", sparse.from_dense(prob.mixing, format="neighbors")),
@@ -180,34 +184,24 @@ def crossover(sizes, rounds: int = 9, steps: int = 20, chains: int = 200) -> dic
 
 
 def crossover_table(result: dict) -> str:
-    lines = [
-        (f"Rings, DIGing-SGLD, {result['chains']} chains × {result['steps']} iterations, d = 6; "
-         f"{result['rounds']} alternated rounds, medians of wall time ({result['time']})."),
-        "",
-        "| ring N | dense ms | neighbours ms | edges ms | dense / neighbours | dense / edges |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in result["rows"]:
-        lines.append(f"| {r['agents']:,} | {1e3 * r['dense_s']:.1f} | "
-                     f"{1e3 * r['neighbours_s']:.1f} | {1e3 * r['edges_s']:.1f} | "
-                     f"{r['dense_over_neighbours']:.2f}× | {r['dense_over_edges']:.2f}× |")
-    return "\n".join(lines)
+    return _markdown(
+        f"Rings, DIGing-SGLD, {result['chains']} chains × {result['steps']} iterations, d = 6; "
+        f"{result['rounds']} alternated rounds, medians of wall time ({result['time']}).",
+        ["ring N", "dense ms", "neighbours ms", "edges ms", "dense / neighbours", "dense / edges"],
+        [[f"{r['agents']:,}", f"{1e3 * r['dense_s']:.1f}", f"{1e3 * r['neighbours_s']:.1f}",
+          f"{1e3 * r['edges_s']:.1f}", f"{r['dense_over_neighbours']:.2f}×",
+          f"{r['dense_over_edges']:.2f}×"] for r in result["rows"]])
 
 
 def table(result: dict) -> str:
-    lines = [
-        (f"Ring of {result['agents']} agents, DIGing-SGLD, {result['chains']} chains × "
-         f"{result['steps']} iterations, d = 6; {result['rounds']} alternated rounds, medians "
-         f"({result['time']})."),
-        "",
-        "| variant | wall ms | CPU ms | dense / this | compile s | max abs diff vs dense |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in result["rows"]:
-        lines.append(f"| {r['variant']} | {1e3 * r['wall_s']:.1f} | {1e3 * r['cpu_s']:.1f} | "
-                     f"{r['dense_over_this']:.2f}× | {r['compile_s']:.2f} | "
-                     f"{r['max_abs_diff_vs_dense']:.1e} |")
-    return "\n".join(lines)
+    return _markdown(
+        f"Ring of {result['agents']} agents, DIGing-SGLD, {result['chains']} chains × "
+        f"{result['steps']} iterations, d = 6; {result['rounds']} alternated rounds, medians "
+        f"({result['time']}).",
+        ["variant", "wall ms", "CPU ms", "dense / this", "compile s", "max abs diff vs dense"],
+        [[r["variant"], f"{1e3 * r['wall_s']:.1f}", f"{1e3 * r['cpu_s']:.1f}",
+          f"{r['dense_over_this']:.2f}×", f"{r['compile_s']:.2f}",
+          f"{r['max_abs_diff_vs_dense']:.1e}"] for r in result["rows"]])
 
 
 def main(argv=None) -> None:

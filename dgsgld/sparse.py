@@ -358,8 +358,8 @@ class CostModel(NamedTuple):
     stored entries per agent. Defaults fitted to whole DIGing-SGLD runs on rings of 200-2 000
     agents, 200 chains, d = 6 (the module docstring; ``python -m benchmarks.run --sections
     sparse`` and ``python -m benchmarks.neighbour_layouts --crossover ...``, XLA:CPU): dense
-    ``a + b N`` per agent with ``a / b ≈ 143``; circulant and dense equal near N = 200;
-    neighbour and edge lists and dense near N = 570 (measured: 480 and 620). Refit them on
+    ``a + b N`` per agent with ``a / b ≈ 143``; circulant and dense equal near N = 200,
+    neighbour or edge lists and dense near N = 570 (measured: 480 and 620). Refit them on
     other hardware.
     """
 
