@@ -141,6 +141,28 @@ def test_quadratic_from_potential_recovers_the_regression():
     np.testing.assert_allclose(cov, prob.cov, rtol=1e-10)
 
 
+def test_host_inputs_compile_one_program_each(caplog):
+    """``quadratic_from_potential`` and ``exact_moments`` on host (NumPy) inputs prepare them
+    on the host and compute in one jitted program each: op-by-op dispatch would compile each
+    of their dozens of operations as a program of its own. Shapes no other test uses, so that
+    none of these programs is compiled already in this worker; the values are checked too."""
+    import logging
+
+    prob = linear_regression(num_agents=3, local_size=4, dim=4, dtype=np.float64, seed=5)
+    stack = np.asarray(permuted_rings(3, 2), np.float64)
+    with caplog.at_level(logging.WARNING), jax.log_compiles():
+        q = th.quadratic_from_potential(prob.potential, np.zeros((3, 4)))
+        out = th.exact_moments(dgsgld.diging_sgld(0.03), q, stack, np.zeros(4), np.eye(4), 7)
+    compiled = [r.getMessage().split()[1] for r in caplog.records
+                if r.getMessage().startswith("Compiling")]
+    assert compiled == ["jit(_quadratic_parts)", "jit(_propagate)"], compiled
+    np.testing.assert_allclose(q.hessians, prob.hessians, rtol=1e-12)
+    # The host path equals the traced one (jnp preparation inside the caller's jit).
+    traced = jax.jit(lambda m: th.exact_moments(dgsgld.diging_sgld(0.03), q, stack, m,
+                                                np.eye(4), 7).cov)(np.zeros(4))
+    np.testing.assert_allclose(out.cov, traced, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.slow
 def test_quadratic_from_potential_rejects_non_quadratic():
     def loglik(theta, datum):

@@ -34,12 +34,13 @@ for float64. :func:`stationary_moments` always works in NumPy float64.
 import functools
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-from .. import metrics
+from .. import _tree, _validation, metrics
 from .._types import Array, ArrayLike
 from ..samplers import DESGHMC, DESGLD, DULA, EXTRASGLD, SGLD, DIGingSGHMC, DIGingSGLD
 
@@ -110,10 +111,14 @@ def agent_hessians(potential, positions: ArrayLike) -> Array:
     Returns:
         ``(N, d, d)``.
     """
-    x = jnp.asarray(positions)
+    x = _tree.as_array(positions)
     if x.ndim != 2:
         raise ValueError(f"`positions` must be (N, d) with flat parameters; got shape {x.shape}.")
+    return _agent_hessians(potential, x)
 
+
+@eqx.filter_jit
+def _agent_hessians(potential, x):
     def column(j):
         tangent = jnp.zeros_like(x).at[:, j].set(1.0)
         return jax.jvp(potential.full_grad, (x,), (tangent,))[1]
@@ -126,7 +131,7 @@ def quadratic_from_potential(potential, position: ArrayLike, *, rtol: float = 1e
     """Read ``A_i, b_i`` off a quadratic :class:`dgsgld.Potential` with flat parameters.
 
     ``A_i = ∇²f_i`` (:func:`agent_hessians`), ``b_i = A_i x_i − ∇f_i(x_i)``; the gradient is then
-    checked against ``A x − b`` at a second point.
+    checked against ``A x − b`` at a second point. One compiled program (not one per operation).
 
     Args:
         potential: a ``dgsgld.Potential`` whose ``f_i`` are quadratic in ``(d,)`` parameters.
@@ -139,21 +144,28 @@ def quadratic_from_potential(potential, position: ArrayLike, *, rtol: float = 1e
     Raises:
         ValueError: if ``∇f`` at ``position + 1`` disagrees with ``A x − b`` (not quadratic).
     """
-    x = jnp.asarray(position)
+    x = _tree.as_array(position)
+    if x.ndim != 2:
+        raise ValueError(f"`position` must be (N, d) with flat parameters; got shape {x.shape}.")
+    A, b, err, scale = (np.asarray(a) for a in _quadratic_parts(potential, x))
+    if not err <= rtol * scale:
+        raise ValueError(
+            f"The potential is not quadratic: its gradient at position + 1 differs from A x − b by "
+            f"{float(err):.3g} (tolerance {rtol * float(scale):.3g})."
+        )
+    return Quadratic(A, b)
+
+
+@eqx.filter_jit
+def _quadratic_parts(potential, x):
+    """``(A, b, err, scale)`` of :func:`quadratic_from_potential`."""
     grad = potential.full_grad
-    A = agent_hessians(potential, x)
+    A = _agent_hessians(potential, x)
     A = 0.5 * (A + jnp.swapaxes(A, -1, -2))
     b = jnp.einsum("iab,ib->ia", A, x) - grad(x)
     probe = x + 1.0
     predicted = jnp.einsum("iab,ib->ia", A, probe) - b
-    err = float(jnp.max(jnp.abs(grad(probe) - predicted)))
-    scale = float(jnp.max(jnp.abs(predicted))) + 1.0
-    if not err <= rtol * scale:
-        raise ValueError(
-            f"The potential is not quadratic: its gradient at position + 1 differs from A x − b by "
-            f"{err:.3g} (tolerance {rtol * scale:.3g})."
-        )
-    return Quadratic(np.asarray(A), np.asarray(b))
+    return A, b, jnp.max(jnp.abs(grad(probe) - predicted)), jnp.max(jnp.abs(predicted)) + 1.0
 
 
 # ---------------------------------------------------------------- recursions
@@ -363,12 +375,12 @@ def _summaries(kind, N, d, m, S):
     return (mean, cov, avg_mean, avg_cov, cons, aux_cons, aux_sq, sq)
 
 
-def _mixing_stack(mixing, kind):
+def _mixing_stack(mixing, kind, xp=jnp):
     if kind == "sgld":
         return None
     if mixing is None:
         raise ValueError(f"Algorithm {kind!r} needs a mixing schedule; got None.")
-    stack = jnp.asarray(getattr(mixing, "matrices", mixing))
+    stack = xp.asarray(getattr(mixing, "matrices", mixing))
     if stack.ndim == 2:
         stack = stack[None]
     if stack.ndim != 3 or stack.shape[1] != stack.shape[2]:
@@ -376,15 +388,14 @@ def _mixing_stack(mixing, kind):
     return stack
 
 
-def _step_sizes(step_size, override, num_steps) -> Array:
+def _step_sizes(step_size, override, num_steps, xp=jnp) -> Array:
     """``(T,)`` step sizes ``η_0..η_{T−1}`` from a constant or a schedule ``count -> η``."""
     value = override if override is not None else step_size
     if value is None:
         raise ValueError("Give `step_size` when `algorithm` is a string.")
-    ks = jnp.arange(num_steps)
     if callable(value):
-        return jnp.broadcast_to(jax.vmap(value)(ks), (num_steps,))
-    return jnp.broadcast_to(jnp.asarray(value), (num_steps,))
+        return jnp.broadcast_to(jax.vmap(value)(jnp.arange(num_steps)), (num_steps,))
+    return xp.broadcast_to(xp.asarray(value), (num_steps,))
 
 
 def exact_moments(
@@ -428,16 +439,25 @@ def exact_moments(
         ((4, 2, 2), (4, 2, 2, 2))
     """
     kind, sampler_step = _kind(algorithm)
-    stack = _mixing_stack(mixing, kind)
-    mean0, cov0 = _stacked_init(kind, quadratic, init_mean, init_cov)
-    etas = _step_sizes(sampler_step, step_size, num_steps).astype(mean0.dtype)
     extra = _parameter(algorithm, kind, parameter)
-    extras = jnp.zeros_like(etas) if extra is None else _step_sizes(extra, None, num_steps)
-    A = jnp.asarray(quadratic.hessians, mean0.dtype)
-    b = jnp.asarray(quadratic.shifts, mean0.dtype)
+    # Host inputs are prepared by NumPy (an eager jnp operation is a compiled program of its
+    # own); traced ones (under the caller's jit or vmap) by jnp.
+    host = _validation.is_concrete_tree((quadratic, mixing, init_mean, init_cov, sampler_step,
+                                         step_size, extra))
+    xp = np if host else jnp
+    if host:  # NumPy computes in float64; the dtype the jnp path would give
+        dtype = jnp.result_type(*(np.asarray(a) for a in (init_mean, init_cov)), float)
+    stack = _mixing_stack(mixing, kind, xp)
+    mean0, cov0 = _stacked_init(kind, quadratic, init_mean, init_cov, xp)
+    if host:
+        mean0, cov0 = mean0.astype(dtype), cov0.astype(dtype)
+    etas = _step_sizes(sampler_step, step_size, num_steps, xp).astype(mean0.dtype)
+    extras = (xp.zeros_like(etas) if extra is None
+              else _step_sizes(extra, None, num_steps, xp).astype(mean0.dtype))
+    A = xp.asarray(quadratic.hessians).astype(mean0.dtype)
+    b = xp.asarray(quadratic.shifts).astype(mean0.dtype)
     stack = None if stack is None else stack.astype(mean0.dtype)
-    return ExactMoments(*_propagate(kind, int(num_steps), A, b, stack, mean0, cov0, etas,
-                                    extras.astype(mean0.dtype)))
+    return ExactMoments(*_propagate(kind, int(num_steps), A, b, stack, mean0, cov0, etas, extras))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -567,7 +587,7 @@ def stationary_moments(
     q = Quadratic(
         np.asarray(quadratic.hessians, np.float64), np.asarray(quadratic.shifts, np.float64)
     )
-    stack = [None] if kind == "sgld" else np.asarray(_mixing_stack(mixing, kind), np.float64)
+    stack = [None] if kind == "sgld" else np.asarray(_mixing_stack(mixing, kind, np), np.float64)
     T, o = _reachable_coordinates(kind, q, N, d)
     T_pinv = np.linalg.pinv(T)
 
