@@ -36,8 +36,8 @@ def normal_like(key: PRNGKey, tree: PyTree, normal=jax.random.normal) -> PyTree:
     """
     leaves, treedef = jax.tree.flatten(tree)
     keys = jax.random.split(key, len(leaves))
-    noise = [normal(keys[i], (int(np.prod(jnp.shape(leaf), dtype=int)),), leaf.dtype)
-             .reshape(jnp.shape(leaf)) for i, leaf in enumerate(leaves)]
+    noise = [normal(keys[i], (jnp.size(leaf),), leaf.dtype).reshape(jnp.shape(leaf))
+             for i, leaf in enumerate(leaves)]
     return jax.tree.unflatten(treedef, noise)
 
 
@@ -54,11 +54,11 @@ def in_noise_shape(update, noise: PyTree, *trees: PyTree) -> PyTree:
     """
 
     def one(w, *leaves):
-        shape = jnp.shape(leaves[0])
-        if jnp.shape(w) not in (shape, (int(np.prod(shape, dtype=int)),)):
+        shape, size = jnp.shape(leaves[0]), jnp.size(leaves[0])
+        if jnp.shape(w) not in (shape, (size,)):
             raise ValueError(
-                f"`noise` leaves must be shaped like the position ({shape}) or flat "
-                f"({int(np.prod(shape, dtype=int))},); got {jnp.shape(w)}."
+                f"`noise` leaves must be shaped like the position ({shape}) or flat ({size},); "
+                f"got {jnp.shape(w)}."
             )
         out = update(*(jnp.reshape(leaf, jnp.shape(w)) for leaf in leaves), w)
         return jnp.reshape(out, shape)

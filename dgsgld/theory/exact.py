@@ -289,15 +289,12 @@ def _initial_state(kind, quadratic, mean0, cov0, xp=jnp):
 
 
 def _stacked_init(kind, quadratic, init_mean, init_cov, xp=jnp):
-    """Flatten the initial moments: ``(Nd,)`` and ``(Nd, Nd)`` (``(d,)``, ``(d, d)`` for sgld)."""
+    """Flatten the initial moments: ``(Nd,)`` and ``(Nd, Nd)`` (``(d,)``, ``(d, d)`` for sgld),
+    in JAX's dtype for them (float32 unless x64 is on) whether ``xp`` is NumPy or jnp."""
     d = quadratic.dim
     mean = xp.asarray(init_mean)
     cov = xp.asarray(init_cov)
-    dtype = (
-        xp.result_type(mean.dtype, cov.dtype, float)
-        if xp is np
-        else jnp.result_type(mean, cov, float)
-    )
+    dtype = jnp.result_type(mean, cov, float)
     mean, cov = mean.astype(dtype), cov.astype(dtype)
     if kind == "sgld":
         if mean.shape != (d,) or cov.shape != (d, d):
@@ -445,12 +442,8 @@ def exact_moments(
     host = _validation.is_concrete_tree((quadratic, mixing, init_mean, init_cov, sampler_step,
                                          step_size, extra))
     xp = np if host else jnp
-    if host:  # NumPy computes in float64; the dtype the jnp path would give
-        dtype = jnp.result_type(*(np.asarray(a) for a in (init_mean, init_cov)), float)
     stack = _mixing_stack(mixing, kind, xp)
     mean0, cov0 = _stacked_init(kind, quadratic, init_mean, init_cov, xp)
-    if host:
-        mean0, cov0 = mean0.astype(dtype), cov0.astype(dtype)
     etas = _step_sizes(sampler_step, step_size, num_steps, xp).astype(mean0.dtype)
     extras = (xp.zeros_like(etas) if extra is None
               else _step_sizes(extra, None, num_steps, xp).astype(mean0.dtype))
