@@ -226,7 +226,7 @@ PAPER_NORMALS = 200 * 100 * 20 * 6
 
 
 def targets_table(results: dict) -> str:
-    """Issue 19's targets against their baselines, from this run."""
+    """The speed targets against their baselines, from this run."""
     rows = []
     p = results.get("process")
     if p:
@@ -285,7 +285,7 @@ def markdown(results: dict) -> str:
         "`memory_analysis()` (arguments + outputs + temporaries) for JAX and tracemalloc's peak "
         "for NumPy. Ratios > 1× in the NumPy and scan columns mean the toolkit is faster.",
     ]
-    parts += ["## Targets (issue 19)", targets_table(results)]
+    parts += ["## Targets", targets_table(results)]
     if "process" in results:
         from .whole_process import process_table, reproduce_table
 
@@ -316,8 +316,8 @@ def markdown(results: dict) -> str:
         m, p = n["box_muller_moments"], n.get("ppnd7_moments")
         parts += ["## Fast noise? Normals from the same random words (paper size)",
                   f"{n['count']:,} normals in one call: the words {_ms(n['bits_s'])} ms (JAX's "
-                  f"own threefry, XLA's rolled loop; the toolkit's written-out hash fuses into "
-                  f"its consumer, see the next table); JAX's transform (`√2 erf⁻¹(2u − 1)`, what "
+                  f"own threefry, XLA's rolled loop; the toolkit's written-out hash is one "
+                  f"vectorized loop, see the next table); JAX's transform (`√2 erf⁻¹(2u − 1)`, what "
                   f"`jax.random.normal` does) {_ms(n['erf_inv_s'])} ms; Box–Muller "
                   f"{_ms(n['box_muller_s'])} ms (mean {m[0]:.4f}, variance {m[1]:.4f}, fourth "
                   f"moment {m[2]:.3f}; normal: 0, 1, 3)"

@@ -11,7 +11,7 @@ Workloads vary one axis at a time from the paper size (200 chains × 100 iterati
 NumPy + ``scipy.sparse``, the noise (normal transforms alone, and noise variants inside the
 paper-size run), PRNGs, a profile,
 float64, memory. Writes a JSON file and a markdown file next to it (``results.md``) that opens
-with issue 19's targets checked against their baselines. Methods: :mod:`benchmarks.harness`;
+with the speed targets checked against their baselines. Methods: :mod:`benchmarks.harness`;
 notebook: ``benchmarks/README.md``.
 
 Options: ``--prng`` (the key implementation of every toolkit/scan row; default JAX's default,

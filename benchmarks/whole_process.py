@@ -355,7 +355,7 @@ def reproduce_table(res: dict) -> str:
 def markdown(res: dict) -> str:
     targets = [("second run within 3× of the NumPy script (wall)", "second", 3),
                ("first run within 8× of the NumPy script (wall)", "first", 8)]
-    lines = ["| target (issue 19) | measured | met |", "|---|---|---|"]
+    lines = ["| target | measured | met |", "|---|---|---|"]
     for what, key, limit in targets:
         v = res[f"{key}_over_numpy_wall"]
         lines.append(f"| main job, {what} | {v:.2f}× | {'yes' if v <= limit else 'NO'} |")

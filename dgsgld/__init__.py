@@ -8,6 +8,7 @@ every chain of an experiment from one compiled call::
                           num_steps=100)
 """
 
+from . import _interrupt as _interrupt  # first: Ctrl-C during `python -m dgsgld`'s imports
 from . import metrics as metrics
 from .noise import fast_normal as fast_normal
 from .potential import Potential as Potential
@@ -34,21 +35,50 @@ from .samplers import diging_sgld as diging_sgld
 from .samplers import extra_sgld as extra_sgld
 from .samplers import sgld as sgld
 from . import gradients as gradients
+from . import communication as communication
 from .samplers import DESGHMC as DESGHMC
 from .samplers import DIGingSGHMC as DIGingSGHMC
 from .samplers import DULA as DULA
 from .samplers import de_sghmc as de_sghmc
 from .samplers import diging_sghmc as diging_sghmc
 from .samplers import d_ula as d_ula
+from .samplers import PushDIGingSGLD as PushDIGingSGLD
+from .samplers import PushSumSGLD as PushSumSGLD
+from .samplers import push_diging_sgld as push_diging_sgld
+from .samplers import push_sum_sgld as push_sum_sgld
+from .sharding import Agents as Agents
+from .sharding import Chains as Chains
+from .distributed import Processes as Processes
 
 __version__ = "0.1.0"
+
+# The names above; the subpackages that load on first use (``__getattr__``) are left out, so
+# that ``from dgsgld import *`` loads nothing more than ``import dgsgld``.
+__all__ = [
+    # running
+    "sample", "sample_chunked", "Output", "Trace", "Divergence", "DivergenceError",
+    "checked_network", "CheckedNetwork", "Chains", "Agents", "Processes",
+    # the model
+    "Potential", "pad_agent_data", "gradients", "metrics", "fast_normal",
+    # samplers
+    "SamplingAlgorithm",
+    "sgld", "SGLD", "SGLDState",
+    "diging_sgld", "DIGingSGLD", "DIGingState",
+    "de_sgld", "DESGLD", "DESGLDState",
+    "extra_sgld", "EXTRASGLD", "EXTRAState",
+    "diging_sghmc", "DIGingSGHMC",
+    "de_sghmc", "DESGHMC",
+    "d_ula", "DULA",
+    "push_diging_sgld", "PushDIGingSGLD",
+    "push_sum_sgld", "PushSumSGLD",
+]
 
 
 def __getattr__(name):
     # Subpackages with heavier set-up code load on first use.
     lazy = {"networks", "theory", "experiments", "diagnostics", "checkpoint", "progress",
-            "sparse", "streaming", "sharding", "stepsize", "traceio", "distributed", "data",
-            "predictive"}
+            "sparse", "streaming", "sharding", "stepsize", "tuning", "traceio", "distributed",
+            "data", "predictive", "ppl", "plots", "posteriors"}
     if name in lazy:
         import importlib
 

@@ -8,7 +8,9 @@ prints each algorithm's final per-agent W2 distance. ``reproduce`` runs the pape
 """
 
 import argparse
+import dataclasses
 import gc
+import math
 import os
 import sys
 import tempfile
@@ -37,7 +39,7 @@ def _number(convert, valid, what: str):
 
 _positive_int = _number(int, lambda v: v >= 1, "a positive integer")
 _seed = _number(int, lambda v: v >= 0, "a non-negative integer")
-_positive_float = _number(float, lambda v: v > 0, "a positive number")
+_positive_float = _number(float, lambda v: math.isfinite(v) and v > 0, "a positive finite number")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,10 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument(
         "target",
-        choices=FIGURE_TARGETS + ("theory",) + DATA_TARGETS,
+        choices=FIGURE_TARGETS + ("theory",) + DATA_TARGETS + ("directed", "communication",
+                                                                 "design"),
         metavar="TARGET",
         help="fig2a|fig2b|fig2c|fig3a|fig3b|fig3c, fig2 or fig3 (a family), all "
-        "(the six figures), theory, or digits|diabetes (real-data benchmarks)",
+        "(the six figures), theory, digits|diabetes (real-data benchmarks), directed "
+        "(push-sum samplers on directed networks), communication (compressed messages: "
+        "W2 against bytes) or design (learned mixing weights)",
     )
     rep.add_argument(
         "--out",
@@ -149,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-plots", action="store_true", help="write JSON only, no PNG files")
     rep.add_argument("--quiet", action="store_true", help="print nothing but errors")
     rep.add_argument("--small", action="store_true",
-                     help="digits|diabetes only: the reduced size the tests run")
+                     help="digits|diabetes, directed, communication and design only: the reduced "
+                          "size the tests run")
 
     sweep = sub.add_parser(
         "sweep",
@@ -222,7 +228,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop all processes and fail (code 124) after this long")
     launch.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the program and its arguments, after --")
-    for command in (run, rep, sweep):
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark the samplers against stored reference posteriors (docs/benchmark.md)",
+        description="Run every sampler on every target with a stored NUTS reference, with "
+        "step sizes from dgsgld.stepsize, and write DIR/leaderboard.json and leaderboard.md.",
+    )
+    bench.add_argument("suite", choices=("posteriors",), metavar="SUITE", help="posteriors")
+    bench.add_argument("--out", required=True, type=Path, metavar="DIR",
+                       help="output directory (created if missing)")
+    bench.add_argument("--small", action="store_true",
+                       help="two targets, five samplers, one network: a quick check")
+    bench.add_argument("--seed", type=_seed, default=0, help="seed of splits, starts and keys")
+    for command in (run, rep, sweep, bench):
         command.add_argument(
             "--no-cache",
             action="store_true",
@@ -241,26 +259,15 @@ _STATE_COPIES = 4
 
 
 def _available_memory() -> int | None:
-    """Bytes of memory available now (``MemAvailable``, else free pages), or ``None``."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    from dgsgld._validation import available_memory
+
+    return available_memory()
 
 
 def _size(nbytes: float) -> str:
-    for unit in ("bytes", "kB", "MB", "GB", "TB"):
-        if nbytes < 1000 or unit == "TB":
-            return f"{nbytes:.0f} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1000
-    return ""  # pragma: no cover
+    from dgsgld._validation import format_bytes
+
+    return format_bytes(nbytes)
 
 
 def estimate_bytes(chains: int, kept: int, agents: int, dim: int) -> int:
@@ -291,7 +298,17 @@ def _figure_memory(args) -> tuple[int, str]:
     worst = (0, "")
     for fig in figures:
         cfg = apply_overrides(figure_config(fig), overrides.get(fig, {}))
-        trials = cfg.trials if args.trials is None else args.trials
+        if args.trials is not None:  # checked with the figure's settings now, not mid-run
+            try:
+                cfg = dataclasses.replace(cfg, trials=args.trials)
+            except ValueError as err:
+                raise ValueError(f"{fig}: {err}") from None
+        if args.command == "reproduce" and hasattr(cfg, "check_gradient_tuning"):
+            try:
+                cfg.check_gradient_tuning()
+            except ValueError as err:
+                raise ValueError(f"{fig}: {err}") from None
+        trials = cfg.trials
         # Metrics are streamed (one kept state per chain); breast-cancer data has 30 features.
         dim = 31 if isinstance(cfg, LogisticRegressionConfig) else cfg.dim + 1
         nbytes = estimate_bytes(trials * cfg.num_step_sizes, 1, cfg.num_agents, dim)
@@ -316,6 +333,15 @@ def check_out(out: Path) -> None:
 
 
 # -- subcommands -----------------------------------------------------------------------------------
+
+
+def _bench(args) -> int:
+    from dgsgld.posteriors.bench import BenchSettings, bench_posteriors
+
+    settings = BenchSettings.small() if args.small else BenchSettings.full()
+    bench_posteriors(args.out, settings, seed=args.seed)
+    print(f"wrote {args.out / 'leaderboard.md'} and leaderboard.json")
+    return 0
 
 
 def _run(args) -> int:
@@ -381,6 +407,24 @@ def _reproduce(args) -> int:
         return _theory(args)
     if args.target in DATA_TARGETS:
         return _real_data(args)
+    if args.target == "directed":
+        from dgsgld.experiments.directed import directed_experiment
+
+        directed_experiment(args.out, small=args.small, seed=args.seed,
+                            plot=not args.no_plots, logger=None if args.quiet else print)
+        return 0
+    if args.target == "communication":
+        from dgsgld.experiments.communication import communication_experiment
+
+        communication_experiment(args.out, small=args.small, seed=args.seed,
+                                 logger=None if args.quiet else print)
+        return 0
+    if args.target == "design":
+        from dgsgld.experiments.design import design_experiment
+
+        design_experiment(args.out, small=args.small, seed=args.seed,
+                          logger=None if args.quiet else print)
+        return 0
     from dgsgld.experiments import reproduce
 
     check_memory(*_figure_memory(args))
@@ -452,14 +496,37 @@ def _one_line(err: BaseException) -> str:
                                      " (run with --debug for the traceback)")
 
 
+#: Seconds the main thread gets to unwind after Ctrl-C before the process is ended (``launch``
+#: gets longer: it stops its processes, waiting up to 10 s for them).
+INTERRUPT_GRACE = 2.0
+LAUNCH_INTERRUPT_GRACE = 15.0
+
+
 def main(argv=None) -> int:
     """Entry point of ``python -m dgsgld`` and the ``dgsgld`` script; returns the exit code.
 
     Every error (not only bad values) becomes one ``error: ...`` line on standard error and exit
-    status 2 (130 on Ctrl-C); ``--debug`` shows the traceback instead.
+    status 2; ``--debug`` shows the traceback instead. Ctrl-C stops every command within a few
+    seconds with status 130 (:mod:`dgsgld._interrupt`).
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    from dgsgld import _interrupt
+
+    _interrupt.restore()  # the package is imported: Ctrl-C raises KeyboardInterrupt again
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    grace = LAUNCH_INTERRUPT_GRACE if args.command == "launch" else INTERRUPT_GRACE
+    with _interrupt.stop_on_interrupt(grace) as interrupted:
+        code = _dispatch(args)
+    if interrupted.is_set() and code != 130:  # the KeyboardInterrupt was lost on the way
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+def _dispatch(args) -> int:
     from dgsgld import _cache
 
     # Compiling commands only (not `launch`, which starts other processes).
@@ -472,6 +539,8 @@ def main(argv=None) -> int:
             return _run(args)
         if args.command == "sweep":
             return _sweep(args)
+        if args.command == "bench":
+            return _bench(args)
         if args.command == "launch":
             from dgsgld.distributed import launch
 

@@ -3,10 +3,14 @@
 On CPU, XLA lowers JAX's threefry2x32 hash as a rolled five-iteration ``while`` loop. Inside
 the runner's ``lax.scan`` every ``fold_in``, ``split`` and ``normal`` of every step then
 becomes a nested loop with its own dispatch and buffer copies: two thirds of a paper-size run
-(200 chains x 100 steps x 20 agents x d = 6) went there. Here
-the same hash is written out in ``lax`` integer ops, which XLA fuses into the consumer of the
-numbers (e.g. the Langevin update): 2-3x faster per draw on CPU, and the main job's program
-compiles faster too (1.45 s against 2.3-2.7 s with JAX's loop, ``benchmarks/README.md``).
+(200 chains x 100 steps x 20 agents x d = 6) went there. Here the same hash is written out in
+``lax`` integer ops, which XLA compiles to one vectorized loop (``benchmarks/README.md``).
+
+The words are handed to their consumer through ``lax.optimization_barrier``, as JAX's loop
+hands them over: the consumer (e.g. ``jax.random.normal``'s ``erf_inv``) is then a fusion of
+its own that reads the words from memory, compiled as with JAX's own keys. Fused with the hash
+instead, it may compile to other machine code (XLA:CPU of JAX 0.12 emitted scalar code for the
+fused loop and vector code for JAX's), which rounds some normals differently in the last bit.
 
 It is registered through JAX's extension point (``jax.extend.random.define_prng_impl``), so
 library code calls plain ``jax.random``; only :func:`dgsgld.sample` converts the user's key
@@ -83,9 +87,13 @@ def _random_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
         return threefry_prng_impl.random_bits(key, bit_width, shape)
     y1, y2 = _hash_counters(key, tuple(shape))
     if bit_width == 64:
-        return lax.shift_left(y1.astype(jnp.uint64), np.uint64(32)) | y2.astype(jnp.uint64)
-    bits = y1 ^ y2
-    return bits if bit_width == 32 else bits.astype(jnp.dtype(f"uint{bit_width}"))
+        bits = lax.shift_left(y1.astype(jnp.uint64), np.uint64(32)) | y2.astype(jnp.uint64)
+    else:
+        bits = y1 ^ y2
+        if bit_width != 32:
+            bits = bits.astype(jnp.dtype(f"uint{bit_width}"))
+    # Materialized, not fused into the consumer: see the module doc.
+    return lax.optimization_barrier(bits)
 
 
 #: The key implementation; ``jax.random.key(seed, impl=IMPL)`` works too.

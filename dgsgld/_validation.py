@@ -5,6 +5,7 @@ once rather than as a NaN thousands of iterations later.
 """
 
 import math
+import os
 
 import jax
 import numpy as np
@@ -24,15 +25,54 @@ def is_concrete_tree(tree) -> bool:
     return all(is_concrete(leaf) for leaf in jax.tree.leaves(tree))
 
 
-def check_mixing(stack, *, tol: float = MIXING_TOL, name: str = "mixing") -> None:
-    """Check a ``(P, N, N)`` stack of mixing matrices against Assumption 3.2 (i)–(ii).
+def asymmetry_message(name: str, k: int, i: int, j: int, wij: float, wji: float,
+                      tol: float) -> str:
+    """The one message for a mixing matrix that is not symmetric, whatever its storage."""
+    return (f"`{name}`[{k}] is not symmetric: W[{i}, {j}] = {wij!r} but W[{j}, {i}] = {wji!r} "
+            f"(tolerance {tol:g}). A directed network (one-way links, column-stochastic "
+            "weights) needs a push-sum sampler, dgsgld.push_diging_sgld or "
+            "dgsgld.push_sum_sgld (see dgsgld.networks.directed).")
 
-    Each matrix must be finite, square, symmetric, nonnegative and doubly stochastic within
-    ``tol``. Traced stacks (inside ``jit``) are only shape-checked.
+
+#: ``sums`` of :func:`check_mixing`: the axes of ``(P, N, N)`` that must sum to 1, in the
+#: order checked (axis 2 sums a row, axis 1 a column).
+STOCHASTIC_AXES = {"both": (2, 1), "rows": (2,), "columns": (1,)}
+
+
+def entry_message(name: str, k: int, prop: str, what: str, i: int, j: int, value: float,
+                  tol: float) -> str:
+    """The one message for a weight that breaks ``prop`` (``finite``, ``nonnegative``)."""
+    return (f"`{name}`[{k}] is not {prop}: {what} at entry ({i}, {j}) "
+            f"(value {value!r}, tolerance {tol:g}).")
+
+
+def sum_message(name: str, k: int, axis: int, index: int, total: float, tol: float,
+                sums: str = "both") -> str:
+    """The one message for a row (``axis`` 2) or column (``axis`` 1) not summing to 1."""
+    label = "row" if axis == 2 else "column"
+    prop = "doubly stochastic" if sums == "both" else f"{label} stochastic"
+    role = ("" if sums == "both" else f" (what agent {index} sends out)" if axis == 1
+            else f" (the weights agent {index} puts on what it hears)")
+    return (f"`{name}`[{k}] is not {prop}: {label} {index}{role} sums to {total!r}, "
+            f"expected 1 (tolerance {tol:g}).")
+
+
+def check_mixing(stack, *, tol: float = MIXING_TOL, name: str = "mixing", first: int = 0,
+                 sums: str = "both") -> None:
+    """Check a ``(P, N, N)`` stack of mixing matrices: finite, square, nonnegative and
+    stochastic within ``tol``.
+
+    ``sums="both"`` (Assumption 3.2 (i)–(ii)): symmetric and doubly stochastic. ``"columns"``
+    (a directed network for push-sum) or ``"rows"``: that axis sums to 1, and no symmetry.
+    Traced stacks (inside ``jit``) are only shape-checked. ``first``: the schedule index of
+    ``stack[0]`` in messages (a slice of a longer schedule).
 
     Raises:
-        ValueError: naming the matrix index, the property violated and the worst entry.
+        ValueError: naming the matrix index, the property violated and the worst entry, row or
+            column (properties in the order finite, symmetric, nonnegative, rows, columns).
     """
+    if sums not in STOCHASTIC_AXES:
+        raise ValueError(f"`sums` must be one of {tuple(STOCHASTIC_AXES)}; got {sums!r}.")
     shape = getattr(stack, "shape", None)
     if shape is None or len(shape) != 3 or shape[1] != shape[2]:
         raise ValueError(
@@ -42,42 +82,52 @@ def check_mixing(stack, *, tol: float = MIXING_TOL, name: str = "mixing") -> Non
         raise ValueError(f"`{name}` must hold at least one matrix with N >= 1; got shape {shape}.")
     if not is_concrete(stack):
         return
-    w = np.asarray(stack, dtype=np.float64)
+    host = np.asarray(stack)
+    # Snapshot by snapshot in float64: the temporaries stay O(N²) whatever the period. Each
+    # property's worst entry over the whole stack is the first snapshot's reaching the largest
+    # per-snapshot worst (np.argmax's first occurrence, as over the flattened stack).
+    stats = [_mixing_defects(host[k].astype(np.float64)) for k in range(shape[0])]
 
-    def fail(prop: str, values: np.ndarray, what: str) -> None:
-        k, i, j = np.unravel_index(int(np.argmax(values)), values.shape)
-        raise ValueError(
-            f"`{name}`[{k}] is not {prop}: {what} at entry ({i}, {j}) "
-            f"(value {w[k, i, j].item()!r}, tolerance {tol:g})."
-        )
+    def worst(prop: int) -> tuple[int, tuple[int, ...], float]:
+        values = [s[prop][0] for s in stats]
+        k = int(np.argmax(values))
+        return k, stats[k][prop][1], float(values[k])
 
-    bad = ~np.isfinite(w)
-    if bad.any():
-        fail("finite", bad.astype(float), "non-finite weight")
-    asym = np.abs(w - np.swapaxes(w, 1, 2))
-    if asym.max() > tol:
-        k, i, j = np.unravel_index(int(np.argmax(asym)), asym.shape)
-        raise ValueError(
-            f"`{name}`[{k}] is not symmetric: W[{i}, {j}] = {w[k, i, j].item()!r} but "
-            f"W[{j}, {i}] = {w[k, j, i].item()!r} (tolerance {tol:g})."
-        )
-    if w.min() < -tol:
-        fail("nonnegative", -w, "negative weight")
-    row_err = np.abs(w.sum(axis=2) - 1.0)
-    if row_err.max() > tol:
-        k, i = np.unravel_index(int(np.argmax(row_err)), row_err.shape)
-        raise ValueError(
-            f"`{name}`[{k}] is not doubly stochastic: row {i} sums to {w[k, i].sum().item()!r}, "
-            f"expected 1 (tolerance {tol:g})."
-        )
-    col_err = np.abs(w.sum(axis=1) - 1.0)
-    if col_err.max() > tol:
-        k, j = np.unravel_index(int(np.argmax(col_err)), col_err.shape)
-        raise ValueError(
-            f"`{name}`[{k}] is not doubly stochastic: column {j} sums to "
-            f"{w[k, :, j].sum().item()!r}, "
-            f"expected 1 (tolerance {tol:g})."
-        )
+    def value(k: int, *index: int) -> float:
+        return host[k][index].astype(np.float64).item()
+
+    def fail(prop: str, k: int, i: int, j: int, what: str) -> None:
+        raise ValueError(entry_message(name, k + first, prop, what, i, j, value(k, i, j), tol))
+
+    k, (i, j), bad = worst(0)
+    if bad:
+        fail("finite", k, i, j, "non-finite weight")
+    if sums == "both":
+        k, (i, j), asym = worst(1)
+        if asym > tol:
+            raise ValueError(asymmetry_message(name, k + first, i, j, value(k, i, j),
+                                               value(k, j, i), tol))
+    k, (i, j), negative = worst(2)
+    if negative > tol:
+        fail("nonnegative", k, i, j, "negative weight")
+    for axis in STOCHASTIC_AXES[sums]:
+        k, (a,), err = worst(3 if axis == 2 else 4)
+        if err > tol:
+            line = host[k][a] if axis == 2 else host[k][:, a]
+            raise ValueError(sum_message(name, k + first, axis, a,
+                                         line.astype(np.float64).sum().item(), tol, sums))
+
+
+def _mixing_defects(w: np.ndarray) -> list[tuple[float, tuple[int, ...]]]:
+    """Of one ``(N, N)`` float64 matrix, ``(worst value, its index)`` of: non-finite (1 or 0),
+    asymmetry ``|W - Wᵀ|``, negativity ``-W``, row and column sum errors (NaN where
+    non-finite: those are reported first)."""
+    def at(values):
+        index = np.unravel_index(int(np.argmax(values)), values.shape)
+        return float(values[index]), tuple(int(i) for i in index)
+
+    return [at(~np.isfinite(w)), at(np.abs(w - w.T)), at(-w), at(np.abs(w.sum(axis=1) - 1.0)),
+            at(np.abs(w.sum(axis=0) - 1.0))]
 
 
 def check_step_size(step_size, *, name: str = "step_size") -> None:
@@ -98,6 +148,40 @@ def check_positive_int(value, *, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
     return int(value)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (``MemAvailable``, else free pages), or ``None``."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def format_bytes(nbytes: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if nbytes < 1000 or unit == "TB":
+            return f"{nbytes:.0f} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1000
+    return ""  # pragma: no cover
+
+
+def check_memory(nbytes: int, what: str, *, available: int | None = None) -> None:
+    """Refuse, before allocating, ``nbytes`` that exceed the memory available now (``what``
+    names the argument that sets the size)."""
+    available = available_memory() if available is None else available
+    if available is not None and nbytes > available:
+        raise ValueError(
+            f"{what} needs about {format_bytes(nbytes)} of memory but about "
+            f"{format_bytes(available)} is available."
+        )
 
 
 # -- checks added for every public entry point ------------------------------------------------
@@ -175,8 +259,22 @@ def check_step_size_range(step_size, start: int, stop: int, *, name: str = "step
             )
 
 
+def _host_parts(leaf):
+    """``[(offset, values)]``: the whole of ``leaf`` at offset 0, or, for a ``jax.Array`` split
+    over processes, this process's distinct shards at their offsets in the global array."""
+    if not isinstance(leaf, jax.Array) or leaf.is_fully_addressable:
+        return [((0,) * np.ndim(leaf), np.asarray(leaf))]
+    parts = {}
+    for shard in leaf.addressable_shards:
+        offset = tuple(s.start or 0 for s in shard.index)
+        if offset not in parts:  # replicas of one block are checked once
+            parts[offset] = np.asarray(shard.data)
+    return sorted(parts.items())
+
+
 def check_finite_tree(tree, *, name: str) -> None:
-    """Every floating leaf of ``tree`` that holds values must be finite.
+    """Every floating leaf of ``tree`` that holds values must be finite (of a leaf split over
+    processes, each process checks its own part).
 
     Raises:
         ValueError: naming the leaf, the index of the first non-finite entry and its value.
@@ -184,16 +282,19 @@ def check_finite_tree(tree, *, name: str) -> None:
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         if not is_concrete(leaf):
             continue
-        arr = np.asarray(leaf)
-        if not np.issubdtype(arr.dtype, np.inexact):
+        parts = _host_parts(leaf)
+        if not parts or not np.issubdtype(parts[0][1].dtype, np.inexact):
             continue
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), arr.shape))
-            raise ValueError(
-                f"`{_leaf_name(name, path)}` must be finite; got {arr[index].item()!r} at index "
-                f"{index} ({int(bad.sum())} non-finite entries)."
-            )
+        parts = [(offset, arr, ~np.isfinite(arr)) for offset, arr in parts]
+        count = sum(int(bad.sum()) for _, _, bad in parts)
+        for offset, arr, bad in parts:
+            if bad.any():
+                local = np.unravel_index(int(np.argmax(bad)), arr.shape)
+                index = tuple(int(o + i) for o, i in zip(offset, local))
+                raise ValueError(
+                    f"`{_leaf_name(name, path)}` must be finite; got {arr[local].item()!r} at "
+                    f"index {index} ({count} non-finite entries)."
+                )
 
 
 def check_floating_tree(tree, *, name: str) -> None:

@@ -10,13 +10,19 @@ A checkpoint is a contract. It records a *fingerprint* of everything that determ
 (:mod:`dgsgld._fingerprint`: the sampler's class and fields, the potential's functions, data,
 batch size, mask and prior, the mixing, ``init``, the key, the number of chains, ``num_steps``,
 ``chunk_size``, every option passed to :func:`dgsgld.sample`, the Python, JAX and dgsgld
-versions, and the shapes of the state and of the outputs). A resume whose fingerprint differs is
-refused with an error naming the first field that differs. Before anything is returned the files
-are cross-checked: counts in the metadata, chunk lengths, the state's ``count`` and the divergence
-record must agree, and every array's declared shape and dtype must be the expected one before it
-is read (so a damaged or hostile file cannot make the reader allocate more than its own size).
+versions, the shapes of the state and of the outputs, and ``program``: a hash of the traced
+program of the run's first chunk, so that a model whose code changed anywhere, or that reads a
+changed value, is refused; see :mod:`dgsgld._fingerprint` for what it can and cannot see). A
+resume whose fingerprint differs is refused with an error naming the first field that differs
+(fields that describe code name what changed; only the program decides). Before anything is
+returned the files are cross-checked: counts in the metadata, chunk lengths, the state's
+``count`` and the divergence record must agree, every array's declared shape and dtype must be
+the expected one before it is read (so a damaged or hostile file cannot make the reader
+allocate more than its own size), and every entry must have the SHA-256 recorded when it was
+written. Nothing in the directory is opened through a link: a directory holding a symbolic
+link, or one of the names below that is not a regular file, is refused.
 
-On-disk format (version 2): a directory of NumPy ``.npz`` archives (uncompressed zip files
+On-disk format (version 3): a directory of NumPy ``.npz`` archives (uncompressed zip files
 readable with ``numpy.load(..., allow_pickle=False)``; nothing is pickled):
 
 ``path/state.npz``
@@ -24,16 +30,21 @@ readable with ``numpy.load(..., allow_pickle=False)``; nothing is pickled):
     object: ``format``, ``version``, ``fingerprint`` (a list of ``[field, description]``),
     ``fingerprint_sha256``, ``run`` (``num_steps``, ``chunk_size``, ``thin``, ``num_chains``,
     ``first_count``, ``stop``, ``count_leaf``), ``specs`` (shape and dtype of every state leaf
-    and of one kept row of every output leaf), ``steps_done``, ``chunks_done`` and ``stopped``),
+    and of one kept row of every output leaf), ``steps_done``, ``chunks_done``, ``stopped`` and
+    ``sha256``: per entry of the file, the SHA-256 of its dtype, shape and bytes (for ``meta``:
+    of its other keys' sorted JSON)),
     ``state/<i>`` (leaf ``i`` of the sampler state, leaves ``(num_chains, ...)``),
     ``divergence/iteration`` and ``divergence/agent`` (``(num_chains,)`` int32, ``-1`` if none).
 ``path/chunk_<j>.npz`` (``j`` = 00000, 00001, ...)
     the kept outputs of chunk ``j``: ``positions/<i>``, ``values/<i>`` (leaves ``(num_chains,
     kept, ...)``), ``ensemble/<i>`` (leaves ``(kept, ...)``) and ``meta`` (JSON: ``chunk``,
-    ``first_step``, ``last_step``, ``kept``, ``run`` = the fingerprint's SHA-256). Chunk 0 holds
+    ``first_step``, ``last_step``, ``kept``, ``run`` = the fingerprint's SHA-256, ``sha256`` as
+    above). Chunk 0 holds
     iterations ``0, thin, ..., chunk_size``; chunk ``j > 0`` starts at ``j * chunk_size + thin``.
 ``path/.lock``
     held with ``fcntl.flock`` by the one process writing the directory (its pid inside).
+
+In a run of several processes each process writes this layout in its own ``path/process_<id>``.
 
 Every file is written to a temporary file in the directory (``.tmp-*``), ``fsync``-ed and moved
 into place with ``os.replace``; the chunk file is committed before ``state.npz``, so a kill at any
@@ -50,9 +61,9 @@ import inspect
 import io
 import json
 import os
+import stat
 import sys
 import tempfile
-import zipfile
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -60,12 +71,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _params, _validation
+from . import _npz, _random, _validation
 from . import run as _run
 from . import progress as _progress
-from ._fingerprint import describe
+from ._fingerprint import code_fields, describe, program
 from .run import Divergence, Trace, _report_divergence
-from .run import sample as _sample
 
 try:
     import fcntl
@@ -76,7 +86,7 @@ __all__ = ["sample_chunked", "read_checkpoint", "CheckpointDir", "CheckpointErro
            "FORMAT_VERSION"]
 
 FORMAT = "dgsgld-checkpoint"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _STATE = "state.npz"
 _LOCK = ".lock"
 _TMP_PREFIX = ".tmp-"
@@ -128,65 +138,73 @@ def _read_npz(file: str, expected: dict[str, list | None], partial: bool = False
             "another `path`) to start over."
         )
 
-    try:
-        archive = zipfile.ZipFile(file)
-    except FileNotFoundError:
-        raise CheckpointError(f"Checkpoint file {file!r} is missing.") from None
-    except (OSError, zipfile.BadZipFile, ValueError) as err:
-        raise fail(f"is unreadable ({type(err).__name__}: {err})") from err
-    out = {}
-    with archive:
-        members = {info.filename: info for info in archive.infolist()}
-        names = {name[: -len(".npy")] for name in members if name.endswith(".npy")}
-        if len(names) != len(members) or not (
-            set(expected) <= names if partial else set(expected) == names
-        ):
-            missing, extra = sorted(set(expected) - names), sorted(set(members) - {
-                n + ".npy" for n in expected})
-            raise fail(f"holds {len(members)} entries; missing {missing[:10]}, unexpected "
-                       f"{extra[:10]}")
-        for name, spec in expected.items():
-            info = members[name + ".npy"]
-            if info.compress_type != zipfile.ZIP_STORED:
-                raise fail(f"has a compressed entry `{name}`")
-            try:
-                with archive.open(info) as f:
-                    version = np.lib.format.read_magic(f)
-                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0)
-                    shape, fortran, dtype = read_header(f)
-                    if dtype.hasobject:
-                        raise fail(f"has an entry `{name}` of object dtype")
-                    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                    if info.file_size != f.tell() + nbytes:
-                        raise fail(f"has an entry `{name}` whose size ({info.file_size} bytes) "
-                                   f"disagrees with its header ({shape}, {dtype})")
-                    if spec is None:
-                        if shape != () or dtype.kind != "U" or nbytes > _MAX_META_BYTES:
-                            raise fail(f"has a `{name}` entry of shape {shape} and dtype {dtype}, "
-                                       "not a JSON string")
-                    elif [list(shape), dtype.str] != spec:
-                        raise fail(f"has an entry `{name}` of shape {shape} and dtype {dtype}; "
-                                   f"expected {tuple(spec[0])} and {np.dtype(spec[1])}")
-                    buffer = bytearray(nbytes)
-                    if f.readinto(buffer) != nbytes:
-                        raise fail(f"has a truncated entry `{name}`")
-            except CheckpointError:
-                raise
-            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-                raise fail(
-                    f"has an unreadable entry `{name}` ({type(err).__name__}: {err})"
-                ) from err
-            array = np.frombuffer(buffer, dtype).reshape(shape, order="F" if fortran else "C")
+    def check(spec):
+        def wrong(shape, dtype):
             if spec is None:
-                try:
-                    array = json.loads(str(array[()]))
-                except json.JSONDecodeError as err:
-                    raise fail(f"has `{name}` that is not valid JSON ({err})") from err
-                if not isinstance(array, dict):
-                    raise fail(f"has `{name}` that is not a JSON object")
-            out[name] = array
+                if shape != () or dtype.kind != "U" or dtype.itemsize > _MAX_META_BYTES:
+                    return f"of shape {shape} and dtype {dtype}, not a JSON string"
+            elif [list(shape), dtype.str] != spec:
+                return (f"of shape {shape} and dtype {dtype}; expected {tuple(spec[0])} and "
+                        f"{np.dtype(spec[1])}")
+            return None
+
+        return wrong
+
+    if not os.path.lexists(file):
+        raise CheckpointError(f"Checkpoint file {file!r} is missing.")
+    out = {}
+    try:
+        with _npz.Archive(file) as archive:
+            archive.check_names(expected, partial)
+            for name, spec in expected.items():
+                out[name] = archive.read(name, check(spec))
+    except _npz.ArchiveError as err:
+        raise fail(str(err)) from None
+    except OSError as err:
+        raise fail(f"is unreadable ({type(err).__name__}: {err})") from err
+    for name, spec in expected.items():
+        if spec is None:
+            try:
+                out[name] = json.loads(str(out[name][()]))
+            except json.JSONDecodeError as err:
+                raise fail(f"has `{name}` that is not valid JSON ({err})") from err
+            if not isinstance(out[name], dict):
+                raise fail(f"has `{name}` that is not a JSON object")
     return out
+
+
+def _meta_digest(meta: dict) -> str:
+    return hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"},
+                                     sort_keys=True).encode()).hexdigest()
+
+
+def _sealed(meta: dict, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A file's members: ``arrays`` and ``meta``, with the SHA-256 of every one recorded in
+    ``meta["sha256"]`` (``"meta"``: of the rest of ``meta``)."""
+    sha = {"meta": _meta_digest(meta), **{name: _npz.digest(a) for name, a in arrays.items()}}
+    return {"meta": _json({**meta, "sha256": sha}), **arrays}
+
+
+def _check_sealed(file: str, contents: dict) -> None:
+    """Every member of a file read by :func:`_read_npz` has the digest it was written with."""
+    meta = contents["meta"]
+    sha = meta.get("sha256")
+    if not isinstance(sha, dict) or set(sha) != set(contents):
+        raise CheckpointError(
+            f"Checkpoint file {file!r}: metadata `sha256` does not list its {len(contents)} "
+            "entries; the file was edited or damaged outside sample_chunked. Delete the "
+            "directory to start over."
+        )
+    found = {"meta": _meta_digest(meta),
+             **{name: _npz.digest(a) for name, a in contents.items() if name != "meta"}}
+    bad = [name for name in sorted(found) if found[name] != sha[name]]
+    if bad:
+        raise CheckpointError(
+            f"Checkpoint file {file!r}: the contents of {', '.join(f'`{n}`' for n in bad[:5])} "
+            f"differ from what sample_chunked wrote (SHA-256 {found[bad[0]][:16]}..., recorded "
+            f"{str(sha[bad[0]])[:16]}...); the file was edited or damaged outside it. Restore "
+            "it, or delete the directory to start over."
+        )
 
 
 def _get(meta: dict, name: str, kind: type, file: str, minimum: int | None = 0):
@@ -301,13 +319,13 @@ class CheckpointDir:
 
     def exists(self) -> bool:
         """Whether the directory holds a committed checkpoint (``state.npz``)."""
-        return os.path.exists(self._file(_STATE))
+        return os.path.lexists(self._file(_STATE))
 
     @property
     def meta(self) -> dict:
         """The commit record's metadata, with its format and version checked."""
         file = self._file(_STATE)
-        if not os.path.exists(file):
+        if not os.path.lexists(file):
             raise CheckpointError(f"{self.path!r} holds no checkpoint ({file!r} is missing).")
         meta = _read_npz(file, {"meta": None}, partial=True)["meta"]
         if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
@@ -319,19 +337,62 @@ class CheckpointDir:
             )
         return meta
 
+    def _check_members(self) -> None:
+        """Refuse a directory holding a symbolic link, or one of this format's names that is
+        not a regular file: nothing inside a checkpoint directory is followed or written
+        through (a linked lock file would be truncated, a FIFO would block a reader)."""
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            raise CheckpointError(
+                f"Cannot read the checkpoint directory {self.path!r}: {err.strerror or err}."
+            ) from err
+        for name in sorted(names):
+            try:
+                mode = os.lstat(self._file(name)).st_mode
+            except FileNotFoundError:  # removed meanwhile (a writer's temporary file)
+                continue
+            ours = (name in (_STATE, _LOCK) or name.startswith(_TMP_PREFIX)
+                    or (name.startswith("chunk_") and name.endswith(".npz")))
+            if stat.S_ISLNK(mode):
+                what = f"a symbolic link `{name}` (to {os.readlink(self._file(name))!r})"
+            elif ours and not stat.S_ISREG(mode):
+                what = f"`{name}`, which is not a regular file"
+            else:
+                continue
+            raise CheckpointError(
+                f"Checkpoint directory {self.path!r} holds {what}; sample_chunked never "
+                "follows links or writes through them in a checkpoint directory. Replace it "
+                "with the file it stands for (or remove it), or pass another `path`."
+            )
+
     @contextlib.contextmanager
     def lock(self):
         """Hold the directory (created if missing) for one writer; a second one fails at once.
 
-        While held, left-over temporary files of interrupted writes are removed.
+        While held, left-over temporary files of interrupted writes are removed. A directory
+        holding a symbolic link, or a lock file with other names, is refused.
         """
-        if os.path.exists(self.path) and not os.path.isdir(self.path):
+        if os.path.lexists(self.path) and not os.path.isdir(self.path):
             raise CheckpointError(f"Checkpoint `path` {self.path!r} is a file, not a directory.")
+        lock_file = self._file(_LOCK)
         try:
             os.makedirs(self.path, exist_ok=True)
-            lock_file = self._file(_LOCK)
+        except OSError as err:
+            raise CheckpointError(
+                f"Cannot write the checkpoint directory {self.path!r}: {err.strerror or err}."
+            ) from err
+        self._check_members()
+        try:
             flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if fcntl is None else 0)
-            fd = os.open(lock_file, flags, 0o644)
+            fd = _npz.open_regular(lock_file, flags, 0o644, one_name=True)
+        except _npz.ArchiveError as err:
+            raise CheckpointError(
+                f"Checkpoint lock file {lock_file!r} {err}: it is not written. Remove it "
+                "(sample_chunked creates its own), or pass another `path`."
+            ) from None
         except FileExistsError:  # pragma: no cover - non-POSIX fallback
             raise self._busy(lock_file) from None
         except OSError as err:
@@ -347,6 +408,7 @@ class CheckpointDir:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
             self._lock_fd = fd
+            self._check_members()  # as held: no link put in place before the lock was taken
             for name in os.listdir(self.path):
                 if name.startswith(_TMP_PREFIX):  # left by an interrupted write
                     os.unlink(self._file(name))
@@ -359,9 +421,10 @@ class CheckpointDir:
 
     def _busy(self, lock_file: str) -> CheckpointError:
         try:
-            with open(lock_file) as f:
-                holder = f.read().strip() or "unknown"
-        except OSError:
+            fd = _npz.open_regular(lock_file)
+            with os.fdopen(fd) as f:
+                holder = f.read(32).strip() or "unknown"
+        except (OSError, ValueError):
             holder = "unknown"
         return CheckpointError(
             f"Checkpoint directory {self.path!r} is in use by another writer (process {holder}, "
@@ -379,6 +442,7 @@ class CheckpointDir:
             CheckpointError: naming the file and what is wrong.
         """
         file = self._file(_STATE)
+        self._check_members()
         meta = self.meta
         saved = _get(meta, "fingerprint", list, file)
         if not all(isinstance(f, list) and len(f) == 2 and all(isinstance(s, str) for s in f)
@@ -444,11 +508,13 @@ class CheckpointDir:
         for j in range(chunks_done):
             chunks.append(self._load_chunk(j, run, specs, first, digest))
             first += _chunk_steps(run, j)
+        # Last, so that an edit that breaks a cross-check is named by it.
+        _check_sealed(file, record)
         return Checkpoint(meta, state, divergence, chunks)
 
     def _load_chunk(self, j: int, run: dict, specs: dict, first: int, digest: str) -> dict:
         file, kept = self._chunk_file(j), _chunk_kept(run, j)
-        if not os.path.exists(file):
+        if not os.path.lexists(file):
             raise CheckpointError(
                 f"Checkpoint file {file!r} is missing, but {self._file(_STATE)!r} records it as "
                 "committed; the directory was changed outside sample_chunked. Restore the file, or "
@@ -471,6 +537,7 @@ class CheckpointDir:
                     + (" (the chunk belongs to another run)" if name == "run" else "")
                     + "; the directory was changed outside sample_chunked."
                 )
+        _check_sealed(file, archive)
         return {group: None if specs[group] is None else
                 [archive[f"{group}/{i}"] for i in range(len(specs[group]))] for group in _GROUPS}
 
@@ -485,20 +552,19 @@ class CheckpointDir:
         run = meta["run"]
         first = run["first_count"] + sum(_chunk_steps(run, i) for i in range(j))
         digest = _digest(meta["fingerprint"])
-        arrays = {"meta": _json({"chunk": j, "first_step": first,
-                                 "last_step": first + _chunk_steps(run, j),
-                                 "kept": _chunk_kept(run, j), "run": digest})}
+        arrays = {}
         for group, tree in outputs.items():
             for i, leaf in enumerate(jax.tree.leaves(tree)):
                 arrays[f"{group}/{i}"] = np.asarray(leaf)
-        _atomic_savez(self._chunk_file(j), arrays)
-        record = {"meta": _json({"format": FORMAT, "version": FORMAT_VERSION, **meta,
-                                 "fingerprint_sha256": digest, "chunks_done": j + 1})}
-        for i, leaf in enumerate(jax.tree.leaves(state)):
-            record[f"state/{i}"] = np.asarray(leaf)
+        _atomic_savez(self._chunk_file(j), _sealed(
+            {"chunk": j, "first_step": first, "last_step": first + _chunk_steps(run, j),
+             "kept": _chunk_kept(run, j), "run": digest}, arrays))
+        record = {f"state/{i}": np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(state))}
         record["divergence/iteration"] = np.asarray(divergence.iteration)
         record["divergence/agent"] = np.asarray(divergence.agent)
-        _atomic_savez(self._file(_STATE), record)
+        _atomic_savez(self._file(_STATE), _sealed(
+            {"format": FORMAT, "version": FORMAT_VERSION, **meta, "fingerprint_sha256": digest,
+             "chunks_done": j + 1}, record))
 
 
 def _check_state(file, run, state, divergence, steps_done, stopped) -> None:
@@ -535,17 +601,35 @@ def _check_state(file, run, state, divergence, steps_done, stopped) -> None:
 
 
 def _compare(saved: list, current: list, path: str) -> None:
-    """Raise naming the first field where two fingerprints differ."""
+    """Raise naming the first field where two fingerprints differ.
+
+    Fields that describe code (names, bytecode) alone do not refuse a resume: only when the
+    traced program differs too; then they name what changed.
+    """
     old, new = dict(saved), dict(current)
     fields = [f for f, _ in current] + [f for f, _ in saved if f not in new]
     differ = [f for f in fields if old.get(f) != new.get(f)]
-    if differ:
+    code = code_fields(saved) | code_fields(current)
+    binding = [f for f in differ if f not in code]
+    if binding:
         field, more = differ[0], ", ".join(f"`{f}`" for f in differ[1:6])
+        hint = ""
+        if binding[0] == "program" and field == "program":
+            hint = (" What the run computes changed, while every argument the checkpoint names "
+                    "is the same: code that the model's functions, `output` functions or "
+                    "schedules call (in another module, or several calls deep), a class's "
+                    "`__call__`, or a module-level value read when they run.")
+        elif binding[0] == "program" and field.endswith(".<program>"):
+            hint = (f" What `{field[:-len('.<program>')]}` computes changed while its name and "
+                    "bytecode are the same: code it calls (in another module, or several calls "
+                    "deep) or a module-level value it reads when it runs.")
+        elif binding[0] == "program" and field in code:
+            hint = " What the run computes changed."
         raise CheckpointError(
             f"`{field}` differs from the checkpoint in {path}: "
             f"{old.get(field, '<absent>')} (checkpoint) vs {new.get(field, '<absent>')} "
-            f"(this call){f'; also differ: {more}' if more else ''}. Resume with the same "
-            "arguments, or pass another `path` (or delete it) to start a new run."
+            f"(this call){f'; also differ: {more}' if more else ''}.{hint} Resume with the "
+            "same arguments and code, or pass another `path` (or delete it) to start a new run."
         )
 
 
@@ -563,9 +647,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 # -- the run ---------------------------------------------------------------------------------------
 
 
-def _sample_options(on_divergence: str, options: dict) -> tuple[bool, dict]:
-    """``(stop, keyword arguments of dgsgld.sample)``: every chunk is sampled with divergences
-    flagged (reported here, once for the whole run) and, for ``"stop"``, frozen."""
+def _sample_options(options: dict) -> dict:
+    """``options`` checked to be keyword options of :func:`dgsgld.sample` that a chunked run
+    passes on (it handles ``progress`` and ``on_divergence`` itself)."""
     accepted = inspect.signature(_run.sample).parameters
     allowed = {name for name, p in accepted.items() if p.kind is p.KEYWORD_ONLY} - {
         "progress", "on_divergence"}
@@ -575,16 +659,24 @@ def _sample_options(on_divergence: str, options: dict) -> tuple[bool, dict]:
             f"`sample_chunked` got unknown option(s) {unknown}; the options it passes on to "
             f"dgsgld.sample are {sorted(allowed)}."
         )
-    stop = on_divergence == "stop"
-    return stop, dict(options, on_divergence="stop" if stop else "flag")
+    return options
 
 
-def _fingerprint(algorithm, potential, mixing, init, key, options, layout) -> list:
-    """Every field that determines the numbers, in the order they are compared."""
+def _fingerprint(algorithm, potential, mixing, init, key, options, layout, run) -> list:
+    """Every field that determines the numbers, in the order they are compared.
+
+    ``run(key)`` is the run's first chunk (a ``dgsgld.sample`` call), traced for the
+    ``program`` field; ``key`` as ``sample`` draws from it, so that a legacy ``PRNGKey(s)``
+    and ``key(s)``, which give the same draws, give the same fingerprint.
+    """
     params = inspect.signature(_run.sample).parameters
+    if not jax.dtypes.issubdtype(jnp.result_type(key), jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(jnp.asarray(key), impl="threefry2x32")
     fields = [("python", sys.version.split()[0].rsplit(".", 1)[0]), ("jax", jax.__version__),
               ("dgsgld", _version())]
     fields += describe(algorithm, "algorithm") + describe(potential, "potential")
+    fields += _model_programs(potential, init.position if _run._is_state(init) else init,
+                              algorithm.decentralized)
     fields += describe(mixing, "mixing") + describe(init, "init") + describe(key, "key")
     for name, param in params.items():
         if param.kind is param.KEYWORD_ONLY and name not in ("progress", "on_divergence"):
@@ -592,7 +684,33 @@ def _fingerprint(algorithm, potential, mixing, init, key, options, layout) -> li
             if name == "output":  # the burn-in is dropped at the end, not in the chunks
                 value = value._replace(burn_in=0)
             fields += describe(value, name)
+    fields.append(("program", program(run, _random.fast_key(key))))  # the key: a field above
     return [list(f) for f in fields] + layout
+
+
+def _model_programs(potential, positions, decentralized: bool) -> list:
+    """``potential.<function>.<program>`` fields: what ``log_likelihood``, ``log_prior`` and
+    ``gradient_fn`` compute on one agent's parameters and data. They name which function's
+    computation changed; the whole run's ``program`` vouches for it."""
+    skip = 2 if decentralized else 1
+    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x)[skip:], jnp.result_type(x)),
+                          positions)
+    datum, agent = (jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x)[k:],
+                                                                jnp.result_type(x)),
+                                 potential.data) for k in (2, 1))
+    key = jax.ShapeDtypeStruct((), jax.random.key(0, impl=_random.IMPL).dtype)
+    calls = {"log_likelihood": (params, datum), "log_prior": (params,),
+             "gradient_fn": (params, agent, key)}
+    fields = []
+    for name, args in calls.items():
+        fn = getattr(potential, name)
+        if fn is not None:
+            try:
+                text = program(fn, *args)
+            except Exception as err:  # noqa: BLE001 - a description only; `program` decides
+                text = f"program not traced ({type(err).__name__})"
+            fields.append((f"potential.{name}.<program>", text))
+    return fields
 
 
 def _row_specs(tree, axis: int):
@@ -620,37 +738,27 @@ def _rows(tree, start: int | None, count: int | None, axis: int):
     return jax.tree.map(one, tree)
 
 
-def _plan(algorithm, potential, mixing, init, key, num_steps, chunk_size, options, stop,
-          sample_options):
+def _plan(prep: _run.Prepared, mixing, key, chunk_size, options, stop):
     """``(shapes, meta)``: the shapes of a ``thin``-step call (a Trace of ShapeDtypeStructs) and
     the checkpoint's metadata for this run, fingerprint included."""
-    thin = options.get("output", _run.Output()).thin
-    # From `sample` itself (validating its arguments) without running it: a finished checkpoint
-    # is read back with no compilation.
-    shapes = jax.eval_shape(
-        lambda: _sample(algorithm, potential, mixing, init, key, thin, **sample_options)
-    )
-    kept = {jnp.shape(x)[axis] for g, axis in _GROUPS.items()
-            for x in jax.tree.leaves(getattr(shapes, g))}
-    if kept - {2}:  # e.g. an option that drops early iterations: chunks cannot be spliced
-        raise ValueError(
-            f"sample_chunked cannot split this run: with options {sorted(options)}, "
-            f"dgsgld.sample keeps {sorted(kept)} iterations of a {thin}-step call, not 2."
-        )
+    thin = prep.output.thin
+    # The core's loop traced, not run: a finished checkpoint is read back with no compilation.
+    shapes = jax.eval_shape(lambda: _run._execute_here(prep._replace(num_steps=thin)))
     state_paths = jax.tree_util.tree_flatten_with_path(shapes.state)[0]
-    if not all(isinstance(s, jax.ShapeDtypeStruct) for _, s in state_paths):
-        raise ValueError("sample_chunked saves array states only; `init` has non-array leaves.")
     run = {
-        "num_chains": int(shapes.divergence.iteration.shape[0]), "num_steps": num_steps,
+        "num_chains": prep.num_chains, "num_steps": prep.num_steps,
         "chunk_size": chunk_size, "thin": thin,
-        "first_count": int(np.asarray(init.count).reshape(-1)[0]) if hasattr(init, "count") else 0,
+        "first_count": (0 if prep.state is None
+                        else int(np.asarray(prep.state.count).reshape(-1)[0])),
         "stop": stop,
         "count_leaf": [jax.tree_util.keystr(p) for p, _ in state_paths].index(".count"),
     }
     specs = {"state": [_spec(s.shape, s.dtype) for _, s in state_paths],
              **{g: _row_specs(getattr(shapes, g), axis) for g, axis in _GROUPS.items()}}
-    fingerprint = _fingerprint(algorithm, potential, mixing, init, key, options,
-                               _layout_fields(run, specs))
+    init = prep.positions if prep.state is None else prep.state
+    fingerprint = _fingerprint(
+        prep.algorithm, prep.potential, mixing, init, key, options, _layout_fields(run, specs),
+        lambda k: _run._execute_here(prep._replace(num_steps=thin, key=k)))
     return shapes, {"fingerprint": fingerprint, "run": run, "specs": specs, "steps_done": 0,
                     "stopped": False}
 
@@ -694,6 +802,12 @@ def sample_chunked(
             chunk; a checkpoint of a different run is refused with an error naming the first
             field that differs, and a damaged one with an error naming the file. While the call
             runs, a second writer of the same directory is refused. ``None``: no saving.
+            In a run of several processes (``jax.distributed``) each process uses its own
+            ``path/process_<id>``; with a ``placement`` over several processes' devices
+            (``distributed.Processes()``, ``sharding.Agents(mesh)``) every process's directory
+            holds the whole run's state and outputs, and on resume a process one chunk behind
+            the others takes that chunk from them (module docstring of
+            :mod:`dgsgld.distributed`).
         on_divergence: ``"raise"`` (when a chunk diverges, before it is saved), ``"warn"`` (once
             at the end), ``"flag"`` (only ``trace.divergence``) or ``"stop"`` (flag, and freeze
             every chain once one diverges).
@@ -711,44 +825,32 @@ def sample_chunked(
         ...                        chunk_size=10_000, output=dgsgld.Output(thin=10),
         ...                        path="runs/diging")
     """
-    num_steps = _validation.check_positive_int(num_steps, name="num_steps")
     chunk_size = _validation.check_positive_int(chunk_size, name="chunk_size")
-    output = _run._check_output(options.get("output", _run.Output()), num_steps)
-    thin = output.thin
+    _validation.check_callable(on_chunk, name="on_chunk")
+    options = _sample_options(options)
+    placement = options.pop("placement", None)
+    _run._check_placement(placement)
+    # The front end of dgsgld.sample, once for the whole run: every chunk is executed with
+    # divergences flagged (reported here, once) and, for "stop", frozen.
+    stop = _run._check_on_divergence(on_divergence) == "stop"
+    prep = _run._prepare(algorithm, potential, mixing, init, key, num_steps,
+                         on_divergence="stop" if stop else "flag", **options)
+    thin, num_steps = prep.output.thin, prep.num_steps
     if chunk_size % thin:
         raise ValueError(
             f"`chunk_size` ({chunk_size}) must be a multiple of `output.thin` ({thin}), so that "
-            "kept "
-            "iterations fall on the same steps as in one uninterrupted call."
+            "kept iterations fall on the same steps as in one uninterrupted call."
         )
-    if on_divergence not in ("raise", "warn", "flag", "stop"):
-        raise ValueError(
-            f"`on_divergence` must be 'raise', 'warn', 'flag' or 'stop'; got {on_divergence!r}."
-        )
-    _validation.check_callable(on_chunk, name="on_chunk")
-    stop, sample_options = _sample_options(on_divergence, options)
-    # Parameters with static leaves (an eqx.nn.MLP): the chunks carry the array leaves, as
-    # `sample`'s own loop does, and the user's functions see the whole model.
-    resume = _run._is_state(init)
-    arrays, static = _params.split_static(init.position if resume else init)
-    if static is not None:
-        init = init._replace(position=arrays) if resume else arrays
-        potential, trace_fn, ensemble_fn = _run._see_static(static, potential, output.trace_fn,
-                                                            output.ensemble_fn)
-        output = output._replace(trace_fn=trace_fn, ensemble_fn=ensemble_fn)
-        options = dict(options, output=output)
     # The burn-in is dropped from the whole run's outputs at the end (the chunks keep it).
-    burn_in = output.burn_in
-    sample_options["output"] = output._replace(burn_in=0)
-
-    shapes, meta = _plan(algorithm, potential, mixing, init, key, num_steps, chunk_size,
-                         options, stop, sample_options)
+    burn_in = prep.output.burn_in
+    prep = prep._replace(output=prep.output._replace(burn_in=0))
+    shapes, meta = _plan(prep, mixing, key, chunk_size, options, stop)
     run, num_chains = meta["run"], meta["run"]["num_chains"]
-    state = init
+    state = prep.state
     divergence = Divergence(jnp.full((num_chains,), -1, jnp.int32),
                             jnp.full((num_chains,), -1, jnp.int32))
     parts: list[dict] = []
-    ckpt = None if path is None else CheckpointDir(path)
+    ckpt = None if path is None else CheckpointDir(_own_directory(path))
     with contextlib.ExitStack() as stack:
         if ckpt is not None:
             stack.enter_context(ckpt.lock())
@@ -756,6 +858,8 @@ def sample_chunked(
                 saved = ckpt.load(meta["fingerprint"])
                 state, divergence, parts = _restore(saved, shapes)
                 meta.update(steps_done=saved.meta["steps_done"], stopped=saved.meta["stopped"])
+            if _spans_processes(placement):
+                state, divergence, parts = _agree(ckpt, meta, shapes, state, divergence, parts)
         bar = (_progress.ProgressBar(num_steps, initial=meta["steps_done"])
                if _progress.wants_progress(progress) else None)
         if bar is not None:
@@ -769,7 +873,8 @@ def sample_chunked(
                 last = parts[-1]
                 part = {g: _rows(last[g], None, steps // thin, axis) for g, axis in _GROUPS.items()}
             else:
-                trace = _sample(algorithm, potential, mixing, state, key, steps, **sample_options)
+                trace = _whole(_run._execute(prep._replace(state=state, num_steps=steps),
+                                             placement))
                 start = 1 if j else 0  # iteration 0 of this call is the previous chunk's last
                 part = {g: _rows(getattr(trace, g), start, None, axis)
                         for g, axis in _GROUPS.items()}
@@ -796,7 +901,113 @@ def sample_chunked(
     outputs = (_concat([p[g] for p in parts], axis) for g, axis in _GROUPS.items())
     trace = Trace(*(_rows(out, burn_in // thin, None, axis) if burn_in else out
                     for out, axis in zip(outputs, _GROUPS.values())), state, divergence)
-    return _run._with_static(trace, static)
+    return _run._with_static(trace, prep.static)
+
+
+# -- runs over several processes ------------------------------------------------------------------
+
+
+def _own_directory(path) -> str:
+    """The checkpoint directory of this process: ``path`` itself, or in a run over several
+    processes (``jax.distributed``) ``path/process_<id>``, one per process, each locked and
+    written by its own process (on its own disk or a shared one)."""
+    if jax.process_count() == 1:
+        return os.fspath(path)
+    own = os.path.join(os.fspath(path), f"process_{jax.process_index():05d}")
+    if os.path.islink(own):
+        raise CheckpointError(
+            f"Checkpoint directory {own!r} is a symbolic link (to {os.readlink(own)!r}); "
+            "sample_chunked never follows links in a checkpoint directory. Replace it with the "
+            "directory it stands for, or pass another `path`."
+        )
+    return own
+
+
+def _spans_processes(placement) -> bool:
+    """Whether ``placement`` runs over several processes' devices (then every process calls
+    the run, and may take part in a collective)."""
+    if placement is None or jax.process_count() == 1:
+        return False
+    mesh = getattr(placement, "mesh", None)
+    if mesh is None:  # distributed.Processes(), or a default mesh over every device
+        return True
+    return any(d.process_index != jax.process_index() for d in mesh.devices.flat)
+
+
+def _whole(tree):
+    """Leaves spread over processes (agents placed across them) gathered whole on every
+    process, so that each process's checkpoint holds the run's whole state and outputs.
+    A collective: every process calls it with the same tree."""
+    from jax.experimental import multihost_utils
+
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return multihost_utils.process_allgather(x, tiled=True)
+        return x
+
+    return jax.tree.map(one, tree)
+
+
+def _bits(tree, dtypes=None):
+    """Leaves as their bytes (``dtypes=None``), or back: a broadcast sums zeros onto the
+    source's values, which would turn a ``-0.0`` into ``0.0``; bytes come through unchanged."""
+    if dtypes is None:
+        return jax.tree.map(lambda x: np.ascontiguousarray(np.asarray(x)).view(np.uint8), tree)
+    return jax.tree.map(lambda b, d: np.asarray(b).view(d.dtype).reshape(d.shape), tree, dtypes)
+
+
+def _agree(ckpt: CheckpointDir, meta: dict, shapes, state, divergence, parts: list):
+    """A multi-process resume: every process continues after the same chunk.
+
+    Each process commits chunk ``j`` after the run has computed it (a collective), so a process
+    killed between the others' commit and its own is one chunk behind; every process's files
+    hold the whole state and outputs, so it takes that chunk's from the first process that
+    committed it and commits it itself. A collective: every process calls it.
+    """
+    from jax.experimental import multihost_utils
+
+    done = np.asarray(multihost_utils.process_allgather(np.int32(len(parts)))).reshape(-1)
+    low, high = int(done.min()), int(done.max())
+    if low == high:
+        return state, divergence, parts
+    if high - low > 1:
+        raise CheckpointError(
+            f"The processes' checkpoints under {os.path.dirname(ckpt.path)!r} hold "
+            f"{done.tolist()} chunks (by process); a run's processes differ by at most one. "
+            "They are not of one run: delete the directory to start over."
+        )
+    j, run, specs = high - 1, meta["run"], meta["specs"]
+    template = {
+        "state": [np.zeros(s.shape, s.dtype) for s in jax.tree.leaves(shapes.state)],
+        "divergence": [np.zeros((run["num_chains"],), np.int32)] * 2,
+        "stopped": np.int32(0),
+        "part": {g: None if specs[g] is None else
+                 [np.zeros(sh[:axis] + [_chunk_kept(run, j)] + sh[axis:], d)
+                  for sh, d in specs[g]] for g, axis in _GROUPS.items()},
+    }
+    ahead = len(parts) == high
+    mine = template
+    if ahead:
+        mine = {"state": jax.tree.leaves(state), "divergence": list(divergence),
+                "stopped": np.int32(meta["stopped"]),
+                "part": {g: None if parts[j][g] is None else jax.tree.leaves(parts[j][g])
+                         for g in _GROUPS}}
+    source = int(np.argmax(done))
+    got = _bits(multihost_utils.broadcast_one_to_all(
+        _bits(mine), is_source=jax.process_index() == source), template)
+    if ahead:
+        return state, divergence, parts
+    state = jax.tree.unflatten(jax.tree.structure(shapes.state),
+                               [jnp.asarray(x) for x in got["state"]])
+    divergence = Divergence(*(jnp.asarray(x) for x in got["divergence"]))
+    part = {g: None if got["part"][g] is None else jax.tree.unflatten(
+        jax.tree.structure(getattr(shapes, g)), [jnp.asarray(x) for x in got["part"][g]])
+        for g in _GROUPS}
+    parts = [*parts, part]
+    meta.update(steps_done=meta["steps_done"] + _chunk_steps(run, j),
+                stopped=bool(got["stopped"]))
+    ckpt.save_chunk(meta, j, part, state, divergence)
+    return state, divergence, parts
 
 
 def _version() -> str:

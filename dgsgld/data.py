@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _validation
 from ._types import Array, PyTree
 from .potential import pad_agent_data
 
@@ -86,17 +87,55 @@ def _check_agents(num_agents, n: int, min_size: int = 1) -> int:
     return int(num_agents)
 
 
+#: Largest label accepted: class arithmetic (``i k + j``) stays exact in int64 below it.
+MAX_LABEL = 2**31 - 1
+
+
 def _check_labels(labels, n: int) -> np.ndarray:
     labels = np.asarray(labels)
     if labels.shape != (n,):
         raise ValueError(f"`labels` must have shape ({n},) like the data; got {labels.shape}.")
+    if labels.dtype == bool or not np.issubdtype(labels.dtype, np.number):
+        raise ValueError(f"`labels` must be integer class labels; got dtype {labels.dtype}.")
     if not np.issubdtype(labels.dtype, np.integer):
-        if not np.all(labels == np.round(labels)):
+        if not np.all(np.isfinite(labels)) or not np.all(labels == np.round(labels)):
             raise ValueError("`labels` must be integer class labels (see quantile_bins).")
-        labels = labels.astype(np.int64)
     if n and labels.min() < 0:
         raise ValueError(f"`labels` must be non-negative; got minimum {labels.min()}.")
-    return labels
+    if n and labels.max() > MAX_LABEL:
+        raise ValueError(f"`labels` must be at most {MAX_LABEL}; got maximum {labels.max()}.")
+    return labels.astype(np.int64)
+
+
+def _classes(labels: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The classes present (ascending) and each one's members (ascending indices).
+
+    ``O(n log n)`` time and ``O(n)`` memory whatever the label values: nothing is allocated per
+    possible class, so a label of 10⁹ costs what a label of 9 does.
+    """
+    order = np.argsort(labels, kind="stable")
+    values, starts = np.unique(labels[order], return_index=True)
+    return values, np.split(order, starts[1:])
+
+
+def _holders(present: np.ndarray, num_classes: int, num_agents: int, k: int) -> list[np.ndarray]:
+    """Per class of ``present``, the agents ``i`` (ascending) holding it: ``c = (i k + j) mod K``
+    for some ``j < k``, i.e. ``i k mod K`` in the circular interval ``[c - k + 1, c]``."""
+    agents = np.arange(num_agents, dtype=np.int64)
+    offsets = (agents * k) % num_classes  # exact in int64: k <= K <= 2**31 and N <= n < 2**32
+    order = np.argsort(offsets, kind="stable")
+    ordered = offsets[order]
+    out = []
+    for c in present.tolist():
+        if k >= num_classes:
+            out.append(agents)
+            continue
+        lo, hi = c - k + 1, c
+        ranges = [(lo, hi)] if lo >= 0 else [(0, hi), (lo + num_classes, num_classes - 1)]
+        found = [order[np.searchsorted(ordered, a, "left"):np.searchsorted(ordered, b, "right")]
+                 for a, b in ranges]
+        out.append(np.sort(np.concatenate(found)))
+    return out
 
 
 def _pad(data: PyTree, indices: Sequence[np.ndarray], local_size: int | None):
@@ -107,8 +146,13 @@ def _pad(data: PyTree, indices: Sequence[np.ndarray], local_size: int | None):
     if local_size is None:
         return agent_data, mask
     n_max = mask.shape[1]
+    if isinstance(local_size, bool) or not isinstance(local_size, (int, np.integer)):
+        raise ValueError(f"`local_size` must be an int or None; got {local_size!r}.")
     if local_size < n_max:
         raise ValueError(f"`local_size` = {local_size} is below the largest agent's {n_max} data.")
+    row_bytes = sum(np.asarray(leaf)[0].nbytes for leaf in jax.tree.leaves(data)) + 1
+    _validation.check_memory(len(indices) * int(local_size) * row_bytes,
+                             f"`local_size` = {local_size} (x {len(indices)} agents)")
     extra = local_size - n_max
     # Same convention as pad_agent_data: padding repeats the agent's first datum.
     grow = lambda leaf: jnp.concatenate(  # noqa: E731
@@ -177,23 +221,18 @@ def split_by_label(
             f"`classes_per_agent` must be an int between 1 and the {num_classes} classes; "
             f"got {k!r}."
         )
-    holders = [[] for _ in range(num_classes)]
-    for i in range(num_agents):
-        for j in range(k):
-            holders[(i * k + j) % num_classes].append(i)
+    present, members_of = _classes(labels)
     rng = np.random.default_rng(seed)
     parts = [[] for _ in range(num_agents)]
-    for c in range(num_classes):
-        members = np.flatnonzero(labels == c)
-        if members.size == 0:
-            continue
-        if not holders[c]:
+    for c, members, holders in zip(present.tolist(), members_of,
+                                   _holders(present, num_classes, num_agents, int(k))):
+        if not holders.size:
             raise ValueError(
                 f"class {c} would be held by no agent: `num_agents` * `classes_per_agent` = "
                 f"{num_agents * k} must be at least the {num_classes} classes."
             )
-        parts_c = np.array_split(rng.permutation(members), len(holders[c]))
-        for agent, part in zip(holders[c], parts_c):
+        parts_c = np.array_split(rng.permutation(members), holders.size)
+        for agent, part in zip(holders.tolist(), parts_c):
             parts[agent].append(part)
     indices = [np.concatenate(p) if p else np.zeros(0, np.int64) for p in parts]
     empty = [i for i, idx in enumerate(indices) if idx.size == 0]
@@ -237,15 +276,16 @@ def split_dirichlet(
     """
     n = _num_data(data)
     labels = _check_labels(labels, n)
-    if not (np.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"`alpha` must be a positive finite concentration; got {alpha!r}.")
+    if (isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.number))
+            or not (np.isfinite(alpha) and alpha > 0)):
+        raise ValueError(f"`alpha` must be a positive finite number; got {alpha!r}.")
     if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 1:
         raise ValueError(f"`min_size` must be a positive int; got {min_size!r}.")
     if isinstance(max_tries, bool) or not isinstance(max_tries, (int, np.integer)) or max_tries < 1:
         raise ValueError(f"`max_tries` must be a positive int; got {max_tries!r}.")
     num_agents = _check_agents(num_agents, n, min_size)
     rng = np.random.default_rng(seed)
-    classes = [np.flatnonzero(labels == c) for c in range(int(labels.max()) + 1)]
+    _, classes = _classes(labels)
     for draw in range(1, max_tries + 1):
         parts = [[] for _ in range(num_agents)]
         for members in classes:
@@ -282,5 +322,10 @@ def quantile_bins(target: Array, num_bins: int) -> np.ndarray:
         raise ValueError("`target` holds non-finite values.")
     if isinstance(num_bins, bool) or not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
         raise ValueError(f"`num_bins` must be a positive int; got {num_bins!r}.")
+    if num_bins > target.size:
+        raise ValueError(
+            f"`num_bins` = {num_bins} exceeds the {target.size} values of `target` (every bin "
+            "beyond one value each would be empty)."
+        )
     edges = np.quantile(target, np.linspace(0, 1, num_bins + 1)[1:-1])
     return np.searchsorted(edges, target, side="right").astype(np.int64)

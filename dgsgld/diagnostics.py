@@ -28,12 +28,15 @@ over the array leaves and returns the same structure (non-array leaves of an equ
 such as its activation function, come back as ``None``). ``ess(trace.positions)`` on
 ``{"w": (C, T, N, 3), "b": (C, T, N)}`` is ``{"w": (N, 3), "b": (N,)}``.
 
-A diverged chain never enters a summary silently: a chain with a non-finite draw in any leaf is
-refused (``diverged="raise"``, the default, says how many chains and how to drop them) or left
-out of every leaf with a warning (``diverged="drop"``).
+A diverged chain never enters a summary silently: a chain flagged by the run
+(``trace.divergence``) or with a diverged draw in any leaf (non-finite, or at least
+``divergence_threshold`` times ``max(1, max |first draw|)`` of the chain: the runner's
+definition, :mod:`dgsgld._divergence`) is refused (``diverged="raise"``, the default, says how
+many chains and how to drop them) or left out of every leaf with a warning
+(``diverged="drop"``).
 
-ArviZ itself is optional (``pip install dgsgld[diagnostics]``), needed only by
-:func:`to_arviz`.
+ArviZ itself is optional (``pip install dgsgld[diagnostics]``: ArviZ 0.x on Python 3.11, 1.x
+on Python 3.12 and later), needed only by :func:`to_arviz`.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import jax
 import numpy as np
 from scipy import special, stats
 
-from . import _validation
+from . import _divergence, _validation
 
 __all__ = [
     "ess",
@@ -88,13 +91,17 @@ def _leaf_name(name: str, path) -> str:
     return _validation._leaf_name(name, path)
 
 
-def diverged_chains(samples, *, name: str = "samples") -> np.ndarray:
-    """Chains with a non-finite draw in any array leaf.
+def diverged_chains(samples, *, name: str = "samples",
+                    divergence_threshold: float = _divergence.DEFAULT_THRESHOLD) -> np.ndarray:
+    """Chains with a diverged draw in any array leaf: non-finite, or at least
+    ``divergence_threshold`` times ``max(1, max |first draw|)`` of the chain (the runner's
+    definition, see :func:`dgsgld.sample`).
 
     Args:
-        samples: draws, leaves ``(chain, ...)``, or a :class:`dgsgld.Trace` (whose
-            ``trace.diverged`` chains count too).
+        samples: draws, leaves ``(chain, draw, ...)`` (or ``(chain,)``: only non-finite values
+            count), or a :class:`dgsgld.Trace` (whose ``trace.diverged`` chains count too).
         name: the argument's name for error messages.
+        divergence_threshold: as for :func:`dgsgld.sample`; ``math.inf``: non-finite only.
 
     Returns:
         ``(chain,)`` boolean.
@@ -107,28 +114,36 @@ def diverged_chains(samples, *, name: str = "samples") -> np.ndarray:
         raise ValueError(
             f"`{name}` leaves must share a leading chain axis; got shapes {shapes}."
         )
+    threshold = _divergence.check_threshold(divergence_threshold)
     bad = np.zeros(chains.pop(), bool) if flagged is None else flagged.copy()
+    draws = []
     for _, leaf in flat:
         arr = np.asarray(leaf)
         if np.issubdtype(arr.dtype, np.inexact) and arr.size:
             bad |= ~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+            if arr.ndim >= 2:
+                draws.append(arr)
+    if draws:
+        bad |= _divergence.diverged_draws(draws, threshold)
     return bad
 
 
-def _finite_chains(samples, name: str, diverged: str):
+def _finite_chains(samples, name: str, diverged: str,
+                   threshold: float = _divergence.DEFAULT_THRESHOLD):
     """The array leaves of ``samples`` without diverged chains (per ``diverged``)."""
     if diverged not in _DIVERGED:
         raise ValueError(f"`diverged` must be 'raise' or 'drop'; got {diverged!r}.")
     positions, _ = _positions_of(samples)
     arrays = eqx.filter(positions, eqx.is_array)
-    bad = diverged_chains(samples, name=name)
+    bad = diverged_chains(samples, name=name, divergence_threshold=threshold)
     if not bad.any():
         return arrays
     count, total, which = int(bad.sum()), bad.size, np.flatnonzero(bad).tolist()
     if diverged == "raise" or count == total:
         raise ValueError(
-            f"`{name}`: {count} of {total} chains diverged (non-finite draws or "
-            f"`trace.diverged`; chains {which}). Did the run diverge? See `trace.divergence`."
+            f"`{name}`: {count} of {total} chains diverged (`trace.diverged`, or draws with "
+            f"{_divergence.describe(threshold, 'draw', 'first draw')}"
+            f"; chains {which}). Did the run diverge? See `trace.divergence`."
             + (f" Pass diverged='drop' to summarize the other {total - count} chains only."
                if count < total else " No chain is left to summarize.")
         )
@@ -190,18 +205,20 @@ def _rhat_basic(x: np.ndarray) -> np.ndarray:
         return np.sqrt((between / within + n - 1) / n)
 
 
-def split_rhat(samples, *, diverged: str = "raise"):
+def split_rhat(samples, *, diverged: str = "raise",
+               divergence_threshold: float = _divergence.DEFAULT_THRESHOLD):
     """Classic split R-hat (Gelman et al., BDA3 §11.4), no rank normalization.
 
     Args:
         samples: draws with at least 2 chains and 4 draws per leaf (see the module doc).
         diverged: ``"raise"`` or ``"drop"`` (see the module doc).
+        divergence_threshold: what counts as diverged (:func:`diverged_chains`).
 
     Returns:
         The structure of ``samples``, leaves ``(...)``: values near 1 when the (split) chains
         agree; above ~1.01 signals that they have not mixed.
     """
-    arrays = _finite_chains(samples, "samples", diverged)
+    arrays = _finite_chains(samples, "samples", diverged, divergence_threshold)
     return _per_leaf(lambda x: _rhat_basic(_split(x)), arrays, "samples", min_chains=2)
 
 
@@ -212,17 +229,19 @@ def _rank_rhat(x: np.ndarray) -> np.ndarray:
     return np.maximum(bulk, tail)
 
 
-def rhat(samples, *, diverged: str = "raise"):
+def rhat(samples, *, diverged: str = "raise",
+         divergence_threshold: float = _divergence.DEFAULT_THRESHOLD):
     """Rank-normalized split R-hat, the larger of bulk and tail (ArviZ's default ``rhat``).
 
     Args:
         samples: draws with at least 2 chains and 4 draws per leaf (see the module doc).
         diverged: ``"raise"`` or ``"drop"`` (see the module doc).
+        divergence_threshold: what counts as diverged (:func:`diverged_chains`).
 
     Returns:
         The structure of ``samples``, leaves ``(...)``.
     """
-    arrays = _finite_chains(samples, "samples", diverged)
+    arrays = _finite_chains(samples, "samples", diverged, divergence_threshold)
     return _per_leaf(_rank_rhat, arrays, "samples", min_chains=2)
 
 
@@ -292,20 +311,22 @@ def _bulk_ess(x: np.ndarray) -> np.ndarray:
     return _ess_basic(_rank_normalize(_split(x)))
 
 
-def ess(samples, *, diverged: str = "raise"):
+def ess(samples, *, diverged: str = "raise",
+        divergence_threshold: float = _divergence.DEFAULT_THRESHOLD):
     """Bulk effective sample size: multi-chain ESS of rank-normalized split chains.
 
     Args:
         samples: draws with at least 4 draws per leaf; one chain is allowed (see the module
             doc).
         diverged: ``"raise"`` or ``"drop"`` (see the module doc).
+        divergence_threshold: what counts as diverged (:func:`diverged_chains`).
 
     Returns:
         The structure of ``samples``, leaves ``(...)``: the number of independent draws
         carrying the same information about the bulk of each marginal (at most about
         ``chain * draw``; larger for anticorrelated chains).
     """
-    arrays = _finite_chains(samples, "samples", diverged)
+    arrays = _finite_chains(samples, "samples", diverged, divergence_threshold)
     return _per_leaf(_bulk_ess, arrays, "samples")
 
 
@@ -356,7 +377,8 @@ def _burn(arrays, burn_in, name: str):
     return jax.tree.map(lambda leaf: np.asarray(leaf)[:, burn_in:], arrays)
 
 
-def agent_summary(positions, *, burn_in: int = 0, diverged: str = "raise") -> dict:
+def agent_summary(positions, *, burn_in: int = 0, diverged: str = "raise",
+                  divergence_threshold: float = _divergence.DEFAULT_THRESHOLD) -> dict:
     """Per-agent mean, standard deviation, bulk ESS and R-hat of ``trace.positions``.
 
     Args:
@@ -365,12 +387,14 @@ def agent_summary(positions, *, burn_in: int = 0, diverged: str = "raise") -> di
             runs: every trailing entry is summarized).
         burn_in: draws to discard from the start of every chain.
         diverged: ``"raise"`` or ``"drop"`` diverged chains (see the module doc).
+        divergence_threshold: what counts as diverged (:func:`diverged_chains`).
 
     Returns:
         ``{"mean", "sd", "ess", "rhat"}``, each with the structure of ``positions`` and leaves
         ``(N, *param_shape)`` (``rhat`` needs 2 chains; with one chain it is NaN).
     """
-    arrays = _burn(_finite_chains(positions, "positions", diverged), burn_in, "positions")
+    arrays = _burn(_finite_chains(positions, "positions", diverged, divergence_threshold),
+                   burn_in, "positions")
 
     def rhat_or_nan(x):
         return _rank_rhat(x) if x.shape[0] > 1 else np.full(x.shape[2], np.nan)
@@ -411,8 +435,9 @@ def _var_name(path) -> str:
 
 
 def to_arviz(trace, var_names: str | Sequence[str] | None = None, *, burn_in: int = 0,
-             agent_axis: bool | None = None, diverged: str = "raise"):
-    """An ``arviz.InferenceData`` with the trace's positions as its ``posterior`` group.
+             agent_axis: bool | None = None, diverged: str = "raise",
+             divergence_threshold: float = _divergence.DEFAULT_THRESHOLD):
+    """ArviZ's container with the trace's positions as its ``posterior`` group.
 
     Args:
         trace: a :class:`dgsgld.Trace` with stored positions (or the positions pytree itself).
@@ -425,11 +450,14 @@ def to_arviz(trace, var_names: str | Sequence[str] | None = None, *, burn_in: in
             comes from the centralized sampler (guessed from ``trace.state``; pass it for bare
             positions of ``dgsgld.sgld`` or for :func:`network_average` output).
         diverged: ``"raise"`` or ``"drop"`` diverged chains (see the module doc).
+        divergence_threshold: what counts as diverged (:func:`diverged_chains`).
 
     Returns:
-        ``arviz.InferenceData``; each variable has dims ``(chain, draw, agent, <name>_dim_0,
-        ...)`` (no ``agent`` for the centralized sampler) and coordinate ``agent = 0..N-1``.
-        ``az.ess(idata)`` and ``az.rhat(idata)`` then give per-agent diagnostics.
+        ``arviz.InferenceData`` with ArviZ 0.x, ``xarray.DataTree`` with ArviZ 1.x (both read
+        as ``idata.posterior[name]``); each variable has dims ``(chain, draw, agent,
+        <name>_dim_0, ...)`` (no ``agent`` for the centralized sampler) and coordinate
+        ``agent = 0..N-1``. ``az.ess(idata)`` and ``az.rhat(idata)`` then give per-agent
+        diagnostics.
     """
     if agent_axis is None:
         agent_axis = True
@@ -451,7 +479,7 @@ def to_arviz(trace, var_names: str | Sequence[str] | None = None, *, burn_in: in
         raise ValueError(
             f"`var_names` must name each of the {len(flat)} position leaves once; got {names}."
         )
-    arrays = _finite_chains(trace, "positions", diverged)
+    arrays = _finite_chains(trace, "positions", diverged, divergence_threshold)
     leaves = jax.tree.leaves(arrays)
     burn_in = int(burn_in)
     posterior, dims = {}, {}
@@ -472,4 +500,11 @@ def to_arviz(trace, var_names: str | Sequence[str] | None = None, *, burn_in: in
             num_agents = arr.shape[2]
     coords = {"agent": np.arange(num_agents)} if agent_axis else None
     az = _import_arviz()  # after the checks, so that they work without the extra too
+    if _major_version(az) >= 1:  # arviz-base: one dict of groups, an xarray.DataTree back
+        return az.from_dict({"posterior": posterior}, dims=dims, coords=coords)
     return az.from_dict(posterior=posterior, dims=dims, coords=coords)
+
+
+def _major_version(module) -> int:
+    """``1`` for ``"1.3.0"``, ``0`` for ``"0.23.4"`` (a module's ``__version__``)."""
+    return int(str(module.__version__).split(".")[0])

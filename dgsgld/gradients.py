@@ -18,8 +18,10 @@ first gradient of a run. Three estimators, each unbiased for ``∇f_i(x_i)``:
   State: anchor and its gradient, 2 × params per agent. Evaluations: ``2b + n_i/m`` on average.
 * :func:`saga` — a per-agent table of the last gradient seen for each datum (SAGA-LD, same
   paper): ``(n_i/b) Σ_{j∈S} (∇ℓ_j(x_i) − T_ij) + Σ_j T_ij + ∇(−log p(x_i))/N``, then
-  ``T_ij ← ∇ℓ_j(x_i)`` for ``j ∈ S``. State: the table, ``n_i`` × params per agent.
-  Evaluations: ``b`` (``n_i`` once, to fill the table).
+  ``T_ij ← ∇ℓ_j(x_i)`` for ``j ∈ S``. The sum ``Σ_j T_ij`` is kept in the state and moved by
+  the ``b`` changed rows, so a step costs ``O(b)``. State: the table and its sum,
+  ``(n_i + 1)`` × params per agent (the table is what SAGA is). Evaluations: ``b`` (``n_i``
+  once, to fill the table).
 
 Where the estimator is chosen: on the sampler (``dgsgld.diging_sgld(η, estimator=...)``), not
 on the :class:`~dgsgld.Potential`. A control variate has per-chain state that must ride in the
@@ -27,10 +29,14 @@ loop's carry, and the sampler decides where gradients are evaluated and reused (
 subtracts the kept estimate in the tracker, so ``Σ_i y_i = Σ_i ∇̃f_i(x_i)`` keeps holding with
 any estimator). The ``Potential`` stays a stateless model: data, mini-batch size, gradients.
 
-Cost under ``vmap`` over chains: the anchor refresh of :func:`svrg` is a ``lax.cond`` on the
-per-chain call count; ``vmap`` turns a batched ``cond`` into a ``select``, so inside
-``dgsgld.sample`` the full local gradient is computed at every step and kept every ``m``-th.
-In a one-chain loop the branch is real. (:func:`saga` has no branch.)
+Cost under ``vmap`` over chains: the anchor refresh of :func:`svrg` is a ``lax.cond`` whose
+predicate is "some chain of the batch refreshes now" (``_vmap.any_in_batch``: under ``vmap`` it
+reduces over the mapped axis and comes out unbatched, so the ``cond`` stays a branch instead of
+becoming a ``select``); inside the branch each chain keeps its own anchor unless it refreshes.
+With an int ``update_every`` (or any schedule that agrees across chains, as in
+``dgsgld.sample``, where every chain has the same count) the full local gradient is computed at
+refresh steps only. A schedule that differs between the chains of one batch computes it for the
+whole batch whenever one chain refreshes (at worst every step, the cost of a ``select``).
 """
 
 from collections.abc import Callable
@@ -41,6 +47,8 @@ import jax
 import jax.numpy as jnp
 
 from ._types import Array, PRNGKey, PyTree
+from ._vmap import any_in_batch
+from .potential import first_occurrences
 
 __all__ = [
     "GradientEstimator",
@@ -129,14 +137,19 @@ class SVRG(GradientEstimator):
         return SVRGState(zeros, zeros, jnp.zeros((), jnp.int32))
 
     def grad(self, state, potential, positions, key):
+        refresh = self._refresh(state.count)
+
+        def new_anchor():
+            keep = lambda new, old: jnp.where(refresh, new, old)  # noqa: E731 - per chain
+            return (jax.tree.map(keep, positions, state.anchor),
+                    jax.tree.map(keep, potential.full_grad(positions), state.anchor_grad))
+
         anchor, anchor_grad = jax.lax.cond(
-            self._refresh(state.count),
-            lambda: (positions, potential.full_grad(positions)),
-            lambda: (state.anchor, state.anchor_grad),
-        )
-        # One key, hence one mini-batch per agent, for both points.
-        at_x = potential.grad(positions, key)
-        at_anchor = potential.grad(anchor, key)
+            any_in_batch(refresh), new_anchor, lambda: (state.anchor, state.anchor_grad))
+        # One mini-batch per agent (the one potential.grad(positions, key) draws), both points.
+        idx = batch_indices(potential, key)
+        at_x = potential.grad_on(positions, idx)
+        at_anchor = potential.grad_on(anchor, idx)
         grad = jax.tree.map(lambda g, ga, full: full + (g - ga), at_x, at_anchor, anchor_grad)
         return grad, SVRGState(anchor, anchor_grad, state.count + 1)
 
@@ -155,16 +168,25 @@ def svrg(update_every: int | Callable[[Array], Array] = 10) -> SVRG:
                 f"`update_every` must be a positive int or a schedule count -> bool; "
                 f"got {update_every!r}."
             )
-    elif not bool(update_every(jnp.int32(0))):
-        raise ValueError("`update_every` schedule must be true at count 0 (the first anchor).")
+    else:
+        out = jax.eval_shape(update_every, jax.ShapeDtypeStruct((), jnp.int32))
+        shapes = [leaf.shape for leaf in jax.tree.leaves(out)]
+        if shapes != [()]:
+            raise ValueError(f"`update_every` schedule must return one scalar (refresh or not) "
+                             f"for a count; got shape(s) {shapes}.")
+        if not bool(update_every(jnp.int32(0))):
+            raise ValueError("`update_every` schedule must be true at count 0 (the first anchor).")
     return SVRG(update_every)
 
 
 class SAGAState(NamedTuple):
     """``table`` leaves ``(N, n_local, *param_shape)``: the last gradient of ``−log p(d_ij | ·)``
-    evaluated for every datum ``j`` of agent ``i``."""
+    evaluated for every datum ``j`` of agent ``i``; ``total`` leaves ``(N, *param_shape)``: its
+    sum over each agent's real data, ``Σ_j T_ij`` (moved by the changed rows at each step, so it
+    equals the sum to float rounding)."""
 
     table: PyTree
+    total: PyTree
 
 
 def _datum_grads(potential, positions, data):
@@ -174,13 +196,9 @@ def _datum_grads(potential, positions, data):
 
 
 def batch_indices(potential, key: PRNGKey) -> Array:
-    """``(N, b)`` indices of the mini-batches ``potential.grad(x, key)`` draws (same key)."""
-    if potential.tabulated:
-        return potential.subset_indices(key)
-    dtype = jnp.result_type(float)
-    counts, _ = potential._counts_weights(potential.mask, potential.num_agents, dtype)
-    keys = jax.random.split(key, potential.num_agents)
-    return jax.vmap(potential._batch)(keys, counts)
+    """``(R, b)`` indices of the mini-batches ``potential.grad(x, key)`` draws (same key) for
+    the ``R`` agents whose data ``potential`` holds (all ``N``, or a device's block)."""
+    return potential.batch_indices(key)
 
 
 class SAGA(GradientEstimator):
@@ -188,31 +206,45 @@ class SAGA(GradientEstimator):
 
     def init(self, potential, positions):
         _needs_minibatches(potential, "SAGA")
-        return SAGAState(_datum_grads(potential, positions, potential.data))
+        table = _datum_grads(potential, positions, potential.data)
+        dtype = jax.tree.leaves(positions)[0].dtype
+        _, weights = potential._counts_weights(jax.tree.leaves(table)[0].shape[0], dtype)
+        total = lambda t: jnp.einsum("nj,nj...->n...", weights, t)  # noqa: E731 - real data only
+        return SAGAState(table, jax.tree.map(total, table))
 
     def grad(self, state, potential, positions, key):
-        idx = batch_indices(potential, key)  # (N, b)
-        rows = lambda leaf: jnp.take_along_axis(  # noqa: E731 - (N, n, ...) -> (N, b, ...)
+        idx = batch_indices(potential, key)  # (R, b): R = N, or a device's agents
+        rows = lambda leaf: jnp.take_along_axis(  # noqa: E731 - (R, n, ...) -> (R, b, ...)
             leaf, idx.reshape(idx.shape + (1,) * (leaf.ndim - 2)), axis=1
         )
         fresh = _datum_grads(potential, positions, jax.tree.map(rows, potential.data))
         dtype = jax.tree.leaves(positions)[0].dtype
-        counts, weights = potential._counts_weights(potential.mask, potential.num_agents, dtype)
+        counts, _ = potential._counts_weights(idx.shape[0], dtype)
         scale = counts.astype(dtype) / potential.batch_size
+        # With replacement a datum may be drawn twice: the sum moves once per distinct datum.
+        first = (jax.vmap(first_occurrences)(idx).astype(dtype) if potential.replace
+                 else jnp.ones(idx.shape, dtype))
 
-        def estimate(table, new):
-            expand = (1,) * (table.ndim - 2)
-            total = jnp.sum(weights.reshape(weights.shape + expand) * table, axis=1)
-            change = jnp.sum(new - rows(table), axis=1)
-            return total + scale.reshape(scale.shape + expand) * change
+        agents = jnp.arange(idx.shape[0])[:, None]
 
-        grad = jax.tree.map(estimate, state.table, fresh)
+        def per_leaf(table, total, new):
+            expand = lambda a, ndim: a.reshape(a.shape + (1,) * (ndim - a.ndim))  # noqa: E731
+            old = rows(table)
+            change = new - old
+            grad = total + expand(scale, total.ndim) * jnp.sum(change, axis=1)
+            moved = jnp.sum(expand(first, change.ndim) * change, axis=1)  # once per datum
+            # The written rows are `new` but read `old` (a NaN row stays NaN; the sum is NaN
+            # then anyway): XLA then gathers before it writes and updates the table in place.
+            # Written independently of `old`, the whole table was copied at every step.
+            new = jnp.where(old == old, new, old)
+            return grad, total + moved, table.at[agents, idx].set(new)
+
+        out = jax.tree.map(per_leaf, state.table, state.total, fresh)
+        grad, total, table = (jax.tree.map(lambda _, o: o[i], fresh, out) for i in (0, 1, 2))
         if potential.log_prior is not None:
             prior = jax.vmap(jax.grad(potential._prior_term))(positions)
             grad = jax.tree.map(jnp.add, grad, prior)
-        agents = jnp.arange(potential.num_agents)[:, None]
-        table = jax.tree.map(lambda t, new: t.at[agents, idx].set(new), state.table, fresh)
-        return grad, SAGAState(table)
+        return grad, SAGAState(table, total)
 
 
 def saga() -> SAGA:

@@ -8,6 +8,14 @@ Square roots of symmetric positive semidefinite matrices use ``eigh`` with eigen
 at zero, so rank-deficient empirical covariances (fewer chains than dimensions) are fine, and
 the result is symmetric in its arguments up to rounding.
 
+The covariance term is computed as the sum of squares ``min_U ‖Σ₁^{1/2} − U Σ₂^{1/2}‖_F²``
+(``U`` orthogonal: the polar factor of ``Σ₂^{1/2} Σ₁^{1/2}``), equal to the trace form but free
+of its cancellation, which in float32 leaves an error of order ``sqrt(eps tr Σ)`` (0.5 for two
+identical covariances of scale 10⁴). Accuracy, checked against a float64 SciPy reference over
+scales 10⁻⁴..10⁴ and ``d`` up to 50 for covariances of condition number up to about 50:
+``|Ŵ − W| <= 2e-3 W + 2e-5 sqrt(tr Σ₁ + tr Σ₂)`` in float32 (the second term bounds the
+result for two identical Gaussians); the error grows with the condition number of the product.
+
 Each function checks its inputs on the host (when they hold values) and then computes in one
 compiled program (``jax.jit``): on a stored trace, op-by-op dispatch would compile every
 operation as a program of its own on first use (``docs/performance.md``). Under a user's
@@ -29,6 +37,7 @@ __all__ = [
     "empirical_moments",
     "per_agent_w2",
     "consensus_error",
+    "ensemble_consensus_error",
     "gaussian_w2_to_target",
     "accuracy",
 ]
@@ -73,11 +82,17 @@ def gaussian_w2(mean1: Array, cov1: Array, mean2: Array, cov2: Array) -> Array:
 
 @jax.jit
 def _w2(mean1, cov1, mean2, cov2):
-    root1 = _sqrtm(cov1)
-    cross = _sqrtm(root1 @ cov2 @ root1)
-    trace = lambda m: jnp.trace(m, axis1=-2, axis2=-1)  # noqa: E731
-    sq = jnp.sum((mean1 - mean2) ** 2, axis=-1) + trace(cov1) + trace(cov2) - 2.0 * trace(cross)
-    return jnp.sqrt(jnp.clip(sq, 0.0))
+    # The covariance term tr Σ₁ + tr Σ₂ − 2 tr (Σ₁^{1/2} Σ₂ Σ₁^{1/2})^{1/2} equals
+    # min_U ‖Σ₁^{1/2} − U Σ₂^{1/2}‖_F² over orthogonal U, attained at the polar factor
+    # U = Q Pᵀ of Σ₂^{1/2} Σ₁^{1/2} = P S Qᵀ. As a sum of squares it has no cancellation: the
+    # trace form loses every digit of two close covariances of large scale (float32 rounding of
+    # traces of size tr Σ leaves an error of order sqrt(eps tr Σ) in W2).
+    root1, root2 = _sqrtm(cov1), _sqrtm(cov2)
+    p, _, qt = jnp.linalg.svd(root2 @ root1, full_matrices=False)
+    polar = jnp.swapaxes(qt, -1, -2) @ jnp.swapaxes(p, -1, -2)
+    diff = root1 - polar @ root2
+    sq = jnp.sum((mean1 - mean2) ** 2, axis=-1) + jnp.sum(diff**2, axis=(-2, -1))
+    return jnp.sqrt(sq)
 
 
 def empirical_moments(samples: Array, axis: int = 0, ddof: int = 1) -> tuple[Array, Array]:
@@ -161,10 +176,39 @@ def consensus_error(positions: Array) -> Array:
     return _consensus_error(as_array(positions))
 
 
+def ensemble_consensus_error(positions: Array) -> Array:
+    """The consensus error of an ensemble of chains: the root mean over chains of the squared
+    :func:`consensus_error`, ``sqrt(mean_c mean_i ‖x_ci − x̄_c‖²)``.
+
+    The Monte Carlo estimate of ``‖x̃‖_{L₂} / √N``, the quantity the paper's consensus bounds
+    concern (``‖X‖_{L₂} = (E‖X‖²)^{1/2}``, ``x̃`` the stacked deviations from the average). It
+    is the one aggregate over chains that dgsgld reports (streamed metrics, the figures); the
+    mean over chains of :func:`consensus_error` is smaller (Jensen's inequality).
+
+    Args:
+        positions: ``(C, ..., N, d)``, chains first.
+
+    Returns:
+        ``(...)``.
+    """
+    _validation.check_samples(positions, name="positions", min_ndim=3, layout="(C, ..., N, d)")
+    return _ensemble_consensus_error(as_array(positions))
+
+
+def _squared_consensus(positions):
+    """``(..., N, d) -> (...)``: ``mean_i ‖x_i − x̄‖²``."""
+    centred = positions - jnp.mean(positions, axis=-2, keepdims=True)
+    return jnp.mean(jnp.sum(centred**2, axis=-1), axis=-1)
+
+
 @jax.jit
 def _consensus_error(positions):
-    centred = positions - jnp.mean(positions, axis=-2, keepdims=True)
-    return jnp.sqrt(jnp.mean(jnp.sum(centred**2, axis=-1), axis=-1))
+    return jnp.sqrt(_squared_consensus(positions))
+
+
+@jax.jit
+def _ensemble_consensus_error(positions):
+    return jnp.sqrt(jnp.mean(_squared_consensus(positions), axis=0))
 
 
 def accuracy(predicted: Array, labels: Array) -> Array:

@@ -13,9 +13,13 @@ mini-batch ``S`` of ``b`` local data inside the compiled loop and returns the un
 Mini-batches without replacement are uniform over the ``C(n_i, b)`` subsets. When these are few
 (``_MAX_SUBSET_ENTRIES``), they are tabulated once and a step draws one 32-bit word per agent,
 ``subset = word mod C(n_i, b)``: a paper-size step (4000 agent-chains, n = 5, b = 3) then costs
-3x less than ranking n uniforms with ``top_k``. Otherwise the subset is the ``b`` smallest of
-``n_i`` uniforms. With replacement each index is ``word mod n_i``. (``mod`` favours some values
-by at most ``count / 2**32`` relative probability, far below Monte Carlo error.)
+3x less than ranking n uniforms with ``top_k``. Otherwise, when ``b`` is at most
+``_REJECTION_MAX_FRACTION`` of the smallest local data size, ``b`` indices are drawn with
+replacement and the repeats redrawn until all are distinct (:func:`distinct_batch`): per round
+``b^2`` fused compares for ``b <= 64``, a sort above, and in most steps one round, whatever
+``n_i``. Else (``b`` close to ``n_i``, where ``O(n_i) = O(b)``) the subset is the ``b`` smallest
+of ``n_i`` uniforms. With replacement each index is ``word mod n_i``. (``mod`` favours some
+values by at most ``count / 2**32`` relative probability, far below Monte Carlo error.)
 """
 
 import itertools
@@ -28,12 +32,75 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _params, _validation
+from ._vmap import any_in_batch
 from ._types import Array, PRNGKey, PyTree
 
-__all__ = ["Potential", "pad_agent_data"]
+__all__ = ["Potential", "distinct_batch", "first_occurrences", "pad_agent_data",
+           "stack_potentials"]
 
 #: Largest table of mini-batch subsets (entries N * max_i C(n_i, b) * b) kept on a Potential.
 _MAX_SUBSET_ENTRIES = 2**18
+
+#: Largest ``b / min_i n_i`` drawn by rejection of repeats; above it, the b smallest of n_i
+#: uniforms (a round keeps each redrawn index with probability >= 1 - fraction).
+_REJECTION_MAX_FRACTION = 0.5
+
+
+#: Largest ``b`` whose repeats are found by comparing all pairs (one fused ``b x b`` compare);
+#: larger batches sort ``(value, slot)`` pairs.
+_COMPARE_MAX = 64
+
+
+def first_occurrences(idx: Array) -> Array:
+    """``(b,)`` booleans: slot ``s`` holds the first (lowest-slot) copy of its value in ``idx``.
+
+    Which slots count as repeats depends only on which values are equal, never on the values.
+    All pairs compared for ``b <= _COMPARE_MAX`` (faster on CPU than a sort of that size), else
+    one sort of ``(value, slot)`` pairs, ``O(b log b)``.
+    """
+    b = idx.shape[0]
+    slots = jnp.arange(b, dtype=jnp.int32)
+    if b <= _COMPARE_MAX:
+        earlier = (idx[:, None] == idx[None, :]) & (slots[None, :] < slots[:, None])
+        return ~jnp.any(earlier, axis=1)
+    values, order = jax.lax.sort((idx, slots), num_keys=2)
+    first = jnp.concatenate([jnp.ones((1,), bool), values[1:] != values[:-1]])
+    return jnp.zeros((b,), bool).at[order].set(first, unique_indices=True)
+
+
+def distinct_batch(key: PRNGKey, count: Array, b: int) -> Array:
+    """``(b,)`` distinct indices, a uniform ``b``-subset of ``0, ..., count - 1``.
+
+    Draw ``b`` indices uniformly with replacement, then redraw every repeat (all but the first
+    copy of a value) until none is left. Why the subset is uniform: relabelling the ``count``
+    data by any permutation maps each run of the loop to a run of the same probability (the
+    draws are uniform, and which slots are redrawn depends only on which draws are equal, never
+    on their values), so the law of the final subset is invariant under every permutation, and
+    the only such law on ``b``-subsets is the uniform one. Each round costs
+    :func:`first_occurrences`; when ``b <= count / 2`` a redrawn slot lands on a new index with
+    probability at least ``1/2``, so the rounds are few (the first draw has about
+    ``b^2 / (2 count)`` repeats). Under ``vmap`` the loop is entered only when some member of
+    the batch has a repeat, and runs until none has. ``1 <= b <= count`` is the caller's check.
+    """
+    width = count.astype(jnp.uint32)
+    draw = lambda r: (jax.random.bits(jax.random.fold_in(key, r), (b,)) % width  # noqa: E731
+                      ).astype(jnp.int32)
+    idx = draw(0)
+
+    def redraw(carry):
+        idx, keep, r = carry
+        idx = jnp.where(keep, idx, draw(r))
+        return idx, first_occurrences(idx), r + 1
+
+    def finish(carry):
+        return jax.lax.while_loop(lambda c: ~jnp.all(c[1]), redraw, carry)
+
+    carry = (idx, first_occurrences(idx), jnp.int32(1))
+    return jax.lax.cond(any_in_batch(~jnp.all(carry[1])), finish, lambda c: c, carry)[0]
+
+
+def _draws_by_rejection(batch_size: int | None, smallest: int) -> bool:
+    return batch_size is not None and batch_size <= _REJECTION_MAX_FRACTION * smallest
 
 
 def _subset_table(counts: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -110,8 +177,12 @@ class Potential(eqx.Module):
         gradient_fn: optional oracle ``(params, agent_data, key) -> grad`` of ``f_i`` for models
             that do not factor per datum; ``agent_data`` is the agent's slice of ``data``.
 
-    Derived fields: ``subsets`` ``(N, M, b)`` and ``num_subsets`` ``(N,)``, the table of every
-    agent's mini-batch subsets when it is small (see the module docstring), else ``None``.
+    Derived fields: ``counts`` ``(N,)``, the agents' data counts (``None`` without a mask: all
+    ``local_size``), kept so that a step never sums the mask; ``by_rejection``, whether
+    mini-batches without replacement redraw repeats (``b`` at most
+    ``_REJECTION_MAX_FRACTION`` of the smallest count; see the module docstring);
+    ``subsets`` ``(N, M, b)`` and ``num_subsets`` ``(N,)``, the table of every agent's mini-batch
+    subsets when it is small (see the module docstring), else ``None``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -124,6 +195,7 @@ class Potential(eqx.Module):
 
     data: PyTree
     mask: Array | None
+    counts: Array | None
     subsets: Array | None
     num_subsets: Array | None
     log_likelihood: Callable | None = eqx.field(static=True)
@@ -133,6 +205,7 @@ class Potential(eqx.Module):
     gradient_fn: Callable | None = eqx.field(static=True)
     num_agents: int = eqx.field(static=True)
     local_size: int = eqx.field(static=True)
+    by_rejection: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -185,6 +258,10 @@ class Potential(eqx.Module):
                     f"`mask` must have shape (num_agents, local_size) = "
                     f"{(num_agents, local_size)}; got {mask_np.shape}."
                 )
+            if mask_np.dtype != bool and not np.isin(mask_np, (0, 1)).all():
+                at = tuple(int(i) for i in np.argwhere(~np.isin(mask_np, (0, 1)))[0])
+                raise ValueError(f"`mask` must be boolean (or 0/1); got {mask_np[at].item()!r} at "
+                                 f"index {at}.")
             mask_np = mask_np.astype(bool)
             counts = mask_np.sum(axis=1)
             prefix = np.arange(local_size)[None, :] < counts[:, None]
@@ -208,6 +285,7 @@ class Potential(eqx.Module):
             batch_size = int(batch_size)
         self.data = jax.tree.map(jnp.asarray, data)
         self.mask = mask
+        self.counts = None if mask is None else jnp.asarray(counts, jnp.int32)
         self.subsets = self.num_subsets = None
         if batch_size is not None and not replace and gradient_fn is None:
             table = _subset_table(counts, batch_size)
@@ -220,16 +298,31 @@ class Potential(eqx.Module):
         self.gradient_fn = gradient_fn
         self.num_agents = int(num_agents)
         self.local_size = int(local_size)
+        self.by_rejection = _draws_by_rejection(batch_size, smallest)
+
+    @classmethod
+    def from_numpyro(cls, model: Callable, data: PyTree, batch_size: int | None = None, *,
+                     mask: Array | None = None, replace: bool = False,
+                     model_kwargs: dict | None = None, plate: str | None = None) -> "Potential":
+        """The potential of a numpyro model on its unconstrained space: observed sites in a
+        plate over ``data`` (a dict of the model's data arguments, leaves ``(N, n_local,
+        ...)``), latent sites outside it. See :func:`dgsgld.ppl.from_numpyro`, and
+        :func:`dgsgld.ppl.constrain` for the draws."""
+        from .ppl import from_numpyro  # lazy: numpyro is an optional dependency
+
+        return from_numpyro(model, data, batch_size, mask=mask, replace=replace,
+                            model_kwargs=model_kwargs, plate=plate)
 
     # -- one agent -------------------------------------------------------------------------
 
-    def _counts_weights(self, mask: Array | None, num_rows: int, dtype) -> tuple[Array, Array]:
-        """``(counts (R,), weights (R, n_local))`` of ``R = num_rows`` agents from their rows
-        of the mask (``None``: every datum is real): the data counts and the 0/1 weights."""
-        if mask is None:
-            return (jnp.full((num_rows,), self.local_size),
+    def _counts_weights(self, num_rows: int, dtype) -> tuple[Array, Array]:
+        """``(counts (R,), weights (R, n_local))`` of this potential's ``R = num_rows`` agents
+        (the rows it holds): the data counts and the 0/1 weights of the mask (none: every datum
+        is real). The counts are stored, not summed: mini-batch steps stay ``O(b)``."""
+        if self.mask is None:
+            return (jnp.full((num_rows,), self.local_size, jnp.int32),
                     jnp.ones((num_rows, self.local_size), dtype))
-        return mask.sum(axis=1), mask.astype(dtype)
+        return self.counts, self.mask.astype(dtype)
 
     def _prior_term(self, params: PyTree) -> Array:
         if self.log_prior is None:
@@ -250,7 +343,9 @@ class Potential(eqx.Module):
         b = self.batch_size
         if self.replace:
             return (jax.random.bits(key, (b,)) % count.astype(jnp.uint32)).astype(jnp.int32)
-        # Without replacement: the b smallest of i.i.d. uniforms over the valid entries.
+        if self.by_rejection:
+            return distinct_batch(key, count, b)
+        # b close to n_i: the b smallest of i.i.d. uniforms over the valid entries, O(n_i).
         u = jax.random.uniform(key, (self.local_size,))
         u = jnp.where(jnp.arange(self.local_size) < count, u, 2.0)
         return jax.lax.top_k(-u, b)[1]
@@ -279,6 +374,16 @@ class Potential(eqx.Module):
         pick = jax.random.bits(key, (self.num_agents,)) % self.num_subsets
         rows = jnp.take_along_axis(self.subsets, pick[:, None, None].astype(jnp.int32), axis=1)
         return rows[:, 0]
+
+    def batch_indices(self, key: PRNGKey, first_row=0, num_rows: int | None = None) -> Array:
+        """``(R, b)`` indices of the mini-batches that ``grad(x, key)`` draws for agents
+        ``first_row, ..., first_row + R - 1`` (default all ``N``), whose rows ``mask`` holds."""
+        num_rows = self.num_agents if num_rows is None else num_rows
+        rows = lambda a: jax.lax.dynamic_slice_in_dim(a, first_row, num_rows)  # noqa: E731
+        if self.tabulated:
+            return rows(self.subset_indices(key))
+        counts, _ = self._counts_weights(num_rows, jnp.result_type(float))
+        return jax.vmap(self._batch)(rows(jax.random.split(key, self.num_agents)), counts)
 
     # -- all agents ------------------------------------------------------------------------
 
@@ -315,7 +420,7 @@ class Potential(eqx.Module):
         """
         pot, positions = self._on_arrays(positions, name="positions", agents=self.num_agents)
         dtype = jax.tree.leaves(positions)[0].dtype
-        counts, weights = self._counts_weights(self.mask, self.num_agents, dtype)
+        counts, weights = self._counts_weights(self.num_agents, dtype)
         return pot.grad_rows(positions, self.data, counts, weights, key)
 
     def grad_rows(self, positions: PyTree, data: PyTree, counts: Array, weights: Array,
@@ -335,10 +440,25 @@ class Potential(eqx.Module):
         else:
             keys = rows(jax.random.split(key, self.num_agents))
             grads = jax.vmap(self._agent_grad)(positions, data, counts, weights, keys)
-        if self.gradient_fn is not None or self.log_prior is None:
+        return grads if self.gradient_fn is not None else self._with_prior(grads, positions)
+
+    def _with_prior(self, grads: PyTree, positions: PyTree) -> PyTree:
+        if self.log_prior is None:
             return grads
         prior = jax.vmap(jax.grad(self._prior_term))(positions)
         return jax.tree.map(jnp.add, grads, prior)
+
+    def grad_on(self, positions: PyTree, indices: Array) -> PyTree:
+        """:meth:`grad` on given mini-batches: ``indices`` ``(N, b)`` from
+        :func:`dgsgld.gradients.batch_indices` (``key``) give ``grad(positions, key)``; one
+        draw then serves several points (SVRG's point and anchor). Needs ``log_likelihood``."""
+        # The rows this potential holds: all N, or a device's block (dgsgld.sharding).
+        pot, positions = self._on_arrays(positions, name="positions", agents=None)
+        dtype = jax.tree.leaves(positions)[0].dtype
+        counts, weights = self._counts_weights(indices.shape[0], dtype)
+        grads = jax.vmap(pot._agent_grad, (0, 0, 0, 0, None, 0))(
+            positions, self.data, counts, weights, None, indices)
+        return pot._with_prior(grads, positions)
 
     def full_grad(self, positions: PyTree) -> PyTree:
         """Exact full-batch gradients ``grad f_i(x_i)``: the array leaves of ``positions``
@@ -347,7 +467,7 @@ class Potential(eqx.Module):
             raise ValueError("`full_grad` needs `log_likelihood`; this potential has an oracle.")
         pot, positions = self._on_arrays(positions, name="positions", agents=self.num_agents)
         dtype = jax.tree.leaves(positions)[0].dtype
-        _, weights = self._counts_weights(self.mask, self.num_agents, dtype)
+        _, weights = self._counts_weights(self.num_agents, dtype)
         one = jax.grad(pot._local_value)
         return jax.vmap(one, in_axes=(0, 0, 0, None))(positions, self.data, weights, 1.0)
 
@@ -358,7 +478,7 @@ class Potential(eqx.Module):
             raise ValueError("`agent_values` needs `log_likelihood`; this potential has an oracle.")
         pot, positions = self._on_arrays(positions, name="positions", agents=self.num_agents)
         dtype = jax.tree.leaves(positions)[0].dtype
-        _, weights = self._counts_weights(self.mask, self.num_agents, dtype)
+        _, weights = self._counts_weights(self.num_agents, dtype)
         return jax.vmap(pot._local_value, in_axes=(0, 0, 0, None))(
             positions, self.data, weights, 1.0
         )
@@ -380,3 +500,20 @@ class Potential(eqx.Module):
         the array leaves of ``params``."""
         pot, stacked = self._stacked(params)
         return jax.tree.map(lambda g: jnp.sum(g, axis=0), pot.grad(stacked, key))
+
+
+def stack_potentials(potentials: Sequence[Potential]) -> Potential:
+    """One model's potentials on data of one padded shape (splits, simulated data sets),
+    stacked along a new leading axis of every array field, for ``vmap``.
+
+    A potential's mini-batch method without replacement is static and chosen from its smallest
+    agent (``by_rejection``), so splits may disagree; both draw uniform subsets, and the stack
+    ranks uniforms unless every split may redraw repeats (valid for any split's counts).
+    """
+    template = min(potentials, key=lambda p: p.by_rejection)
+    leaves = [jax.tree.leaves(p) for p in potentials]
+    if len({len(ls) for ls in leaves}) != 1:
+        raise ValueError("the splits' potentials hold different array fields (a mini-batch "
+                         "subset table for some splits only); they cannot be stacked.")
+    return jax.tree.structure(template).unflatten(
+        [jnp.stack(column) for column in zip(*leaves)])

@@ -19,6 +19,13 @@ the user's key in a hand-written loop.
 
 Mixing: anything with ``matrix_at(k) -> W⁽ᵏ⁾`` (:mod:`dgsgld._mixing`); arrays are wrapped in a
 :class:`MixingStack`.
+
+Every runner is this module's front end and loop: :func:`_prepare` (validation, resume state,
+static leaves, network checks, key, chain identity; on the host, once) and :func:`_loop` (the
+one compiled sampling loop, over a network application: :class:`Whole` here, a device's
+:class:`dgsgld.sharding.AgentBlock` inside ``shard_map``). Placements (``placement=``:
+:mod:`dgsgld.sharding`'s ``Chains``/``Agents``, :mod:`dgsgld.distributed`'s ``Processes``)
+say where the loop runs; :func:`dgsgld.checkpoint.sample_chunked` runs it chunk by chunk.
 """
 
 import warnings
@@ -30,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _params, _random, _tree, _validation
+from . import _divergence, _params, _random, _tree, _validation
 from ._mixing import MixingStack, abstract_matrix, as_mixing
 from . import progress as _progress
 from ._types import Array, PRNGKey, PyTree
@@ -95,6 +102,9 @@ def _check_output(output, num_steps: int) -> Output:
     burn_in = _validation.check_burn_in(output.burn_in, num_steps, thin, name="output.burn_in")
     _validation.check_callable(output.trace_fn, name="output.trace_fn")
     _validation.check_callable(output.ensemble_fn, name="output.ensemble_fn")
+    output = output._replace(**{
+        f: _ArrayResult(fn, f"output.{f}") for f in ("trace_fn", "ensemble_fn")
+        if (fn := getattr(output, f)) is not None and not isinstance(fn, _ArrayResult)})
     if output.positions is not None and not isinstance(output.positions, (bool, np.bool_)):
         raise ValueError(
             f"`output.positions` must be True, False or None; got {output.positions!r}."
@@ -102,12 +112,31 @@ def _check_output(output, num_steps: int) -> Output:
     return output._replace(thin=thin, burn_in=burn_in)
 
 
+class _ArrayResult(eqx.Module):
+    """``fn`` whose result is checked when traced to be a pytree of arrays (equal for equal
+    ``fn``, so wrapping does not recompile)."""
+
+    fn: Callable
+    name: str = eqx.field(static=True)
+
+    def __call__(self, *args):
+        out = self.fn(*args)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
+            if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool, int, float)):
+                where = jax.tree_util.keystr(path) or "the top level"
+                raise TypeError(f"`{self.name}` must return a pytree of arrays; got "
+                                f"{type(leaf).__name__} {leaf!r:.60} at {where}.")
+        return out
+
+
 class Divergence(NamedTuple):
-    """Where each chain first became non-finite.
+    """Where each chain first diverged: a position non-finite, or at least
+    ``divergence_threshold`` times ``max(1, largest |initial position|)`` of the chain
+    (:mod:`dgsgld._divergence`).
 
     Attributes:
-        iteration: ``(num_chains,)`` first iteration with a non-finite position, ``-1`` if none.
-        agent: ``(num_chains,)`` the first agent non-finite at that iteration (``0`` for the
+        iteration: ``(num_chains,)`` first iteration with a diverged position, ``-1`` if none.
+        agent: ``(num_chains,)`` the first agent diverged at that iteration (``0`` for the
             centralized sampler), ``-1`` if none.
     """
 
@@ -116,7 +145,7 @@ class Divergence(NamedTuple):
 
 
 class DivergenceError(FloatingPointError):
-    """Raised by :func:`sample` when a chain's positions become non-finite."""
+    """Raised by :func:`sample` when a chain diverges (see :class:`Divergence`)."""
 
 
 class Trace(NamedTuple):
@@ -142,7 +171,7 @@ class Trace(NamedTuple):
 
     @property
     def diverged(self) -> Array:
-        """``(num_chains,)`` boolean: chains whose positions became non-finite."""
+        """``(num_chains,)`` boolean: chains that diverged (see :class:`Divergence`)."""
         return self.divergence.iteration >= 0
 
 
@@ -296,6 +325,9 @@ def sample(
     chain_offset: int = 0,
     allow_disconnected: bool = False,
     connectivity_window: int | None = None,
+    divergence_threshold: float = _divergence.DEFAULT_THRESHOLD,
+    placement=None,
+    channel=None,
 ) -> Trace:
     """Run ``num_chains`` independent chains of a sampler for ``num_steps`` iterations.
 
@@ -330,12 +362,16 @@ def sample(
         num_steps: iterations to run.
         output: what to keep (:class:`Output`: ``thin``, ``burn_in``, ``positions``,
             ``trace_fn``, ``ensemble_fn``); by default every iteration's positions.
-        on_divergence: what to do when a chain's positions become non-finite (checked at every
-            iteration inside the compiled loop): ``"raise"`` a :class:`DivergenceError` naming
-            the first iteration, chain and agent; ``"warn"``; or ``"flag"`` (only set
-            ``trace.divergence``); or ``"stop"``: flag, and once any chain diverges stop
-            computing further iterations (the remaining kept iterations repeat the frozen
-            state). Under ``jit``/``vmap``/``grad`` only the flag is set.
+        on_divergence: what to do when a chain diverges (checked at every iteration inside the
+            compiled loop; see ``divergence_threshold``): ``"raise"`` a
+            :class:`DivergenceError` naming the first iteration, chain and agent, and the cause
+            when it is a schedule leaving its range or the model; ``"warn"``; or ``"flag"``
+            (only set ``trace.divergence``); or ``"stop"``: flag, and once any chain diverges
+            stop computing further iterations (the remaining kept iterations repeat the frozen
+            state). Under the caller's ``jit``/``vmap``/``grad``, ``"raise"`` raises when the
+            computation runs (``equinox.error_if``: a runtime error without the iteration and
+            chain) and ``"warn"`` warns from a host callback; pass ``"flag"`` there to read
+            ``trace.divergence`` instead (e.g. a grid of step sizes under ``vmap``).
         progress: a progress bar reported from inside the compiled loop (see
             :mod:`dgsgld.progress`): ``False`` (default), ``True`` (about 100 reports, only when
             standard error is a terminal), ``"always"``, or a number of iterations between
@@ -348,18 +384,80 @@ def sample(
         connectivity_window: ``B``: require every ``B`` consecutive snapshots of a stack to be
             jointly connected (default: the whole period). For schedules generated on the fly,
             the number of first snapshots checked (default 100, or the period when shorter).
+        divergence_threshold: a chain has diverged when a coordinate of its position is
+            non-finite or reaches ``divergence_threshold`` times ``max(1, max |initial
+            position|)`` of the chain (the call's ``init``; :mod:`dgsgld._divergence`): an
+            unstable chain is caught while still finite. A number > 1; ``math.inf`` flags
+            non-finite positions only. Raise it for parameters that legitimately travel
+            further from their start.
+        placement: where the loop runs: ``None`` (the default device), or
+            :class:`dgsgld.sharding.Chains` (chains split over a mesh) or
+            :class:`dgsgld.sharding.Agents` (agents split over a mesh). The same draws for the
+            same key on every placement.
+        channel: how agents exchange their messages (:mod:`dgsgld.communication`): ``None``
+            (default: the sampler's own, exact mixing unless it was built with one) or a
+            :class:`dgsgld.communication.Channel` (compression, error feedback, local steps,
+            random rounds or links, event triggers, stragglers; byte counts in
+            ``trace.state.channel``; ``Channel.bytes_sent(trace.state)``). Not yet with
+            ``placement=Agents`` nor the push-sum samplers.
 
     Returns:
         A :class:`Trace`.
     """
-    if on_divergence not in ("raise", "warn", "flag", "stop"):
-        raise ValueError(
-            f"`on_divergence` must be 'raise', 'warn', 'flag' or 'stop'; got {on_divergence!r}."
-        )
+    _check_placement(placement)
+    prep = _prepare(algorithm, potential, mixing, init, key, num_steps, output=output,
+                    on_divergence=on_divergence, chain_offset=chain_offset,
+                    allow_disconnected=allow_disconnected,
+                    connectivity_window=connectivity_window,
+                    divergence_threshold=divergence_threshold, channel=channel,
+                    placement=placement)
+    return _finish(prep, _execute(prep, placement, progress))
+
+
+class Prepared(NamedTuple):
+    """A run after the front end (host, once): what every placement executes.
+
+    Attributes:
+        algorithm, potential: validated; the potential's functions see the full parameters
+            while it works on ``positions``' array leaves (``static`` holds the rest).
+        stack: the checked network (``matrix_at``), ``None`` for a centralized sampler.
+        state: a resume state (array leaves) or ``None``; ``positions``: the array leaves of
+            ``init`` (or of ``state.position``), leaves ``(num_chains, ...)``.
+        key: the run's key in :mod:`dgsgld._random`'s implementation.
+        num_chains, chain_offset, num_steps: chain identity and length.
+        output: the checked :class:`Output`, ``trace_fn``/``ensemble_fn`` seeing full parameters.
+        static: the non-array leaves of the parameters (``None``: all leaves are arrays).
+        on_divergence, divergence_threshold: as for :func:`sample`.
+    """
+
+    algorithm: SamplingAlgorithm
+    potential: Potential
+    stack: Any
+    state: Any
+    positions: PyTree
+    key: PRNGKey
+    num_chains: int
+    chain_offset: int
+    num_steps: int
+    output: Output
+    static: Any
+    on_divergence: str
+    divergence_threshold: float
+
+
+def _prepare(algorithm, potential, mixing, init, key, num_steps, *, output=Output(),
+             on_divergence="raise", chain_offset=0, allow_disconnected=False,
+             connectivity_window=None,
+             divergence_threshold=_divergence.DEFAULT_THRESHOLD, channel=None,
+             placement=None) -> Prepared:
+    """The front end of every runner: validate, split static leaves, check the network, key;
+    ``channel`` is installed in the algorithm (:func:`_with_channel`)."""
+    _check_on_divergence(on_divergence)
+    algorithm = _with_channel(algorithm, channel, placement)
     num_steps = _validation.check_positive_int(num_steps, name="num_steps")
+    threshold = _divergence.check_threshold(divergence_threshold)
     output = _check_output(output, num_steps)
-    thin, trace_fn, ensemble_fn = output.thin, output.trace_fn, output.ensemble_fn
-    show = _progress.wants_progress(progress)
+    trace_fn, ensemble_fn = output.trace_fn, output.ensemble_fn
     resume = _is_state(init)
     positions, static = _params.split_static(init.position if resume else init)
     if resume:
@@ -375,6 +473,9 @@ def sample(
                 "to dgsgld.checked_network, which ran the checks, not to sample."
             )
         mixing = mixing.mixing
+    from .networks.directed import network_for  # push-sum samplers take column-stochastic
+
+    mixing = network_for(algorithm, mixing)
     stack = as_mixing(mixing)
     num_chains = _check_inputs(
         algorithm, potential, stack, positions, key, num_steps, init if resume else None
@@ -387,43 +488,131 @@ def sample(
         checked = _check_network(network, init if resume else positions, allow_disconnected,
                                  connectivity_window)
         init, positions = (checked, positions) if resume else (init, checked)
-    key = _random.fast_key(key)
+    output = output._replace(trace_fn=trace_fn, ensemble_fn=ensemble_fn)
+    return Prepared(algorithm, potential, stack, init if resume else None, positions,
+                    _random.fast_key(key), num_chains, chain_offset, num_steps, output, static,
+                    on_divergence, threshold)
+
+
+def _with_channel(algorithm, channel, placement=None):
+    """``algorithm`` with ``channel`` as its ``channel`` field (``None``: unchanged), checked
+    against the sampler and the placement."""
+    from . import communication
+
+    if channel is not None:
+        communication.as_channel(channel)
+        if not algorithm.decentralized:
+            raise ValueError(
+                f"`channel` must be None for {type(algorithm).__name__} (centralized: it sends "
+                "no messages)."
+            )
+        if not hasattr(algorithm, "channel"):
+            raise ValueError(
+                f"`channel` is not supported yet by {type(algorithm).__name__} (push-sum "
+                "messages): its positions are the ratios x = u / v of masses and weights mixed "
+                "by the same column-stochastic matrix, and a channel changes how the masses "
+                "are mixed (compressed messages, error feedback's u + γ(W - I)û, no mixing off "
+                "the `every` steps) but not the weights, so u / v would no longer be push-sum's "
+                "ratio; pass channel=None."
+            )
+        if algorithm.channel is not None and algorithm.channel != channel:
+            raise ValueError(
+                f"`channel` differs from the channel {type(algorithm).__name__} was built with; "
+                "give it in one place."
+            )
+        algorithm = eqx.tree_at(lambda a: a.channel, algorithm, channel,
+                                is_leaf=lambda x: x is None)
+    from .sharding import Agents
+
+    if getattr(algorithm, "channel", None) is not None and isinstance(placement, Agents):
+        raise ValueError(
+            "`channel` is not supported yet with placement=Agents (compressed messages "
+            "between agent blocks); use placement=None or Chains(mesh)."
+        )
+    return algorithm
+
+
+def _check_on_divergence(on_divergence: str) -> str:
+    if on_divergence not in ("raise", "warn", "flag", "stop"):
+        raise ValueError(
+            f"`on_divergence` must be 'raise', 'warn', 'flag' or 'stop'; got {on_divergence!r}."
+        )
+    return on_divergence
+
+
+def _check_placement(placement) -> None:
+    if placement is not None and not callable(getattr(placement, "execute", None)):
+        raise ValueError(
+            "`placement` must be None (one device) or a placement such as "
+            "dgsgld.sharding.Chains(mesh) or dgsgld.sharding.Agents(mesh); "
+            f"got {type(placement).__name__}."
+        )
+
+
+def _execute(prep: Prepared, placement=None, progress: bool | int | str = False) -> Trace:
+    """Run the compiled loop on ``placement`` (``None``: one device); the trace as the loop
+    leaves it (array leaves only, burn-in kept, divergence flagged, not reported)."""
     # The bar is reached through an int32 token (a traced argument), so that turning progress
     # on does not recompile for every call; only the report spacing is static.
     every, token, bar = 0, np.int32(0), None   # NumPy: no eager program to make it
-    if show:
-        every = _progress.report_every(progress, num_steps, thin)
-        bar = _progress.ProgressBar(num_steps)
+    if _progress.wants_progress(progress):
+        every = _progress.report_every(progress, prep.num_steps, prep.output.thin)
+        bar = _progress.ProgressBar(prep.num_steps)
         token = _progress.register(bar)
     try:
-        trace = _run(
-            algorithm, potential, stack, init if resume else None, positions, key,
-            num_chains, num_steps, thin, trace_fn, ensemble_fn, output.stores_positions,
-            on_divergence == "stop", every, token, _chains_last(),
-            chain_offset=np.int32(chain_offset),
-        )
+        if placement is None:
+            return _execute_here(prep, every, token)
+        return placement.execute(prep, every, token)
     finally:
         if bar is not None:
             _progress.unregister(token)
-            bar.update_to(num_steps)
+            bar.update_to(prep.num_steps)
             bar.close()
-    if on_divergence in ("raise", "warn") and _validation.is_concrete(trace.divergence.iteration):
-        cause = _divergence_cause(trace, potential, key, algorithm.decentralized, num_steps, thin)
-        _report_divergence(trace.divergence, on_divergence, cause)
-    return _with_static(_drop_burn_in(trace, output.burn_in // thin), static)
 
 
-def _report_divergence(divergence: Divergence, how: str, cause: str | None = None) -> None:
-    iteration = np.asarray(divergence.iteration)
+def _execute_here(prep: Prepared, every: int = 0, token=np.int32(0)) -> Trace:
+    """The loop on the devices its inputs are on (one, or chains sharded by the compiler)."""
+    out = prep.output
+    return _run(prep.algorithm, prep.potential, prep.stack, prep.state, prep.positions,
+                prep.key, prep.num_chains, prep.num_steps, out.thin, out.trace_fn,
+                out.ensemble_fn, out.stores_positions, prep.on_divergence == "stop", every,
+                token, _chains_last(), chain_offset=np.int32(prep.chain_offset),
+                divergence_threshold=np.float32(prep.divergence_threshold))
+
+
+def _finish(prep: Prepared, trace: Trace) -> Trace:
+    """Report divergence as asked, drop the burn-in, give positions their static leaves."""
+    how, threshold = prep.on_divergence, prep.divergence_threshold
+    if how in ("raise", "warn") and _validation.is_concrete(trace.divergence.iteration):
+        iteration = np.asarray(trace.divergence.iteration)
+        cause = None
+        if (iteration >= 0).any():  # a schedule out of range first, then the model
+            start = int(np.asarray(trace.state.count).reshape(-1)[0]) - prep.num_steps
+            first = int(iteration[iteration >= 0].min())
+            cause = (_divergence.schedule_cause(prep.algorithm, start, first)
+                     or _divergence_cause(trace, prep.potential, prep.key,
+                                          prep.algorithm.decentralized, prep.num_steps,
+                                          prep.output.thin))
+        _report_divergence(trace.divergence, how, cause, threshold)
+    elif how in ("raise", "warn"):  # traced by the caller's jit/vmap/grad
+        trace = _divergence_under_trace(trace, how, threshold)
+    return _with_static(_drop_burn_in(trace, prep.output.burn_in // prep.output.thin),
+                        prep.static)
+
+
+def _report_divergence(divergence: Divergence, how: str, cause: str | None = None,
+                       threshold: float = _divergence.DEFAULT_THRESHOLD) -> None:
+    iteration = np.asarray(divergence.iteration).reshape(-1)
     bad = np.flatnonzero(iteration >= 0)
     if bad.size == 0:
         return
     first = bad[np.argmin(iteration[bad])]
     message = (
-        f"{bad.size} of {iteration.size} chains diverged (non-finite positions); the first at "
-        f"iteration {int(iteration[first])}, chain {int(first)}, agent "
-        f"{int(np.asarray(divergence.agent)[first])}. "
-        + ("Reduce the step size" if cause is None else cause)
+        f"{bad.size} of {iteration.size} chains diverged ({_divergence.describe(threshold)}); "
+        f"the first at iteration {int(iteration[first])}, chain {int(first)}, agent "
+        f"{int(np.asarray(divergence.agent).reshape(-1)[first])}. "
+        + ("Reduce the step size (or raise `divergence_threshold` if the chains legitimately "
+           "travel that far)" if cause is None else cause)
         + ", or pass on_divergence='flag' to get the trace back with `trace.divergence` set."
     )
     if how == "raise":
@@ -431,17 +620,22 @@ def _report_divergence(divergence: Divergence, how: str, cause: str | None = Non
     warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def _first_bad_agent(position: PyTree, decentralized: bool) -> tuple[Array, Array]:
-    """``(any non-finite, first non-finite agent)`` for one chain's position."""
-    if decentralized:
-        per_agent = [
-            ~jnp.all(jnp.isfinite(leaf.reshape(leaf.shape[0], -1)), axis=1)
-            for leaf in jax.tree.leaves(position)
-        ]
-        bad = jnp.any(jnp.stack(per_agent), axis=0)
-        return jnp.any(bad), jnp.argmax(bad).astype(jnp.int32)
-    bad = jnp.any(jnp.stack([~jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(position)]))
-    return bad, jnp.zeros((), jnp.int32)
+def _divergence_under_trace(trace: Trace, how: str, threshold: float) -> Trace:
+    """``trace`` with the divergence report attached for a run traced by the caller
+    (``jit``/``vmap``/``grad``): ``"raise"`` by ``equinox.error_if`` (raises when the
+    computation runs, as the traced network checks do), ``"warn"`` from a host callback."""
+    diverged = jnp.any(trace.divergence.iteration >= 0)
+    if how == "warn":
+        jax.debug.callback(lambda it, ag: _report_divergence(Divergence(it, ag), "warn",
+                                                             threshold=threshold),
+                           trace.divergence.iteration, trace.divergence.agent)
+        return trace
+    return eqx.error_if(
+        trace, diverged,
+        f"dgsgld.sample: chains diverged ({_divergence.describe(threshold)}) inside the "
+        "caller's jit/vmap/grad, with on_divergence='raise'. Reduce the step size; for the "
+        "iteration, chain and agent call sample outside jit, or pass on_divergence='flag' and "
+        "read `trace.divergence` (e.g. for a grid of step sizes under vmap).")
 
 
 def _chains_last() -> bool:
@@ -478,20 +672,55 @@ def _move_chains(tree, axes, inward: bool):
     return jax.tree.map(one, tree, axes)
 
 
-@eqx.filter_jit
-def _run(algorithm, potential, mixing, state, positions, key, num_chains, num_steps, thin,
-         trace_fn, ensemble_fn, store_positions, stop_on_divergence, progress_every=0,
-         progress_token=None, chains_last=False, chain_offset=0):
+class Whole(eqx.Module):
+    """The network as one device's loop sees it: every agent's rows (see
+    :class:`dgsgld.sharding.AgentBlock` for a device's block of them).
+
+    What :func:`_loop` asks of a network application: ``potential`` (what ``step``
+    differentiates), ``matrix_at(k)`` (its mixing operand), ``noise`` (its rows of the
+    network's noise), ``first`` (its first agent), ``gather`` (states with every agent, for
+    ``trace_fn``/``ensemble_fn``), ``any`` (over the network) and ``divergence`` (combined
+    over the network).
+    """
+
+    potential: Potential
+    mixing: Any
+    first: int = eqx.field(default=0, static=True)
+
+    def matrix_at(self, k):
+        return None if self.mixing is None else self.mixing.matrix_at(k)
+
+    def noise(self, algorithm, key, position):
+        return algorithm.noise(key, position)
+
+    def gather(self, states):
+        return states
+
+    def any(self, flag):
+        return flag
+
+    def max(self, value):
+        return value
+
+    def divergence(self, div: Divergence) -> Divergence:
+        return div
+
+
+def _loop(algorithm, app, state, positions, key, num_chains, num_steps, thin, trace_fn,
+          ensemble_fn, store_positions, stop_on_divergence, progress_every, progress_token,
+          chains_last, chain_offset, divergence_threshold) -> Trace:
+    """The sampling loop of every runner (traced inside its ``jit``, or ``shard_map``).
+
+    Chain ``c`` draws from ``fold_in(key, chain_offset + c)``; ``lax.scan`` over kept
+    iterations, each a ``scan`` of ``thin`` steps of the ``vmap``-ed ``algorithm.step`` on
+    ``app`` (:class:`Whole`'s protocol). ``state``: a resume state or ``None`` (then
+    ``algorithm.init`` of ``positions``). Returns a :class:`Trace` (burn-in kept).
+    """
     split = jax.vmap(jax.random.split)(chain_keys(key, num_chains, chain_offset))
     init_keys, run_keys = split[:, 0], split[:, 1]
     if state is None:
-        state = jax.vmap(algorithm.init, (0, None, 0))(positions, potential, init_keys)
-    # Sparse snapshots gather along the agent axis: their loop keeps chains first, unless the
-    # format says its product keeps chains last like the dense one (``chains_last``).
-    w0 = None if mixing is None else abstract_matrix(mixing)
-    dense = (mixing is None or isinstance(w0, jax.ShapeDtypeStruct)
-             or getattr(w0, "chains_last", False))
-    axes = _chain_axes(state, num_chains, chains_last and dense)
+        state = jax.vmap(algorithm.init, (0, None, 0))(positions, app.potential, init_keys)
+    axes = _chain_axes(state, num_chains, chains_last)
     # The barrier keeps XLA from folding this transpose into the layout of the product that
     # made the state (XLA:CPU's small-dot emitter aborts on such layouts, e.g. 3 chains, d = 2).
     state = _move_chains(jax.lax.optimization_barrier(state), axes, inward=True)
@@ -500,22 +729,26 @@ def _run(algorithm, potential, mixing, state, positions, key, num_chains, num_st
     # with the chain axis first get it flat, and the step updates them in that shape: XLA:CPU
     # then fuses the draw and the update into one loop over a long axis, not the short last one.
     flat = jax.tree.map(lambda axis: axis == 0, axes.position)
-    noise = jax.vmap(lambda k, p: _tree.flatten_where(algorithm.noise(k, p), flat),
-                     (0, axes.position), axes.position)
+    noise = jax.vmap(
+        lambda k, p: _tree.flatten_where(app.noise(algorithm, k, p), flat),
+        (0, axes.position), axes.position)
     step = jax.vmap(algorithm.step, (0, axes, None, None, axes.position), (axes, 0))
-    check = jax.vmap(lambda p: _first_bad_agent(p, algorithm.decentralized), (axes.position,))
+    # Each chain's scale max(1, max |x⁽⁰⁾|), over all its agents.
+    scale = app.max(jax.vmap(_divergence.reference, (axes.position,))(state.position))  # (C,)
+    check = jax.vmap(lambda p, r: _divergence.first_bad_agent(
+        p, r, divergence_threshold, algorithm.decentralized), (axes.position, 0))
 
     def one_step(carry, _):
         states, div = carry
         k = states.count[0]
         keys = jax.vmap(jax.random.fold_in, (0, None))(run_keys, k)
-        w = None if mixing is None else mixing.matrix_at(k)
-        states, _ = step(keys, states, potential, w, noise(keys, states.position))
-        bad, agent = check(states.position)
+        states, _ = step(keys, states, app.potential, app.matrix_at(k),
+                         noise(keys, states.position))
+        bad, agent = check(states.position, scale)
         new = bad & (div.iteration < 0)
         div = Divergence(
             jnp.where(new, k + 1, div.iteration).astype(jnp.int32),
-            jnp.where(new, agent, div.agent).astype(jnp.int32),
+            jnp.where(new, app.first + agent, div.agent).astype(jnp.int32),
         )
         return (states, div), None
 
@@ -525,13 +758,15 @@ def _run(algorithm, potential, mixing, state, positions, key, num_chains, num_st
     def record(states):
         return (
             states.position if store_positions else None,
-            None if trace_fn is None else jax.vmap(trace_fn, (axes,))(states),
-            None if ensemble_fn is None else ensemble_fn(_move_chains(states, axes, False)),
+            None if trace_fn is None else jax.vmap(trace_fn, (axes,))(app.gather(states)),
+            None if ensemble_fn is None
+            else ensemble_fn(app.gather(_move_chains(states, axes, False))),
         )
 
     def outer(carry, done):
         if stop_on_divergence:
-            carry = jax.lax.cond(jnp.any(carry[1].iteration >= 0), lambda c: c, run_thin, carry)
+            stopped = app.any(jnp.any(carry[1].iteration >= 0))
+            carry = jax.lax.cond(stopped, lambda c: c, run_thin, carry)
         else:
             carry = run_thin(carry)
         if progress_every:
@@ -551,7 +786,24 @@ def _run(algorithm, potential, mixing, state, positions, key, num_chains, num_st
         )
     values = jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), values)
     final = _move_chains(final, axes, inward=False)
-    return Trace(positions, values, ensemble, final, div)
+    return Trace(positions, values, ensemble, final, app.divergence(div))
+
+
+@eqx.filter_jit
+def _run(algorithm, potential, mixing, state, positions, key, num_chains, num_steps, thin,
+         trace_fn, ensemble_fn, store_positions, stop_on_divergence, progress_every=0,
+         progress_token=None, chains_last=False, chain_offset=0,
+         divergence_threshold=_divergence.DEFAULT_THRESHOLD):
+    """:func:`_loop` over :class:`Whole` (compiled once per configuration and shapes)."""
+    # Sparse snapshots gather along the agent axis: their loop keeps chains first, unless the
+    # format says its product keeps chains last like the dense one (``chains_last``).
+    w0 = None if mixing is None else abstract_matrix(mixing)
+    dense = (mixing is None or isinstance(w0, jax.ShapeDtypeStruct)
+             or getattr(w0, "chains_last", False))
+    return _loop(algorithm, Whole(potential, mixing), state, positions, key, num_chains,
+                 num_steps, thin, trace_fn, ensemble_fn, store_positions, stop_on_divergence,
+                 progress_every, progress_token, chains_last and dense, chain_offset,
+                 divergence_threshold)
 
 
 def num_kept(num_steps: int, thin: int = 1) -> int:
@@ -633,7 +885,9 @@ def checked_network(mixing, *, allow_disconnected: bool = False,
     which puts host callbacks in the program, and JAX's persistent compilation cache stores no
     program with host callbacks. Check a concrete network here and pass the result through
     the ``jit`` instead: the program then carries no check, is cached across processes, and is
-    reused in-process for every network of the same shapes (e.g. one per seed).
+    reused in-process for every network of the same shapes (e.g. one per seed). Pass
+    ``on_divergence="flag"`` (or ``"stop"``) to :func:`sample` there too: the default
+    ``"raise"`` checks for divergence inside a traced call by a host callback as well.
 
     Args:
         mixing: as for :func:`sample`; concrete (not traced).
@@ -673,6 +927,8 @@ def _check_network(stack, target, allow_disconnected: bool, window):
         _validation.check_positive_int(window, name="connectivity_window")
     schedule = hasattr(stack, "matrix_at")
     if _validation.is_concrete_tree(stack):
+        if schedule:  # a dense stack was checked by MixingStack; the other forms here
+            net.check_values(stack, window, name="mixing")
         if not allow_disconnected:
             try:
                 net.check_joint_connectivity(stack, window, name="mixing")
@@ -684,8 +940,9 @@ def _check_network(stack, target, allow_disconnected: bool, window):
                     + ("." if schedule else ", or check a window with connectivity_window=B.")
                 ) from None
         return target
-    if not schedule:
-        target = _validation.mixing_error_if(target, stack, name="mixing")
+    if not schedule or hasattr(stack, "snapshots"):  # a sparse schedule: its dense stack
+        dense = stack.todense() if schedule else stack
+        target = _validation.mixing_error_if(target, dense, name="mixing")
     if allow_disconnected:
         return target
     if schedule:
@@ -737,7 +994,9 @@ def _divergence_cause(trace: Trace, potential: Potential, key, decentralized: bo
     """
     iteration = np.asarray(trace.divergence.iteration)
     bad = np.flatnonzero(iteration >= 0)
-    if bad.size == 0 or trace.positions is None:
+    if bad.size == 0 or trace.positions is None or not all(
+            getattr(leaf, "is_fully_addressable", True)
+            for leaf in jax.tree.leaves(trace.positions)):  # split over processes
         return None
     c = int(bad[np.argmin(iteration[bad])])
     chain = [np.asarray(leaf[c]) for leaf in jax.tree.leaves(trace.positions)]

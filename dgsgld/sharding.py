@@ -33,6 +33,7 @@ processes each process runs its own block of chains (``dgsgld.distributed.chain_
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -42,18 +43,15 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import equinox as eqx
 import numpy as np
 
-from . import _params, _random, _validation, sparse
+from . import _validation, sparse
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
-from ._mixing import MixingStack, abstract_matrix, as_mixing
-from .run import CheckedNetwork
-from .run import (Divergence, Output, Trace, _check_output, _first_bad_agent, _with_static,
-                  chain_keys, sample)
-from .samplers.base import SamplingAlgorithm
+from ._mixing import MixingStack
+from .run import Divergence, Prepared, Trace, _execute_here, _loop, chain_keys, sample
 
-__all__ = ["AgentRows", "ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "agent_mesh",
-           "chain_mesh", "exchange_plan", "place", "sample_agent_sharded", "sample_sharded",
-           "shard_chains"]
+__all__ = ["AgentBlock", "AgentRows", "Agents", "Chains", "ExchangePlan", "GatheredRows",
+           "HaloRows", "RowBlock", "agent_mesh", "chain_mesh", "exchange_plan", "place",
+           "sample_agent_sharded", "sample_sharded", "shard_chains"]
 
 
 def chain_mesh(num_devices: int | None = None, axis_name: str = "chains") -> Mesh:
@@ -109,32 +107,50 @@ def shard_chains(tree: Any, mesh: Mesh, axis_name: str | None = None) -> Any:
     return jax.tree.map(place, tree)
 
 
+def _replicate(tree: Any, mesh: Mesh) -> Any:
+    """Every array leaf of ``tree`` whole on every device of ``mesh``."""
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return jax.tree.map(lambda x: jax.device_put(x, replicated) if eqx.is_array(x) else x, tree)
+
+
+@dataclasses.dataclass(frozen=True)
+class Chains:
+    """Placement (``dgsgld.sample(..., placement=Chains(mesh))``): the chains split over one
+    axis of ``mesh``; the compiler partitions the loop along it and nothing is exchanged.
+
+    Attributes:
+        mesh: a mesh (default :func:`chain_mesh` over all devices); one process only (across
+            processes: :func:`dgsgld.distributed.sample_chains`).
+        axis_name: the mesh axis of the chains (default: the mesh's only axis).
+    """
+
+    mesh: Mesh | None = None
+    axis_name: str | None = None
+
+    def execute(self, prep: Prepared, every: int, token) -> Trace:
+        mesh = chain_mesh() if self.mesh is None else _auto(self.mesh)
+        axis = _axis(mesh, self.axis_name)
+        # A previous trace.state shards the same way: its iteration counter is one number per
+        # chain.
+        prep = prep._replace(
+            state=None if prep.state is None else shard_chains(prep.state, mesh, axis),
+            positions=shard_chains(prep.positions, mesh, axis),
+            potential=_replicate(prep.potential, mesh), stack=_replicate(prep.stack, mesh),
+            key=_replicate(prep.key, mesh))
+        return _execute_here(prep, every, token)
+
+
 def sample_sharded(algorithm, potential: Potential, mixing, init, key, num_steps: int, *,
                    mesh: Mesh | None = None, axis_name: str | None = None, **kwargs) -> Trace:
-    """:func:`dgsgld.sample` with the chains split across the devices of ``mesh``.
-
-    Args:
-        algorithm, potential, mixing, key, num_steps, **kwargs: as for :func:`dgsgld.sample`.
-        init: ``(num_chains, N, ...)`` positions or a previous ``trace.state``; the number of
-            chains must be a multiple of the number of devices. One process only (across
-            processes: :func:`dgsgld.distributed.chain_block`).
-        mesh: a one-axis mesh (default :func:`chain_mesh` over all devices).
-        axis_name: the mesh axis of the chains (default: the mesh's only axis).
+    """:func:`dgsgld.sample` with ``placement=Chains(mesh, axis_name)``: the chains split
+    across the devices of ``mesh`` (their number a multiple of the mesh axis' size).
 
     Returns:
         The :class:`~dgsgld.Trace` of :func:`dgsgld.sample`, its chain axes sharded over the mesh;
         equal to the single-device run for the same key up to rounding (module docstring).
     """
-    mesh = chain_mesh() if mesh is None else _auto(mesh)
-    axis = _axis(mesh, axis_name)
-    replicated = NamedSharding(mesh, PartitionSpec())
-    # A previous trace.state shards the same way: its iteration counter is one number per chain.
-    init = shard_chains(init, mesh, axis)
-    potential = jax.device_put(potential, replicated)
-    if mixing is not None:
-        mixing = jax.device_put(as_mixing(mixing), replicated)
-    key = jax.device_put(key, replicated)
-    return sample(algorithm, potential, mixing, init, key, num_steps, **kwargs)
+    return sample(algorithm, potential, mixing, init, key, num_steps,
+                  placement=Chains(mesh, axis_name), **kwargs)
 
 
 # ------------------------------------------------------------------------ agents across devices
@@ -167,16 +183,35 @@ class RowBlock(eqx.Module):
 
 
 class AgentRows(eqx.Module):
-    """``potential`` restricted to agents ``first, ..., first + R - 1`` whose data it holds:
-    ``grad`` gives those rows of ``potential.grad(all positions, key)`` (same draws)."""
+    """``potential`` restricted to agents ``first, ..., first + R - 1`` whose data (and mask)
+    it holds: ``grad`` gives those rows of ``potential.grad(all positions, key)`` (same draws),
+    ``full_grad`` and ``batch_indices`` those rows of the potential's; the gradient estimators
+    read the rest of the potential (``data``, ``mask``, the user's functions) through it."""
 
     potential: Potential
     first: Array
 
+    def __getattr__(self, name):
+        # Settings and the user's functions of the whole potential (`num_agents` is N);
+        # its `data` and `mask` hold this device's rows only.
+        if name.startswith("__") or name in ("potential", "first"):
+            raise AttributeError(name)
+        return getattr(self.potential, name)
+
     def grad(self, positions: PyTree, key: PRNGKey) -> PyTree:
         pot, leaf = self.potential, jax.tree.leaves(positions)[0]
-        counts, weights = pot._counts_weights(pot.mask, leaf.shape[0], leaf.dtype)
+        counts, weights = pot._counts_weights(leaf.shape[0], leaf.dtype)
         return pot.grad_rows(positions, pot.data, counts, weights, key, self.first)
+
+    def full_grad(self, positions: PyTree) -> PyTree:
+        pot, leaf = self.potential, jax.tree.leaves(positions)[0]
+        _, weights = pot._counts_weights(leaf.shape[0], leaf.dtype)
+        one = jax.grad(pot._local_value)
+        return jax.vmap(one, in_axes=(0, 0, 0, None))(positions, pot.data, weights, 1.0)
+
+    def batch_indices(self, key: PRNGKey) -> Array:
+        num_rows = jax.tree.leaves(self.potential.data)[0].shape[0]
+        return self.potential.batch_indices(key, self.first, num_rows)
 
 
 class GatheredRows(eqx.Module):
@@ -404,111 +439,83 @@ def _agent_specs(tree: PyTree, num_agents: int, axis: str, agent_axis: int) -> P
     return jax.tree.map(one, tree)
 
 
+@dataclasses.dataclass(frozen=True)
+class Agents:
+    """Placement (``dgsgld.sample(..., placement=Agents(mesh))``): a decentralized sampler's
+    ``N`` agents split in blocks of ``N / D`` over one axis of ``mesh`` (module docstring).
+
+    The loop of :func:`dgsgld.sample` runs inside ``jax.shard_map`` on an :class:`AgentBlock`:
+    each device holds and differentiates only its agents' data, and the mixing operand's
+    product is the only exchange per step. ``trace_fn``/``ensemble_fn`` see the whole network
+    (the state is gathered at kept iterations only); ``on_divergence="stop"`` adds one
+    reduction per kept iteration. The mesh may span processes (:mod:`dgsgld.distributed`).
+
+    Attributes:
+        mesh: a mesh (default :func:`agent_mesh` over all devices); ``N`` must be a multiple of
+            its axis' size.
+        axis_name: its axis (default: the only one).
+    """
+
+    mesh: Mesh | None = None
+    axis_name: str | None = None
+
+    def execute(self, prep: Prepared, every: int, token) -> Trace:
+        algorithm, potential = prep.algorithm, prep.potential
+        if not algorithm.decentralized:
+            raise ValueError(
+                f"placement=Agents splits the agents of a decentralized sampler; "
+                f"{type(algorithm).__name__} is centralized (no agent axis): use "
+                "placement=Chains(mesh) or None."
+            )
+        mesh = agent_mesh() if self.mesh is None else _auto(self.mesh)
+        axis = _axis(mesh, self.axis_name)
+        devices = mesh.shape[axis]
+        n = potential.num_agents
+        if n % devices:
+            raise ValueError(f"the number of agents ({n}) must be a multiple of the number of "
+                             f"devices on mesh axis {axis!r} ({devices}).")
+        stack = prep.stack
+        if isinstance(stack, MixingStack):  # dense: its rows are split over the devices
+            stack = stack.matrices
+        elif isinstance(stack, sparse.SparseSchedule):  # stored snapshots: a neighbour exchange
+            if not _validation.is_concrete_tree(stack):
+                raise ValueError("`mixing`: a sparse schedule's snapshots must be concrete (not "
+                                 "traced) to plan the neighbour exchange of placement=Agents.")
+            stack = exchange_plan(stack, devices)
+        key = prep.key
+        impl = jax.random.key_impl(key) if _is_key(key) else None
+        key_data = key if impl is None else jax.random.key_data(key)
+        resume = prep.state is not None
+        init = prep.state if resume else prep.positions
+        specs = _agent_in_specs(potential, stack, init, axis)
+        args = place((init, stack, potential, key_data), mesh, specs)
+        out = prep.output
+        return _agent_run(prep.algorithm, *args, np.int32(token), np.int32(prep.chain_offset),
+                          mesh=mesh, axis=axis, resume=resume, impl=impl,
+                          num_chains=prep.num_chains, num_steps=prep.num_steps, thin=out.thin,
+                          trace_fn=out.trace_fn, ensemble_fn=out.ensemble_fn,
+                          store_positions=out.stores_positions,
+                          stop=prep.on_divergence == "stop", every=every,
+                          threshold=np.float32(prep.divergence_threshold))
+
+
 def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num_steps: int, *,
                          mesh: Mesh | None = None, axis_name: str | None = None,
-                         output: Output = Output(), chain_offset: int = 0,
-                         allow_disconnected: bool = False) -> Trace:
-    """A decentralized sampler with its agents split across the devices of ``mesh``.
+                         **kwargs) -> Trace:
+    """:func:`dgsgld.sample` with ``placement=Agents(mesh, axis_name)``: a decentralized
+    sampler with its agents split across the devices of ``mesh`` (see :class:`Agents`).
 
-    Runs the sampler's own ``init``/``step`` inside ``jax.shard_map`` with a
-    :class:`RowBlock` as mixing matrix and an :class:`AgentRows` potential: each device holds
-    and differentiates only its agents' data, and the mixing is the only exchange. Same keys and
-    draws as :func:`dgsgld.sample` (chain ``c`` uses ``fold_in(key, chain_offset + c)``, step
-    ``k`` ``fold_in(run_key, k)``; each device keeps its rows of the whole network's noise), so
-    the results equal the single-device run's up to rounding of the distributed products. The
-    mesh may span several processes (:mod:`dgsgld.distributed`).
-
-    Args:
-        algorithm: a decentralized sampler (``dgsgld.diging_sgld(...)``, ``de_sgld``, ...).
-        potential: the agents' potentials; ``N`` must be a multiple of the number of devices.
-            Its data may be a global array holding on each process only that process's agents
-            (:func:`dgsgld.distributed.agent_potential`).
-        mixing: a dense ``(P, N, N)`` stack, ``(N, N)`` matrix or schedule with ``.matrices``
-            (rows split over the devices, all rows gathered each step); a
-            :class:`dgsgld.sparse.SparseSchedule` (neighbour exchange: :func:`exchange_plan`);
-            or an on-the-fly schedule whose ``matrix_at(k)`` is a dense ``(N, N)`` array or a
-            sparse snapshot (computed whole on every device, rows gathered).
-        init: positions ``(num_chains, N, *param_shape)`` (leaves of a pytree), or the
-            ``state`` of an earlier call's trace to continue it.
-        key, num_steps: as for :func:`dgsgld.sample`.
-        mesh: a one-axis mesh (default :func:`agent_mesh` over all devices).
-        axis_name: its axis (default: the only one).
-        output: what to keep, as for :func:`dgsgld.sample`; here every iteration's positions
-            or none (``Output(positions=False)``): other options are refused.
-        chain_offset: global index of the first chain (a block of chains run elsewhere).
-        allow_disconnected: run a dense stack that is not jointly connected over its period
-            (refused by default, as by :func:`dgsgld.sample`).
+    Same keys and draws as :func:`dgsgld.sample` (each device keeps its rows of the whole
+    network's noise and mini-batch draws), so the results equal the single-device run's up to
+    rounding of the distributed products. ``potential``'s data may be a global array holding on
+    each process only that process's agents (:func:`dgsgld.distributed.agent_potential`).
 
     Returns:
-        A :class:`~dgsgld.Trace`: ``positions`` leaves ``(num_chains, num_steps + 1, N, ...)``
-        (``None`` with ``Output(positions=False)``), the final ``state``, both split along the agent
-        axis, and ``divergence`` (first non-finite iteration and agent per chain).
+        A :class:`~dgsgld.Trace` whose positions (leaves ``(num_chains, num_kept, N, ...)``) and
+        state are split along the agent axis.
     """
-    if not isinstance(algorithm, SamplingAlgorithm) or not algorithm.decentralized:
-        raise ValueError("`algorithm` must be a decentralized sampler such as "
-                         f"dgsgld.diging_sgld(...); got {type(algorithm).__name__}.")
-    if not isinstance(potential, Potential):
-        raise ValueError(f"`potential` must be a dgsgld.Potential; got {type(potential).__name__}.")
-    _validation.check_key(key)
-    num_steps = _validation.check_positive_int(num_steps, name="num_steps")
-    output = _check_output(output, num_steps)
-    unsupported = [f"{name}={getattr(output, name)!r}" for name in ("thin", "burn_in", "trace_fn",
-                   "ensemble_fn") if getattr(output, name) != Output._field_defaults[name]]
-    if unsupported:
-        raise ValueError(f"`output` of sample_agent_sharded keeps positions only; got "
-                         f"{', '.join(unsupported)}. Thin or summarise the returned positions.")
-    if isinstance(chain_offset, bool) or not isinstance(chain_offset, (int, np.integer)) \
-            or chain_offset < 0:
-        raise ValueError(f"`chain_offset` must be a non-negative int; got {chain_offset!r}.")
-    mesh = agent_mesh() if mesh is None else _auto(mesh)
-    axis = _axis(mesh, axis_name)
-    devices = mesh.shape[axis]
-    n = potential.num_agents
-    if n % devices:
-        raise ValueError(f"the number of agents ({n}) must be a multiple of the number of devices "
-                         f"on mesh axis {axis!r} ({devices}).")
-    resume = isinstance(init, tuple) and hasattr(init, "_fields") and hasattr(init, "count")
-    # Static leaves (an eqx.nn.MLP's activation) stay out of the loop, as in dgsgld.sample.
-    positions, static = _params.split_static(init.position if resume else init)
-    if static is not None:
-        init = init._replace(position=positions) if resume else positions
-        potential = _params.potential_on_arrays(potential, static)
-    shapes = [jnp.shape(leaf) for leaf in jax.tree.leaves(positions)]
-    if not shapes or any(len(s) < 2 or s[1] != n for s in shapes) or len({s[0] for s in shapes}) != 1:
-        raise ValueError(f"`init` leaves must be (num_chains, {n}, *param_shape); got shapes "
-                         f"{shapes}.")
-    # A CheckedNetwork's connectivity was checked when it was built: as dgsgld.sample does,
-    # run it without checking again.
-    prechecked = isinstance(mixing, CheckedNetwork)
-    if prechecked:
-        mixing = mixing.mixing
-    stack = as_mixing(mixing)
-    if not hasattr(stack, "matrix_at"):
-        raise ValueError("`mixing` must be a mixing stack or schedule; got "
-                         f"{type(mixing).__name__}.")
-    if not (prechecked or allow_disconnected) and _validation.is_concrete_tree(stack):
-        from .networks.validation import check_joint_connectivity
-
-        check_joint_connectivity(stack, name="mixing")  # as dgsgld.sample does
-    w0 = abstract_matrix(stack)
-    if getattr(w0, "shape", None) != (n, n):
-        raise ValueError(f"`mixing` must hold ({n}, {n}) matrices; got {getattr(w0, 'shape', w0)}.")
-    if isinstance(stack, MixingStack):  # dense: its rows are split over the devices
-        stack = stack.matrices
-    elif isinstance(stack, sparse.SparseSchedule):  # stored snapshots: a neighbour exchange
-        if not _validation.is_concrete_tree(stack):
-            raise ValueError("`mixing`: a sparse schedule's snapshots must be concrete (not "
-                             "traced) to plan the neighbour exchange.")
-        stack = exchange_plan(stack, devices)
-    key = _random.fast_key(key)  # the runner's key implementation: the same numbers, faster
-    impl = jax.random.key_impl(key) if _is_key(key) else None
-    key_data = key if impl is None else jax.random.key_data(key)
-    specs = _agent_in_specs(potential, stack, init, axis)
-    args = place((init, stack, potential, key_data), mesh, specs)
-    kept, final, div = _agent_run(algorithm, *args, mesh=mesh, axis=axis, resume=resume,
-                                  impl=impl, num_steps=num_steps, chain_offset=int(chain_offset),
-                                  store_positions=output.stores_positions)
-    return _with_static(Trace(kept, None, None, final, div), static)
+    return sample(algorithm, potential, mixing, init, key, num_steps,
+                  placement=Agents(mesh, axis_name), **kwargs)
 
 
 def _keys(key_data, impl):
@@ -520,7 +527,7 @@ def _agent_in_specs(potential, stack, init, axis):
     (counters, key, mini-batch tables) replicated."""
     n = potential.num_agents
     pot_specs = jax.tree_util.tree_map_with_path(
-        lambda path, _: PartitionSpec(axis) if path[0].name in ("data", "mask") else PartitionSpec(),
+        lambda path, _: PartitionSpec(axis) if path[0].name in ("data", "mask", "counts") else PartitionSpec(),
         potential)
     if hasattr(stack, "matrix_at"):     # generated on the fly: whole on every device
         mix_specs = jax.tree.map(lambda _: PartitionSpec(), stack)
@@ -529,78 +536,99 @@ def _agent_in_specs(potential, stack, init, axis):
     return _agent_specs(init, n, axis, 1), mix_specs, pot_specs, PartitionSpec()
 
 
+class AgentBlock(eqx.Module):
+    """The network as one device's loop sees it inside ``shard_map``: its block of ``R``
+    agents (the protocol of :class:`dgsgld.run.Whole`).
+
+    Attributes:
+        potential: an :class:`AgentRows`.
+        stack: the device's rows of a dense ``(P, R, N)`` stack, the device's block of an
+            :class:`ExchangePlan`, or a schedule generated on the fly (whole).
+        first: the device's first agent; ``size``: ``R``; ``num_agents``: ``N`` (static).
+        agent_leaves: per state leaf, whether it has the agent axis (axis 1, static).
+        axis_name, num_devices: the mesh axis (static).
+    """
+
+    potential: AgentRows
+    stack: Any
+    first: Array
+    size: int = eqx.field(static=True)
+    num_agents: int = eqx.field(static=True)
+    agent_leaves: tuple = eqx.field(static=True)
+    axis_name: str = eqx.field(static=True)
+    num_devices: int = eqx.field(static=True)
+
+    def matrix_at(self, k):
+        stack = self.stack
+        if isinstance(stack, ExchangePlan):
+            return stack.rows(k, self.axis_name, self.num_devices)
+        if hasattr(stack, "matrix_at"):
+            snapshot = stack.matrix_at(k)
+            if isinstance(snapshot, jax.Array):
+                return RowBlock(jax.lax.dynamic_slice_in_dim(snapshot, self.first, self.size),
+                                self.axis_name)
+            return GatheredRows(snapshot, self.first, self.size, self.axis_name)
+        return RowBlock(stack[k % stack.shape[0]], self.axis_name)
+
+    def noise(self, algorithm, key, position):
+        # This device's rows of the whole network's noise, the draws of one device.
+        full = jax.tree.map(lambda p: jnp.zeros((self.num_agents, *p.shape[1:]), p.dtype),
+                            position)
+        return jax.tree.map(lambda w: jax.lax.dynamic_slice_in_dim(w, self.first, self.size),
+                            algorithm.noise(key, full))
+
+    def gather(self, states):
+        leaves, tree = jax.tree.flatten(states)
+        return jax.tree.unflatten(tree, [
+            jax.lax.all_gather(x, self.axis_name, axis=1, tiled=True) if split else x
+            for x, split in zip(leaves, self.agent_leaves)])
+
+    def any(self, flag):
+        return jax.lax.pmax(flag.astype(jnp.int32), self.axis_name) > 0
+
+    def max(self, value):
+        return jax.lax.pmax(value, self.axis_name)
+
+    def divergence(self, div: Divergence) -> Divergence:
+        """First non-finite iteration, then agent, over the devices (one exchange per run)."""
+        never = jnp.iinfo(jnp.int32).max
+        iteration = jax.lax.pmin(jnp.where(div.iteration < 0, never, div.iteration),
+                                 self.axis_name)
+        agent = jax.lax.pmin(jnp.where(div.iteration == iteration, div.agent, self.num_agents),
+                             self.axis_name)
+        return Divergence(jnp.where(iteration == never, -1, iteration),
+                          jnp.where(iteration == never, -1, agent))
+
+
 @eqx.filter_jit
-def _agent_run(algorithm, init, stack, potential, key_data, *, mesh, axis, resume, impl,
-               num_steps, chain_offset, store_positions):
-    """The compiled agent-sharded run (cached per configuration and shapes)."""
+def _agent_run(algorithm, init, stack, potential, key_data, token, chain_offset, *, mesh, axis,
+               resume, impl, num_chains, num_steps, thin, trace_fn, ensemble_fn,
+               store_positions, stop, every, threshold):
+    """:func:`dgsgld.run._loop` on an :class:`AgentBlock` per device (compiled once per
+    configuration and shapes)."""
     n, devices = potential.num_agents, mesh.shape[axis]
     block = n // devices
-    on_the_fly = hasattr(stack, "matrix_at")
-    positions = init.position if resume else init
-    num_chains = jax.tree.leaves(positions)[0].shape[0]
-
-    def per_device(state0, stack_rows, potential, key_data):
-        run_key = key_data if impl is None else jax.random.wrap_key_data(key_data, impl=impl)
-        first = jax.lax.axis_index(axis) * block
-        local = AgentRows(potential, first)
-        split = jax.vmap(jax.random.split)(chain_keys(run_key, num_chains, chain_offset))
-        init_keys, run_keys = split[:, 0], split[:, 1]
-        states = state0 if resume else jax.vmap(algorithm.init, (0, None, 0))(
-            state0, local, init_keys)
-
-        def noise(k, position):
-            # This device's rows of the whole network's noise, the draws of dgsgld.sample.
-            full = jax.tree.map(lambda p: jnp.zeros((n, *p.shape[1:]), p.dtype), position)
-            return jax.tree.map(lambda w: jax.lax.dynamic_slice_in_dim(w, first, block),
-                                algorithm.noise(k, full))
-
-        def one_step(carry, _):
-            states, div = carry
-            k = states.count[0]
-            if isinstance(stack_rows, ExchangePlan):
-                w = stack_rows.rows(k, axis, devices)
-            elif on_the_fly:
-                snapshot = stack_rows.matrix_at(k)
-                w = (RowBlock(jax.lax.dynamic_slice_in_dim(snapshot, first, block), axis)
-                     if isinstance(snapshot, jax.Array)
-                     else GatheredRows(snapshot, first, block, axis))
-            else:
-                w = RowBlock(stack_rows[k % stack_rows.shape[0]], axis)
-            keys = jax.vmap(jax.random.fold_in, (0, None))(run_keys, k)
-            step = lambda kc, s: algorithm.step(kc, s, local, w, noise(kc, s.position))[0]  # noqa: E731
-            states = jax.vmap(step)(keys, states)
-            # First non-finite local agent of each chain; combined over devices after the
-            # loop, so that the mixing stays the only exchange per step.
-            bad, bad_agent = jax.vmap(lambda p: _first_bad_agent(p, True))(states.position)
-            new = bad & (div.iteration < 0)
-            div = Divergence(jnp.where(new, k + 1, div.iteration).astype(jnp.int32),
-                             jnp.where(new, first + bad_agent, div.agent).astype(jnp.int32))
-            return (states, div), (states.position if store_positions else None)
-
-        none = jnp.full((num_chains,), -1, jnp.int32)
-        (final, div), kept = jax.lax.scan(one_step, (states, Divergence(none, none)), None,
-                                          length=num_steps)
-        never = jnp.iinfo(jnp.int32).max
-        iteration = jax.lax.pmin(jnp.where(div.iteration < 0, never, div.iteration), axis)
-        agent = jax.lax.pmin(jnp.where(div.iteration == iteration, div.agent, n), axis)
-        div = Divergence(jnp.where(iteration == never, -1, iteration),
-                         jnp.where(iteration == never, -1, agent))
-        if store_positions:
-            kept = jax.tree.map(lambda a, b: jnp.moveaxis(jnp.concatenate([a[None], b]), 0, 1),
-                                states.position, kept)
-        return kept, final, div
-    in_specs = _agent_in_specs(potential, stack, init, axis)
     state = init if resume else jax.eval_shape(
-        jax.vmap(algorithm.init, (0, None, 0)), positions, potential,
+        jax.vmap(algorithm.init, (0, None, 0)), init, potential,
         chain_keys(_keys(key_data, impl), num_chains))
-    pos_specs = None
-    if store_positions:
-        pos_specs = jax.tree.map(lambda s: PartitionSpec(None, *s),
-                                 _agent_specs(positions, n, axis, 1))
-    fn = jax.shard_map(
-        per_device, mesh=mesh, in_specs=in_specs,
-        out_specs=(pos_specs, _agent_specs(state, n, axis, 1),
-                   Divergence(PartitionSpec(), PartitionSpec())),
-        check_vma=False,
-    )
-    return fn(init, stack, potential, key_data)
+    state_specs = _agent_specs(state, n, axis, 1)
+    agent_leaves = tuple(spec != PartitionSpec() for spec in jax.tree.leaves(
+        state_specs, is_leaf=lambda x: isinstance(x, PartitionSpec)))
+
+    def per_device(init, stack, potential, key_data, token, chain_offset):
+        first = jax.lax.axis_index(axis) * block
+        app = AgentBlock(AgentRows(potential, first), stack, first, block, n, agent_leaves,
+                         axis, devices)
+        return _loop(algorithm, app, init if resume else None, None if resume else init,
+                     _keys(key_data, impl), num_chains, num_steps, thin, trace_fn, ensemble_fn,
+                     store_positions, stop, every, token, False, chain_offset, threshold)
+
+    replicated = PartitionSpec()
+    out_specs = Trace(PartitionSpec(None, None, axis) if store_positions else None,
+                      None if trace_fn is None else replicated,
+                      None if ensemble_fn is None else replicated,
+                      state_specs, Divergence(replicated, replicated))
+    in_specs = (*_agent_in_specs(potential, stack, init, axis), replicated, replicated)
+    fn = jax.shard_map(per_device, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                       check_vma=False)
+    return fn(init, stack, potential, key_data, token, chain_offset)

@@ -70,8 +70,26 @@ def _check_operand(x: Array, n: int) -> None:
 
 
 class _Snapshot(eqx.Module):
-    """What both sparse formats share: the shape and dtype read from ``diagonal`` (``(N,)``)
-    and ``weights``, which each format declares as fields."""
+    """What the sparse formats share: the shape and dtype read from ``diagonal`` (``(N,)``)
+    and ``weights``, which each format declares as fields, and the checks of a dense stack.
+
+    A snapshot (leaves ``(N, ...)``) or a stack of them (``(P, N, ...)``) built from concrete
+    arrays is checked when it is built (:func:`dgsgld.networks.validation.validate_sparse`:
+    indices, repeated entries, then finite, symmetric, nonnegative and doubly stochastic, with
+    the messages of a dense stack); :func:`dgsgld.sample` checks it again, and checks a traced
+    one inside the computation.
+    """
+
+    def __check_init__(self):
+        from .networks.validation import validate_sparse
+
+        validate_sparse(self, name="mixing")
+
+    def astype(self, dtype):
+        """The same snapshot with its weights in ``dtype``. Rebuilt as a pytree, not through the
+        constructor: the samplers call it every step, and the values are those checked."""
+        return jax.tree.map(
+            lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, self)
 
     @property
     def num_agents(self) -> int:
@@ -98,9 +116,6 @@ class NeighborMixing(_Snapshot):
     neighbors: Array
     weights: Array
     diagonal: Array
-
-    def astype(self, dtype) -> NeighborMixing:
-        return NeighborMixing(self.neighbors, self.weights.astype(dtype), self.diagonal.astype(dtype))
 
     def __matmul__(self, x: Array) -> Array:
         """``W @ x`` for ``x`` of shape ``(N, ...)``."""
@@ -130,10 +145,6 @@ class EdgeMixing(_Snapshot):
     senders: Array
     weights: Array
     diagonal: Array
-
-    def astype(self, dtype) -> EdgeMixing:
-        return EdgeMixing(self.receivers, self.senders, self.weights.astype(dtype),
-                          self.diagonal.astype(dtype))
 
     def __matmul__(self, x: Array) -> Array:
         """``W @ x`` for ``x`` of shape ``(N, ...)``."""
@@ -186,9 +197,6 @@ class CirculantMixing(_Snapshot):
     #: The runner may keep the chain axis last for this format (see the class docstring).
     chains_last: ClassVar[bool] = True
 
-    def astype(self, dtype) -> CirculantMixing:
-        return CirculantMixing(self.shifts, self.weights.astype(dtype), self.diagonal.astype(dtype))
-
     def __matmul__(self, x: Array) -> Array:
         """``W @ x`` for ``x`` of shape ``(N, ...)``."""
         _check_operand(x, self.num_agents)
@@ -219,6 +227,16 @@ class SparseSchedule(eqx.Module):
     """
 
     snapshots: NeighborMixing | EdgeMixing | CirculantMixing
+
+    def __check_init__(self):
+        if not isinstance(self.snapshots, _Snapshot):
+            raise TypeError("`snapshots` must be a dgsgld.sparse NeighborMixing, EdgeMixing or "
+                            f"CirculantMixing; got {type(self.snapshots).__name__}.")
+        if jnp.ndim(self.snapshots.diagonal) != 2:
+            raise ValueError(
+                "`snapshots` must carry a leading period axis P (diagonal (P, N)); got diagonal of "
+                f"shape {jnp.shape(self.snapshots.diagonal)}. Stack one snapshot as P = 1, e.g. "
+                "jax.tree.map(lambda a: a[None], snapshot) (static shifts stay as they are).")
 
     @property
     def num_agents(self) -> int:

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from . import metrics
+from . import _validation, metrics
 from ._types import Array, PyTree
 
 __all__ = [
@@ -113,12 +113,16 @@ def gaussian_w2(mean: Array, cov: Array, *, flatten: Callable | None = None) -> 
         ``states -> (N,)`` (a scalar for the centralized sampler); ``trace.ensemble`` is
         ``(num_kept, N)``.
     """
+    if jnp.ndim(mean) != 1 or jnp.shape(cov) != (jnp.shape(mean)[0],) * 2:
+        raise ValueError(
+            f"`mean` must be (d,) and `cov` (d, d); got shapes {jnp.shape(mean)} and "
+            f"{jnp.shape(cov)}."
+        )
+    # The checks of metrics.gaussian_w2 (finite, symmetric, PSD), now rather than at every
+    # kept iteration inside the run.
+    _validation.check_gaussian(mean, cov)
     mean = jnp.asarray(mean)
     cov = jnp.asarray(cov)
-    if mean.ndim != 1 or cov.shape != (mean.shape[0], mean.shape[0]):
-        raise ValueError(
-            f"`mean` must be (d,) and `cov` (d, d); got shapes {mean.shape} and {cov.shape}."
-        )
     get_moments = moments(full=True, flatten=flatten)
 
     def fn(states) -> Array:
@@ -140,20 +144,16 @@ def consensus_error(*, per_chain: bool = False, flatten: Callable | None = None)
     """Root-mean-square distance of the agents to their network average.
 
     Args:
-        per_chain: return a ``trace_fn`` (one value per chain and kept iteration,
-            ``trace.values`` of shape ``(C, num_kept)``); by default an ``ensemble_fn``
-            returning ``sqrt(mean over chains of the squared error)``, the quantity of the
-            paper's consensus bound (``trace.ensemble`` of shape ``(num_kept,)``).
+        per_chain: return a ``trace_fn`` (:func:`dgsgld.metrics.consensus_error`, one value per
+            chain and kept iteration, ``trace.values`` of shape ``(C, num_kept)``); by default
+            an ``ensemble_fn`` (:func:`dgsgld.metrics.ensemble_consensus_error`, the root mean
+            over chains of the squared error, the quantity of the paper's consensus bound;
+            ``trace.ensemble`` of shape ``(num_kept,)``).
         flatten: maps the positions pytree to ``(..., N, d)``.
     """
     if per_chain:
         return lambda state: metrics.consensus_error(_vector(state.position, flatten))
-
-    def fn(states) -> Array:
-        err = metrics.consensus_error(_vector(states.position, flatten))
-        return jnp.sqrt(jnp.mean(err**2))
-
-    return fn
+    return lambda states: metrics.ensemble_consensus_error(_vector(states.position, flatten))
 
 
 def accuracy(

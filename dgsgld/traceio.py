@@ -17,13 +17,23 @@ of the same structure (e.g. the positions or trace of a short run), from which t
 and non-array leaves (an MLP's activation) are taken. Arrays come back as the type they were
 saved from (``jax.Array`` or NumPy), PRNG key arrays as keys. The file opens with
 ``np.load(path, allow_pickle=False)``: reading it never runs code.
+
+Every leaf's shape and dtype is recorded in the JSON and checked against the array's header
+before its data is read (files of format version 1, which did not record them, are read with
+the header's own). A damaged or hostile file is refused with one ``ValueError`` naming the file
+and what is wrong: not a regular file, not a zip archive, a description that is not JSON or
+does not describe a trace, an entry missing, extra, of another shape or dtype, of object dtype,
+larger than the file, or compressed entries that would inflate past 256 MiB in all (save_trace
+writes none).
 """
 
 from __future__ import annotations
 
 import collections
-import importlib
 import json
+import keyword
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +41,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _npz
 from .run import Divergence, Trace
 
 __all__ = ["save_trace", "load_trace", "read_metadata"]
 
-_FORMAT, _VERSION, _META = "dgsgld.trace", 1, "__meta__"
+_FORMAT, _VERSION, _META = "dgsgld.trace", 2, "__meta__"
+#: Versions read: 1 did not record the leaves' shapes and dtypes.
+_READS = (1, 2)
+#: Largest JSON description read (bytes), and most bytes compressed entries may inflate to.
+_MAX_META_BYTES, _MAX_COMPRESSED = 1 << 26, 1 << 28
+_KINDS = ("jax", "numpy", "bool", "int", "float", "complex")
 
 
 def _is_namedtuple(node) -> bool:
@@ -81,12 +97,14 @@ def _is_leaf_value(node) -> bool:
 def _leaf(value, arrays: dict) -> dict:
     name = f"a{len(arrays)}"
     if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
-        arrays[name] = np.asarray(jax.random.key_data(value))
-        return {"t": "key", "a": name, "impl": str(jax.random.key_impl(value))}
-    kind = ("jax" if isinstance(value, jax.Array) else
-            "numpy" if isinstance(value, (np.ndarray, np.generic)) else type(value).__name__)
-    arrays[name] = np.asarray(value)
-    return {"t": "leaf", "a": name, "kind": kind}
+        arrays[name] = data = np.asarray(jax.random.key_data(value))
+        desc = {"t": "key", "a": name, "impl": str(jax.random.key_impl(value))}
+    else:
+        kind = ("jax" if isinstance(value, jax.Array) else
+                "numpy" if isinstance(value, (np.ndarray, np.generic)) else type(value).__name__)
+        arrays[name] = data = np.asarray(value)
+        desc = {"t": "leaf", "a": name, "kind": kind}
+    return {**desc, "shape": list(data.shape), "dtype": data.dtype.str}
 
 
 def save_trace(path: str | Path, trace: Trace, *, metadata: dict | None = None) -> Path:
@@ -121,36 +139,165 @@ def save_trace(path: str | Path, trace: Trace, *, metadata: dict | None = None) 
     return path
 
 
-def _open(path) -> tuple[Any, dict]:
+class _Refused(ValueError):
+    """What is wrong with a trace file (the caller names the file)."""
+
+
+def _fail(path, what: str) -> ValueError:
+    return ValueError(f"Trace file {str(path)!r} {what}; it is not a trace written by "
+                      "dgsgld.traceio.save_trace, or it was damaged since.")
+
+
+def _read(path, leaves: bool):
+    """``(meta, arrays)`` of a trace file, every entry checked before its data is read
+    (``leaves=False``: the description only, ``arrays`` empty)."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"`path` {str(path)!r} does not exist.")
-    files = np.load(path, allow_pickle=False)
-    if _META not in files.files:
-        raise ValueError(f"`path` {str(path)!r} is not a dgsgld trace (no {_META!r} entry).")
-    meta = json.loads(files[_META].tobytes().decode("utf-8"))
-    if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
-        raise ValueError(
-            f"`path` {str(path)!r} has format {meta.get('format')!r} version "
-            f"{meta.get('version')!r}; this dgsgld reads {_FORMAT!r} version {_VERSION}."
-        )
-    return files, meta
+    try:
+        with _npz.Archive(os.path.realpath(path), max_compressed=_MAX_COMPRESSED) as archive:
+            if _META not in archive.names:
+                raise ValueError(f"`path` {str(path)!r} is not a dgsgld trace (no {_META!r} "
+                                 "entry).")
+
+            def meta_header(shape, dtype):
+                if len(shape) != 1 or dtype != np.uint8 or shape[0] > _MAX_META_BYTES:
+                    return (f"of shape {shape} and dtype {dtype}; expected UTF-8 bytes (uint8, "
+                            f"at most {_MAX_META_BYTES})")
+                return None
+
+            raw = archive.read(_META, meta_header)
+            try:
+                meta = json.loads(raw.tobytes().decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                raise _Refused(f"has a {_META!r} entry that is not UTF-8 JSON ({err})") from None
+            if not isinstance(meta, dict):
+                raise _Refused(f"has a {_META!r} entry that is not a JSON object")
+            if meta.get("format") != _FORMAT or meta.get("version") not in _READS:
+                raise ValueError(
+                    f"`path` {str(path)!r} has format {meta.get('format')!r} version "
+                    f"{meta.get('version')!r}; this dgsgld reads {_FORMAT!r} versions "
+                    f"{', '.join(map(str, _READS))}."
+                )
+            if not isinstance(meta.get("metadata"), dict):
+                raise _Refused("has no `metadata` object in its description")
+            specs: dict = {}
+            _check_tree(meta.get("tree"), "trace", specs, meta["version"] >= 2)
+            archive.check_names([*specs, _META])
+            arrays = {}
+            for name, spec in specs.items() if leaves else ():
+                arrays[name] = archive.read(name, _leaf_check(spec))
+    except _npz.ArchiveError as err:
+        raise _fail(path, str(err)) from None
+    except _Refused as err:
+        raise _fail(path, str(err)) from None
+    except OSError as err:
+        raise _fail(path, f"is unreadable ({type(err).__name__}: {err})") from err
+    return meta, arrays
+
+
+def _leaf_check(spec):
+    def wrong(shape, dtype):
+        if dtype.kind not in "biufc":
+            return f"of dtype {dtype}, not a number"
+        if spec is not None and [list(shape), dtype.str] != spec:
+            return (f"of shape {shape} and dtype {dtype}; the description records "
+                    f"{tuple(spec[0])} and {np.dtype(spec[1])}")
+        return None
+
+    return wrong
+
+
+def _check_tree(desc, path: str, specs: dict, recorded: bool) -> None:
+    """Refuse a description that is not one ``save_trace`` writes; collect its leaves' names
+    and (``recorded``) their ``[shape, dtype]``."""
+
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise _Refused(f"has a malformed description at `{path}`: {what}")
+
+    need(isinstance(desc, dict) and isinstance(desc.get("t"), str), "not a node")
+    t = desc["t"]
+    if t in ("leaf", "key"):
+        name = desc.get("a")
+        need(isinstance(name, str) and name != _META and name not in specs,
+             f"entry name {name!r} missing or used twice")
+        if t == "key":
+            need(isinstance(desc.get("impl"), str), "a key without its implementation")
+        else:
+            need(desc.get("kind") in _KINDS, f"leaf kind {desc.get('kind')!r}")
+        spec = None
+        if recorded and t == "leaf" and desc["kind"] not in ("jax", "numpy"):
+            need(desc.get("shape") == [], f"a Python {desc['kind']} of shape {desc.get('shape')}")
+        if recorded:
+            shape, dtype = desc.get("shape"), desc.get("dtype")
+            need(isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)
+                 and isinstance(dtype, str), "no shape and dtype recorded")
+            try:
+                spec = [shape, np.dtype(dtype).str]
+            except TypeError:
+                need(False, f"dtype {dtype!r}")
+        specs[name] = spec
+        return
+    if t == "none":
+        return
+    children = desc.get("children")
+    if t in ("dict", "namedtuple", "tuple", "list"):
+        need(isinstance(children, list), "no children")
+    if t == "dict":
+        keys = desc.get("keys")
+        need(isinstance(keys, list) and all(isinstance(k, str) for k in keys)
+             and len(keys) == len(children) and len(set(keys)) == len(keys), "bad keys")
+        labels = [f"[{k!r}]" for k in keys]
+    elif t == "namedtuple":
+        fields, name = desc.get("fields"), desc.get("name")
+        need(isinstance(fields, list) and all(_identifier(f) for f in fields)
+             and len(fields) == len(children) and len(set(fields)) == len(fields)
+             and isinstance(desc.get("module"), str) and isinstance(name, str)
+             and _identifier(name.rsplit(".", 1)[-1]), "bad NamedTuple fields or name")
+        labels = [f".{f}" for f in fields]
+    elif t in ("tuple", "list"):
+        labels = [f"[{i}]" for i in range(len(children))]
+    elif t == "opaque":
+        leaves = desc.get("leaves")
+        need(isinstance(leaves, list) and isinstance(desc.get("type"), str)
+             and isinstance(desc.get("path"), str), "an opaque node without its leaves")
+        for i, leaf in enumerate(leaves):
+            if not (isinstance(leaf, dict) and leaf.get("t") == "static"):
+                _check_tree(leaf, f"{path}<leaf {i}>", specs, recorded)
+        return
+    else:
+        need(False, f"node type {t!r}")
+    for label, child in zip(labels, children):
+        _check_tree(child, path + label, specs, recorded)
+
+
+def _identifier(name) -> bool:
+    """A name ``collections.namedtuple`` accepts as a field (or class) name."""
+    return (isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
+            and not name.startswith("_"))
 
 
 def read_metadata(path: str | Path) -> dict:
     """The ``metadata`` dict saved with a trace by :func:`save_trace`."""
-    return _open(path)[1]["metadata"]
+    return _read(path, leaves=False)[0]["metadata"]
 
 
 def _restore_leaf(desc: dict, files):
     value = files[desc["a"]]
     if desc["t"] == "key":
-        return jax.random.wrap_key_data(jnp.asarray(value), impl=desc["impl"])
+        try:
+            return jax.random.wrap_key_data(jnp.asarray(value), impl=desc["impl"])
+        except (ValueError, TypeError, KeyError) as err:
+            raise _Refused(f"has a key `{desc['a']}` that JAX cannot rebuild as a "
+                           f"{desc['impl']!r} key ({type(err).__name__}: {err})") from None
     kind = desc["kind"]
     if kind == "jax":
         return jnp.asarray(value)
     if kind == "numpy":
         return value
+    if np.shape(value) != ():
+        raise _Refused(f"has a Python {kind} `{desc['a']}` of shape {np.shape(value)}")
     return {"bool": bool, "int": int, "float": float, "complex": complex}[kind](value)
 
 
@@ -158,7 +305,7 @@ def _namedtuple_class(desc: dict):
     """dgsgld's own NamedTuples as themselves; any other as an equivalent namedtuple."""
     module, name, fields = desc["module"], desc["name"], desc["fields"]
     if module == "dgsgld" or module.startswith("dgsgld."):
-        cls = importlib.import_module(module)
+        cls = sys.modules.get(module)  # only modules already imported: reading runs no code
         for part in name.split("."):
             cls = getattr(cls, part, None)
         if isinstance(cls, type) and list(getattr(cls, "_fields", ())) == fields:
@@ -224,8 +371,11 @@ def load_trace(path: str | Path, *, like: Any = None) -> Trace:
     Returns:
         The :class:`dgsgld.Trace`, equal leaf by leaf (values, dtypes, shapes) to the saved one.
     """
-    files, meta = _open(path)
-    trace = _build(meta["tree"], files, like)
+    meta, arrays = _read(path, leaves=True)
+    try:
+        trace = _build(meta["tree"], arrays, like)
+    except _Refused as err:
+        raise _fail(path, str(err)) from None
     if not isinstance(trace, Trace) or not isinstance(trace.divergence, Divergence):
         raise ValueError(f"`path` {str(path)!r} does not hold a dgsgld.Trace.")
     return trace

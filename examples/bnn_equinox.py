@@ -10,7 +10,7 @@ iterations, agents) in the three regions, and with ``--out`` draws the predictiv
 The parameters are the MLP itself, passed directly as ``init``: its array leaves carry leading
 ``(chain, agent)`` axes (built with ``eqx.filter_vmap`` over keys); its other leaves (the
 activation) are static, and the log-likelihood receives a whole ``eqx.nn.MLP``. The step size is proposed by
-`dgsgld.stepsize.propose_step_size`; diverged chains, if any, are dropped from the summaries
+`dgsgld.tuning.propose_step_size`; diverged chains, if any, are dropped from the summaries
 with a warning (``diverged="drop"``).
 
     python examples/bnn_equinox.py [--small] [--out DIR]
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld import diagnostics, networks, stepsize
+from dgsgld import diagnostics, networks, tuning
 
 NUM_AGENTS, LOCAL, WIDTH, NOISE = 10, 16, 16, 0.2
 
@@ -70,8 +70,8 @@ def main(small: bool = False, out: str | None = None) -> dict:
     key_pilot, key_run = jax.random.split(jax.random.key(2))
 
     start = time.perf_counter()
-    report = stepsize.propose_step_size(dgsgld.diging_sgld, potential, network, init, key_pilot,
-                                        num_steps=200, num_step_sizes=13 if small else 25)
+    report = tuning.propose_step_size(dgsgld.diging_sgld, potential, network, init, key_pilot,
+                                      num_steps=200, num_step_sizes=13 if small else 25)
     pilot_s = time.perf_counter() - start
     print(report.explain())
     eta = report.step_size

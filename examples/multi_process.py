@@ -44,6 +44,12 @@ def parse(argv=None):
                    help="write each process's final state to DIR/process_<id>.npz")
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="continue from the states written with --save-state (same key)")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="run in chunks (dgsgld.sample_chunked), each process committing its "
+                   "own DIR/process_<id> after every chunk; started again with the same "
+                   "arguments, the run resumes after the last chunk all processes committed")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="iterations per chunk with --checkpoint (default: steps / 4)")
     p.add_argument("--repeat", type=int, default=1,
                    help="run R times; report the first (compilation included) or, for R > 1, "
                    "the median of the others")
@@ -115,11 +121,13 @@ def main(argv=None) -> int:
             state = distributed.gather(distributed.load_process_state(args.resume, like))
         ensemble_fn = spread if args.ensemble else None
 
+        placement = distributed.Processes()
+        output = dgsgld.Output(positions=False, ensemble_fn=ensemble_fn)
+
         def run():
             # This process's block of the chains; the whole Trace gathered on every process.
-            return distributed.sample_chains(
-                algorithm, potential, mixing, state, key, args.steps,
-                output=dgsgld.Output(positions=False, ensemble_fn=ensemble_fn))
+            return distributed.sample_chains(algorithm, potential, mixing, state, key,
+                                             args.steps, output=output)
     else:
         mesh = sharding.agent_mesh()
         first, size = distributed.agent_block(args.agents)
@@ -134,17 +142,27 @@ def main(argv=None) -> int:
         if args.resume:
             state = distributed.load_process_state(args.resume, like, mesh)
 
+        placement, output = sharding.Agents(mesh), dgsgld.Output(positions=False)
+
         def run():
             return sharding.sample_agent_sharded(algorithm, potential, mixing, state, key,
-                                                 args.steps, mesh=mesh,
-                                                 output=dgsgld.Output(positions=False))
+                                                 args.steps, mesh=mesh, output=output)
+
+    if args.checkpoint:
+        def run():  # the same run in chunks; its Trace whole on every process
+            return dgsgld.sample_chunked(
+                algorithm, potential, mixing, state, key, args.steps, placement=placement,
+                chunk_size=args.chunk_size or max(1, args.steps // 4), path=args.checkpoint,
+                output=output)
 
     times = []
     for _ in range(args.repeat):
         start = time.perf_counter()
         trace = run()
-        # Whole arrays on every process: a collective (sample_chains has gathered already).
-        whole = distributed.gather(trace) if args.placement == "agents" else trace
+        # Whole arrays on every process: a collective (sample_chains and sample_chunked
+        # have gathered already).
+        split = args.placement == "agents" and not args.checkpoint
+        whole = distributed.gather(trace) if split else trace
         times.append(time.perf_counter() - start)
     # The first call compiles; with --repeat R > 1, the median of the other R - 1.
     seconds = float(np.median(times[1:] if len(times) > 1 else times))

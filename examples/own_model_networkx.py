@@ -2,7 +2,7 @@
 
 Twelve agents on a random geometric graph hold uneven amounts of data (5 to 60 points each,
 padded with `dgsgld.pad_agent_data`). The parameters are a dict ``{"w": (3,), "b": ()}``; the
-step size comes from `dgsgld.stepsize.propose_step_size` (a one-call pilot over a grid); the
+step size comes from `dgsgld.tuning.propose_step_size` (a one-call pilot over a grid); the
 summaries are pytree-aware (`dgsgld.diagnostics`), and the trace is saved and loaded back
 (`dgsgld.traceio`).
 
@@ -26,7 +26,7 @@ import networkx as nx
 import numpy as np
 
 import dgsgld
-from dgsgld import diagnostics, networks, stepsize, traceio
+from dgsgld import diagnostics, networks, traceio, tuning
 
 NUM_AGENTS, DIM, PRIOR_PRECISION = 12, 3, 1.0
 TRUE = {"w": np.array([1.5, -1.0, 0.5]), "b": 0.3}
@@ -91,15 +91,15 @@ def main(small: bool = False, out: str | None = None) -> dict:
     key_pilot, key_run = jax.random.split(jax.random.key(1))
 
     start = time.perf_counter()
-    report = stepsize.propose_step_size(dgsgld.diging_sgld, potential, network, init, key_pilot,
-                                        num_steps=burn_in)
+    report = tuning.propose_step_size(dgsgld.diging_sgld, potential, network, init, key_pilot,
+                                      num_steps=burn_in)
     pilot_s = time.perf_counter() - start
     print(report.explain())
     eta = report.step_size
-    stepsize.check_step_size(eta, report)  # silent: the proposal is in range
+    tuning.check_step_size(eta, report)  # silent: the proposal is in range
     with warnings.catch_warnings(record=True) as caught:  # a step 3x too large is flagged
         warnings.simplefilter("always")
-        stepsize.check_step_size(0.02, report)
+        tuning.check_step_size(0.02, report)
     for w in caught:
         print(f"check_step_size(0.02) warns: {w.message}")
 

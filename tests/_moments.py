@@ -1,10 +1,16 @@
 """Monte Carlo moments of a sampler's chains against the exact law of ``theory.exact``."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from scipy.stats import norm
 
 import dgsgld
 from dgsgld.theory import exact
+
+#: The initial law of the exact-law tests: ``x⁽⁰⁾ ~ N(m₀, S₀)`` i.i.d. over chains and agents.
+INIT_MEAN = np.array([1.0, -2.0])
+INIT_COV = np.array([[0.5, 0.2], [0.2, 1.5]])
 
 
 def exact_quadratic(problem):
@@ -50,6 +56,38 @@ def z_scores(x, mean, cov):
     iu = np.triu_indices(cov.shape[-1])
     se = np.sqrt((var[..., :, None] * var[..., None, :] + cov**2) / (num_chains - 1))
     return z_mean, ((s_hat - cov) / se)[..., iu[0], iu[1]]
+
+
+def bonferroni(num_comparisons, alpha=1e-3):
+    """``Φ⁻¹(1 − α/(2m))``: all ``m`` z-scores of a test within it has family-wise false-alarm
+    rate at most ``α`` (correlations between the comparisons only make it more conservative)."""
+    return float(norm.ppf(1 - alpha / (2 * num_comparisons)))
+
+
+def assert_exact_law(algorithm, problem, mixing, num_chains, num_steps, check_at, thin=1):
+    """Chains of ``algorithm`` on a ``_problems.linear_regression`` problem (2 dimensions) from
+    ``N(INIT_MEAN, INIT_COV)`` against the exact law at iterations ``check_at`` (multiples of
+    ``thin``): the sample means and covariances of every agent (:func:`z_scores`) within the
+    Bonferroni bound for ``α = 1e-3``.
+
+    Full-batch gradients on a quadratic potential make each iterate exactly Gaussian, so the
+    z-scores are exact up to the normal approximation of a covariance entry (skewness
+    ``≈ √(8/C)``). The chains run in the caller's precision (float64 under ``jax.enable_x64``).
+    """
+    num_agents, dim = problem.Z.shape[0], problem.Z.shape[-1]
+    shape = (num_chains, num_agents, dim) if algorithm.decentralized else (num_chains, dim)
+    draws = np.random.default_rng(1).normal(size=shape)
+    init = jnp.asarray(INIT_MEAN + draws @ np.linalg.cholesky(INIT_COV).T)
+    trace = dgsgld.sample(algorithm, problem.potential, mixing, init, jax.random.key(2), num_steps,
+                          output=dgsgld.Output(thin=thin))
+    with jax.enable_x64(True):
+        law = exact.exact_moments(algorithm, exact_quadratic(problem), mixing, INIT_MEAN,
+                                  INIT_COV, num_steps)
+        mean, cov = np.asarray(law.mean), np.asarray(law.cov)
+    positions = np.asarray(trace.positions, np.float64)
+    z = np.concatenate([np.ravel(part) for k in check_at
+                        for part in z_scores(positions[:, k // thin], mean[k], cov[k])])
+    assert np.max(np.abs(z)) < bonferroni(z.size), (np.max(np.abs(z)), bonferroni(z.size))
 
 
 def assert_mean_matches(x, mean, cov, z=4.5):

@@ -72,7 +72,7 @@ def test_the_cli_opt_out_stores_nothing(opt_out, tmp_path, monkeypatch):
 _GRID_SCRIPT = """
 import jax, jax.numpy as jnp, numpy as np, dgsgld
 from dgsgld import _cache, networks
-from dgsgld.experiments.tuning import grid_search
+from dgsgld.tuning import grid_search
 _cache.enable()
 data = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3, 2)), jnp.float32)
 potential = dgsgld.Potential(lambda t, x: -0.5 * jnp.sum((x - t) ** 2), lambda t: -0.5 * t @ t,

@@ -5,6 +5,7 @@ Every comparison is exact (``np.array_equal``): step ``k`` of a chain draws from
 or resuming from disk, must not change a single bit.
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -214,7 +215,7 @@ def test_finished_checkpoint_is_read_back_without_sampling(tmp_path, reference, 
     path = tmp_path / "run"
     run_chunked(path)
 
-    real = checkpoint._sample
+    real = checkpoint._run._execute_here
 
     def no_sampling(*args, **kwargs):
         # Only traced for shapes (under jax.eval_shape: tracer outputs), never run.
@@ -223,7 +224,7 @@ def test_finished_checkpoint_is_read_back_without_sampling(tmp_path, reference, 
             raise AssertionError("a finished run must not sample again")
         return out
 
-    monkeypatch.setattr(checkpoint, "_sample", no_sampling)
+    monkeypatch.setattr(checkpoint._run, "_execute_here", no_sampling)
     assert_identical(run_chunked(path), reference)
 
 
@@ -233,11 +234,18 @@ def test_on_disk_format_is_plain_numpy(tmp_path, reference):
     with np.load(path / "state.npz", allow_pickle=False) as record:
         meta = json.loads(str(record["meta"]))
         state_leaves = [record[f"state/{i}"] for i in range(len(meta["specs"]["state"]))]
-    assert meta["format"] == "dgsgld-checkpoint" and meta["version"] == 2
+    assert meta["format"] == "dgsgld-checkpoint" and meta["version"] == 3
     fingerprint = dict(meta["fingerprint"])
     assert fingerprint["algorithm"] == "dgsgld.samplers.diging.DIGingSGLD"
     assert fingerprint["algorithm.step_size"] == "0.05 (float32)"
     assert fingerprint["key"] == f"key<threefry2x32> [0, {KEY_SEED}] (uint32[2])"
+    assert fingerprint["program"].startswith("program sha256:")
+    # Every entry's SHA-256 as written: of the arrays' dtype, shape and bytes.
+    assert set(meta["sha256"]) == {"meta", "divergence/iteration", "divergence/agent",
+                                   *(f"state/{i}" for i in range(len(state_leaves)))}
+    for i, leaf in enumerate(state_leaves):
+        want = hashlib.sha256(f"{leaf.dtype.str}{list(leaf.shape)}".encode() + leaf.tobytes())
+        assert meta["sha256"][f"state/{i}"] == want.hexdigest()
     assert meta["run"]["num_steps"] == NUM_STEPS and meta["run"]["thin"] == THIN
     assert meta["steps_done"] == NUM_STEPS and meta["chunks_done"] == 3
     for leaf, want in zip(state_leaves, jax.tree.leaves(reference.state)):

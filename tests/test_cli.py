@@ -119,6 +119,24 @@ def test_the_run_command_loads_neither_networkx_nor_optax():
     assert out.strip() == "[]"
 
 
+def test_star_import_gives_exactly_the_public_names():
+    import types
+
+    import dgsgld
+
+    names = {}
+    exec("from dgsgld import *", names)  # noqa: S102 - what a user's star import binds
+    names.pop("__builtins__")
+    assert sorted(names) == sorted(dgsgld.__all__) and len(set(dgsgld.__all__)) == len(names)
+    # Every class and function at top level is listed, and of the modules the two re-exported
+    # by name; the placements are those of their modules.
+    objects = {n for n, v in vars(dgsgld).items()
+               if not n.startswith("_") and not isinstance(v, types.ModuleType)}
+    assert set(dgsgld.__all__) == objects | {"gradients", "metrics"}
+    assert (dgsgld.Chains, dgsgld.Agents, dgsgld.Processes) == (
+        dgsgld.sharding.Chains, dgsgld.sharding.Agents, dgsgld.distributed.Processes)
+
+
 def test_run_reports_bad_batch_size(capsys):
     assert main(["run", "--batch-size", "9", "--trials", "4", "--num-steps", "2"]) == 2
     assert "batch_size" in capsys.readouterr().err
@@ -153,7 +171,7 @@ def test_reproduce_writes_results(tmp_path, capsys):
     assert summary["figures"]["fig2a"]["DIGing-SGLD"]["step_size"] > 0
 
 
-# -- reliability: errors before computing, one line each (issue 13, item 7) ----------------------
+# -- reliability: errors before computing, one line each -----------------------
 
 
 def _no_compute(monkeypatch):

@@ -94,6 +94,12 @@ def test_to_arviz_dims_and_per_agent_diagnostics():
     az = pytest.importorskip("arviz")
     x = ar1((3, 2), 0.5, seed=5)
     idata = diagnostics.to_arviz(fake_trace(x), var_names="theta", burn_in=10)
+    # ArviZ 1.x (arviz-base) builds an xarray.DataTree, ArviZ 0.x an InferenceData.
+    if int(az.__version__.split(".")[0]) >= 1:
+        import xarray
+        assert isinstance(idata, xarray.DataTree)
+    else:
+        assert isinstance(idata, az.InferenceData)
     theta = idata.posterior["theta"]
     assert theta.dims == ("chain", "draw", "agent", "theta_dim_0")
     assert theta.shape == (C, T - 10, 3, 2)

@@ -147,3 +147,49 @@ def test_bad_inputs_raise(key):
     with pytest.raises(ValueError, match="log_likelihood"):
         dgsgld.sample(dgsgld.de_sgld(0.1, estimator=gradients.svrg()), oracle, ring(5), init,
                       key, 2)
+
+
+def test_svrg_computes_the_full_gradient_only_at_refreshes(monkeypatch, key):
+    """Inside ``dgsgld.sample`` (chains under ``vmap``) the anchor's full local gradient is
+    evaluated at refresh calls only: counts 0 (init), m, 2m, ... A host callback in
+    ``full_grad`` counts the evaluations the compiled program actually runs (a ``select``
+    would run it at every one of the T + 1 calls)."""
+    calls = []
+    original = dgsgld.Potential.full_grad
+
+    def counted(self, positions):
+        jax.debug.callback(lambda: calls.append(1))
+        return original(self, positions)
+
+    monkeypatch.setattr(dgsgld.Potential, "full_grad", counted)
+    pb = linear_regression(local_size=6, batch_size=2, heterogeneous=True)
+    init = jax.random.normal(key, (3, 5, 2))
+    alg = dgsgld.diging_sgld(0.02, estimator=gradients.svrg(update_every=5))
+    trace = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12)
+    jax.block_until_ready(trace.positions)
+    jax.effects_barrier()
+    assert len(calls) == 3  # calls 0, 5, 10 of 13
+
+
+# Default run: with replacement (repeats in a batch); without: slow set.
+@pytest.mark.parametrize("replace", [pytest.param(False, marks=pytest.mark.slow), True])
+def test_saga_running_sum_is_the_table_sum_with_uneven_data(replace):
+    """The kept ``total`` equals ``Σ_j T_ij`` over each agent's real data after K = 12 steps,
+    with a mask (padding never enters) and with replacement (a datum drawn twice moves the
+    sum once): to float32 rounding, K updates of at most n = 12 rows of size ≤ |T|max."""
+    rng = np.random.default_rng(5)
+    agents = [(rng.normal(size=(n, 2)).astype(np.float32), rng.normal(size=n).astype(np.float32))
+              for n in (9, 6, 12)]
+    data, mask = dgsgld.pad_agent_data(agents)
+    pot = dgsgld.Potential(lambda th, d: -0.5 * (d[0] @ th - d[1]) ** 2, None, data,
+                           batch_size=3, mask=mask, replace=replace)
+    est = gradients.saga()
+    x = jnp.asarray(rng.normal(size=(3, 2)), jnp.float32)
+    state = est.init(pot, x)
+    step = jax.jit(lambda s, x, k: est.grad(s, pot, x, k))
+    for k in range(12):
+        g, state = step(state, x + 0.1 * k, jax.random.key(k))
+    table = np.asarray(state.table, np.float64)
+    exact = np.einsum("nj,njd->nd", np.asarray(mask, np.float64), table)
+    scale = np.abs(table).max()
+    np.testing.assert_allclose(state.total, exact, rtol=0, atol=12 * 12 * 1.2e-7 * scale)

@@ -91,9 +91,18 @@ def test_a_metric_on_a_stored_trace_is_one_compiled_program(caplog):
 def test_consensus_error():
     x = jnp.array([[[0.0, 0.0], [2.0, 0.0]]])  # two agents at distance 2: each 1 from average
     np.testing.assert_allclose(metrics.consensus_error(x), [1.0])
+    # Two chains whose agents are 1 and 3 from their average: the ensemble's error is the root
+    # mean square sqrt((1 + 9) / 2), not the mean 2; per iteration with a (C, T, N, d) trace.
+    chains = jnp.stack([x[0], 3 * x[0]])                       # (2, 2, 2)
+    np.testing.assert_allclose(metrics.ensemble_consensus_error(chains), np.sqrt(5.0), rtol=1e-6)
+    trace = jnp.stack([chains, 0 * chains], axis=1)            # (2, 2 iterations, 2, 2)
+    np.testing.assert_allclose(metrics.ensemble_consensus_error(trace), [np.sqrt(5.0), 0.0],
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="positions"):
+        metrics.ensemble_consensus_error(x[0])                 # no chain axis
 
 
-# -- reliability: impossible covariances are refused, naming the argument (issue 13, item 8) ----
+# -- reliability: impossible covariances are refused, naming the argument -----
 
 
 @pytest.mark.reliability

@@ -20,14 +20,12 @@ from scipy.special import ndtri
 from scipy.stats import norm
 
 import dgsgld
-from _moments import count_traces, exact_quadratic, z_scores
+from _moments import assert_exact_law, bonferroni, count_traces
 from _problems import linear_regression, permuted_rings, ring
 from dgsgld import noise
-from dgsgld import theory as th
 from dgsgld.run import chain_keys
 from dgsgld.samplers.base import step_keys
 
-ALPHA = 1e-3
 SAMPLERS = {  # every sampler class, built with the fast generator
     "diging": lambda **kw: dgsgld.DIGingSGLD(0.05, **kw),
     "de": lambda **kw: dgsgld.DESGLD(0.05, **kw),
@@ -37,10 +35,6 @@ SAMPLERS = {  # every sampler class, built with the fast generator
     "de_sghmc": lambda **kw: dgsgld.DESGHMC(0.05, 1.0, **kw),
     "d_ula": lambda **kw: dgsgld.DULA(0.01, 0.5, **kw),
 }
-
-
-def _threshold(num_comparisons: int) -> float:
-    return float(norm.ppf(1 - ALPHA / (2 * num_comparisons)))
 
 
 # ------------------------------------------------------------------ the normals themselves
@@ -75,7 +69,7 @@ def test_moments_and_tails_match_the_standard_normal():
              ((z**4).mean(), 3.0, 96.0), ((z[1:] * z[:-1]).mean(), 0.0, 1.0)]
     stats += [((np.abs(z) > c).mean(), p, p * (1 - p)) for c, p in zip((1, 2, 3, 4), tails)]
     scores = np.array([(est - truth) / np.sqrt(var / n) for est, truth, var in stats])
-    assert np.max(np.abs(scores)) < _threshold(len(scores)), scores
+    assert np.max(np.abs(scores)) < bonferroni(len(scores)), scores
 
 
 def test_numbers_are_close_to_jax_random_normal_but_not_equal():
@@ -223,24 +217,10 @@ def test_a_shape_dependent_generator_gives_the_same_run_in_either_layout(key):
 
 def _check_exact_law(alg, num_chains, num_steps, check_at, thin=1):
     """Chains of ``alg`` (float32, fast noise) on a heterogeneous 4-agent regression over a
-    time-varying ring, from ``N(m₀, S₀)``, against the exact law at iterations ``check_at``
-    (multiples of ``thin``)."""
+    time-varying ring against the exact law (:func:`_moments.assert_exact_law`)."""
     pb = linear_regression(num_agents=4, local_size=4, dim=2, heterogeneous=True)
-    schedule = None if not alg.decentralized else permuted_rings(4, 3, seed=4)
-    m0, S0 = np.array([1.0, -2.0]), np.array([[0.5, 0.2], [0.2, 1.5]])
-    shape = (num_chains, 2) if not alg.decentralized else (num_chains, 4, 2)
-    draws = np.random.default_rng(1).normal(size=shape)
-    init = jnp.asarray(m0 + draws @ np.linalg.cholesky(S0).T, jnp.float32)
-    trace = dgsgld.sample(alg, pb.potential, schedule, init, jax.random.key(2), num_steps,
-                          output=dgsgld.Output(thin=thin))
-    with jax.enable_x64(True):
-        exact = th.exact_moments(alg, exact_quadratic(pb), schedule, m0, S0, num_steps)
-        mean, cov = np.asarray(exact.mean), np.asarray(exact.cov)
-    positions = np.asarray(trace.positions, np.float64)
-    # Each iterate is exactly Gaussian (full-batch gradients, quadratic potential): z-scores.
-    z = np.concatenate([np.ravel(part) for k in check_at
-                        for part in z_scores(positions[:, k // thin], mean[k], cov[k])])
-    assert np.max(np.abs(z)) < _threshold(z.size), (np.max(np.abs(z)), _threshold(z.size))
+    schedule = permuted_rings(4, 3, seed=4) if alg.decentralized else None
+    assert_exact_law(alg, pb, schedule, num_chains, num_steps, check_at, thin)
 
 
 def test_diging_sgld_with_fast_noise_matches_the_exact_law():
@@ -269,3 +249,15 @@ def test_resuming_a_checkpoint_with_another_noise_generator_is_refused(tmp_path)
     with pytest.raises(CheckpointError, match=r"`algorithm.normal` differs from the checkpoint"):
         dgsgld.sample_chunked(dgsgld.DIGingSGLD(0.05, normal=dgsgld.fast_normal), *args, 20,
                               chunk_size=5, path=tmp_path)
+
+
+@pytest.mark.parametrize("make", [dgsgld.diging_sgld, dgsgld.de_sgld, dgsgld.extra_sgld,
+                                  dgsgld.sgld, dgsgld.de_sghmc, dgsgld.diging_sghmc,
+                                  dgsgld.d_ula, dgsgld.push_diging_sgld, dgsgld.push_sum_sgld])
+def test_every_constructor_takes_the_noise_generator(make):
+    # One constructor per sampler: the function builds the class's sampler with every option.
+    fast, default = make(0.01, normal=dgsgld.fast_normal), make(0.01)
+    assert fast.normal is dgsgld.fast_normal and default.normal is jax.random.normal
+    assert type(fast) is type(default)
+    with pytest.raises(ValueError, match="`normal` must be a function"):
+        make(0.01, normal=1.0)

@@ -1,11 +1,14 @@
 """Potentials: the gradient estimator, uneven data, and input checks."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import dgsgld
+from dgsgld import gradients
 from dgsgld import potential as potential_module
 from _problems import linear_regression, log_likelihood
 
@@ -137,6 +140,48 @@ def test_subsets_are_uniform_in_both_selection_paths(tabulate, monkeypatch):
         values, counts = np.unique(codes[:, agent], return_counts=True)
         assert len(values) == 10
         assert np.all(np.abs(counts - K / 10) <= 5 * np.sqrt(K * 0.09))
+
+
+def test_rejection_draws_are_uniform_subsets_chi_squared(monkeypatch):
+    """The draw for large data (repeats redrawn, :func:`dgsgld.potential.distinct_batch`) gives
+    every b-subset the same probability, also for uneven agents (a mask; each agent draws among
+    its own n_i data).
+
+    Agents with n_i = 8, 7, 10 data, b = 3 (so b <= n_i / 2: this path), table forced off:
+    C(n_i, 3) = 56, 35, 120 subsets. K = 12 000 draws per agent, under ``vmap`` as in a run.
+    Pearson's statistic sum (O - E)^2 / E over each agent's subsets is asymptotically
+    chi-squared with C(n_i, 3) - 1 degrees of freedom (expected counts E = K / C >= 100, far
+    above the usual >= 5); the agents are independent, so the sum over agents is chi-squared
+    with 55 + 34 + 119 = 208 degrees of freedom. Its critical value at p = 1e-4 (scipy's
+    chi2.isf, about 290) bounds the false-alarm rate. Power: relative deviations delta of the
+    subsets' probabilities add about K * mean(delta^2) per agent to the statistic; +-10 % on
+    one agent's subsets adds 120, above the margin 290 - 208 (the statistic's sd is 20).
+    """
+    from scipy import stats
+
+    monkeypatch.setattr(potential_module, "_MAX_SUBSET_ENTRIES", 0)
+    rng = np.random.default_rng(3)
+    sizes = (8, 7, 10)
+    agents = [(rng.normal(size=(n, 2)).astype(np.float32), rng.normal(size=n).astype(np.float32))
+              for n in sizes]
+    data, mask = dgsgld.pad_agent_data(agents)
+    pot = dgsgld.Potential(log_likelihood, None, data, batch_size=3, mask=mask)
+    assert not pot.tabulated and pot.by_rejection
+    np.testing.assert_array_equal(pot.counts, sizes)
+    K = 12_000
+    idx = np.asarray(jax.jit(jax.vmap(lambda k: gradients.batch_indices(pot, k)))(
+        jax.random.split(jax.random.key(11), K)))                          # (K, N, b)
+    assert np.all(np.sort(idx, -1)[..., 1:] > np.sort(idx, -1)[..., :-1])  # distinct
+    statistic, dof = 0.0, 0
+    for agent, n in enumerate(sizes):
+        assert idx[:, agent].max() < n                                    # never padding
+        codes = np.sum(2 ** idx[:, agent].astype(np.int64), -1)           # subset -> bitmask
+        _, counts = np.unique(codes, return_counts=True)
+        cells = len(list(itertools.combinations(range(n), 3)))
+        assert len(counts) == cells                                       # all occur
+        statistic += np.sum((counts - K / cells) ** 2 / (K / cells))
+        dof += cells - 1
+    assert statistic <= stats.chi2.isf(1e-4, dof), (statistic, dof)
 
 
 def test_subset_table_respects_uneven_data():

@@ -1,4 +1,4 @@
-"""A checkpoint never splices two runs or returns what it cannot vouch for (issue 13, items 1-3).
+"""A checkpoint never splices two runs or returns what it cannot vouch for.
 
 Every case here was a silent wrong result (or a raw JSONDecodeError/KeyError, or a killed
 writer) before checkpoints carried a fingerprint, cross-checked files and a lock. The problem,
@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import zipfile
 
@@ -135,7 +136,8 @@ def test_resume_with_other_settings_is_refused(finished, changes, message):
     text = str(err.value)
     assert message.format(path=finished) in text
     if what == "batch_size":
-        assert "also differ: `potential.subsets`" in text  # the arrays derived from it
+        # the setting and the arrays derived from it
+        assert "also differ: `potential.by_rejection`, `potential.subsets`" in text
 
 
 def test_closure_values_and_function_bodies_are_part_of_the_contract(finished):
@@ -181,8 +183,8 @@ def meta_of(file):
         (lambda m: {**m, "steps_done": "24"}, "metadata `steps_done` is '24'; expected an integer"),
         (lambda m: {k: v for k, v in m.items() if k != "run"}, "metadata `run` is None"),
         (lambda m: {**m, "run": {**m["run"], "thin": 1}}, "metadata `thin` (1) disagrees"),
-        (lambda m: {**m, "version": 1},
-         "version 1; this dgsgld reads 'dgsgld-checkpoint' version 2"),
+        (lambda m: {**m, "version": 2},
+         "version 2; this dgsgld reads 'dgsgld-checkpoint' version 3"),
         (lambda m: "{not json", "has `meta` that is not valid JSON"),
         (lambda m: [1, 2], "has `meta` that is not a JSON object"),
     ],
@@ -340,15 +342,16 @@ def test_second_writer_fails_at_once_and_first_finishes_intact(partial, tmp_path
         in_flight = sorted(path.glob(".tmp-*"))
         assert len(in_flight) == 1  # the holder's save in progress
         ran = []
-        real = checkpoint._sample
-        monkeypatch.setattr(checkpoint, "_sample", lambda *a, **k: ran.append(1) or real(*a, **k))
+        real = checkpoint._run._execute_here
+        monkeypatch.setattr(checkpoint._run, "_execute_here",
+                            lambda *a, **k: ran.append(1) or real(*a, **k))
         for kwargs in ({}, {"algorithm": dgsgld.diging_sgld(0.07)}):
             with pytest.raises(CheckpointError) as err:
                 resume(path, **kwargs)
             assert str(err.value).startswith(
                 f"Checkpoint directory {str(path)!r} is in use by another writer (process "
                 f"{child.pid}")
-        assert len(ran) == 2  # only the shape probes, never a chunk
+        assert len(ran) == 4  # per call, the shape probe and the program trace; never a chunk
         assert sorted(path.glob(".tmp-*")) == in_flight  # not cleaned up under the holder
         go.touch()
         assert child.wait(120) == 0, child.stderr.read().decode()[-2000:]
@@ -512,3 +515,159 @@ def test_chain_offset_and_burn_in_pass_through(finished, reference):
         resume(finished, chain_offset=5)
     assert_identical(resume(finished, burn_in=6),
                      dgsgld.sample(*args, output=KWARGS["output"]._replace(burn_in=6)))
+
+
+# -- nothing inside a checkpoint directory is followed ----------------------------------------------
+
+
+def _plant(path, name, kind, victim):
+    member = path / name
+    if member.exists() or member.is_symlink():
+        member.unlink()
+    if kind == "symlink":
+        member.symlink_to(victim)
+    elif kind == "dangling symlink":
+        member.symlink_to(victim.parent / "created-through-the-link")
+    elif kind == "hard link":
+        os.link(victim, member)
+    elif kind == "directory":
+        member.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(member)
+
+
+LINKED = [(".lock", "symlink"), (".lock", "dangling symlink"), (".lock", "hard link"),
+          (".lock", "directory"), ("state.npz", "symlink"), ("chunk_00001.npz", "symlink"),
+          ("chunk_00002.npz", "symlink"), (".tmp-abcd.npz", "symlink"), ("notes.txt", "symlink"),
+          ("state.npz", "fifo"), ("chunk_00000.npz", "directory")]
+
+
+@pytest.mark.parametrize("name, kind", LINKED, ids=[f"{n} {k}" for n, k in LINKED])
+def test_members_are_never_followed_and_links_are_refused(partial, tmp_path, name, kind):
+    """A writer (the lock) and a reader (read_checkpoint) of a directory holding a link, or one
+    of the format's names that is not a regular file, refuse it before opening anything through
+    it: the victim, a file outside the directory, keeps its bytes and no file is created."""
+    path = copy(partial, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    if name in ("state.npz", "chunk_00001.npz"):  # a link to an identical copy: still refused
+        shutil.copy(path / name, victim)
+    before = victim.read_bytes()
+    _plant(path, name, kind, victim)
+    outcomes = []
+    for open_it in (lambda: CheckpointDir(path).lock().__enter__(), lambda: read_checkpoint(path)):
+        done = []
+        reader = threading.Thread(target=lambda: done.append(_refusal(open_it)), daemon=True)
+        reader.start()
+        reader.join(30)  # a FIFO opened for reading would block for ever
+        outcomes.append(done[0] if done else "blocked")
+    if name == ".lock" and kind != "symlink":
+        outcomes = outcomes[:1]  # readers take no lock: a hard-linked lock file is harmless
+    for text in outcomes:
+        assert text.startswith(f"Checkpoint directory {str(path)!r} holds ") or text.startswith(
+            f"Checkpoint lock file {str(path / name)!r} "), text
+        if kind in ("symlink", "dangling symlink"):
+            assert f"holds a symbolic link `{name}` (to " in text
+        elif kind == "hard link":
+            assert "has 2 hard links; it may be another file: it is not written" in text
+        else:
+            assert f"holds `{name}`, which is not a regular file" in text
+    assert victim.read_bytes() == before
+    assert not (tmp_path / "created-through-the-link").exists()
+
+
+def _refusal(open_it):
+    try:
+        open_it()
+    except CheckpointError as err:
+        return str(err)
+    return "accepted"
+
+
+def test_a_linked_lock_file_is_refused_by_sample_chunked(partial, tmp_path):
+    path = copy(partial, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (path / ".lock").unlink()
+    (path / ".lock").symlink_to(victim)
+    with pytest.raises(CheckpointError, match=r"holds a symbolic link `\.lock` \(to '.*victim"
+                                              r"\.txt'\); sample_chunked never follows links"):
+        resume(path)
+    assert victim.read_text() == "precious"
+
+
+# -- every file's contents are sealed ---------------------------------------------------------------
+
+
+SEALED = [("state.npz", "state/0"), ("state.npz", "state/1"), ("state.npz", "state/2"),
+          ("state.npz", "divergence/agent"), ("chunk_00000.npz", "positions/0"),
+          ("chunk_00001.npz", "values/0"), ("chunk_00002.npz", "ensemble/0")]
+
+
+@pytest.mark.parametrize("name, entry", SEALED)
+def test_values_rewritten_with_the_same_structure_are_refused(finished, tmp_path, name, entry):
+    """Same names, shapes, dtypes and metadata, other values (every kind of entry, in the
+    commit record and in chunks): refused, naming the file and the entry."""
+    path = copy(finished, tmp_path)
+    file = path / name
+    with np.load(file) as archive:
+        value = archive[entry]
+    if entry == "divergence/agent":  # a divergence made up consistently with the counts
+        with np.load(file) as archive:
+            iteration = archive["divergence/iteration"]
+        rewrite(file, **{entry: np.where(np.arange(len(value)) == 0, 1, value),
+                         "divergence/iteration": np.where(np.arange(len(value)) == 0, 5,
+                                                          iteration)})
+        entry = "divergence/agent`, `divergence/iteration"
+    else:
+        rewrite(file, **{entry: value + np.ones_like(value)})
+    with pytest.raises(CheckpointError) as err:
+        read_checkpoint(path)
+    text = str(err.value)
+    assert text.startswith(f"Checkpoint file {str(file)!r}: the contents of `{entry}` differ "
+                           "from what sample_chunked wrote (SHA-256 "), text
+
+
+def test_metadata_edits_that_pass_the_cross_checks_are_refused(finished, tmp_path):
+    path = copy(finished, tmp_path)
+    for name in ("state.npz", "chunk_00001.npz"):
+        file = path / name
+        rewrite(file, meta={**meta_of(file), "note": "edited"})
+        with pytest.raises(CheckpointError, match=rf"^Checkpoint file '{file}': the contents of "
+                                                  r"`meta` differ"):
+            read_checkpoint(path)
+        shutil.copy(finished / name, file)
+    rewrite(path / "state.npz", meta={k: v for k, v in meta_of(path / "state.npz").items()
+                                      if k != "sha256"})
+    with pytest.raises(CheckpointError, match="metadata `sha256` does not list its"):
+        read_checkpoint(path)
+
+
+def test_an_edited_state_is_refused_on_resume(partial, tmp_path):
+    path = copy(partial, tmp_path)
+    file = path / "state.npz"
+    with np.load(file) as archive:
+        position = archive["state/0"]
+    rewrite(file, **{"state/0": position * 2})  # the positions half-way through the run
+    with pytest.raises(CheckpointError, match=rf"'{file}': the contents of `state/0` differ"):
+        resume(path)
+
+
+# -- a legacy key of the same draws ---------------------------------------------------------------
+
+
+def test_a_legacy_key_of_the_same_draws_resumes(partial, reference, tmp_path):
+    """``PRNGKey(s)`` and ``key(s)`` give the same draws in ``sample``: a run started with
+    one resumes with the other, bit-identical; another seed is refused, printed as keys."""
+    alg, potential, init = problem()
+    args = (alg, potential, W, init)
+    for key in (jax.random.PRNGKey(KEY_SEED), jax.random.key(KEY_SEED)):
+        path = copy(partial, tmp_path / str(len(str(key))))
+        got = sample_chunked(*args, key, NUM_STEPS, chunk_size=10, path=path, **KWARGS)
+        assert_identical(got, reference)
+    with pytest.raises(CheckpointError) as err:
+        sample_chunked(*args, jax.random.PRNGKey(KEY_SEED + 1), NUM_STEPS, chunk_size=10,
+                       path=copy(partial, tmp_path / "other"), **KWARGS)
+    assert f"`key` differs from the checkpoint in {tmp_path / 'other' / 'copy'}: " \
+           f"key<threefry2x32> [0, {KEY_SEED}] (uint32[2]) (checkpoint) vs key<threefry2x32> " \
+           f"[0, {KEY_SEED + 1}] (uint32[2]) (this call)" in str(err.value)

@@ -194,9 +194,10 @@ def _primitives(jaxpr, acc=None) -> set[str]:
 def test_a_checked_network_runs_traced_without_host_callbacks_and_gives_the_same_draws():
     # A traced network is checked inside the program by host callbacks, which JAX's persistent
     # cache refuses to store; a network checked on the host (`checked_network`) carries none.
+    # (on_divergence="flag": the default "raise" checks divergence inside the program too.)
     potential, ring, init = problem()
     fn = lambda w: dgsgld.sample(dgsgld.diging_sgld(0.05), potential, w, init, KEY,  # noqa: E731
-                                 20).positions
+                                 20, on_divergence="flag").positions
     callbacks = lambda w: {p for p in _primitives(jax.make_jaxpr(fn)(w).jaxpr)  # noqa: E731
                            if "callback" in p}
     assert callbacks(ring)                        # the check is in the program ...

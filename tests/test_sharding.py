@@ -42,6 +42,13 @@ SCRIPT = textwrap.dedent(
         agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
         pos, state = agents.positions, agents.state
         res = out[str(batch)] = {}
+        if batch is not None:
+            # D-ULA with SAGA: the estimator's table and the network size on agent blocks.
+            dula = dgsgld.d_ula(0.05, 0.5, dgsgld.gradients.saga())
+            res["agents_dula_saga_diff"] = float(jnp.abs(
+                sharding.sample_agent_sharded(dula, prob.potential, mixing, init, key, 20)
+                .positions - dgsgld.sample(dula, prob.potential, mixing, init, key, 20)
+                .positions).max())
         if full:
             # Any decentralized sampler's own step runs sharded: DE-SGLD, and a resumed run.
             de = dgsgld.de_sgld(0.05)
@@ -75,7 +82,8 @@ SCRIPT = textwrap.dedent(
         ref = dgsgld.sample(blow, prob.potential, mixing, init, key, 100, on_divergence="flag",
                             output=dgsgld.Output(positions=False))
         agents = sharding.sample_agent_sharded(blow, prob.potential, mixing, init, key, 100,
-                                               output=dgsgld.Output(positions=False))
+                                               output=dgsgld.Output(positions=False),
+                                               on_divergence="flag")
         out["divergence"] = [np.asarray(ref.divergence).tolist(),
                              np.asarray(agents.divergence).tolist()]
         # Sparse schedules: a neighbour exchange (ppermute of the rows neighbours need) instead of
@@ -113,13 +121,13 @@ SCRIPT = textwrap.dedent(
     errors = {}
     prob = linear_regression(num_agents=6, dim=2)
     try:
-        sharding.sample_sharded(dgsgld.diging_sgld(0.05), prob.potential, np.eye(6),
+        sharding.sample_sharded(dgsgld.diging_sgld(0.05), prob.potential, np.full((6, 6), 1 / 6),
                                 jnp.zeros((6, 6, 2)), key, 2)
     except ValueError as err:
         errors["chains"] = str(err)
     try:
-        sharding.sample_agent_sharded(dgsgld.diging_sgld(0.05), prob.potential, np.eye(6),
-                                      jnp.zeros((4, 6, 2)), key, 2)
+        sharding.sample_agent_sharded(dgsgld.diging_sgld(0.05), prob.potential,
+                                      np.full((6, 6), 1 / 6), jnp.zeros((4, 6, 2)), key, 2)
     except ValueError as err:
         errors["agents"] = str(err)
     out["errors"] = errors
@@ -130,7 +138,8 @@ SCRIPT = textwrap.dedent(
 
 def _run(mode: str) -> dict:
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = dict(os.environ,
+               XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", SCRIPT, mode], cwd=root, env=env,
                           capture_output=True, text=True, timeout=900)
@@ -158,7 +167,8 @@ def _check_equal(r: dict) -> None:
     assert r["agents_diff"] < bound
     assert r["agents_tracker_diff"] < 10 * bound             # trackers are gradient-sized
     assert not r["agents_diverged"]
-    for name in ("resume_diff", "two_devices_diff", "agents_de_diff", "agents_resume_diff"):
+    for name in ("resume_diff", "two_devices_diff", "agents_de_diff", "agents_resume_diff",
+                 "agents_dula_saga_diff"):
         if name in r:
             assert r[name] < bound
 

@@ -1,5 +1,10 @@
 """Save/load of a finished Trace: exact round trips through .npz + JSON, never pickle."""
 
+import io
+import json
+import os
+import threading
+import zipfile
 from typing import NamedTuple
 
 import jax
@@ -152,3 +157,174 @@ def test_an_mlp_run_saves_loads_and_continues(tmp_path):
     again = [dgsgld.sample(algorithm, potential, mixing, t.state, jax.random.key(2), 3)
              for t in (trace, loaded)]
     assert_same(again[0].positions, again[1].positions)
+
+
+# -- damaged and hostile files: one ValueError naming the file ------------------------------------
+
+
+def _members(path):
+    with np.load(path, allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def _meta(members):
+    return json.loads(members["__meta__"].tobytes().decode())
+
+
+def _with_meta(members, meta):
+    return {**members, "__meta__": np.frombuffer(json.dumps(meta).encode(), np.uint8)}
+
+
+def _leaf_node(meta):
+    """The description of ``trace.state.count`` (a jax int32 array of shape (3,))."""
+    return meta["tree"]["children"][3]["children"][3]
+
+
+def _edit_meta(edit):
+    def damage(members):
+        meta = _meta(members)
+        edit(meta)
+        return _with_meta(members, meta)
+    return damage
+
+
+def _raw_entry(file, header, payload):
+    """Rewrite the trace ``file`` with entry ``a0`` given as a raw .npy header and payload."""
+    members = _members(file)
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, header)
+    with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in members.items():
+            archive.writestr(name + ".npy", buffer.getvalue() + payload if name == "a0"
+                             else _npy(array))
+
+
+def _npy(array):
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+DAMAGE = {
+    "text file": (lambda p: p.write_text("step,loss\n1,0.5\n"),
+                  "is unreadable (BadZipFile: File is not a zip file)"),
+    "truncated": (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+                  "is unreadable (BadZipFile"),
+    "meta not JSON": (lambda m: {**m, "__meta__": np.frombuffer(b"{not json", np.uint8)},
+                      "has a '__meta__' entry that is not UTF-8 JSON"),
+    "meta a list": (lambda m: {**m, "__meta__": np.frombuffer(b"[1, 2]", np.uint8)},
+                    "has a '__meta__' entry that is not a JSON object"),
+    "meta not bytes": (lambda m: {**m, "__meta__": np.zeros(3, np.float32)},
+                       "has an entry `__meta__` of shape (3,) and dtype float32"),
+    "no tree": (_edit_meta(lambda m: m.pop("tree")), "malformed description at `trace`"),
+    "leaf without entry name": (_edit_meta(lambda m: _leaf_node(m).pop("a")),
+                                "malformed description at `trace.state.count`: entry name"),
+    "unknown node type": (_edit_meta(lambda m: _leaf_node(m).update(t="pickle")),
+                          "at `trace.state.count`: node type 'pickle'"),
+    "bad field name": (_edit_meta(lambda m: m["tree"]["fields"].__setitem__(0, "class")),
+                       "at `trace`: bad NamedTuple fields"),
+    "entry missing": (lambda m: {k: v for k, v in m.items() if k != "a0"},
+                      "holds 5 entries; missing ['a0'], unexpected []"),
+    "entry extra": (lambda m: {**m, "extra": np.zeros(2)}, "unexpected ['extra']"),
+    "other shape": (lambda m: {**m, "a0": m["a0"][:, :2]},
+                    "has an entry `a0` of shape (3, 2, 4, 2) and dtype float32; the description "
+                    "records (3, 5, 4, 2) and float32"),
+    "other dtype": (lambda m: {**m, "a0": m["a0"].astype(np.float64)},
+                    "the description records (3, 5, 4, 2) and float32"),
+    "object dtype": (lambda m: {**m, "a0": np.array([None, 1], object)},
+                     "has an entry `a0` of object dtype"),
+    "key of unknown impl": (_edit_meta(lambda m: _leaf_node(m).update(t="key", impl="nope")),
+                            "JAX cannot rebuild as a 'nope' key"),
+    "48 GB declared by a few bytes": (
+        lambda p: _raw_entry(p, {"descr": "<f4", "fortran_order": False,
+                                 "shape": (3, 5 * 10**9, 4, 2)}, b"0" * 8),
+        "bytes) disagrees with its header ((3, 5000000000, 4, 2), float32)"),
+}
+
+
+#: Damage to leaf entries, which read_metadata does not read.
+LEAF_DAMAGE = ("other shape", "other dtype", "object dtype", "key of unknown impl",
+               "48 GB declared by a few bytes")
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_a_damaged_or_hostile_file_is_one_error_naming_it(tmp_path, case):
+    damage, message = DAMAGE[case]
+    path = traceio.save_trace(tmp_path / "run.npz", make_trace(W))
+    if damage.__code__.co_varnames[:1] == ("p",):
+        damage(path)
+    else:
+        np.savez(path, **damage(_members(path)))
+    for read in (traceio.load_trace, traceio.read_metadata):
+        if read is traceio.read_metadata and case in LEAF_DAMAGE:
+            continue  # the description alone is fine
+        with pytest.raises(ValueError) as err:
+            read(path)
+        assert type(err.value) is ValueError  # not a JSONDecodeError, BadZipFile, ...
+        text = str(err.value)
+        assert text.startswith(f"Trace file {str(path)!r} "), text
+        assert message in text, text
+
+
+@pytest.mark.reliability
+def test_compressed_entries_are_read_up_to_a_limit(tmp_path, monkeypatch):
+    """save_trace writes stored entries; a compressed copy loads, unless its entries declare
+    more than the limit in all (refused from the zip headers, before inflating anything)."""
+    trace = make_trace(W)
+    path = traceio.save_trace(tmp_path / "run.npz", trace)
+    np.savez_compressed(path, **_members(path))
+    assert_same(traceio.load_trace(path), trace)
+    monkeypatch.setattr(traceio, "_MAX_COMPRESSED", W.nbytes)  # the trace holds W and more
+    with pytest.raises(ValueError, match=r"^Trace file .* has a compressed entry `.*` \(its "
+                                         r"compressed entries declare \d+ bytes, more than the "
+                                         rf"{W.nbytes} read"):
+        traceio.load_trace(path)
+
+
+@pytest.mark.reliability
+def test_a_fifo_or_a_directory_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "run.npz"
+    os.mkfifo(fifo)
+    errors = []
+    reader = threading.Thread(target=lambda: errors.append(_error(traceio.load_trace, fifo)),
+                              daemon=True)
+    reader.start()
+    reader.join(30)
+    assert errors == [f"Trace file {str(fifo)!r} is not a regular file; it is not a trace "
+                      "written by dgsgld.traceio.save_trace, or it was damaged since."]
+    assert _error(traceio.load_trace, tmp_path).startswith(f"Trace file {str(tmp_path)!r} is "
+                                                          "not a regular file")
+
+
+def _error(fn, *args):
+    try:
+        fn(*args)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+@pytest.mark.reliability
+def test_shapes_and_dtypes_are_recorded(tmp_path):
+    path = traceio.save_trace(tmp_path / "run.npz", make_trace(W))
+    node = _leaf_node(_meta(_members(path)))
+    assert node == {"t": "leaf", "a": node["a"], "kind": "jax", "shape": [3], "dtype": "<i4"}
+    # A file of format version 1 (no recorded shapes) still loads, checked against its headers.
+    members = _members(path)
+    meta = _meta(members)
+    meta["version"] = 1
+
+    def strip(desc):
+        if isinstance(desc, dict):
+            for key in ("shape", "dtype"):
+                desc.pop(key, None)
+            for value in desc.values():
+                strip(value)
+        elif isinstance(desc, list):
+            for value in desc:
+                strip(value)
+
+    strip(meta["tree"])
+    np.savez(path, **_with_meta(members, meta))
+    assert_same(traceio.load_trace(path), make_trace(W))

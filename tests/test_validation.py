@@ -134,6 +134,34 @@ def test_bad_mixing_is_refused(case):
     assert_names(lambda: sample(mixing=stack), "mixing", DEFECTS[kind])
 
 
+@pytest.mark.reliability
+def test_check_mixing_sums_the_axis_it_is_asked_for():
+    # Agent 0 sends half to agent 1 and keeps half; agent 1 keeps all: columns sum to 1, rows
+    # to 0.5 and 1.5. Its transpose is row stochastic. Neither is symmetric.
+    cols = np.array([[[0.5, 0.0], [0.5, 1.0]]])
+    _validation.check_mixing(cols, sums="columns")
+    _validation.check_mixing(np.swapaxes(cols, 1, 2), sums="rows")
+    with pytest.raises(ValueError) as err:
+        _validation.check_mixing(cols, sums="rows")
+    assert str(err.value) == ("`mixing`[0] is not row stochastic: row 0 (the weights agent 0 "
+                              "puts on what it hears) sums to 0.5, expected 1 (tolerance 1e-05).")
+    with pytest.raises(ValueError) as err:
+        _validation.check_mixing(np.swapaxes(cols, 1, 2), sums="columns", name="w", first=3)
+    assert str(err.value) == ("`w`[3] is not column stochastic: column 0 (what agent 0 sends "
+                              "out) sums to 0.5, expected 1 (tolerance 1e-05).")
+    with pytest.raises(ValueError, match=r"`mixing`\[0\] is not symmetric: W\[0, 1\] = 0.0"):
+        _validation.check_mixing(cols)
+    # The entry checks are the same whichever axis sums.
+    nan = np.where(np.eye(2, dtype=bool), np.nan, cols)
+    for sums in ("both", "rows", "columns"):
+        with pytest.raises(ValueError) as err:
+            _validation.check_mixing(nan, sums=sums)
+        assert str(err.value) == ("`mixing`[0] is not finite: non-finite weight at entry (0, 0) "
+                                  "(value nan, tolerance 1e-05).")
+    with pytest.raises(ValueError, match=r"`sums` must be one of \('both', 'rows', 'columns'\)"):
+        _validation.check_mixing(cols, sums="cols")
+
+
 def test_missing_mixing_for_a_decentralized_sampler():
     assert_names(lambda: sample(mixing=None), "mixing", "required by DIGingSGLD")
 

@@ -43,11 +43,11 @@ from .reproduce import save_result as save_result
 from .reproduce import seed_sweep as seed_sweep
 from .reproduce import summary_table as summary_table
 from .reproduce import sweep_table as sweep_table
-from .tuning import GradientTuning as GradientTuning
-from .tuning import GridSearch as GridSearch
-from .tuning import grid_search as grid_search
-from .tuning import log_grid as log_grid
-from .tuning import tune_step_size_gradient as tune_step_size_gradient
+from ..tuning import GradientTuning as GradientTuning
+from ..tuning import GridSearch as GridSearch
+from ..tuning import grid_search as grid_search
+from ..tuning import log_grid as log_grid
+from ..tuning import tune_step_size_gradient as tune_step_size_gradient
 
 
 def __getattr__(name):

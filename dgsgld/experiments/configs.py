@@ -40,8 +40,13 @@ def _positive_int(name, value, minimum=1):
 
 
 def _positive_float(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive number; got {value!r}.")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            or not np.isfinite(value)):
+        raise ValueError(f"`{name}` must be a positive finite number; got {value!r}.")
+
+
+#: Periods up to this are always accepted (the paper's); longer ones only up to ``num_steps``.
+PAPER_PERIOD = 50
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,15 @@ class _Common:
         for name in ("num_agents", "num_steps", "period", "num_step_sizes"):
             _positive_int(name, getattr(self, name))
         _positive_int("trials", self.trials, 2)
+        if self.period > max(self.num_steps, PAPER_PERIOD):
+            # Building a snapshot costs about half a millisecond and 30 bytes per N² entry:
+            # a period of 10⁹ would neither fit nor finish, and none beyond num_steps is used.
+            raise ValueError(
+                f"`period` = {self.period} exceeds `num_steps` = {self.num_steps}: a run of "
+                f"{self.num_steps} iterations uses only the first {self.num_steps} snapshots "
+                f"(W⁽ᵏ⁾ = matrices[k mod period]); use a period of at most "
+                f"{max(self.num_steps, PAPER_PERIOD)}."
+            )
         for name in ("prior_precision", "init_std", "step_min", "step_max"):
             _positive_float(name, getattr(self, name))
         if self.step_min > self.step_max:
@@ -87,7 +101,7 @@ class _Common:
         natural ``η / N`` scale) and, with the same spacing, reaches up to ``step_max``: without
         a network to limit its stability it may prefer steps well above ``η / N``.
         """
-        from .tuning import log_grid
+        from ..tuning import log_grid
 
         if not centralized:
             return log_grid(self.step_min, self.step_max, self.num_step_sizes)
@@ -143,6 +157,19 @@ class LinearRegressionConfig(_Common):
         if not isinstance(self.gradient_tuning, bool):
             raise ValueError(
                 f"`gradient_tuning` must be true or false; got {self.gradient_tuning!r}."
+            )
+
+    def check_gradient_tuning(self) -> None:
+        """Refuse, before anything runs, too few trials for gradient tuning (when it is on)."""
+        params = self.dim + 1  # features and intercept
+        if self.gradient_tuning and self.trials <= params:
+            # The covariance of C chains has rank C - 1: below full rank the square root in
+            # the W2 criterion has an infinite derivative, and every gradient step is NaN.
+            raise ValueError(
+                f"`trials` = {self.trials} is too few for gradient tuning: its criterion, the "
+                f"W2 of the chains' Gaussian fit in {params} dimensions, is differentiable only "
+                f"for a full-rank covariance, i.e. at least {params + 1} chains; use "
+                f"--trials {params + 1} or more, or set gradient_tuning = false in --config."
             )
 
 

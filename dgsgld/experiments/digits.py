@@ -49,9 +49,10 @@ import optax
 
 from .. import data as dd
 from .. import networks, predictive
-from ..potential import Potential
-from ..run import Output, checked_if_concrete, sample
+from ..potential import Potential, stack_potentials
+from ..run import Output
 from ..samplers import de_sgld, diging_sgld, sgld
+from ..tuning import grid_run
 
 __all__ = ["BenchmarkConfig", "DIGITS", "DIGITS_SMALL", "DIABETES", "DIABETES_SMALL",
            "digits_benchmark", "diabetes_benchmark", "reproduce_digits", "results_table"]
@@ -258,21 +259,6 @@ def _ensemble_fn(task: Task, decentralized: bool):
     return fn
 
 
-@eqx.filter_jit
-def _grid_runs(make_algorithm, step_sizes, potentials, mixing, init, key, num_steps, thin,
-               ensemble_fn):
-    """Every split (outer axis) x step size (inner axis) x chain x agent x iteration."""
-
-    def one(potential, eta):
-        trace = sample(make_algorithm(eta), potential, mixing, init, key, num_steps,
-                       output=Output(thin=thin, ensemble_fn=ensemble_fn),
-                       on_divergence="flag")
-        return trace.ensemble, jnp.any(trace.diverged)
-
-    per_split = lambda pot: jax.vmap(lambda eta: one(pot, eta))(step_sizes)  # noqa: E731
-    return jax.vmap(per_split)(potentials)
-
-
 def _map_baseline(task: Task, potentials, init, config: BenchmarkConfig):
     """Each agent alone: Adam on ``-(local log-likelihood + log prior)`` (its own MAP), full
     local batches; outputs on the evaluation points every ``map_every`` steps.
@@ -440,7 +426,7 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
     n = config.num_agents
     splits = make_splits(task, config)
     split_names = list(splits)
-    potentials = _stack([
+    potentials = stack_potentials([
         Potential(task.log_likelihood, task.log_prior, s.data, config.batch_size, mask=s.mask)
         for s in splits.values()
     ])
@@ -449,7 +435,7 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
                        None if config.batch_size is None else n * config.batch_size)
     pooled = _stack([pooled])
     # Every method and grid point runs with the same run key and starting points (common
-    # random numbers, as in experiments.tuning), so differences between them are not masked
+    # random numbers, as in dgsgld.tuning), so differences between them are not masked
     # by Monte Carlo noise of different draws.
     init_key, run_key = jax.random.split(jax.random.key(config.seed))
     chains = jax.vmap(task.init)(jax.random.split(init_key, config.num_chains))
@@ -474,9 +460,10 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
     tuning, curves, calibration, timings = {}, {s: {} for s in split_names}, {}, {}
     for label, make, mixing, init, pots, etas in methods:
         t0, c0 = time.perf_counter(), time.process_time()
-        ens, diverged = _grid_runs(make, jnp.asarray(etas), pots, checked_if_concrete(mixing),
-                                   init, run_key, config.num_steps, config.thin,
-                                   _ensemble_fn(task, make is not sgld))
+        # every split (outer axis) x step size x chain x agent x kept iteration, in one call
+        ens, _, diverged = grid_run(
+            make, etas, pots, mixing, init, run_key, config.num_steps, stacked=True,
+            output=Output(thin=config.thin, ensemble_fn=_ensemble_fn(task, make is not sgld)))
         ens = jax.tree.map(np.asarray, ens)
         diverged = np.asarray(diverged)
         timings[label] = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
@@ -605,10 +592,9 @@ def results_table(result: dict) -> str:
 def plot_results(result: dict, path: Path) -> Path:
     """Test accuracy (or RMSE) and NLL against iterations per method and split; for digits
     also the reliability diagrams (pooled over agents)."""
-    import matplotlib
+    from ..plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(headless=True)
 
     classify = result["task"] == "digits"
     splits = list(result["curves"])

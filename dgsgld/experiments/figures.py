@@ -48,7 +48,7 @@ from .problems import (
     logistic_labels,
     logistic_regression_problem,
 )
-from .tuning import GradientTuning, grid_search, tune_step_size_gradient
+from ..tuning import GradientTuning, grid_search, tune_step_size_gradient
 
 __all__ = [
     "ALGORITHMS",
@@ -81,8 +81,8 @@ class AlgorithmResult:
         mean, std: ``(T + 1,)`` mean and standard deviation over agents of the per-agent metric
             (W2 or accuracy) at iterations ``0..T``; ``std`` is zero for centralized SGLD.
         per_agent: ``(T + 1, N)`` the per-agent metric (``N = 1`` for centralized SGLD).
-        consensus: ``(T + 1,)`` root-mean-square distance of the agents to their average,
-            averaged over trials (zero for centralized SGLD).
+        consensus: ``(T + 1,)`` consensus error over the trials
+            (:func:`dgsgld.metrics.ensemble_consensus_error`; zero for centralized SGLD).
         grid, grid_scores, grid_diverged: ``(G,)`` step sizes, final value at each (mean over
             agents at the last iteration; ``inf`` / ``0`` where the run diverged) and divergence.
         gradient: gradient-based tuning of the step size, or ``None``.
@@ -241,18 +241,13 @@ def _w2(mean, cov, target_mean, target_cov):
     )
 
 
-def _consensus(positions):
-    """Trial-average of the consensus error of ``(C, N, p)`` positions."""
-    return jnp.mean(metrics.consensus_error(positions))
-
-
 class _MomentStream(eqx.Module):
     """Streamed per iteration: per-agent moments over chains and the consensus error."""
 
     def __call__(self, states):
         positions = _agent_axis(states.position)
         mean, cov = _moments(positions)
-        return mean, cov, _consensus(positions)
+        return mean, cov, metrics.ensemble_consensus_error(positions)
 
 
 class _FinalW2(eqx.Module):
@@ -301,7 +296,7 @@ class _AccuracyStream(eqx.Module):
             metrics.accuracy(logistic_labels(positions, self.features), self.targets > 0.5),
             axis=0,
         )
-        return acc, _consensus(positions)
+        return acc, metrics.ensemble_consensus_error(positions)
 
 
 class _LastAccuracy(eqx.Module):
@@ -417,6 +412,7 @@ def run_linear_regression(
     logger: Callable[[str], None] | None = None,
 ) -> FigureResult:
     """Figure 2 for any :class:`LinearRegressionConfig`; see :func:`fig2`."""
+    config.check_gradient_tuning()
 
     def problem_fn(config, data_seed):
         return linear_regression_problem(

@@ -41,7 +41,6 @@ from .. import gradients, metrics
 from ..samplers import PolynomialDecay, d_ula, de_sghmc, de_sgld, diging_sghmc, diging_sgld
 from .configs import apply_overrides, figure_config
 from .figures import (
-    _consensus,
     _logistic_problem,
     _moments,
     _sampling_setup,
@@ -49,7 +48,7 @@ from .figures import (
     derive_seeds,
 )
 from .problems import linear_regression_problem, logistic_labels
-from .tuning import grid_search
+from ..tuning import grid_search
 
 __all__ = ["METHODS", "PANELS", "methods_sweep", "methods_table"]
 
@@ -122,10 +121,10 @@ class _Stream(eqx.Module):
             noise = jnp.mean(jnp.var(dev, axis=0))
         if self.features is None:
             mean, cov = _moments(x)
-            return {"mean": mean, "cov": cov, "consensus": _consensus(x), "tracker": noise}
+            return {"mean": mean, "cov": cov, "consensus": metrics.ensemble_consensus_error(x), "tracker": noise}
         acc = jnp.mean(metrics.accuracy(logistic_labels(x, self.features), self.targets > 0.5),
                        axis=0)
-        return {"accuracy": acc, "consensus": _consensus(x), "tracker": noise}
+        return {"accuracy": acc, "consensus": metrics.ensemble_consensus_error(x), "tracker": noise}
 
 
 class _FinalScore(eqx.Module):
@@ -326,10 +325,9 @@ def methods_table(result: dict) -> str:
 
 def plot_methods(result: dict, path) -> Path:
     """Bar chart per panel: final value per method (mean over seeds, sd as error bars)."""
-    import matplotlib
+    from ..plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(headless=True)
 
     panels = list(result["panels"])
     cols = min(4, len(panels))

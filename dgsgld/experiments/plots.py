@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..plots import mean_band, pyplot
 from .figures import CENTRALIZED, FigureResult
 
 __all__ = ["plot_figure", "plot_overview"]
@@ -24,32 +25,14 @@ _STYLE = {
 _YLABEL = {"W2": "W2 distance to the posterior", "accuracy": "test accuracy"}
 
 
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("Plots need matplotlib (pip install matplotlib).") from err
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _main_panel(ax, result: FigureResult, legend: bool = True) -> None:
     it = result.iterations
     for name, res in result.algorithms.items():
         style = _STYLE.get(name, {})
         label = f"{name} (η={res.step_size:.3g})"
-        ax.plot(it, res.mean, label=label, linewidth=1.8, **style)
-        if name != CENTRALIZED:
-            ax.fill_between(
-                it,
-                res.mean - res.std,
-                res.mean + res.std,
-                alpha=0.25,
-                color=style.get("color"),
-                linewidth=0,
-            )
+        # The centralized reference has one "agent": no band.
+        std = None if name == CENTRALIZED else res.std
+        mean_band(ax, it, res.mean, std, label=label, linewidth=1.8, **style)
     for i, (label, level) in enumerate(result.references.items()):
         ax.axhline(level, color="0.6", linestyle=":", linewidth=1.2, label=label)
     if result.metric == "W2":
@@ -132,7 +115,7 @@ def _tuning_panel(ax, result: FigureResult) -> None:
 
 def plot_figure(result: FigureResult, path: str | Path) -> Path:
     """Write one figure's three-panel PNG to ``path``; returns the path."""
-    plt = _pyplot()
+    plt = pyplot(headless=True)
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [1.4, 1, 1]})
     _main_panel(axes[0], result)
     _consensus_panel(axes[1], result)
@@ -146,7 +129,7 @@ def plot_figure(result: FigureResult, path: str | Path) -> Path:
 
 def plot_overview(results: Sequence[FigureResult], path: str | Path) -> Path:
     """The paper's panels of ``results`` in one row (e.g. Figure 2 (a)–(c)); returns the path."""
-    plt = _pyplot()
+    plt = pyplot(headless=True)
     fig, axes = plt.subplots(1, len(results), figsize=(5.6 * len(results), 4.4), squeeze=False)
     for ax, result in zip(axes[0], results):
         _main_panel(ax, result)

@@ -150,6 +150,19 @@ class Problem(eqx.Module):
                                 self.test_targets > 0.5)
 
 
+def split_potentials(problem: Problem) -> dict[str, Potential]:
+    """The paper's i.i.d. split, and a heterogeneous one: the same data set (same posterior)
+    sorted by response before it is dealt out, so that the agents' local posteriors disagree."""
+    x, y = np.asarray(problem.features), np.asarray(problem.targets)
+    order = np.argsort(y.ravel(), kind="stable")
+    shape = x.shape
+    sorted_x = x.reshape(-1, shape[-1])[order].reshape(shape)
+    sorted_y = y.ravel()[order].reshape(y.shape)
+    return {"iid": problem.potential(),
+            "sorted": Potential(problem.log_likelihood, problem.log_prior,
+                                (jnp.asarray(sorted_x), jnp.asarray(sorted_y)))}
+
+
 def _check_split(num_train: int, num_agents: int, what: str) -> int:
     if num_agents < 1 or num_train % num_agents:
         raise ValueError(

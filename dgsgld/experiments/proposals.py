@@ -1,10 +1,10 @@
 """The step-size proposer on the paper's problems, against the paper's tuned step sizes.
 
-For each figure of §4 and each of DIGing-SGLD and DE-SGLD, :func:`dgsgld.stepsize.propose_step_size`
-runs on the figure's problem, network, initial positions (the first 64 of its 200 chains) and
-key, and its proposal is compared with the step the figure tuned on its grid
-(``docs/figures/<fig>.json``). Each figure gets the criterion its tuning used, as a user with
-their own model would give it:
+For each figure of §4 and each of DIGing-SGLD and DE-SGLD,
+:func:`dgsgld.tuning.propose_step_size` runs on the figure's problem, network, initial
+positions (the first 64 of its 200 chains) and key, and its proposal is compared with the step
+the figure tuned on its grid (``docs/figures/<fig>.json``). Each figure gets the criterion its
+tuning used, as a user with their own model would give it:
 
 * Figure 2 was tuned for W2 to the posterior: the proposer's default spread criterion (a
   faithful per-agent spread), with its default 200-iteration pilot.
@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import metrics, stepsize
+from .. import metrics, tuning
 from ..samplers import de_sgld, diging_sgld
 from .configs import figure_config
 from .figures import _logistic_problem, _sampling_setup, derive_seeds
@@ -53,7 +53,7 @@ class ValidationAccuracy(eqx.Module):
 
 
 def paper_case(fig: str, alg: str, *, seed: int = 0, num_steps: int | None = None,
-               score: bool = True) -> stepsize.StepSizeReport:
+               score: bool = True) -> tuning.StepSizeReport:
     """The proposer's report on figure ``fig`` for sampler ``alg`` (see the module doc);
     ``num_steps``: the pilot's length instead of the defaults described there; ``score=False``:
     the spread criterion for Figure 3 too."""
@@ -75,8 +75,8 @@ def paper_case(fig: str, alg: str, *, seed: int = 0, num_steps: int | None = Non
     if num_steps is not None:
         kwargs["num_steps"] = num_steps
     schedule, potential, key, init, _ = _sampling_setup(config, problem, seeds)
-    return stepsize.propose_step_size(SAMPLERS[alg], potential, schedule, jnp.asarray(init),
-                                      key, **kwargs)
+    return tuning.propose_step_size(SAMPLERS[alg], potential, schedule, jnp.asarray(init),
+                                    key, **kwargs)
 
 
 def _tuned(fig: str, alg: str, figures_dir: Path) -> dict:

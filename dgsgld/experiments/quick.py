@@ -99,12 +99,12 @@ def quick_run(
     config = LinearRegressionConfig(
         network=network, batch_size=batch_size, trials=trials, num_steps=num_steps
     )
-    if not step_size > 0:
-        raise ValueError(f"`step_size` must be positive; got {step_size!r}.")
+    if not (step_size > 0 and np.isfinite(step_size)):
+        raise ValueError(f"`step_size` must be positive and finite; got {step_size!r}.")
     if sgld_step_size is None:
         sgld_step_size = step_size / config.num_agents
-    elif not sgld_step_size > 0:
-        raise ValueError(f"`sgld_step_size` must be positive; got {sgld_step_size!r}.")
+    elif not (sgld_step_size > 0 and np.isfinite(sgld_step_size)):
+        raise ValueError(f"`sgld_step_size` must be positive and finite; got {sgld_step_size!r}.")
     seeds = derive_seeds(seed)
     problem = linear_regression_problem(seeds["data"])
     schedule = make_network(config, seeds["network"])
@@ -124,15 +124,34 @@ def quick_run(
         np.uint32(seeds["sampling"]), num_steps, draws, problem.posterior_mean,
         problem.posterior_cov,
     )
-    for divergence in divergences:
-        run._report_divergence(divergence, "warn")
     w2 = np.asarray(w2, np.float64)
     final_w2, lo = {}, 0
-    for name in steps:
+    for name, divergence in zip(steps, divergences):
         hi = lo + (1 if name == CENTRALIZED else config.num_agents)
         final_w2[name], lo = w2[lo:hi], hi
+        _refuse_divergence(name, steps[name], divergence, final_w2[name])
     floor = float(np.mean(w2[lo:]))
     return QuickRun(config, steps, final_w2, floor, time.perf_counter() - start)
+
+
+def _refuse_divergence(name: str, step_size: float, divergence, w2: np.ndarray) -> None:
+    """A ``ValueError`` naming the algorithm and its step size when a chain diverged or its
+    W2 is not finite (positions too large for float32 moments): no table of NaN."""
+    iteration = np.asarray(divergence.iteration)
+    bad = np.flatnonzero(iteration >= 0)
+    if bad.size:
+        what = (f"{bad.size} of {iteration.size} chains became non-finite, the first at "
+                f"iteration {int(iteration[bad].min())}")
+    elif not np.all(np.isfinite(w2)):
+        what = "its chains' positions grew too large for their W2 to be computed in float32"
+    else:
+        return
+    option = "--sgld-step-size" if name == CENTRALIZED else "--step-size"
+    raise ValueError(
+        f"{name} diverged at step size {step_size:g}: {what}. Lower the step size ({option}; "
+        f"the default {DEFAULT_STEP_SIZE} is near Fig. 2(a)'s tuned value, and DIGing-SGLD "
+        "diverges above about 0.02 on the barbell)."
+    )
 
 
 def _final_w2(schedule, steps, potential, init_dec, init_cen, seed, num_steps, draws,

@@ -303,10 +303,9 @@ def summary(result: dict) -> str:
 
 
 def _plot(path, curves, result):
-    import matplotlib
+    from ..plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(headless=True)
 
     ks = curves["k"]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))

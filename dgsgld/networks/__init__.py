@@ -3,15 +3,33 @@
 A schedule is a stack of ``P`` symmetric, doubly stochastic ``(N, N)`` mixing matrices used
 cyclically, ``W⁽ᵏ⁾ = matrices[k % P]``, with ``x⁺ = W @ x`` (``W[i, j]`` is the weight agent ``i``
 puts on agent ``j``). Generators return a :class:`Schedule` (an ``eqx.Module``) that
-``dgsgld.sample`` accepts wherever it accepts a raw ``(P, N, N)`` array.
+``dgsgld.sample`` accepts wherever it accepts a raw ``(P, N, N)`` array. Directed networks (one-way
+links, column-stochastic weights, for the push-sum samplers) are :mod:`dgsgld.networks.directed`.
 """
 
+from . import directed as directed
 from . import onthefly as onthefly
+from .directed import DirectedSchedule as DirectedSchedule
+from .directed import check_strong_connectivity as check_strong_connectivity
+from .directed import directed_barbell as directed_barbell
+from .directed import directed_delta as directed_delta
+from .directed import directed_lollipop as directed_lollipop
+from .directed import directed_one_peer_exponential as directed_one_peer_exponential
+from .directed import from_digraph as from_digraph
+from .directed import from_digraphs as from_digraphs
+from .directed import one_way_link_failures as one_way_link_failures
+from .directed import out_degree_weights as out_degree_weights
+from .directed import push_sum_weights as push_sum_weights
 from .spectral import Delta as Delta
 from .spectral import delta as delta
 from .spectral import smallest_joint_connectivity_window as smallest_joint_connectivity_window
 from .spectral import spectral_gap as spectral_gap
 from .spectral import union_graph as union_graph
+from .design import EdgeParametrization as EdgeParametrization
+from .design import WeightDesign as WeightDesign
+from .design import edge_parametrization as edge_parametrization
+from .design import learn_weights as learn_weights
+from .design import learn_weights_by_sampling as learn_weights_by_sampling
 from .drawing import draw_snapshot as draw_snapshot
 from .schedules import Schedule as Schedule
 from .schedules import as_schedule as as_schedule
@@ -30,12 +48,24 @@ from .schedules import ring as ring
 from .schedules import star as star
 from .validation import check_joint_connectivity as check_joint_connectivity
 from .validation import validate_schedule as validate_schedule
+from .weights import fastest_mixing_weights as fastest_mixing_weights
 from .weights import max_degree_weights as max_degree_weights
 from .weights import metropolis_hastings_weights as metropolis_hastings_weights
 from .weights import metropolis_weights as metropolis_weights
 
 __all__ = [
     "Delta",
+    "DirectedSchedule",
+    "check_strong_connectivity",
+    "directed_barbell",
+    "directed_delta",
+    "directed_lollipop",
+    "directed_one_peer_exponential",
+    "from_digraph",
+    "from_digraphs",
+    "one_way_link_failures",
+    "out_degree_weights",
+    "push_sum_weights",
     "Schedule",
     "as_schedule",
     "barbell",
@@ -43,6 +73,12 @@ __all__ = [
     "complete",
     "delta",
     "draw_snapshot",
+    "EdgeParametrization",
+    "WeightDesign",
+    "edge_parametrization",
+    "fastest_mixing_weights",
+    "learn_weights",
+    "learn_weights_by_sampling",
     "erdos_renyi",
     "from_graph",
     "from_graphs",

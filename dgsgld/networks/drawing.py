@@ -15,6 +15,7 @@ def draw_snapshot(
     ax: Any = None,
     *,
     layout: str = "kamada_kawai",
+    pos: Any = None,
     seed: int = 0,
     edge_weights: bool = True,
     **draw_kwargs: Any,
@@ -27,7 +28,10 @@ def draw_snapshot(
         k: iteration; snapshot ``k % P`` is drawn.
         ax: matplotlib axes; a new figure is made when ``None``.
         layout: ``"kamada_kawai"`` (needs scipy; falls back to spring), ``"spring"`` or
-            ``"circular"``.
+            ``"circular"``; ignored when ``pos`` is given.
+        pos: the agents' positions, a dict ``agent -> (x, y)`` (e.g. networkx's
+            ``nx.get_node_attributes(graph, "pos")`` of a random geometric graph) or an
+            ``(N, 2)`` array; ``None`` computes them with ``layout``.
         seed: seed of the spring layout.
         edge_weights: scale edge widths by the mixing weights ``W[i, j]``.
         **draw_kwargs: passed to ``networkx.draw_networkx``.
@@ -47,7 +51,9 @@ def draw_snapshot(
     adj = adj & ~np.eye(adj.shape[0], dtype=bool)
     graph = nx.from_numpy_array(adj.astype(np.int8))
 
-    if layout == "kamada_kawai":
+    if pos is not None:
+        pos = _positions(pos, graph.number_of_nodes())
+    elif layout == "kamada_kawai":
         try:
             pos = nx.kamada_kawai_layout(graph)
         except ImportError:
@@ -74,3 +80,24 @@ def draw_snapshot(
     ax.set_title(f"{name}: snapshot k = {k} (matrix {p})")
     ax.set_axis_off()
     return ax
+
+
+def _positions(pos: Any, num_agents: int) -> dict:
+    """``pos`` (a dict ``agent -> (x, y)`` or an ``(N, 2)`` array) as networkx's dict."""
+    if isinstance(pos, dict):
+        missing = sorted(set(range(num_agents)) - set(pos))
+        if missing:
+            raise ValueError(
+                f"`pos` has no position for agents {missing[:10]}; it needs one per agent "
+                f"0..{num_agents - 1}."
+            )
+        pos = np.array([pos[i] for i in range(num_agents)], dtype=np.float64)
+    pos = np.asarray(pos, dtype=np.float64)
+    if pos.shape != (num_agents, 2):
+        raise ValueError(
+            f"`pos` must give (x, y) for each of the {num_agents} agents, shape "
+            f"({num_agents}, 2); got shape {pos.shape}."
+        )
+    if not np.all(np.isfinite(pos)):
+        raise ValueError("`pos` holds non-finite positions.")
+    return {i: pos[i] for i in range(num_agents)}

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _validation
 from .._validation import check_mixing, is_concrete
 
 __all__ = ["validate_schedule", "check_joint_connectivity", "DEFAULT_TOL"]
@@ -23,6 +24,7 @@ def validate_schedule(
     tol: float = DEFAULT_TOL,
     off_graph_tol: float = 0.0,
     name: str = "schedule",
+    sums: str = "both",
 ) -> None:
     """Check that every matrix of a schedule satisfies Assumption 3.2 (i) and (ii).
 
@@ -41,17 +43,21 @@ def validate_schedule(
         tol: absolute tolerance for symmetry, nonnegativity and row/column sums.
         off_graph_tol: largest weight tolerated on a non-edge.
         name: what to call the schedule in error messages.
+        sums: ``"both"`` (symmetric, doubly stochastic), or ``"columns"`` / ``"rows"`` for a
+            directed network (that axis sums to 1, no symmetry): see
+            :func:`dgsgld._validation.check_mixing`.
 
     Raises:
         ValueError: naming the matrix index, the violated property and the worst entry, as
             ``"`<name>`[k] is not <property>: ..."`` with ``<property>`` one of ``finite``,
-            ``symmetric``, ``nonnegative``, ``doubly stochastic``, ``zero off the graph``, then
+            ``symmetric``, ``nonnegative``, ``doubly stochastic`` (``column stochastic``,
+            ``row stochastic``), ``zero off the graph``, then
             the worst entry ``(i, j)`` (or row/column) and its value; or, for a stack that is not
             ``(P, N, N)``, ``"`<name>` must be a (P, N, N) stack ..."``.
     """
     if getattr(stack, "ndim", None) == 2:
         stack = stack[None]
-    check_mixing(stack, tol=tol, name=name)
+    check_mixing(stack, tol=tol, name=name, sums=sums)
     if adjacency is None or not is_concrete(stack):  # traced stacks are only shape-checked
         return
     w = np.asarray(stack)
@@ -71,9 +77,8 @@ def validate_schedule(
         if worst > off_graph_tol:
             i, j = divmod(flat, n)
             raise ValueError(
-                f"`{name}`[{p}] is not zero off the graph (Assumption 3.2(i)): "
-                f"W[{i}, {j}] = {float(w[p, i, j])!r} but ({i}, {j}) is not an edge "
-                f"(tolerance {off_graph_tol:g})."
+                f"`{name}`[{p}] is not zero off the graph: W[{i}, {j}] = {float(w[p, i, j])!r} "
+                f"but agent {j} does not send to agent {i} (tolerance {off_graph_tol:g})."
             )
 
 
@@ -140,11 +145,9 @@ def union_adjacency(schedule: Any, num: int):
     import jax.numpy as jnp
 
     def body(union, k):
-        w = schedule.matrix_at(k)
-        dense = w.todense() if hasattr(w, "todense") else w
-        return union | (dense != 0), None
+        return union | (_dense_snapshot(schedule, k) != 0), None
 
-    n = schedule.num_agents
+    n = num_agents_of(schedule)
     return jax.lax.scan(body, jnp.zeros((n, n), bool), jnp.arange(num))[0]
 
 
@@ -171,6 +174,10 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
     shorter). A connected union proves joint connectivity; a disconnected one over a window
     shorter than the period may be a false alarm, which the message says.
 
+    A directed schedule (``network_kind == "column_stochastic"``, see
+    :mod:`dgsgld.networks.directed`) must be jointly *strongly* connected instead
+    (:func:`dgsgld.networks.directed.check_strong_connectivity`).
+
     Cost: one pass over the nonzero weights plus a few NumPy passes over the edges.
 
     Args:
@@ -183,6 +190,10 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
         ValueError: naming the window of snapshots and the connected components found, as
             ``"`mixing` is not jointly connected: ... agents {0, 1} | {2, 3}"``.
     """
+    if getattr(mixing, "network_kind", None) == "column_stochastic":  # one-way links
+        from .directed import check_strong_connectivity
+
+        return check_strong_connectivity(mixing, window, name=name)
     if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer))
                                or window < 1):
         raise ValueError(
@@ -191,11 +202,12 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
     on_the_fly = (hasattr(mixing, "matrix_at") and not hasattr(mixing, "snapshots")
                   and not hasattr(mixing, "matrices"))
     if on_the_fly:
-        import jax
-
         period = getattr(mixing, "period", None)
         num = on_the_fly_window(mixing, window)
-        union = np.array(jax.jit(union_adjacency, static_argnums=1)(mixing, num))
+        import equinox as eqx
+
+        # filter_jit: a schedule that is no pytree (any object with matrix_at) is static.
+        union = np.array(eqx.filter_jit(union_adjacency)(mixing, num))
         np.fill_diagonal(union, False)
         parts = _components(union.shape[0], *np.nonzero(union))
         if len(parts) > 1:
@@ -238,3 +250,286 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
                 f"`{name}` is not jointly connected: the union of the graphs of {what} has "
                 f"{len(parts)} connected components: {format_components(parts)}."
             )
+
+
+# -- Assumption 3.2 (i)-(ii) on every other network form ---------------------------------------
+
+
+def _fail_entry(name: str, p: int, what: str) -> ValueError:
+    return ValueError(f"`{name}`[{p}] {what}")
+
+
+def _as_stacked(leaf, lead: int) -> np.ndarray:
+    """``leaf`` as a host array with a leading snapshot axis (``lead`` axes per snapshot)."""
+    arr = np.asarray(leaf)
+    return arr[None] if arr.ndim == lead else arr
+
+
+def _check_indices(field: str, idx: np.ndarray, n: int, name: str, stacked: bool) -> None:
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"`{name}`.{field} must hold integer agent indices; got dtype {idx.dtype}.")
+    bad = (idx < 0) | (idx >= n)
+    if bad.any():
+        at = tuple(int(a) for a in np.unravel_index(int(np.argmax(bad)), idx.shape))
+        shown = at if stacked else at[1:]  # the index as the caller's array has it
+        raise ValueError(
+            f"`{name}`.{field}[{', '.join(map(str, shown))}] = {int(idx[at])} is not an agent: "
+            f"indices must lie in [0, {n}) ({n} agents)."
+        )
+
+
+def _shape_error(name: str, fields: dict, expect: str) -> ValueError:
+    shapes = ", ".join(f"{k} {tuple(np.shape(v))}" for k, v in fields.items())
+    return ValueError(f"`{name}` has inconsistent shapes ({shapes}); expected {expect}.")
+
+
+def sparse_entries(snapshots: Any, *, name: str = "mixing"):
+    """The stored off-diagonal entries of sparse snapshots, after the checks of their structure.
+
+    Works on :class:`dgsgld.sparse.NeighborMixing`, :class:`~dgsgld.sparse.EdgeMixing` and
+    :class:`~dgsgld.sparse.CirculantMixing`, one snapshot (leaves ``(N, ...)``) or a stack
+    (leaves ``(P, N, ...)``), concrete. Structure: integer indices in ``[0, N)``; every
+    off-diagonal entry stored once (the product adds repeats); list entries of an agent to itself
+    only as padding (weight 0: self-weights live in ``diagonal``); sorted ``receivers`` (the
+    edge product sums sorted segments); distinct circulant shifts in ``1..N-1`` and one
+    self-weight per circulant snapshot (its product uses ``diagonal[0]`` for every agent).
+
+    Returns:
+        ``(P, N, snapshot, row, col, weight, diagonal)``: ``(nnz,)`` arrays of the nonzero
+        off-diagonal entries (unique) and the ``(P, N)`` diagonal, float64 weights. ``O(nnz)``
+        memory: nothing ``N × N`` is formed.
+
+    Raises:
+        ValueError / TypeError: naming the field, the snapshot and the entry at fault.
+    """
+    diag = np.asarray(snapshots.diagonal)
+    if diag.ndim not in (1, 2):
+        raise ValueError(f"`{name}`.diagonal must be (N,) or (P, N); got shape {diag.shape}.")
+    stacked = diag.ndim == 2
+    diag = diag if stacked else diag[None]
+    period, n = diag.shape
+    if hasattr(snapshots, "shifts"):  # circulant: offsets s, W[i, (i + s) mod N] = w_s
+        shifts = snapshots.shifts
+        ok = all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and 1 <= s < n
+                 for s in shifts)
+        if not ok or len(set(shifts)) != len(shifts):
+            raise ValueError(f"`{name}`.shifts must be distinct integer offsets in 1..{n - 1} "
+                             f"({n} agents); got {shifts}.")
+        wts = _as_stacked(snapshots.weights, 1)
+        if wts.shape != (period, len(shifts)):
+            raise _shape_error(name, {"weights": wts, "diagonal": diag},
+                               f"weights (P, {len(shifts)}) (one per shift), diagonal (P, N)")
+        uneven = diag != diag[:, :1]
+        if uneven.any():
+            p, i = np.unravel_index(int(np.argmax(uneven)), uneven.shape)
+            raise _fail_entry(name, p, f"is not circulant: diagonal[{i}] = {diag[p, i].item()!r} "
+                              f"but diagonal[0] = {diag[p, 0].item()!r} (a circulant product "
+                              "uses one self-weight for every agent).")
+        s = np.asarray(shifts, np.int64)
+        snap = np.repeat(np.arange(period), n * len(s))
+        row = np.tile(np.repeat(np.arange(n), len(s)), period)
+        col = (row + np.tile(s, n * period)) % n
+        weight = np.repeat(wts[:, None, :], n, axis=1).reshape(-1)
+    else:
+        if hasattr(snapshots, "neighbors"):
+            nbr, wts = _as_stacked(snapshots.neighbors, 2), _as_stacked(snapshots.weights, 2)
+            if nbr.shape != wts.shape or nbr.shape[:2] != (period, n):
+                raise _shape_error(name, {"neighbors": nbr, "weights": wts, "diagonal": diag},
+                                   "neighbors and weights (P, N, K), diagonal (P, N)")
+            _check_indices("neighbors", nbr, n, name, stacked)
+            snap = np.repeat(np.arange(period), n * nbr.shape[2])
+            row = np.tile(np.repeat(np.arange(n), nbr.shape[2]), period)
+            col, weight, where = nbr.reshape(-1), wts.reshape(-1), "neighbour lists"
+        else:
+            rec, snd = _as_stacked(snapshots.receivers, 1), _as_stacked(snapshots.senders, 1)
+            wts = _as_stacked(snapshots.weights, 1)
+            if not (rec.shape == snd.shape == wts.shape) or rec.shape[0] != period:
+                raise _shape_error(name, {"receivers": rec, "senders": snd, "weights": wts,
+                                          "diagonal": diag},
+                                   "receivers, senders and weights (P, E), diagonal (P, N)")
+            _check_indices("receivers", rec, n, name, stacked)
+            _check_indices("senders", snd, n, name, stacked)
+            down = np.diff(rec.astype(np.int64), axis=1) < 0
+            if down.any():
+                p, e = np.unravel_index(int(np.argmax(down)), down.shape)
+                where_p = f"[{p}]" if stacked else ""
+                raise ValueError(
+                    f"`{name}`.receivers{where_p} must be sorted (the product sums sorted "
+                    "segments): "
+                    f"entry {e + 1} is {int(rec[p, e + 1])} after {int(rec[p, e])}.")
+            snap = np.repeat(np.arange(period), rec.shape[1])
+            row, col, weight, where = rec.reshape(-1), snd.reshape(-1), wts.reshape(-1), "edge list"
+        weight = weight.astype(np.float64)
+        loops = (row == col) & (weight != 0)
+        if loops.any():
+            e = int(np.argmax(loops))
+            raise _fail_entry(name, int(snap[e]), (
+                f"stores the self-weight W[{int(row[e])}, {int(row[e])}] = "
+                f"{float(weight[e])!r} in its "
+                f"{where}; self-weights belong in `diagonal` (an entry of an agent to itself is "
+                "padding, weight 0)."))
+    weight = weight.astype(np.float64)
+    keep = (weight != 0) & (row != col)
+    snap, weight = snap[keep], weight[keep]
+    row, col = row[keep].astype(np.int64), col[keep].astype(np.int64)
+    key = (snap * n + row) * n + col
+    order = np.argsort(key, kind="stable")
+    snap, row, col, weight, key = snap[order], row[order], col[order], weight[order], key[order]
+    repeat = np.flatnonzero(key[1:] == key[:-1])
+    if repeat.size:
+        e = int(repeat[0])
+        count = int(np.sum(key == key[e]))
+        raise _fail_entry(name, int(snap[e]), (
+            f"stores the entry W[{int(row[e])}, {int(col[e])}] {count} times (a duplicate edge; "
+            "the product adds them all): store each entry once."))
+    return period, n, snap, row, col, weight, diag.astype(np.float64)
+
+
+def validate_sparse(snapshots: Any, *, tol: float = DEFAULT_TOL, name: str = "mixing") -> None:
+    """Assumption 3.2 (i)–(ii) on sparse snapshots, with the messages of a dense stack.
+
+    The structure is checked by :func:`sparse_entries`; then the matrices must be finite,
+    symmetric, nonnegative and doubly stochastic within ``tol``, and a violation is reported
+    exactly as :func:`dgsgld._validation.check_mixing` reports it for the dense stack (same
+    property order, same worst entry, same text). ``O(nnz log nnz)`` time, ``O(nnz + P N)``
+    memory: a 10 000-agent schedule is never densified. Traced leaves are not checked here
+    (:func:`dgsgld.sample` checks a traced schedule inside the computation).
+    """
+    if not all(is_concrete(leaf) for leaf in _leaves(snapshots)):
+        return
+    period, n, snap, row, col, weight, diag = sparse_entries(snapshots, name=name)
+    # Every nonzero entry, the diagonal included, sorted row-major as a dense argmax scans them.
+    ds, di = np.divmod(np.arange(period * n), n)
+    dv = diag.reshape(-1)
+    dk = np.flatnonzero(dv != 0)
+    s = np.concatenate([snap, ds[dk]])
+    i = np.concatenate([row, di[dk]])
+    j = np.concatenate([col, di[dk]])
+    v = np.concatenate([weight, dv[dk]])
+    key = (s * n + i) * n + j
+    order = np.argsort(key, kind="stable")
+    s, i, j, v, key = s[order], i[order], j[order], v[order], key[order]
+
+    def value(p, a, b) -> float:
+        at = np.searchsorted(key, (p * n + a) * n + b)
+        return float(v[at]) if at < key.size and key[at] == (p * n + a) * n + b else 0.0
+
+    def fail(prop: str, e: int, what: str) -> None:
+        raise ValueError(_validation.entry_message(name, int(s[e]), prop, what, int(i[e]),
+                                                   int(j[e]), float(v[e]), tol))
+
+    bad = ~np.isfinite(v)
+    if bad.any():
+        fail("finite", int(np.argmax(bad)), "non-finite weight")
+    if key.size:
+        tkey = (s * n + j) * n + i
+        at = np.minimum(np.searchsorted(key, tkey), key.size - 1)
+        vt = np.where(key[at] == tkey, v[at], 0.0)
+        asym = np.abs(v - vt)
+        if asym.max() > tol:
+            worst = np.flatnonzero(asym == asym.max())
+            first = int(np.min(np.minimum(key[worst], tkey[worst])))
+            p, rest = divmod(first, n * n)
+            a, b = divmod(rest, n)
+            raise ValueError(_validation.asymmetry_message(name, p, a, b, value(p, a, b),
+                                                           value(p, b, a), tol))
+        if v.min() < -tol:
+            fail("nonnegative", int(np.argmin(v)), "negative weight")
+    for axis, idx in ((2, i), (1, j)):   # rows, then columns, as a dense stack
+        sums = np.bincount(s * n + idx, weights=v, minlength=period * n)
+        err = np.abs(sums - 1.0)
+        if err.max() > tol:
+            p, a = divmod(int(np.argmax(err)), n)
+            raise ValueError(_validation.sum_message(name, p, axis, a, float(sums[p * n + a]),
+                                                     tol))
+
+
+def _leaves(tree: Any) -> list:
+    import jax
+
+    return jax.tree.leaves(tree)
+
+
+def num_agents_of(schedule: Any) -> int:
+    """``N`` of a schedule object: its ``num_agents``, else read from ``matrix_at(0)``'s shape."""
+    n = getattr(schedule, "num_agents", None)
+    if n is not None:
+        return int(n)
+    from .._mixing import abstract_matrix
+
+    w = abstract_matrix(schedule)
+    shape = tuple(getattr(w, "shape", ()))
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise TypeError(
+            f"`mixing`.matrix_at(k) must return an (N, N) array or a dgsgld.sparse snapshot; got "
+            f"{type(w).__name__}" + (f" of shape {shape}." if shape else ".")
+        )
+    return shape[0]
+
+
+def _dense_snapshot(schedule: Any, k):
+    w = schedule.matrix_at(k)
+    import jax.numpy as jnp
+
+    return w.todense() if hasattr(w, "todense") else jnp.asarray(w)
+
+
+def _snapshot_faults(schedule: Any, num: int, tol: float):
+    """``(num,)`` bool, in one ``lax.scan``: snapshots ``0..num-1`` that fail Assumption 3.2
+    (i)–(ii) (the predicates of :func:`dgsgld._validation.check_mixing`)."""
+    import jax
+    import jax.numpy as jnp
+
+    def body(_, k):
+        w = _dense_snapshot(schedule, k)
+        # |x| <= tol is False for NaN: a non-finite matrix counts as faulty.
+        ok = (jnp.all(jnp.isfinite(w)) & (jnp.max(jnp.abs(w - w.T)) <= tol) & (jnp.min(w) >= -tol)
+              & (jnp.max(jnp.abs(jnp.sum(w, axis=1) - 1)) <= tol)
+              & (jnp.max(jnp.abs(jnp.sum(w, axis=0) - 1)) <= tol))
+        return None, ~ok
+
+    return jax.lax.scan(body, None, jnp.arange(num))[1]
+
+
+def check_generated(schedule: Any, window: int | None = None, *, tol: float = DEFAULT_TOL,
+                    name: str = "mixing") -> None:
+    """Assumption 3.2 (i)–(ii) on the first snapshots of a schedule generated on the fly
+    (``matrix_at`` without a stored stack; any object, an ``eqx.Module`` or not).
+
+    Snapshots ``0..num-1`` (``num`` from :func:`on_the_fly_window`) are checked in one compiled
+    pass; the first faulty one is formed on the host and reported exactly as
+    :func:`dgsgld._validation.check_mixing` reports a dense stack (``"`mixing`[k] is not ..."``).
+    """
+    import equinox as eqx
+
+    num_agents_of(schedule)
+    num = on_the_fly_window(schedule, window)
+    faults = np.asarray(eqx.filter_jit(_snapshot_faults)(schedule, num, tol))
+    if faults.any():
+        k = int(np.argmax(faults))
+        w = np.asarray(eqx.filter_jit(_dense_snapshot)(schedule, k), np.float64)
+        check_mixing(w[None], tol=tol, name=name, first=k)
+        # Passed on the host: only rounding separated it from the compiled predicate; the
+        # host check of the others decides.
+        for k in np.flatnonzero(faults)[1:]:
+            w = np.asarray(eqx.filter_jit(_dense_snapshot)(schedule, int(k)), np.float64)
+            check_mixing(w[None], tol=tol, name=name, first=int(k))
+
+
+def check_values(mixing: Any, window: int | None = None, *, tol: float = DEFAULT_TOL,
+                 name: str = "mixing") -> None:
+    """Assumption 3.2 (i)–(ii) on any concrete network form :func:`dgsgld.sample` accepts,
+    with one message format: a dense stack (``matrices``, or an array) through
+    :func:`dgsgld._validation.check_mixing`, sparse snapshots through :func:`validate_sparse`,
+    a schedule generated on the fly through :func:`check_generated`."""
+    from .directed import is_directed_network
+
+    if is_directed_network(mixing):  # column stochastic, not symmetric
+        check_mixing(mixing.matrices, tol=tol, name=name, sums="columns")
+    elif hasattr(mixing, "snapshots"):
+        validate_sparse(mixing.snapshots, tol=tol, name=name)
+    elif hasattr(mixing, "matrices") or not hasattr(mixing, "matrix_at"):
+        stack = getattr(mixing, "matrices", mixing)
+        validate_schedule(stack, tol=tol, name=name)
+    else:
+        check_generated(mixing, window, tol=tol, name=name)

@@ -23,6 +23,7 @@ __all__ = [
     "metropolis_weights",
     "metropolis_hastings_weights",
     "max_degree_weights",
+    "fastest_mixing_weights",
     "get_weight_rule",
     "WEIGHT_RULES",
 ]
@@ -164,15 +165,112 @@ def max_degree_weights(adjacency: Any) -> np.ndarray:
     return _weights_from_edge_values(adj, np.broadcast_to(edge, adj.shape))
 
 
+def _project_node_sums(p: np.ndarray, incident: list[np.ndarray]) -> np.ndarray:
+    """``p (P, E)`` made feasible: ``p ≥ 0`` and, node after node, each node's incident weights
+    projected onto ``{z ≥ 0, Σ z ≤ 1}`` (the sequential projection of Boyd, Diaconis & Xiao;
+    a later node only lowers weights, so earlier nodes stay feasible)."""
+    p = np.maximum(p, 0.0)
+    for edges in incident:
+        if edges.size == 0:
+            continue
+        z = p[:, edges]
+        over = z.sum(axis=1) > 1.0
+        if not over.any():
+            continue
+        # Euclidean projection of the offending rows onto the simplex {z ≥ 0, Σ z = 1}.
+        v = np.sort(z[over], axis=1)[:, ::-1]
+        cum = np.cumsum(v, axis=1) - 1.0
+        ranks = np.arange(1, v.shape[1] + 1)
+        count = np.sum(v - cum / ranks > 0, axis=1)
+        shift = cum[np.arange(len(count)), count - 1] / count
+        z[over] = np.maximum(z[over] - shift[:, None], 0.0)
+        p[:, edges] = z
+    return p
+
+
+def fastest_mixing_weights(adjacency: Any, num_iterations: int = 2000,
+                           step: float = 0.1) -> np.ndarray:
+    """Fastest-mixing weights (Boyd, Diaconis & Xiao 2004): the symmetric doubly stochastic
+    ``W`` on the graph with the smallest second largest eigenvalue modulus
+    ``μ(W) = max(λ₂, −λ_N)`` (largest spectral gap ``1 − μ``), per snapshot.
+
+    The projected subgradient method of that paper on ``W = I − Σ_e p_e (e_i − e_j)(e_i − e_j)ᵀ``:
+    with ``u`` a unit eigenvector of ``λ₂`` (when ``μ = λ₂``) the subgradient of ``μ`` is
+    ``−(u_i − u_j)²`` per edge, with ``v`` one of ``λ_N`` (when ``μ = −λ_N``) it is
+    ``(v_i − v_j)²``; steps ``step / √k`` along the normalized subgradient, each followed by the
+    projection onto ``{p ≥ 0, Σ_{e ∋ i} p_e ≤ 1}``; the best iterate is kept. It starts from the
+    max-degree weights. The SDP's optimum is approached, not certified: the result's gap is
+    never below the start's.
+
+    Args:
+        adjacency: graph, ``(N, N)`` or ``(P, N, N)`` adjacency (see :func:`as_adjacency`).
+        num_iterations: subgradient iterations.
+        step: the first step length (the normalized subgradient has unit norm).
+
+    Returns:
+        float64 array, same shape as the adjacency: symmetric and doubly stochastic.
+
+    Example:
+        >>> import numpy as np
+        >>> path = np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]])
+        >>> np.round(fastest_mixing_weights(path), 3)
+        array([[0.5, 0.5, 0. ],
+               [0.5, 0. , 0.5],
+               [0. , 0.5, 0.5]])
+    """
+    if isinstance(num_iterations, bool) or not isinstance(num_iterations, (int, np.integer)) \
+            or num_iterations < 1:
+        raise ValueError(f"fastest_mixing_weights: num_iterations must be an integer >= 1, "
+                         f"got {num_iterations!r}")
+    if not (np.isscalar(step) and step > 0):
+        raise ValueError(f"fastest_mixing_weights: step must be a positive number, got {step!r}")
+    adj = as_adjacency(adjacency)
+    single = adj.ndim == 2
+    stack = adj[None] if single else adj
+    n = stack.shape[-1]
+    i, j = np.nonzero(np.triu(stack.any(axis=0), 1))
+    mask = stack[:, i, j]                                              # (P, E)
+    incident = [np.flatnonzero((i == a) | (j == a)) for a in range(n)]
+    d_max = stack.sum(axis=-1).max(axis=-1).astype(np.float64)
+    p = mask / (1.0 + d_max)[:, None]
+
+    def matrices(p):
+        w = np.zeros(stack.shape)
+        w[:, i, j] = w[:, j, i] = p
+        w[:, np.arange(n), np.arange(n)] = 1.0 - w.sum(axis=-1)
+        return w
+
+    def slem(p):
+        lam, vec = np.linalg.eigh(matrices(p))       # ascending; lam[:, -1] = 1
+        second, last = lam[:, -2], lam[:, 0]
+        return np.maximum(second, -last), second >= -last, vec[:, :, -2], vec[:, :, 0]
+
+    best_p, (best_mu, *_) = p.copy(), slem(p)
+    for k in range(1, int(num_iterations) + 1):
+        mu, top, u, v = slem(p)
+        better = mu < best_mu
+        best_p[better], best_mu = p[better], np.minimum(mu, best_mu)
+        g = np.where(top[:, None], -(u[:, i] - u[:, j]) ** 2, (v[:, i] - v[:, j]) ** 2) * mask
+        norm = np.linalg.norm(g, axis=1, keepdims=True)
+        p = _project_node_sums(p - step / np.sqrt(k) * g / np.where(norm > 0, norm, 1.0),
+                               incident) * mask
+    mu = slem(p)[0]
+    best_p[mu < best_mu] = p[mu < best_mu]
+    w = matrices(best_p)
+    return w[0] if single else w
+
+
 WEIGHT_RULES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "metropolis": metropolis_weights,
     "metropolis_hastings": metropolis_hastings_weights,
     "max_degree": max_degree_weights,
+    "fastest_mixing": fastest_mixing_weights,
 }
 
 
 def get_weight_rule(weights: str | Callable[[np.ndarray], np.ndarray], eps: float = 1e-6):
-    """A rule by name (``"metropolis"``, ``"metropolis_hastings"``, ``"max_degree"``) or callable.
+    """A rule by name (``"metropolis"``, ``"metropolis_hastings"``, ``"max_degree"``,
+    ``"fastest_mixing"``) or callable.
 
     A callable receives a bool adjacency ``(N, N)`` and must return the ``(N, N)`` weights; ``eps``
     applies to ``"metropolis"`` only.

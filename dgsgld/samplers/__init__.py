@@ -29,3 +29,11 @@ from .dula import DULAInfo as DULAInfo
 from .dula import DULAState as DULAState
 from .dula import PolynomialDecay as PolynomialDecay
 from .dula import d_ula as d_ula
+from .pushsum import PushDIGingInfo as PushDIGingInfo
+from .pushsum import PushDIGingSGLD as PushDIGingSGLD
+from .pushsum import PushDIGingState as PushDIGingState
+from .pushsum import PushSumInfo as PushSumInfo
+from .pushsum import PushSumSGLD as PushSumSGLD
+from .pushsum import PushSumState as PushSumState
+from .pushsum import push_diging_sgld as push_diging_sgld
+from .pushsum import push_sum_sgld as push_sum_sgld

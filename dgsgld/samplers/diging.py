@@ -9,13 +9,15 @@ every iteration up to rounding; re-drawing a mini-batch for the old point would 
 let the average tracker random-walk.
 """
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import equinox as eqx
 
+import jax
 import jax.numpy as jnp
 
 from .. import _tree
+from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
 from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
@@ -32,6 +34,8 @@ class DIGingState(NamedTuple):
         grad: ``∇̃F(x⁽ᵏ⁾)``, the stochastic gradient drawn at ``x⁽ᵏ⁾``.
         count: iteration number ``k`` (scalar int).
         estimator: the gradient estimator's state (``()`` for plain mini-batches).
+        channel: the channel states of the messages ``position`` and ``tracker``
+            (:mod:`dgsgld.communication`; ``()`` without a channel).
     """
 
     position: PyTree
@@ -39,6 +43,7 @@ class DIGingState(NamedTuple):
     grad: PyTree
     count: Array
     estimator: PyTree = ()
+    channel: PyTree = ()
 
 
 class DIGingInfo(NamedTuple):
@@ -52,11 +57,13 @@ class DIGingSGLD(SamplingAlgorithm):
     :func:`diging_sgld`."""
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+    channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingState:
         """State at ``k = 0``: ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``. ``position`` leaves are ``(N, ...)``."""
         grad, est = self.estimator.start(potential, position, key)
-        return DIGingState(position, grad, grad, jnp.zeros((), jnp.int32), est)
+        channel = init_states(self.channel, position=position, tracker=grad)
+        return DIGingState(position, grad, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(
         self, key: PRNGKey, state: DIGingState, potential, mixing_matrix: Array,
@@ -67,17 +74,22 @@ class DIGingSGLD(SamplingAlgorithm):
         ``noise``, if given, is the ``w`` of this step (default ``self.noise(key, position)``).
         """
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
-        position = _tree.langevin_update(
-            _tree.mix(mixing_matrix, state.position), state.tracker, noise, eta
-        )
+        mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
+                              state.position, state.count)
+        position = _tree.langevin_update(mixed, state.tracker, noise, eta)
         grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        tracker = _tree.tree_add(
-            _tree.mix(mixing_matrix, state.tracker), _tree.tree_sub(grad, state.grad)
-        )
-        return DIGingState(position, tracker, grad, state.count + 1, est), DIGingInfo(eta)
+        mixed_tracker, channel = send(self.channel, key, channel, "tracker", mixing_matrix,
+                                      state.tracker, state.count)
+        tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
+        new = DIGingState(position, tracker, grad, state.count + 1, est, channel)
+        new = hold(self.channel, key, state, new)
+        return new, DIGingInfo(eta)
 
 
-def diging_sgld(step_size: StepSize, estimator: GradientEstimator | None = None) -> DIGingSGLD:
+def diging_sgld(step_size: StepSize, estimator: GradientEstimator | None = None, *,
+                normal: Callable = jax.random.normal,
+                channel: Channel | None = None) -> DIGingSGLD:
     """DIGing-SGLD with a constant step size or a schedule ``count -> η`` (e.g. from optax);
-    ``estimator`` from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DIGingSGLD(step_size, estimator)
+    ``estimator`` from :mod:`dgsgld.gradients` (default: plain mini-batches); ``channel`` a
+    :class:`dgsgld.communication.Channel` (default: exact mixing)."""
+    return DIGingSGLD(step_size, estimator, normal=normal, channel=channel)

@@ -7,15 +7,18 @@ Parayil, Bai, George and Gurram, "Decentralized Langevin dynamics for Bayesian l
 
 i.e. ``x⁺ = ((1 − β_k) I + β_k W⁽ᵏ⁾) x − α_k N ∇̃F(x) + √(2Nα_k) w``: DE-SGLD's local step at
 step ``Nα_k`` after a relaxed consensus step. Each agent follows ``N`` times its own gradient
-with noise of variance ``2Nα_k``, so that the network average moves like centralized ULA on
-``f = Σ f_i`` with step ``α_k`` (``x̄⁺ = x̄ − α_k Σ_i ∇̃f_i(x_i) + √(2α_k) w̄``, ``w̄ ~ N(0, I)``):
-it targets the posterior ``exp(−f)``, the paper's claim ("the averaged sample converges to the
-true posterior"). The consensus weight ``β_k`` and the step ``α_k`` decay as schedules.
+with noise of variance ``2Nα_k``, so that the network average has the noise of centralized ULA
+on ``f = Σ f_i`` at step ``α_k``: ``x̄⁺ = x̄ − α_k Σ_i ∇̃f_i(x_i) + √(2α_k) w̄``, ``w̄ ~ N(0, I)``.
+Its drift is not ULA's ``α_k ∇f(x̄)``: the gradients are taken at the agents' ``x_i``, which
+disagree by ``O(√(Nα_k))``. So the average samples the posterior ``exp(−f)`` only as
+``α → 0`` (the paper's claim, "the averaged sample converges to the true posterior", is for
+decaying steps); at a constant ``α`` its stationary law is ``O(α)`` from the posterior and
+several times further than centralized ULA at the same step. Exactly (``theory.exact``, the
+tests' 5-agent linear regression on a ring, ``β = 0.5``): stationary W2 of the average 0.0279
+at ``α = 0.005`` and 0.0146 at ``α = 0.0025``, against 0.00362 and 0.00180 for ULA
+(``docs/samplers.md``). The consensus weight ``β_k`` and the step ``α_k`` decay as schedules.
 
-Sources, and what could not be checked. The paper's text was not reachable from this
-machine (searched: the search tool's pages, docs and code corpora for the title, arXiv
-2007.06799 / NeurIPS 2020 and the update's terms), so no equation number is cited. The form
-above is the one consistent with three public sources: the authors' code
+Sources. The form above is the one consistent with three public sources: the authors' code
 (github.com/AParayil/AParayil-Distribued-Learning-via-Bayesian-Inferencing and
 pkgurram/d-ula: ``optimizers/dist_SGLD_toy.py`` steps ``x_i − β Σ_{j∈N_i}(x_i − x_j)`` then
 ``− α ∇f_i + √(2α) w`` with ``f_i`` the local likelihood plus ``1/N`` of the prior, which is the
@@ -33,7 +36,7 @@ the same time-varying ``W⁽ᵏ⁾`` as the other samplers and ``(1 − β) I + 
 stochastic for ``β ∈ (0, 1]``.
 """
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import equinox as eqx
 import jax
@@ -41,6 +44,7 @@ import jax.numpy as jnp
 
 from .. import _tree, _validation
 from .._types import Array, PRNGKey, PyTree, StepSize
+from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm
 
@@ -77,12 +81,14 @@ def _consensus(consensus) -> StepSize:
 
 class DULAState(NamedTuple):
     """``position`` and ``grad = ∇̃F(position)`` leaves ``(N, *param_shape)``; ``count`` the
-    iteration; ``estimator`` the gradient estimator's state."""
+    iteration; ``estimator`` the gradient estimator's state; ``channel`` that of the message
+    ``position`` (:mod:`dgsgld.communication`)."""
 
     position: PyTree
     count: Array
     grad: PyTree = None
     estimator: PyTree = ()
+    channel: PyTree = ()
 
 
 class DULAInfo(NamedTuple):
@@ -95,10 +101,12 @@ class DULA(SamplingAlgorithm):
 
     consensus: StepSize = eqx.field(converter=_consensus)
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+    channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DULAState:
         grad, est = self.estimator.start(potential, position, key)
-        return DULAState(position, jnp.zeros((), jnp.int32), grad, est)
+        channel = init_states(self.channel, position=position)
+        return DULAState(position, jnp.zeros((), jnp.int32), grad, est, channel)
 
     def step(
         self, key: PRNGKey, state: DULAState, potential, mixing_matrix: Array,
@@ -107,20 +115,24 @@ class DULA(SamplingAlgorithm):
         alpha, grad_key, grad, noise = self._step_inputs(
             key, state, noise, self.estimator.gradient(state.estimator, potential))
         beta = _tree.resolve_step_size(self.consensus, state.count)
-        mixed = _tree.mix(mixing_matrix, state.position)
+        mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
+                              state.position, state.count)
         base = jax.tree.map(
             lambda x, wx: x + beta.astype(x.dtype) * (wx - x), state.position, mixed
         )
         # α N ∇̃F with noise √(2Nα): the Langevin step at Nα (module docstring)
         position = _tree.langevin_update(base, grad, noise, potential.num_agents * alpha)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        return DULAState(position, state.count + 1, new_grad, est), DULAInfo(alpha, beta)
+        new = DULAState(position, state.count + 1, new_grad, est, channel)
+        new = hold(self.channel, key, state, new)
+        return new, DULAInfo(alpha, beta)
 
 
 def d_ula(
-    step_size: StepSize, consensus: StepSize = 1.0, estimator: GradientEstimator | None = None
+    step_size: StepSize, consensus: StepSize = 1.0, estimator: GradientEstimator | None = None,
+    *, normal: Callable = jax.random.normal, channel: Channel | None = None,
 ) -> DULA:
     """D-ULA with step ``α_k`` and consensus weight ``β_k`` (each a constant or a schedule
     ``count -> value``, e.g. :class:`PolynomialDecay` or an optax schedule); a constant
     ``consensus`` must lie in ``(0, 1]``."""
-    return DULA(step_size, consensus, estimator)
+    return DULA(step_size, consensus, estimator, normal=normal, channel=channel)

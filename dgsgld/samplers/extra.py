@@ -18,7 +18,7 @@ the bias correction and the theory of [31] assume a static ``W``; use DIGing-SGL
 The state keeps ``∇̃F(x)`` like DE-SGLD's (see :mod:`dgsgld.samplers.de`).
 """
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import equinox as eqx
 
@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _tree
+from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
 from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
@@ -35,13 +36,16 @@ __all__ = ["EXTRAState", "EXTRAInfo", "EXTRASGLD", "extra_sgld"]
 
 class EXTRAState(NamedTuple):
     """``position`` and ``dual`` (``z``) leaves ``(N, *param_shape)``; ``count`` the iteration;
-    ``grad`` the stochastic gradient at ``position`` the next step uses (``None``: drawn there)."""
+    ``grad`` the stochastic gradient at ``position`` the next step uses (``None``: drawn there);
+    ``channel`` the channel states of the messages ``position`` (``x⁽ᵏ⁾`` mixed for ``W̃ x``)
+    and ``next_position`` (``x⁽ᵏ⁺¹⁾`` mixed for ``z⁺``)."""
 
     position: PyTree
     dual: PyTree
     count: Array
     grad: PyTree = None
     estimator: PyTree = ()
+    channel: PyTree = ()
 
 
 class EXTRAInfo(NamedTuple):
@@ -52,11 +56,13 @@ class EXTRASGLD(SamplingAlgorithm):
     """EXTRA-SGLD; ``EXTRASGLD(step_size)`` is the same as :func:`extra_sgld`."""
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+    channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> EXTRAState:
         dual = jax.tree.map(jnp.zeros_like, position)
         grad, est = self.estimator.start(potential, position, key)
-        return EXTRAState(position, dual, jnp.zeros((), jnp.int32), grad, est)
+        channel = init_states(self.channel, position=position, next_position=position)
+        return EXTRAState(position, dual, jnp.zeros((), jnp.int32), grad, est, channel)
 
     def step(
         self, key: PRNGKey, state: EXTRAState, potential, mixing_matrix: Array,
@@ -64,17 +70,24 @@ class EXTRASGLD(SamplingAlgorithm):
     ) -> tuple[EXTRAState, EXTRAInfo]:
         eta, grad_key, grad, noise = self._step_inputs(
             key, state, noise, self.estimator.gradient(state.estimator, potential))
-        mixed = _tree.mix(mixing_matrix, state.position)
+        mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
+                              state.position, state.count)
         # W̃ x − z = (x + W x)/2 − z
         base = jax.tree.map(lambda x, wx, z: 0.5 * (x + wx) - z, state.position, mixed, state.dual)
         position = _tree.langevin_update(base, grad, noise, eta)
-        mixed_new = _tree.mix(mixing_matrix, position)
+        mixed_new, channel = send(self.channel, key, channel, "next_position", mixing_matrix,
+                                  position, state.count)
         dual = jax.tree.map(lambda z, x, wx: z + 0.5 * (x - wx), state.dual, position, mixed_new)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        return EXTRAState(position, dual, state.count + 1, new_grad, est), EXTRAInfo(eta)
+        new = EXTRAState(position, dual, state.count + 1, new_grad, est, channel)
+        new = hold(self.channel, key, state, new)
+        return new, EXTRAInfo(eta)
 
 
-def extra_sgld(step_size: StepSize, estimator: GradientEstimator | None = None) -> EXTRASGLD:
+def extra_sgld(step_size: StepSize, estimator: GradientEstimator | None = None, *,
+               normal: Callable = jax.random.normal,
+               channel: Channel | None = None) -> EXTRASGLD:
     """EXTRA-SGLD with a constant step size or a schedule ``count -> η``; ``estimator`` from
-    :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return EXTRASGLD(step_size, estimator)
+    :mod:`dgsgld.gradients` (default: plain mini-batches); ``channel`` a
+    :class:`dgsgld.communication.Channel` (default: exact mixing)."""
+    return EXTRASGLD(step_size, estimator, normal=normal, channel=channel)

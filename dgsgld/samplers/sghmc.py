@@ -9,13 +9,10 @@ friction ``γ`` from its own stochastic gradient, and positions are mixed over t
 
 This is the Euler discretization of underdamped Langevin dynamics per agent with the
 consensus step of DE-SGLD on positions: the velocity sees only the agent's own gradient, the
-network enters through ``W x`` in the position update. Sources: the paper's text was not
-reachable from this machine (searched: the search tool's pages, docs and code corpora for the
-title, arXiv 2007.00590, JMLR 22 and the update's terms), so no equation number is cited;
-the form above is the one of the public re-implementation that states it regenerates the
-paper's experiments (sisl/Distributed_ADMM_Sampler, ``bayesian_lin_reg.py``, "D-SGHMC":
-``v_new = v − η(γ v + ∇f_i(x_i)) + √(2γη) ξ``, ``x_i = Σ_j W_ij x_j + η v_new``), term for term;
-it starts ``v⁽⁰⁾ ~ N(0, I)``, this module ``v⁽⁰⁾ = 0``.
+network enters through ``W x`` in the position update. The form is term for term that of the
+public re-implementation of the paper's experiments (sisl/Distributed_ADMM_Sampler,
+``bayesian_lin_reg.py``, "D-SGHMC": ``v_new = v − η(γ v + ∇f_i(x_i)) + √(2γη) ξ``,
+``x_i = Σ_j W_ij x_j + η v_new``); it starts ``v⁽⁰⁾ ~ N(0, I)``, this module ``v⁽⁰⁾ = 0``.
 
 The network average moves like centralized SGHMC on ``f / N`` at temperature ``1 / N``, so its
 ``x̄`` marginal targets ``exp(−f)``. With full
@@ -35,7 +32,7 @@ With ``γη = 1`` the velocity forgets itself each step and ``x⁺ = W x − η�
 with step ``η²``. Both samplers take the estimator of :mod:`dgsgld.gradients`.
 """
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import equinox as eqx
 
@@ -44,6 +41,7 @@ import jax.numpy as jnp
 
 from .. import _tree, _validation
 from .._types import Array, PRNGKey, PyTree, StepSize
+from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm
 
@@ -60,17 +58,20 @@ __all__ = [
 
 class DESGHMCState(NamedTuple):
     """``position``, ``velocity`` and ``grad = ∇̃F(position)`` leaves ``(N, *param_shape)``;
-    ``count`` the iteration; ``estimator`` the gradient estimator's state."""
+    ``count`` the iteration; ``estimator`` the gradient estimator's state; ``channel`` that of
+    the message ``position`` (:mod:`dgsgld.communication`)."""
 
     position: PyTree
     velocity: PyTree
     grad: PyTree
     count: Array
     estimator: PyTree = ()
+    channel: PyTree = ()
 
 
 class DIGingSGHMCState(NamedTuple):
-    """As :class:`DESGHMCState` plus ``tracker`` (``y``), leaves ``(N, *param_shape)``."""
+    """As :class:`DESGHMCState` plus ``tracker`` (``y``), leaves ``(N, *param_shape)``;
+    ``channel`` holds the states of the messages ``position`` and ``tracker``."""
 
     position: PyTree
     velocity: PyTree
@@ -78,6 +79,7 @@ class DIGingSGHMCState(NamedTuple):
     grad: PyTree
     count: Array
     estimator: PyTree = ()
+    channel: PyTree = ()
 
 
 class SGHMCInfo(NamedTuple):
@@ -111,12 +113,14 @@ class DESGHMC(SamplingAlgorithm):
 
     friction: Array = eqx.field(converter=_friction)
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+    channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGHMCState:
         """``v⁽⁰⁾ = 0``; ``position`` leaves ``(N, *param_shape)``."""
         grad, est = self.estimator.start(potential, position, key)
         velocity = jax.tree.map(jnp.zeros_like, position)
-        return DESGHMCState(position, velocity, grad, jnp.zeros((), jnp.int32), est)
+        channel = init_states(self.channel, position=position)
+        return DESGHMCState(position, velocity, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(
         self, key: PRNGKey, state: DESGHMCState, potential, mixing_matrix: Array,
@@ -124,9 +128,13 @@ class DESGHMC(SamplingAlgorithm):
     ) -> tuple[DESGHMCState, SGHMCInfo]:
         eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
         velocity = _velocity_update(state.velocity, grad, noise, eta, self.friction)
-        position = _position_update(_tree.mix(mixing_matrix, state.position), velocity, eta)
+        mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
+                              state.position, state.count)
+        position = _position_update(mixed, velocity, eta)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        return DESGHMCState(position, velocity, new_grad, state.count + 1, est), SGHMCInfo(eta)
+        new = DESGHMCState(position, velocity, new_grad, state.count + 1, est, channel)
+        new = hold(self.channel, key, state, new)
+        return new, SGHMCInfo(eta)
 
 
 class DIGingSGHMC(SamplingAlgorithm):
@@ -134,12 +142,15 @@ class DIGingSGHMC(SamplingAlgorithm):
 
     friction: Array = eqx.field(converter=_friction)
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
+    channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingSGHMCState:
         """``v⁽⁰⁾ = 0``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``; ``position`` leaves ``(N, *param_shape)``."""
         grad, est = self.estimator.start(potential, position, key)
         velocity = jax.tree.map(jnp.zeros_like, position)
-        return DIGingSGHMCState(position, velocity, grad, grad, jnp.zeros((), jnp.int32), est)
+        channel = init_states(self.channel, position=position, tracker=grad)
+        return DIGingSGHMCState(position, velocity, grad, grad, jnp.zeros((), jnp.int32), est,
+                                channel)
 
     def step(
         self, key: PRNGKey, state: DIGingSGHMCState, potential, mixing_matrix: Array,
@@ -147,27 +158,32 @@ class DIGingSGHMC(SamplingAlgorithm):
     ) -> tuple[DIGingSGHMCState, SGHMCInfo]:
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
         velocity = _velocity_update(state.velocity, state.tracker, noise, eta, self.friction)
-        position = _position_update(_tree.mix(mixing_matrix, state.position), velocity, eta)
+        mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
+                              state.position, state.count)
+        position = _position_update(mixed, velocity, eta)
         grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        tracker = _tree.tree_add(
-            _tree.mix(mixing_matrix, state.tracker), _tree.tree_sub(grad, state.grad)
-        )
-        new = DIGingSGHMCState(position, velocity, tracker, grad, state.count + 1, est)
+        mixed_tracker, channel = send(self.channel, key, channel, "tracker", mixing_matrix,
+                                      state.tracker, state.count)
+        tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
+        new = DIGingSGHMCState(position, velocity, tracker, grad, state.count + 1, est, channel)
+        new = hold(self.channel, key, state, new)
         return new, SGHMCInfo(eta)
 
 
 def de_sghmc(
-    step_size: StepSize, friction: float = 1.0, estimator: GradientEstimator | None = None
+    step_size: StepSize, friction: float = 1.0, estimator: GradientEstimator | None = None, *,
+    normal: Callable = jax.random.normal, channel: Channel | None = None,
 ) -> DESGHMC:
     """DE-SGHMC with step ``η`` (constant or schedule), friction ``γ > 0`` and an estimator
     from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DESGHMC(step_size, friction, estimator)
+    return DESGHMC(step_size, friction, estimator, normal=normal, channel=channel)
 
 
 def diging_sghmc(
-    step_size: StepSize, friction: float = 1.0, estimator: GradientEstimator | None = None
+    step_size: StepSize, friction: float = 1.0, estimator: GradientEstimator | None = None, *,
+    normal: Callable = jax.random.normal, channel: Channel | None = None,
 ) -> DIGingSGHMC:
     """DIGing-SGHMC with step ``η`` (constant or schedule), friction ``γ > 0`` and an estimator
     from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DIGingSGHMC(step_size, friction, estimator)
+    return DIGingSGHMC(step_size, friction, estimator, normal=normal, channel=channel)
 

@@ -12,8 +12,9 @@ on ``f / N`` with noise ``√(2η/N)``, i.e. like this sampler with step ``η / 
 The state keeps ``∇̃f(x)`` like DE-SGLD's (see :mod:`dgsgld.samplers.de`).
 """
 
-from typing import ClassVar, NamedTuple
+from typing import Callable, ClassVar, NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 from .. import _tree
@@ -57,6 +58,6 @@ class SGLD(SamplingAlgorithm):
         return SGLDState(position, state.count + 1, new_grad), SGLDInfo(eta)
 
 
-def sgld(step_size: StepSize) -> SGLD:
+def sgld(step_size: StepSize, *, normal: Callable = jax.random.normal) -> SGLD:
     """Centralized SGLD with a constant step size or a schedule ``count -> η``."""
-    return SGLD(step_size)
+    return SGLD(step_size, normal=normal)

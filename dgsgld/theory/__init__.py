@@ -6,7 +6,8 @@
 * :mod:`~dgsgld.theory.constants`: ``μ, L, σ², δ, B`` and the initial moments from a
   ``Potential`` and a schedule.
 * :mod:`~dgsgld.theory.exact`: exact mean/covariance propagation of DIGing-SGLD, DE-SGLD,
-  EXTRA-SGLD and ULA on quadratic potentials, and their stationary limits.
+  EXTRA-SGLD, ULA and the push-sum samplers on quadratic potentials, and their stationary
+  limits.
 """
 
 from .bounds import BoundInputs as BoundInputs
@@ -50,6 +51,7 @@ from .exact import agent_hessians as agent_hessians
 from .exact import exact_moments as exact_moments
 from .exact import exact_w2 as exact_w2
 from .exact import linear_recursion as linear_recursion
+from .exact import push_recursion as push_recursion
 from .exact import loglog_slope as loglog_slope
 from .exact import quadratic_from_potential as quadratic_from_potential
 from .exact import stationary_moments as stationary_moments

@@ -22,6 +22,15 @@ so a Gaussian initialization stays Gaussian and its mean and covariance propagat
   ``G = √(2γη) [ηI; I; η𝐀]``.
 * D-ULA with step ``α = η`` and consensus weight ``β``, ``s = x``:
   ``M = (1 − β)I + β𝒲 − ηN𝐀``, ``c = ηN𝐛``, ``G = √(2Nη) I``.
+* The push-sum samplers over column-stochastic ``C⁽ᵏ⁾`` (:mod:`dgsgld.samplers.pushsum`): their
+  weights ``v⁽ᵏ⁺¹⁾ = C⁽ᵏ⁾v⁽ᵏ⁾``, ``v⁽⁰⁾ = 1``, do not depend on the state, so given them the
+  recursion is linear. With ``𝒱 = diag(v⁽ᵏ⁾) ⊗ I_d``, ``𝒱⁺ = diag(v⁽ᵏ⁺¹⁾) ⊗ I_d``, ``𝒞 = C⁽ᵏ⁾ ⊗ I_d``
+  and ``𝒟 = diag(√(2η m)) ⊗ I_d`` (``m = v⁽ᵏ⁺¹⁾`` for Push-DIGing-SGLD, ``v⁽ᵏ⁾`` for push-sum
+  SGLD, ``1`` with ``noise="uniform"``):
+  Push-DIGing-SGLD, ``s = (x, y)``, ``𝒫 = 𝒱⁺⁻¹𝒞𝒱``:
+  ``M = [[𝒫, −η𝒱⁺⁻¹], [𝐀(𝒫 − I), 𝒞 − η𝐀𝒱⁺⁻¹]]``, ``c = 0``, ``G = [𝒱⁺⁻¹𝒟; 𝐀𝒱⁺⁻¹𝒟]``;
+  push-sum SGLD, ``s = x``: ``M = 𝒱⁺⁻¹𝒞(𝒱 − η𝐀)``, ``c = η𝒱⁺⁻¹𝒞𝐛``, ``G = 𝒱⁺⁻¹𝒞𝒟``.
+  With ``v ≡ 1`` (doubly stochastic ``C``) the first is DIGing-SGLD's recursion.
 
 The second parameter of the momentum samplers (``γ``) and of D-ULA (``β_k``, a schedule too)
 is read off the sampler, or given as ``parameter=`` with a kind string.
@@ -42,7 +51,8 @@ import scipy.linalg
 
 from .. import _tree, _validation, metrics
 from .._types import Array, ArrayLike
-from ..samplers import DESGHMC, DESGLD, DULA, EXTRASGLD, SGLD, DIGingSGHMC, DIGingSGLD
+from ..samplers import (DESGHMC, DESGLD, DULA, EXTRASGLD, SGLD, DIGingSGHMC, DIGingSGLD,
+                        PushDIGingSGLD, PushSumSGLD)
 
 __all__ = [
     "ExactMoments",
@@ -53,18 +63,25 @@ __all__ = [
     "exact_moments",
     "exact_w2",
     "linear_recursion",
+    "push_recursion",
     "loglog_slope",
     "quadratic_from_potential",
     "stationary_moments",
     "stationary_w2",
 ]
 
-KINDS = ("diging", "de", "extra", "sgld", "de_sghmc", "diging_sghmc", "d_ula")
+KINDS = ("diging", "de", "extra", "sgld", "de_sghmc", "diging_sghmc", "d_ula", "push_diging",
+         "push_sum", "push_diging_uniform", "push_sum_uniform")
+#: The push-sum kinds: ``(base kind, noise rule)``.
+_PUSH = {"push_diging": ("diging", "mass"), "push_sum": ("de", "mass"),
+         "push_diging_uniform": ("diging", "uniform"), "push_sum_uniform": ("de", "uniform")}
 #: Kinds with a second per-step parameter: friction ``γ`` (SGHMC), consensus ``β_k`` (D-ULA).
 _PARAMETER = {"de_sghmc": "friction", "diging_sghmc": "friction", "d_ula": "consensus"}
 #: Blocks of ``n = N d`` in the stacked state, and the block of the auxiliary variable.
-_BLOCKS = {"de": 1, "d_ula": 1, "diging": 2, "extra": 2, "de_sghmc": 2, "diging_sghmc": 3}
-_AUX_BLOCK = {"diging": 1, "extra": 1, "diging_sghmc": 2}
+_BLOCKS = {"de": 1, "d_ula": 1, "diging": 2, "extra": 2, "de_sghmc": 2, "diging_sghmc": 3,
+           **{k: 2 if b == "diging" else 1 for k, (b, _) in _PUSH.items()}}
+_AUX_BLOCK = {"diging": 1, "extra": 1, "diging_sghmc": 2,
+              **{k: 1 for k, (b, _) in _PUSH.items() if b == "diging"}}
 
 
 class Quadratic(NamedTuple):
@@ -190,9 +207,13 @@ def _kind(algorithm) -> tuple[str, object]:
     for cls, kind in classes:
         if isinstance(algorithm, cls):
             return kind, algorithm.step_size
+    for cls, kind in ((PushDIGingSGLD, "push_diging"), (PushSumSGLD, "push_sum")):
+        if isinstance(algorithm, cls):
+            suffix = "" if algorithm.noise_rule == "mass" else "_uniform"
+            return kind + suffix, algorithm.step_size
     raise TypeError(
         "`algorithm` must be a dgsgld sampler (diging_sgld, de_sgld, extra_sgld, sgld, de_sghmc, "
-        "diging_sghmc, d_ula) or one of "
+        "diging_sghmc, d_ula, push_diging_sgld, push_sum_sgld) or one of "
         f"{KINDS}; got {type(algorithm).__name__}."
     )
 
@@ -267,8 +288,43 @@ def linear_recursion(
     raise ValueError(f"Unknown kind {kind!r}; expected one of {KINDS}.")
 
 
+def push_recursion(kind: str, quadratic: Quadratic, C, weight, eta, xp=jnp
+                   ) -> tuple[LinearRecursion, Array]:
+    """The one-step recursion of a push-sum kind (module docstring) with the column-stochastic
+    ``C (N, N)``, the weights ``v⁽ᵏ⁾ = weight (N,)`` and step ``η``; returns it with
+    ``v⁽ᵏ⁺¹⁾ = C v⁽ᵏ⁾``."""
+    base, rule = _PUSH[kind]
+    A = xp.asarray(quadratic.hessians)
+    b = xp.asarray(quadratic.shifts)
+    dtype = xp.result_type(A.dtype, b.dtype, float) if xp is np else A.dtype
+    A, b = A.astype(dtype), b.astype(dtype)
+    N, d = A.shape[0], A.shape[-1]
+    n = N * d
+    C = xp.asarray(C, dtype=dtype)
+    v = xp.asarray(weight, dtype=dtype)
+    v_next = C @ v
+    per = lambda a: xp.repeat(a, d)  # noqa: E731 - agent values on the stacked (N d) axis
+    Cb = xp.kron(C, xp.eye(d, dtype=dtype))
+    Ab = _block_diag(xp, A)
+    eye = xp.eye(n, dtype=dtype)
+    inv_next = 1.0 / per(v_next)
+    mass = (v_next if base == "diging" else v) if rule == "mass" else xp.ones_like(v)
+    root = xp.sqrt(2.0 * eta * per(mass))
+    if base == "diging":
+        P = inv_next[:, None] * Cb * per(v)[None, :]
+        top_noise = inv_next[:, None] * xp.diag(root)
+        M = xp.block([[P, -eta * xp.diag(inv_next)],
+                      [Ab @ (P - eye), Cb - eta * Ab * inv_next[None, :]]])
+        return LinearRecursion(M, xp.zeros(2 * n, dtype),
+                               xp.concatenate([top_noise, Ab @ top_noise])), v_next
+    mixed = inv_next[:, None] * Cb
+    M = mixed @ (xp.diag(per(v)) - eta * Ab)
+    return LinearRecursion(M, eta * mixed @ b.reshape(n), mixed * root[None, :]), v_next
+
+
 def _initial_state(kind, quadratic, mean0, cov0, xp=jnp):
     """Stacked state moments at ``k = 0`` from the moments of ``x⁽⁰⁾``: ``s⁽⁰⁾ = T₀ x⁽⁰⁾ + o₀``."""
+    kind = _PUSH.get(kind, (kind,))[0]
     if kind in ("sgld", "de", "d_ula"):
         return mean0, cov0
     n = mean0.shape[0]
@@ -412,8 +468,8 @@ def exact_moments(
     sampler's step size (a constant or a schedule). Jittable; ``vmap`` over step sizes works.
 
     Args:
-        algorithm: ``dgsgld.diging_sgld(η)``, ``de_sgld``, ``extra_sgld`` or ``sgld``, or one
-            of ``"diging" | "de" | "extra" | "sgld"`` with ``step_size``.
+        algorithm: ``dgsgld.diging_sgld(η)``, ``de_sgld``, ``extra_sgld``, ``sgld``, the
+            push-sum samplers, ..., or a kind of :data:`KINDS` with ``step_size``.
         quadratic: the agents' quadratic potentials (:func:`quadratic_from_potential`).
         mixing: ``(P, N, N)`` stack, one ``(N, N)`` matrix, or a schedule with ``.matrices``;
             ignored (may be ``None``) for centralized ULA.
@@ -463,15 +519,19 @@ def _propagate(kind, num_steps, A, b, stack, mean0, cov0, etas, extras):
 
     def step(carry, xs):
         k, eta, extra = xs
-        m, S = carry
+        m, S, v = carry
         W = None if stack is None else stack[k % period]
-        rec = linear_recursion(kind, q, W, eta, parameter=extra)
+        if kind in _PUSH:  # the push-sum weights v⁽ᵏ⁾ ride along: v⁽ᵏ⁺¹⁾ = C⁽ᵏ⁾ v⁽ᵏ⁾
+            rec, v = push_recursion(kind, q, W, v, eta)
+        else:
+            rec = linear_recursion(kind, q, W, eta, parameter=extra)
         m = rec.matrix @ m + rec.offset
         S = rec.matrix @ S @ rec.matrix.T + rec.noise @ rec.noise.T
         S = 0.5 * (S + S.T)
-        return (m, S), _summaries(kind, N, d, m, S)
+        return (m, S, v), _summaries(kind, N, d, m, S)
 
-    _, rest = jax.lax.scan(step, (m, S), (jnp.arange(num_steps), etas, extras))
+    ones = jnp.ones(N, mean0.dtype)
+    _, rest = jax.lax.scan(step, (m, S, ones), (jnp.arange(num_steps), etas, extras))
     first = _summaries(kind, N, d, m, S)
     return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
 
@@ -524,6 +584,7 @@ def _reachable_coordinates(kind, quadratic, N, d):
     with ``𝐐 = Q ⊗ I_d`` and ``Q`` an orthonormal basis of ``1^⊥``, removes them.
     """
     n = N * d
+    kind = _PUSH.get(kind, (kind,))[0]  # push-sum DIGing conserves Σ(y − ∇F(x)) like DIGing
     if kind in ("sgld", "de", "d_ula", "de_sghmc"):
         size = d if kind == "sgld" else _BLOCKS[kind] * n
         return np.eye(size), np.zeros(size)
@@ -555,7 +616,8 @@ def stationary_moments(
     for the period map ``Φ = M⁽ᴾ⁻¹⁾⋯M⁽⁰⁾`` (phase 0), then propagated through one period. The
     conserved directions of DIGing and EXTRA are removed first by restricting the recursion to
     the affine subspace the state lives on (see ``_reachable_coordinates``): ``r⁺ = T⁺(M(Tr + o)
-    + c − o) + T⁺G w``, exact because that subspace is invariant.
+    + c − o) + T⁺G w``, exact because that subspace is invariant. For the push-sum kinds the
+    weights are their periodic limit (``_periodic_weights``): the law the run settles into.
 
     Args:
         algorithm: a dgsgld sampler with a constant step, or a kind string with ``step_size``.
@@ -583,16 +645,20 @@ def stationary_moments(
     stack = [None] if kind == "sgld" else np.asarray(_mixing_stack(mixing, kind, np), np.float64)
     T, o = _reachable_coordinates(kind, q, N, d)
     T_pinv = np.linalg.pinv(T)
+    weights = _periodic_weights(stack) if kind in _PUSH else [None] * len(stack)
 
-    def reduced(W):
-        rec = linear_recursion(kind, q, W, eta, xp=np, parameter=extra)
+    def reduced(W, v):
+        if kind in _PUSH:
+            rec = push_recursion(kind, q, W, v, eta, xp=np)[0]
+        else:
+            rec = linear_recursion(kind, q, W, eta, xp=np, parameter=extra)
         return (
             T_pinv @ rec.matrix @ T,
             T_pinv @ (rec.matrix @ o + rec.offset - o),
             T_pinv @ rec.noise,
         )
 
-    steps = [reduced(W) for W in stack]
+    steps = [reduced(W, v) for W, v in zip(stack, weights)]
     size = T.shape[1]
     phi, c_phi, s_phi = np.eye(size), np.zeros(size), np.zeros((size, size))
     for M, c, G in steps:
@@ -619,6 +685,32 @@ def stationary_moments(
     return StationaryMoments(
         mean, cov, mean.mean(axis=1), np.einsum("piajb->pab", blocks) / N**2, radius
     )
+
+
+def _periodic_weights(stack: np.ndarray, tol: float = 1e-13, max_periods: int = 100_000) -> list:
+    """The push-sum weights at phases ``0..P−1`` in the limit ``k → ∞``: ``v`` at phase 0 is
+    the Perron vector of the period product ``C⁽ᴾ⁻¹⁾⋯C⁽⁰⁾`` scaled to sum ``N`` (found by
+    iterating the period map), then ``v⁽ᵖ⁺¹⁾ = C⁽ᵖ⁾ v⁽ᵖ⁾``."""
+    n = stack.shape[-1]
+    phi = np.eye(n)
+    for C in stack:
+        phi = C @ phi
+    v = np.ones(n)
+    for _ in range(max_periods):
+        new = phi @ v
+        new *= n / new.sum()
+        if np.max(np.abs(new - v)) < tol:
+            v = new
+            break
+        v = new
+    else:
+        raise ValueError("The push-sum weights do not settle: is the schedule jointly strongly "
+                         "connected?")
+    out = []
+    for C in stack:
+        out.append(v)
+        v = C @ v
+    return out
 
 
 def stationary_w2(algorithm, quadratic: Quadratic, mixing, step_sizes: ArrayLike) -> np.ndarray:

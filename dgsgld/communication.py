@@ -1,0 +1,646 @@
+"""Communication channels: what a decentralized sampler's agents send each other at a step.
+
+Every message a sampler sends over the network (``x`` in DE-SGLD, D-ULA and DE-SGHMC; ``x``
+and the tracker ``y`` in DIGing-SGLD and DIGing-SGHMC; ``x⁽ᵏ⁾`` and ``x⁽ᵏ⁺¹⁾`` in EXTRA-SGLD)
+goes through :func:`send`, which returns the message mixed over the network, ``W x`` with
+exact communication. A sampler without a channel (``channel=None``, the default) mixes
+exactly as ``W @ x`` and keeps no channel state. A :class:`Channel` keeps a
+:class:`ChannelState` per message in the sampler state's ``channel`` field (threaded by the
+runner like the estimator state) and mixes as follows, agent ``i`` receiving from its
+in-neighbours ``j`` (``W[i, j] ≠ 0``, ``j ≠ i``) and knowing its own ``x_i`` exactly:
+
+- ``Channel()``: exact, ``W @ x`` (the same numbers as no channel), with bytes counted;
+- ``Channel(compressor)``: agent ``j`` sends ``q_j = C(x_j)``;
+  ``mixed_i = W[i, i] x_i + Σ_{j≠i} W[i, j] q_j``;
+- ``Channel(compressor, error_feedback=True)``: CHOCO-gossip (Koloskova, Stich and Jaggi,
+  2019). Every agent keeps public copies ``x̂`` (``x̂⁽⁰⁾ = 0``); agent ``j`` sends
+  ``q_j = C(x_j − x̂_j)`` (``C`` in its contractive form, :meth:`Compressor.contract`),
+  everyone updates ``x̂_j ← x̂_j + q_j``, and ``mixed = x + γ (W − I) x̂`` with ``γ`` =
+  ``consensus``.
+
+When messages are sent (each composes with the modes above):
+
+- ``every=τ``: rounds at iterations ``k ≡ 0 (mod τ)`` only, local steps (``mixed = x``,
+  nothing sent, public copies kept) in between;
+- ``probability=p``: each round happens with probability ``p`` for all agents at once; with
+  ``per_link=True`` instead every undirected link of the snapshot is up with probability
+  ``p`` independently, and the used matrix is ``W'`` with the weights of the links that are
+  down moved to the endpoints' diagonals (:func:`drop_links`: row sums kept, a symmetric
+  doubly stochastic ``W`` stays symmetric doubly stochastic). Bytes: the out-degrees of
+  ``W'``. ``p = 1`` is the channel without it, bit for bit;
+- ``threshold=δ`` (event trigger): every agent keeps the copy ``x̂_j`` its neighbours last
+  received (``x̂⁽⁰⁾ = 0``; every agent sends at its first round); at a round agent ``j`` sends
+  only if ``‖x_j − x̂_j‖₂ > δ`` (its whole flat message), and then ``x̂_j ← C(x_j)``
+  (``x̂_j ← x̂_j + C(x_j − x̂_j)`` with error feedback). Its neighbours mix with ``x̂``:
+  ``mixed_i = W[i, i] x_i + Σ_{j≠i} W[i, j] x̂_j`` (CHOCO's formula with error feedback).
+  ``δ = 0`` sends whenever the message moved, which is always-on mixing;
+- ``activity=q`` (or a ``(P, N)`` 0/1 pattern): stragglers. Each agent is active at a step
+  with probability ``q`` (:func:`active_agents`); an inactive agent takes no step
+  (:func:`hold` keeps its rows of the sampler state) and sends nothing, and the step mixes
+  with ``W'``: every link of an inactive agent dropped as in :func:`drop_links` (the weight
+  its active neighbours put on it moved to their diagonals) and its own row ``e_i``, so
+  ``W'`` is symmetric doubly stochastic when ``W`` is. It still receives (public copies stay
+  known to all neighbours): an active agent sends to all its out-neighbours, an inactive one
+  nothing. ``q = 1`` is the channel without it, bit for bit.
+
+With error feedback the network sum is kept exactly: ``I − W`` has zero column sums, so
+``Σ_i mixed_i = Σ_i x_i`` whatever the compressor, and DIGing's tracking invariant
+``Σ_i y_i = Σ_i ∇̃f_i(x_i)`` holds up to rounding. Without it, ``Σ_i mixed_i − Σ_i x_i =
+Σ_j (1 − W[j, j]) (q_j − x_j)``: zero-mean noise for an unbiased compressor (the tracker sum
+random-walks), a drift for a biased one.
+
+Compressors act on each agent's message as one flat vector of ``d`` entries (all leaves,
+row-major, concatenated). Bytes: agent ``j`` sends one message to each out-neighbour
+(``W[i, j] ≠ 0``, ``i ≠ j``) of that step's ``W⁽ᵏ⁾``; a message of ``d`` entries of ``b`` bits
+(32 for float32) is encoded as
+
+=================  ================================================================
+``identity()``     ``b d`` bits (dense)
+``top_k(f)``       ``k (b + 32)`` bits: ``k = ⌈f d⌉`` values and their int32 indices
+``random_k(f)``    ``k b`` bits: values only (the indices follow from shared randomness)
+``quantize(s)``    ``d (1 + ⌈log₂(s + 1)⌉) + b`` bits: sign and level per entry, one norm
+``sign()``         ``d + b`` bits: one sign bit per entry, one scale
+=================  ================================================================
+
+rounded up to whole bytes per message. :func:`messages_sent` counts the point-to-point
+messages, :meth:`Channel.bytes_sent` turns them into bytes.
+
+Randomness: the channel's key of a step is ``fold_in(key, tag of the message)`` of the step's
+key, and agent ``i``'s is ``split(that, N)[i]``; the round and the links that are up are drawn
+from ``fold_in(key, round tag)`` and the active agents from ``fold_in(key, activity tag)``,
+shared by all messages of the step (DIGing's ``x`` and ``y`` go over the same links). The
+noise and gradient keys (``split(key)``) are untouched, so a channel changes no other draw,
+and a chain's draws do not depend on how chains are batched.
+"""
+
+import math
+from typing import Any, ClassVar, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _tree, _validation
+from ._types import Array, PRNGKey, PyTree
+
+__all__ = [
+    "Channel",
+    "ChannelState",
+    "Compressor",
+    "Identity",
+    "Quantize",
+    "RandomK",
+    "Sign",
+    "TopK",
+    "active_agents",
+    "drop_links",
+    "hold",
+    "identity",
+    "init_states",
+    "link_mask",
+    "messages_sent",
+    "out_degrees",
+    "quantize",
+    "random_k",
+    "send",
+    "sign",
+    "top_k",
+]
+
+#: Per-message tags folded into the step key: one channel key per message of a step.
+_TAGS = {"position": 0x636F6D30, "tracker": 0x636F6D31, "next_position": 0x636F6D32}
+#: Tag of the draws shared by a step's messages: whether the round happens, which links are up.
+_ROUND_TAG = 0x636F6D72
+#: Tag of the step's activity draw (stragglers), shared by its messages and the state update.
+_ACTIVE_TAG = 0x636F6D61
+
+
+def _unit_interval(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
+            or not 0 < float(value) <= 1:
+        raise ValueError(f"`{name}` must be a number in (0, 1]; got {value!r}.")
+    return float(value)
+
+
+def _fraction(fraction) -> float:
+    return _unit_interval(fraction, "fraction")
+
+
+class Compressor(eqx.Module):
+    """A compression operator ``C`` on one agent's flat message ``v`` of shape ``(d,)``.
+
+    ``compress(key, v) -> (d,)`` is what the receivers reconstruct; ``bits(d, b)`` the size of
+    its encoding for entries of ``b`` bits. ``unbiased``: ``E[C(v)] = v``. ``contract(key, v)``
+    is the form error feedback uses, a contraction ``E‖C(v) − v‖² ≤ (1 − δ)‖v‖²`` with
+    ``δ > 0`` (CHOCO's assumption): ``compress`` itself for the biased compressors, an
+    unbiased one scaled down (the same message, so the same bits).
+    """
+
+    unbiased: ClassVar[bool] = False
+
+    def compress(self, key: PRNGKey, v: Array) -> Array:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def contract(self, key: PRNGKey, v: Array) -> Array:
+        return self.compress(key, v)
+
+    def bits(self, dim: int, value_bits: int) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Identity(Compressor):
+    """No compression: ``C(v) = v``, ``b d`` bits."""
+
+    unbiased: ClassVar[bool] = True
+
+    def compress(self, key, v):
+        return v
+
+    def bits(self, dim, value_bits):
+        return dim * value_bits
+
+
+class TopK(Compressor):
+    """The ``k = ⌈fraction · d⌉`` entries of largest magnitude, the rest zero (biased);
+    values and int32 indices: ``k (b + 32)`` bits."""
+
+    fraction: float = eqx.field(converter=_fraction, static=True)
+
+    def k(self, dim: int) -> int:
+        return max(1, math.ceil(self.fraction * dim - 1e-9))
+
+    def compress(self, key, v):
+        _, index = jax.lax.top_k(jnp.abs(v), self.k(v.shape[0]))
+        return jnp.zeros_like(v).at[index].set(v[index])
+
+    def bits(self, dim, value_bits):
+        return self.k(dim) * (value_bits + 32)
+
+
+class RandomK(Compressor):
+    """``k = ⌈fraction · d⌉`` entries chosen uniformly without replacement, scaled by ``d / k``
+    (unbiased: each entry is kept with probability ``k / d``); values only, ``k b`` bits (the
+    receivers draw the same indices from the shared key)."""
+
+    fraction: float = eqx.field(converter=_fraction, static=True)
+    unbiased: ClassVar[bool] = True
+
+    def k(self, dim: int) -> int:
+        return max(1, math.ceil(self.fraction * dim - 1e-9))
+
+    def compress(self, key, v):
+        d = v.shape[0]
+        return self.contract(key, v) * jnp.asarray(d / self.k(d), v.dtype)
+
+    def contract(self, key, v):
+        """The kept entries unscaled (``δ = k / d``)."""
+        d = v.shape[0]
+        index = jax.random.permutation(key, d)[:self.k(d)]
+        return jnp.zeros_like(v).at[index].set(v[index])
+
+    def bits(self, dim, value_bits):
+        return self.k(dim) * value_bits
+
+
+def _levels(levels) -> int:
+    if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or levels < 1:
+        raise ValueError(f"`levels` must be an integer >= 1; got {levels!r}.")
+    return int(levels)
+
+
+class Quantize(Compressor):
+    """Stochastic quantization to ``s`` = ``levels`` levels (QSGD, Alistarh et al. 2017):
+    ``C(v)_i = ‖v‖₂ sign(v_i) ξ_i / s`` with ``ξ_i = ⌊r_i⌋ + Bernoulli(r_i − ⌊r_i⌋)``,
+    ``r_i = s |v_i| / ‖v‖₂`` (unbiased); ``d (1 + ⌈log₂(s + 1)⌉) + b`` bits."""
+
+    levels: int = eqx.field(converter=_levels, static=True)
+    unbiased: ClassVar[bool] = True
+
+    def compress(self, key, v):
+        norm = jnp.sqrt(jnp.sum(v * v))
+        safe = jnp.where(norm > 0, norm, jnp.ones_like(norm))
+        r = self.levels * jnp.abs(v) / safe
+        low = jnp.floor(r)
+        up = jax.random.uniform(key, v.shape, v.dtype) < r - low
+        xi = low + up.astype(v.dtype)
+        return jnp.where(norm > 0, norm * jnp.sign(v) * xi / self.levels, jnp.zeros_like(v))
+
+    def contract(self, key, v):
+        """``C(v) / τ`` with ``τ = 1 + min(d / s², √d / s)`` (QSGD's variance bound plus 1)."""
+        d, s = v.shape[0], self.levels
+        tau = 1.0 + min(d / s**2, math.sqrt(d) / s)
+        return self.compress(key, v) / jnp.asarray(tau, v.dtype)
+
+    def bits(self, dim, value_bits):
+        return dim * (1 + math.ceil(math.log2(self.levels + 1))) + value_bits
+
+
+class Sign(Compressor):
+    """Scaled sign, ``C(v) = (‖v‖₁ / d) sign(v)`` (biased); ``d + b`` bits."""
+
+    def compress(self, key, v):
+        return jnp.mean(jnp.abs(v)) * jnp.sign(v)
+
+    def bits(self, dim, value_bits):
+        return dim + value_bits
+
+
+def identity() -> Identity:
+    """No compression (dense messages)."""
+    return Identity()
+
+
+def top_k(fraction: float) -> TopK:
+    """Top-``k`` sparsification with ``k = ⌈fraction · d⌉``."""
+    return TopK(fraction)
+
+
+def random_k(fraction: float) -> RandomK:
+    """Unbiased random-``k`` sparsification with ``k = ⌈fraction · d⌉``."""
+    return RandomK(fraction)
+
+
+def quantize(levels: int) -> Quantize:
+    """Unbiased stochastic quantization to ``levels`` levels."""
+    return Quantize(levels)
+
+
+def sign() -> Sign:
+    """Scaled sign compression."""
+    return Sign()
+
+
+class ChannelState(NamedTuple):
+    """Per-message state of a :class:`Channel`.
+
+    Attributes:
+        public: the public copies ``x̂`` (leaves like the message, ``(N, ...)``) with error
+            feedback or an event trigger; ``()`` without.
+        sent: ``(N,)`` int32, the point-to-point messages each agent has sent so far.
+        heard: ``(N,)`` bool with an event trigger: whether the agent's neighbours hold a copy
+            of it yet (it sends at its first round whatever the threshold); ``()`` without.
+    """
+
+    public: PyTree
+    sent: Array
+    heard: Any = ()
+
+
+def _consensus(consensus) -> float:
+    return _unit_interval(consensus, "consensus")
+
+
+def _probability(probability) -> float:
+    return _unit_interval(probability, "probability")
+
+
+def _threshold(threshold):
+    if threshold is None:
+        return None
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.number)) \
+            or not 0 <= float(threshold) < math.inf:
+        raise ValueError(
+            f"`threshold` must be None or a finite number >= 0; got {threshold!r}.")
+    return float(threshold)
+
+
+def _activity(activity):
+    """``activity``: a probability in (0, 1], or a ``(P, N)`` pattern of 0/1 (kept as a tuple
+    of tuples of bools: static and hashable)."""
+    message = ("`activity` must be a number in (0, 1] or a (period, num_agents) pattern of "
+               f"0/1 or bools; got {activity!r}.")
+    if isinstance(activity, (int, float, np.number)) and not isinstance(activity, bool):
+        if not 0 < float(activity) <= 1:
+            raise ValueError(message)
+        return float(activity)
+    try:
+        pattern = np.asarray(activity)
+    except Exception:  # noqa: BLE001 - anything that is no array is refused below
+        pattern = None
+    if pattern is None or pattern.ndim != 2 or pattern.size == 0 or not (
+            pattern.dtype == bool or (np.issubdtype(pattern.dtype, np.number)
+                                      and np.isin(pattern, (0, 1)).all())):
+        raise ValueError(message)
+    return tuple(tuple(bool(a) for a in row) for row in pattern)
+
+
+def _every(every) -> int:
+    return _validation.check_positive_int(every, name="every")
+
+
+def _compressor(compressor) -> Compressor:
+    if not isinstance(compressor, Compressor):
+        raise TypeError(
+            "`compressor` must be a dgsgld.communication compressor (identity(), top_k(f), "
+            f"random_k(f), quantize(levels), sign()); got {type(compressor).__name__}."
+        )
+    return compressor
+
+
+class Channel(eqx.Module):
+    """How agents exchange a message (module docstring for the modes).
+
+    Attributes:
+        compressor: a :class:`Compressor` (default :func:`identity`: exact messages).
+        error_feedback: CHOCO-gossip public copies (static).
+        consensus: CHOCO's ``γ ∈ (0, 1]`` in ``x + γ (W − I) x̂``; used with error feedback
+            only (biased compressors may need ``γ < 1``).
+        every: ``τ``, communicate at iterations ``k ≡ 0 (mod τ)`` only; at the others no
+            message is sent and ``mixed = x`` (a local step: ``W⁽ᵏ⁾`` replaced by ``I``,
+            public copies kept). Default 1: every step.
+        probability: ``p ∈ (0, 1]``. Without ``per_link``: each round happens with
+            probability ``p`` for all agents at once (else a local step, as between rounds of
+            ``every``). With ``per_link``: every undirected link ``{i, j}`` of the snapshot
+            (``W[i, j] ≠ 0`` or ``W[j, i] ≠ 0``) is up with probability ``p``, independently,
+            and a link that is down carries nothing either way; its weights move to the
+            endpoints' diagonals, ``W'[i, i] = W[i, i] + Σ_{j down} W[i, j]``, so every row
+            sum is kept and a symmetric doubly stochastic ``W`` stays so. Default 1: always.
+        per_link: draw ``probability`` per link (static); not with error feedback or an event
+            trigger, whose one public copy per agent needs every neighbour to receive it.
+        threshold: event trigger (``None``: off). Agent ``j`` sends at a round only when
+            ``‖x_j − x̂_j‖₂ > threshold`` (its whole flat message against the copy ``x̂_j`` its
+            neighbours last received), and at its first round; its neighbours mix with
+            ``x̂_j``. ``threshold = 0`` sends whenever the message moved: always-on mixing.
+        activity: stragglers. A number ``q ∈ (0, 1]``: each agent is active at a step with
+            probability ``q``, independently; or a ``(P, N)`` pattern of 0/1: agent ``i``
+            active at iteration ``k`` iff ``pattern[k % P][i]`` (static). An inactive agent
+            takes no step (its position, tracker, velocity, gradient and per-agent
+            estimator leaves are kept: the vectorized gradient and noise are computed and
+            discarded) and sends nothing (its public copies stay what its neighbours last
+            received); it still receives (so every agent's public copy stays known to all
+            its neighbours). Weights: every link of an inactive agent is dropped as in
+            :func:`drop_links`, its row becomes ``e_i`` (it does not mix) and the weight its
+            active neighbours put on it moves to their diagonals, so the used matrix stays
+            symmetric doubly stochastic when ``W`` is, and DIGing's ``Σ_i y_i = Σ_i ∇̃f_i``
+            still holds. Bytes: an active agent sends to all out-neighbours of the snapshot.
+            Default 1: always active, bit for bit the channel without it.
+    """
+
+    compressor: Compressor = eqx.field(default_factory=Identity, converter=_compressor)
+    error_feedback: bool = eqx.field(default=False, static=True, converter=bool)
+    consensus: float = eqx.field(default=1.0, static=True, converter=_consensus)
+    every: int = eqx.field(default=1, static=True, converter=_every)
+    probability: float = eqx.field(default=1.0, static=True, converter=_probability)
+    per_link: bool = eqx.field(default=False, static=True, converter=bool)
+    threshold: float | None = eqx.field(default=None, static=True, converter=_threshold)
+    activity: Any = eqx.field(default=1.0, static=True, converter=_activity)
+
+    def __check_init__(self):
+        if self.per_link and (self.error_feedback or self.threshold is not None):
+            raise ValueError(
+                "`per_link` drops cannot be combined with error feedback or an event trigger "
+                "(one public copy per agent needs every neighbour to receive it); use "
+                "per_link=False (rounds drawn for all agents at once)."
+            )
+
+    @property
+    def _public(self) -> bool:
+        return self.error_feedback or self.threshold is not None
+
+    def init(self, message: PyTree) -> ChannelState:
+        """State before the first step for a message shaped like ``message`` (``(N, ...)``)."""
+        num_agents = jax.tree.leaves(message)[0].shape[0]
+        public = jax.tree.map(jnp.zeros_like, message) if self._public else ()
+        heard = jnp.zeros((num_agents,), bool) if self.threshold is not None else ()
+        return ChannelState(public, jnp.zeros((num_agents,), jnp.int32), heard)
+
+    def mix(self, key: PRNGKey, state: ChannelState, matrix, message: PyTree, count=0,
+            round_key: PRNGKey | None = None, active: Array | None = None):
+        """``(mixed, state)``: ``message`` (leaves ``(N, ...)``) sent over ``matrix``
+        (``W⁽ᵏ⁾``, ``(N, N)`` or a sparse snapshot) at iteration ``count`` and mixed as the
+        module docstring says. ``key`` draws the compressors; ``round_key`` whether the round
+        happens or which links are up (shared by the messages of a step; default
+        ``fold_in(key, ·)``); ``active`` ``(N,)`` bool the active agents (``None``: all;
+        :func:`active_agents`)."""
+        if round_key is None:
+            round_key = jax.random.fold_in(key, _ROUND_TAG)
+        talk, used = self.round(round_key, matrix, count)
+        degrees = out_degrees(used)
+        if active is not None:
+            used = _without_inactive(_dense(used), active)
+            degrees = jnp.where(active, degrees, 0)
+        mixed, new = self._mix(key, state, used, message, degrees, active)
+        if talk is None:
+            return mixed, new
+        return jax.tree.map(lambda a, b: jnp.where(talk, a, b), (mixed, new),
+                            (message, state))
+
+    def round(self, key: PRNGKey, matrix, count=0):
+        """``(talk, used)`` of iteration ``count``: ``talk`` a scalar bool, whether this is a
+        round (``None``: always), and ``used`` the matrix mixed with (``matrix`` itself unless
+        links are dropped, then a dense ``(N, N)``)."""
+        talk = None
+        if self.every > 1:
+            talk = jnp.asarray(count) % self.every == 0
+        if self.probability < 1 and not self.per_link:
+            up = jax.random.uniform(key) < self.probability
+            talk = up if talk is None else talk & up
+        if self.probability < 1 and self.per_link:
+            dense = _dense(matrix)
+            matrix = drop_links(dense, link_mask(key, dense.shape[0], self.probability))
+        return talk, matrix
+
+    def _mix(self, key, state, matrix, message, degrees, sends=None):
+        """Mix over ``matrix`` (the one used); ``degrees`` ``(N,)``: messages an agent sends
+        this round; ``sends`` ``(N,)`` bool (``None``: all) the agents that send at all."""
+        exact = isinstance(self.compressor, Identity) and not self._public
+        if exact and sends is None:
+            return _tree.mix(matrix, message), ChannelState(state.public,
+                                                            state.sent + degrees, state.heard)
+        num_agents = jax.tree.leaves(message)[0].shape[0]
+        keys = jax.random.split(key, num_agents)
+        fire, heard = sends, state.heard
+        if self.threshold is not None:
+            moved = jnp.sqrt(jnp.sum(_flat(_tree.tree_sub(message, state.public)) ** 2, 1))
+            fire = (moved > self.threshold) | ~state.heard
+            fire = fire if sends is None else fire & sends
+            heard = state.heard | fire
+        sent = state.sent + (degrees if fire is None else jnp.where(fire, degrees, 0))
+        if not self.error_feedback:
+            if exact:
+                q = message
+            else:
+                q = _unflat(jax.vmap(self.compressor.compress)(keys, _flat(message)), message)
+            if self.threshold is not None:          # neighbours hold the last copy received
+                q = _select(fire, q, state.public)
+            diag = _diagonal(matrix)
+            mixed = jax.tree.map(
+                lambda wq, x, c: wq + _rows(diag, x) * (x - c),
+                _tree.mix(matrix, q), message, q)
+            public = q if self.threshold is not None else state.public
+            return mixed, ChannelState(public, sent, heard)
+        diff = _tree.tree_sub(message, state.public)
+        contract = jax.vmap(self.compressor.contract)
+        public = _tree.tree_add(state.public, _unflat(contract(keys, _flat(diff)), diff))
+        if fire is not None:
+            public = _select(fire, public, state.public)
+        gamma = self.consensus
+        mixed = jax.tree.map(
+            lambda x, wh, h: x + jnp.asarray(gamma, x.dtype) * (wh - h),
+            message, _tree.mix(matrix, public), public)
+        return mixed, ChannelState(public, sent, heard)
+
+    def message_bytes(self, dim: int, dtype=jnp.float32) -> int:
+        """Bytes of one message of ``dim`` entries of ``dtype``."""
+        return -(-self.compressor.bits(int(dim), 8 * jnp.dtype(dtype).itemsize) // 8)
+
+    def bytes_sent(self, state) -> np.ndarray:
+        """Bytes each agent has sent, ``int64`` of shape ``state``'s counters' ``(..., N)``.
+
+        ``state``: a sampler state run with this channel (e.g. ``trace.state``, leaves
+        ``(num_chains, N, ...)``), whose ``position`` gives the message size.
+        """
+        counts = np.asarray(messages_sent(state), np.int64)
+        leaves = jax.tree.leaves(state.position)
+        lead = counts.ndim
+        dim = sum(int(np.prod(np.shape(leaf)[lead:])) for leaf in leaves)
+        dtype = jnp.result_type(*leaves)
+        return counts * self.message_bytes(dim, dtype)
+
+
+def link_mask(key: PRNGKey, num_agents: int, probability: float) -> Array:
+    """``(N, N)`` bool, symmetric: link ``{i, j}`` (``i < j``) up with ``probability``,
+    independently (``uniform(key, (N, N))[i, j] < p``, upper triangle); the diagonal is up."""
+    up = jnp.triu(jax.random.uniform(key, (num_agents, num_agents)) < probability, 1)
+    return up | up.T | jnp.eye(num_agents, dtype=bool)
+
+
+def drop_links(matrix: Array, up: Array) -> Array:
+    """``matrix`` (dense ``(N, N)``) with the links where ``up`` is False removed and their
+    weight moved to the diagonal: ``W'[i, i] = W[i, i] + Σ_{j: ¬up[i, j]} W[i, j]``. Row sums
+    are kept; with ``W`` symmetric and ``up`` symmetric ``W'`` is symmetric, hence doubly
+    stochastic when ``W`` is."""
+    kept = jnp.where(up, matrix, jnp.zeros_like(matrix))
+    dropped = jnp.sum(matrix - kept, axis=1)
+    return kept + jnp.diag(dropped)
+
+
+def _without_inactive(matrix: Array, active: Array) -> Array:
+    """``matrix`` (dense) with every link of an inactive agent dropped (:func:`drop_links`)
+    and an inactive agent's row exactly ``e_i``."""
+    eye = jnp.eye(matrix.shape[0], dtype=bool)
+    used = drop_links(matrix, (active[:, None] & active[None, :]) | eye)
+    return jnp.where(active[:, None], used, eye.astype(used.dtype))
+
+
+def active_agents(channel: "Channel | None", key: PRNGKey, count, num_agents: int):
+    """``(N,)`` bool, the agents active at the step of ``key`` (the step's key) and iteration
+    ``count``, or ``None`` when all always are (no channel, ``activity=1``)."""
+    if channel is None or channel.activity == 1.0:
+        return None
+    if isinstance(channel.activity, tuple):
+        pattern = np.asarray(channel.activity, bool)
+        if pattern.shape[1] != num_agents:
+            raise ValueError(
+                f"`activity` pattern has {pattern.shape[1]} agents per row; the network has "
+                f"{num_agents}."
+            )
+        return jnp.asarray(pattern)[jnp.asarray(count) % pattern.shape[0]]
+    return jax.random.uniform(jax.random.fold_in(key, _ACTIVE_TAG), (num_agents,)) \
+        < channel.activity
+
+
+def hold(channel: "Channel | None", key: PRNGKey, old, new):
+    """The sampler state ``new`` after a step from ``old`` with inactive agents' rows kept
+    from ``old``: every leaf with a leading agent axis ``(N, ...)`` of every field but
+    ``count`` and ``channel`` (the channel keeps its own: an inactive agent sent nothing).
+    ``new`` itself when every agent is active."""
+    if channel is None or channel.activity == 1.0:
+        return new
+    num_agents = jax.tree.leaves(old.position)[0].shape[0]
+    active = active_agents(channel, key, old.count, num_agents)
+
+    def keep(a, b):
+        if jnp.ndim(a) == 0 or jnp.shape(a)[0] != num_agents:
+            return a
+        return jnp.where(_rows(active, a).astype(bool), a, b)
+
+    return new._replace(**{
+        name: jax.tree.map(keep, getattr(new, name), getattr(old, name))
+        for name in new._fields if name not in ("count", "channel")})
+
+
+def _select(mask: Array, a: PyTree, b: PyTree) -> PyTree:
+    """Per agent: ``a`` where ``mask`` (``(N,)``), else ``b`` (leaves ``(N, ...)``)."""
+    return jax.tree.map(lambda u, v: jnp.where(_rows(mask, u).astype(bool), u, v), a, b)
+
+
+def messages_sent(state) -> Array:
+    """Point-to-point messages each agent has sent so far, summed over the sampler's messages:
+    ``(..., N)`` int32 from a state run with a :class:`Channel` (usable as
+    ``Output(trace_fn=messages_sent)`` for a per-iteration trace)."""
+    channels = getattr(state, "channel", ())
+    if not channels:
+        raise ValueError(
+            "`state` has no channel state: run the sampler with channel=dgsgld.communication."
+            "Channel(...) (sample's `channel` option) to count messages."
+        )
+    return sum(c.sent for c in channels.values())
+
+
+def out_degrees(matrix) -> Array:
+    """``(N,)`` int32: agent ``j``'s out-neighbours ``#{i ≠ j : W[i, j] ≠ 0}`` in ``matrix``."""
+    links = _dense(matrix) != 0
+    return (jnp.sum(links, axis=0) - jnp.diagonal(links)).astype(jnp.int32)
+
+
+def _dense(matrix) -> Array:
+    return matrix if isinstance(matrix, (jax.Array, np.ndarray)) else matrix.todense()
+
+
+def _diagonal(matrix) -> Array:
+    return jnp.diagonal(_dense(matrix))
+
+
+def _rows(diag: Array, leaf: Array) -> Array:
+    """``diag`` (N,) shaped to broadcast over ``leaf``'s rows ``(N, ...)``."""
+    return diag.astype(leaf.dtype).reshape((-1,) + (1,) * (leaf.ndim - 1))
+
+
+def _flat(tree: PyTree) -> Array:
+    """``(N, d)``: every leaf ``(N, ...)`` raveled per agent, concatenated."""
+    leaves = jax.tree.leaves(tree)
+    return jnp.concatenate([leaf.reshape(leaf.shape[0], -1) for leaf in leaves], axis=1)
+
+
+def _unflat(flat: Array, like: PyTree) -> PyTree:
+    leaves, treedef = jax.tree.flatten(like)
+    sizes = np.cumsum([int(np.prod(leaf.shape[1:])) for leaf in leaves])[:-1]
+    parts = jnp.split(flat, sizes, axis=1)
+    return jax.tree.unflatten(
+        treedef, [p.reshape(leaf.shape).astype(leaf.dtype) for p, leaf in zip(parts, leaves)])
+
+
+# -- what the samplers call -------------------------------------------------------------------
+
+
+def init_states(channel: "Channel | None", **messages: PyTree) -> Any:
+    """The sampler state's ``channel`` field: ``()`` without a channel, else one
+    :class:`ChannelState` per named message (``position=x, tracker=y``)."""
+    if channel is None:
+        return ()
+    return {name: channel.init(message) for name, message in messages.items()}
+
+
+def send(channel: "Channel | None", key: PRNGKey, states, name: str, matrix, message: PyTree,
+         count=0):
+    """``(mixed, states)``: message ``name`` sent over ``matrix`` at iteration ``count``;
+    ``W @ message`` exactly and ``states`` unchanged without a channel."""
+    if channel is None:
+        return _tree.mix(matrix, message), states
+    active = active_agents(channel, key, count, jax.tree.leaves(message)[0].shape[0])
+    mixed, state = channel.mix(jax.random.fold_in(key, _TAGS[name]), states[name], matrix,
+                               message, count, round_key=jax.random.fold_in(key, _ROUND_TAG),
+                               active=active)
+    return mixed, {**states, name: state}
+
+
+def as_channel(channel) -> "Channel | None":
+    """The converter of the samplers' ``channel`` field: ``None`` or a :class:`Channel`."""
+    if channel is not None and not isinstance(channel, Channel):
+        raise TypeError(
+            "`channel` must be None or a dgsgld.communication.Channel (e.g. "
+            f"Channel(top_k(0.1), error_feedback=True)); got {type(channel).__name__}."
+        )
+    return channel

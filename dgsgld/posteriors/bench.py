@@ -1,0 +1,355 @@
+"""The posterior benchmark behind ``dgsgld bench posteriors``: samplers against the stored
+references.
+
+For every target with a stored reference, every network and every sampler: the data are split
+across ``num_agents`` agents (``split``, see :mod:`dgsgld.posteriors.targets`), the step size
+is the toolkit's own proposal (:func:`dgsgld.stepsize.propose_step_size`, no score function),
+and ``seeds x chains`` chains run in one call; seed ``s`` is the group of chains
+``s * chains, ..., (s + 1) * chains - 1``. Each seed's draws are the second half of its
+chains' kept iterations, every agent's positions pooled (so disagreeing agents count against
+a sampler). Scores per seed (:mod:`dgsgld.posteriors.scores`): standardized mean error (max,
+median), worst sd ratio, exact W2 on subsamples of standardized coordinates, and the IMQ
+kernel Stein discrepancy from the model's gradients; the leaderboard gives their mean and
+standard error over seeds. The ``reference`` row scores the reference's own draws (W2: one
+half against the other; KSD: a subsample of the same size): the floor at that sample size.
+
+Every sampler is a function of one step ``h`` on the SGLD scale, which the proposer tunes:
+DIGing-SGHMC runs at ``η = √h`` with friction ``γ = 0.5/η`` (``γη = 1`` would make it
+DIGing-SGLD at step ``h``); D-ULA at ``α_k = (h/N)/(k+1)^0.3`` with consensus weight
+``β_k = 1/(k+1)^0.1`` (its local step ``Nα`` is DE-SGLD's ``h``), as in
+:mod:`dgsgld.experiments.methods`. DIGing-SGLD+SVRG refreshes each agent's anchor every
+:data:`SVRG_PERIOD` steps and draws mini-batches of the target's size, or of one datum where
+the other samplers use full local batches (its point: full-batch accuracy from one datum).
+
+Bytes sent count the float32 vectors each agent sends each neighbour per step (DIGing-SGLD,
+DIGing-SGHMC: position and tracker; EXTRA-SGLD: the position before and after the step; DE-SGLD
+and D-ULA: the position), as :func:`dgsgld.communication.messages_sent` counts them, over the
+whole run and all chains of one seed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import gradients, networks, stepsize
+from ..plots import pyplot
+from ..run import Output, sample
+from ..samplers import PolynomialDecay, d_ula, de_sgld, diging_sghmc, diging_sgld, extra_sgld, sgld
+from .references import available, load_reference
+from .scores import ksd, moment_errors, predictive_scores, stein_scores, wasserstein2
+from .targets import TARGETS, get_target
+
+__all__ = ["SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure"]
+
+#: SVRG's anchor refresh period (steps) in the benchmark.
+SVRG_PERIOD = 10
+#: ``γη`` of DIGing-SGHMC in the benchmark.
+FRICTION_PRODUCT = 0.5
+
+
+class Method(NamedTuple):
+    """A benchmark row's sampler: ``make(h)`` at the proposer's step ``h``; ``vectors`` the
+    float vectors sent per neighbour per step (0: centralized); ``control_variate`` whether it
+    draws mini-batches even where the others use full local batches; ``takes_num_agents``
+    whether ``make`` takes ``num_agents=`` too."""
+
+    make: Callable
+    vectors: int
+    control_variate: bool = False
+    takes_num_agents: bool = False
+
+
+def _diging_sghmc(h):
+    eta = jnp.sqrt(h)
+    return diging_sghmc(eta, FRICTION_PRODUCT / eta)
+
+
+def _d_ula(h, num_agents):
+    return d_ula(PolynomialDecay(h / num_agents, 0.3), PolynomialDecay(1.0, 0.1))
+
+
+def _diging_svrg(h):
+    return diging_sgld(h, estimator=gradients.svrg(update_every=SVRG_PERIOD))
+
+
+#: name -> :class:`Method`.
+SAMPLERS = {
+    "DIGing-SGLD": Method(diging_sgld, 2),
+    "DE-SGLD": Method(de_sgld, 1),
+    "EXTRA-SGLD": Method(extra_sgld, 2),
+    "DIGing-SGHMC": Method(_diging_sghmc, 2),
+    "D-ULA": Method(_d_ula, 1, takes_num_agents=True),
+    "DIGing-SGLD+SVRG": Method(_diging_svrg, 2, control_variate=True),
+    "SGLD (centralized)": Method(sgld, 0),
+}
+NETWORKS = {"ring": networks.ring, "complete": networks.complete}
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What one benchmark run does (``small()`` and ``full()`` are the command's sizes)."""
+
+    targets: tuple
+    samplers: tuple
+    networks: tuple
+    num_agents: int = 4
+    split: str = "skew"
+    seeds: int = 3
+    chains: int = 8
+    num_steps: int = 4000
+    thin: int = 10
+    pilot_steps: int = 200
+    pilot_grid: int = 16
+    score_size: int = 400
+    max_batch: int = 32
+
+    @classmethod
+    def small(cls) -> BenchSettings:
+        return cls(targets=("gaussian_linear", "eight_schools"),
+                   samplers=("DIGing-SGLD", "SGLD (centralized)", "DIGing-SGHMC", "D-ULA",
+                             "DIGing-SGLD+SVRG"), networks=("ring",),
+                   seeds=2, chains=4, num_steps=1000, thin=5, pilot_steps=100, pilot_grid=8,
+                   score_size=200)
+
+    @classmethod
+    def full(cls) -> BenchSettings:
+        return cls(targets=tuple(t for t in TARGETS if t in available()), samplers=tuple(SAMPLERS),
+                   networks=tuple(NETWORKS))
+
+
+def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
+    method = SAMPLERS[sampler_name]
+    make, vectors, n = method.make, method.vectors, settings.num_agents
+    if method.takes_num_agents:
+        make = functools.partial(make, num_agents=n)
+    centralized = vectors == 0
+    mixing = None if centralized else NETWORKS[network_name](n)
+    total = settings.seeds * settings.chains
+    init_key, pilot_key, run_key = jax.random.split(key, 3)
+    start = target.init(init_key, total)
+    init = start if centralized else jnp.broadcast_to(start[:, None], (total, n, target.dim))
+    t0 = time.perf_counter()
+    # Curvature of every agent's f_i at the first start, for every sampler (a centralized
+    # sampler's default would be the pooled potential's).
+    at = jnp.broadcast_to(start[0], (n, target.dim))
+    report = stepsize.propose_step_size(make, potential, mixing, init, pilot_key,
+                                        num_steps=settings.pilot_steps,
+                                        num_step_sizes=settings.pilot_grid, curvature_at=at)
+    h = float(report.step_size)
+    trace = sample(make(h), potential, mixing, init, run_key, settings.num_steps,
+                   output=Output(thin=settings.thin), on_divergence="flag")
+    positions = np.asarray(trace.positions)  # (chains, kept, [N,] d)
+    wall = time.perf_counter() - t0
+    if centralized:
+        positions = positions[:, :, None]
+    kept = positions.shape[1]
+    rng = np.random.default_rng(0)
+    per_seed = []
+    for s in range(settings.seeds):
+        group = positions[s * settings.chains:(s + 1) * settings.chains, kept // 2:]
+        draws = group.reshape(-1, target.dim)
+        if not np.all(np.isfinite(draws)):
+            per_seed.append(None)
+            continue
+        pick = rng.choice(draws.shape[0], min(settings.score_size, draws.shape[0]),
+                          replace=False)
+        per_seed.append(_scores(target, ref, potential, draws[pick]))
+    edges = 0 if centralized else int(np.count_nonzero(np.asarray(mixing.matrix_at(0)))) - n
+    sent = vectors * edges * target.dim * 4 * settings.num_steps * settings.chains
+    return {"step_size": h, "wall_s": wall, "bytes_sent": sent,
+            "diverged": int(np.sum(np.asarray(trace.diverged))), "seeds": per_seed}
+
+
+def _scores(target, ref, potential, params):
+    compared = np.asarray(target.compared(jnp.asarray(params)), np.float64)
+    m = moment_errors(compared, ref)
+    scores = np.asarray(stein_scores(potential, jnp.asarray(params)), np.float64)
+    out = {"mean_error_max": m["mean_error_max"], "mean_error_median": m["mean_error_median"],
+           "sd_ratio_worst": m["sd_ratio_worst"],
+           "w2": wasserstein2(compared, ref.draws, size=len(compared), scale=ref.sd),
+           "ksd": ksd(params, scores)}
+    if target.predictive is not None:
+        out.update(predictive_scores(target.mean_predictive(params),
+                                     target.mean_predictive(ref.draws)))
+    return out
+
+
+def _floor(target, ref, potential, size):
+    """Scores of the reference's own draws at the benchmark's sample size."""
+    half = len(ref.draws) // 2
+    m = moment_errors(ref.draws[:size], ref)
+    out = {"mean_error_max": m["mean_error_max"], "mean_error_median": m["mean_error_median"],
+           "sd_ratio_worst": m["sd_ratio_worst"],
+           "w2": wasserstein2(ref.draws[:half], ref.draws[half:], size=size, scale=ref.sd)}
+    if target.quantities is None:  # KSD needs parameters, not compared quantities
+        x = ref.draws[:size].astype(np.float64)
+        out["ksd"] = ksd(x, np.asarray(stein_scores(potential, jnp.asarray(x, jnp.float32))))
+    if target.predictive is not None:
+        out.update(predictive_scores(target.mean_predictive(ref.draws[:size]),
+                                     target.mean_predictive(ref.draws[size:])))
+    return out
+
+
+_KEYS = ("mean_error_max", "mean_error_median", "sd_ratio_worst", "w2", "ksd",
+         "predictive_tv", "predictive_agreement")
+
+
+def _summary(per_seed):
+    ok = [s for s in per_seed if s is not None]
+    out = {}
+    for k in _KEYS:
+        v = np.array([s[k] for s in ok if k in s])
+        if v.size:
+            out[k] = [float(v.mean()), float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1
+                      else float("nan")]
+    out["seeds_finite"] = len(ok)
+    return out
+
+
+def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
+                     log=print) -> dict:
+    """Run the benchmark and write ``out/leaderboard.{json,md}`` (after every run) and
+    ``out/leaderboard.png`` (:func:`leaderboard_figure`, when matplotlib is installed);
+    returns the JSON object."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    key = jax.random.key(seed)
+    rows = []
+    t_all = time.perf_counter()
+    for t, name in enumerate(settings.targets):
+        target = get_target(name)
+        ref = load_reference(name, fingerprint=target.fingerprint)
+        split = target.split(settings.num_agents, settings.split, seed=seed)
+        smallest = int(split.sizes.min())
+        batch = None if smallest <= settings.max_batch else settings.max_batch
+        potential = target.potential(settings.num_agents, settings.split, batch_size=batch,
+                                     seed=seed)
+        cv_batch = batch or 1  # a control variate's mini-batch (see the module doc)
+        cv_potential = potential if cv_batch == batch else target.potential(
+            settings.num_agents, settings.split, batch_size=cv_batch, seed=seed)
+        floor = _floor(target, ref, potential, settings.score_size)
+        rows.append({"target": name, "network": "-", "sampler": "reference", "step_size": None,
+                     "wall_s": None, "bytes_sent": None, "diverged": 0, "batch_size": batch,
+                     **{k: [v, float("nan")] for k, v in floor.items()}, "seeds_finite": 1})
+        for network in settings.networks:
+            for s, sampler_name in enumerate(settings.samplers):
+                method = SAMPLERS[sampler_name]
+                if method.vectors == 0 and network != settings.networks[0]:
+                    continue  # the centralized sampler has no network
+                run_key = jax.random.fold_in(jax.random.fold_in(key, t), s)
+                pot, b = (cv_potential, cv_batch) if method.control_variate else (potential,
+                                                                                   batch)
+                r = _one_run(target, ref, pot, sampler_name, network, settings, run_key)
+                row = {"target": name, "network": "-" if method.vectors == 0
+                       else network, "sampler": sampler_name, "step_size": r["step_size"],
+                       "wall_s": r["wall_s"], "bytes_sent": r["bytes_sent"],
+                       "diverged": r["diverged"], "batch_size": b,
+                       **_summary(r["seeds"])}
+                rows.append(row)
+                _write(out, settings, rows, time.perf_counter() - t_all)  # partial results
+                log(f"{name:24s} {row['network']:8s} {sampler_name:20s} h={r['step_size']:.3g} "
+                    f"W2={row.get('w2', [np.nan])[0]:.3f} KSD={row.get('ksd', [np.nan])[0]:.3f} "
+                    f"({r['wall_s']:.1f} s)")
+    result = _write(out, settings, rows, time.perf_counter() - t_all)
+    try:
+        figure = leaderboard_figure(result)
+    except ImportError as err:  # matplotlib is optional (the plots extra)
+        log(f"no leaderboard.png: {err}")
+    else:
+        figure.savefig(out / "leaderboard.png", dpi=110, bbox_inches="tight")
+        pyplot().close(figure)
+    return result
+
+
+#: The figure's scores: (key, axis label, the value of a perfect sample).
+FIGURE_SCORES = (("mean_error_max", "max standardized mean error", 0.0),
+                 ("sd_ratio_worst", "worst sd ratio", 1.0))
+
+
+def leaderboard_figure(result: dict):
+    """The leaderboard as a figure: one panel per score of :data:`FIGURE_SCORES`, the targets
+    along the x axis, one marker per sampler and network with its standard error over seeds
+    as an error bar, and the reference's own score (the floor) as a black bar. Runs without a
+    finite seed have no marker. Returns the ``matplotlib`` figure (Agg backend)."""
+    plt = pyplot(headless=True)
+    from matplotlib.ticker import LogLocator, NullFormatter
+
+    rows = result["rows"]
+    targets = list(dict.fromkeys(r["target"] for r in rows))
+    methods = list(dict.fromkeys((r["sampler"], r["network"]) for r in rows
+                                 if r["sampler"] != "reference"))
+    fig, axes = plt.subplots(len(FIGURE_SCORES), 1, squeeze=False,
+                             figsize=(max(6.0, 1.3 * len(targets)), 3.2 * len(FIGURE_SCORES)))
+    width = 0.8 / max(len(methods), 1)
+    for ax, (key, label, perfect) in zip(axes[:, 0], FIGURE_SCORES):
+        for j, (sampler, network) in enumerate(methods):
+            cells = {r["target"]: r[key] for r in rows if (r["sampler"], r["network"]) ==
+                     (sampler, network) and key in r}
+            xs = [i - 0.4 + (j + 0.5) * width for i, t in enumerate(targets) if t in cells]
+            ms = [cells[t][0] for t in targets if t in cells]
+            ses = [np.nan_to_num(cells[t][1]) for t in targets if t in cells]
+            name = sampler if network == "-" else f"{sampler} ({network})"
+            ax.errorbar(xs, ms, yerr=ses, fmt="o", ms=4, capsize=2, label=name)
+        floor = {r["target"]: r[key][0] for r in rows if r["sampler"] == "reference" and key in r}
+        ax.hlines([floor[t] for t in targets if t in floor],
+                  [i - 0.45 for i, t in enumerate(targets) if t in floor],
+                  [i + 0.45 for i, t in enumerate(targets) if t in floor], colors="k",
+                  label="reference (floor)")
+        ax.axhline(perfect, color="0.6", lw=0.8, ls=":")
+        if key == "sd_ratio_worst":
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter("{x:g}")
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel(label)
+        ax.set_xticks(range(len(targets)), targets, rotation=20, ha="right", fontsize=8)
+    fig.tight_layout()
+    axes[-1, 0].legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.3))
+    return fig
+
+
+def _write(out: Path, settings: BenchSettings, rows: list, wall: float) -> dict:
+    result = {"settings": {k: getattr(settings, k) for k in settings.__dataclass_fields__},
+              "wall_s": wall, "rows": rows}
+    (out / "leaderboard.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "leaderboard.md").write_text(markdown(result))
+    return result
+
+
+def _fmt(cell):
+    if cell is None:
+        return "-"
+    m, se = cell
+    return f"{m:.3f}" if not np.isfinite(se) else f"{m:.3f} ± {se:.3f}"
+
+
+def markdown(result: dict) -> str:
+    """The leaderboard as a Markdown table (mean ± standard error over seeds)."""
+    s = result["settings"]
+    lines = [(f"Posterior benchmark: {s['num_agents']} agents, split {s['split']!r}, "
+              f"{s['seeds']} seeds x {s['chains']} chains, {s['num_steps']} steps (thin "
+              f"{s['thin']}, second half kept), scores on {s['score_size']} draws; "
+              f"total {result['wall_s']:.0f} s."), "",
+             ("| target | network | sampler | step | batch | mean err max | mean err median | "
+              "worst sd ratio | W2 (std.) | KSD | pred. TV | pred. agree | wall s | MB sent |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        step = "-" if r["step_size"] is None else f"{r['step_size']:.3g}"
+        wall = "-" if r["wall_s"] is None else f"{r['wall_s']:.1f}"
+        mb = "-" if r["bytes_sent"] is None else f"{r['bytes_sent'] / 1e6:.2f}"
+        div = f" ({r['diverged']} diverged)" if r["diverged"] else ""
+        batch = "full" if r["batch_size"] is None else r["batch_size"]
+        lines.append(f"| {r['target']} | {r['network']} | {r['sampler']}{div} | {step} | "
+                     f"{batch} | "
+                     + " | ".join(_fmt(r.get(k)) for k in _KEYS) + f" | {wall} | {mb} |")
+    return "\n".join(lines) + "\n"

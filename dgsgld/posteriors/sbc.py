@@ -1,0 +1,201 @@
+"""Simulation-based calibration (Talts et al., 2018) on the targets whose data are cheap to
+simulate: the Gaussian anchor and the Poisson regression.
+
+For ``s = 1, ..., S``: draw ``θ_s`` from the target's prior, simulate a data set ``y_s`` from
+the model at the target's own inputs ``Z`` (:func:`simulate`: for ``"gaussian_linear"``
+``y_s = Z θ_s + ε``, ``ε ~ N(0, I)``, prior ``N(0, 10 I)``; for ``"poisson_linnerud"``
+``y_s ~ Poisson(exp(Z θ_s))``, prior ``N(0, I)``), and draw ``L`` times from a sampler's
+posterior given ``y_s``. The rank of ``θ_s`` among the ``L`` draws, per coordinate, is uniform
+on ``{0, ..., L}`` exactly when the draws follow the posterior (and are exchangeable with
+``θ_s``): over-dispersed draws pile the ranks in the middle, under-dispersed draws at both
+ends, a biased mean at one end.
+
+:func:`sbc_run` runs a decentralized sampler on every simulated data set in one vmapped call;
+each data set gets ``L`` independent chains, and its ``L`` draws are their final positions, per
+agent (so a network bias shows agent by agent). The data split depends on the inputs only, so
+every data set is dealt out alike. :func:`exact_draws` gives the Gaussian anchor's closed-form
+posterior draws, the calibrated case. :func:`rank_uniformity` is Pearson's chi-square test of
+uniform ranks per coordinate, :func:`rank_histograms` their figure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import stats
+
+from ..plots import pyplot
+from ..potential import stack_potentials
+from ..run import Output, sample
+from .targets import get_target
+
+__all__ = ["SIMULATED", "exact_draws", "rank_histograms", "rank_uniformity", "sbc_ranks",
+           "sbc_run", "simulate"]
+
+#: Targets :func:`simulate` can draw data sets for.
+SIMULATED = ("gaussian_linear", "poisson_linnerud")
+
+
+def _inputs(target):
+    return np.asarray(target.data[0], np.float64)
+
+
+def simulate(target: str, seed: int, num_datasets: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(θ (S, d), y (S, n))``: parameters from ``target``'s prior and data sets simulated
+    from them at its inputs (one of :data:`SIMULATED`)."""
+    if target not in SIMULATED:
+        raise ValueError(f"`target` must be one of {SIMULATED}; got {target!r}.")
+    if isinstance(num_datasets, bool) or not isinstance(num_datasets, int) or num_datasets < 1:
+        raise ValueError(f"`num_datasets` must be a positive int; got {num_datasets!r}.")
+    t = get_target(target)
+    z = _inputs(t)
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(size=(num_datasets, z.shape[1])) / np.sqrt(t.log_prior.precision)
+    eta = theta @ z.T
+    if target == "gaussian_linear":
+        noise = np.sqrt(t.log_likelihood.noise_var) * rng.normal(size=eta.shape)
+        return theta, eta + noise
+    return theta, rng.poisson(np.exp(eta)).astype(np.float64)
+
+
+def exact_draws(y, num_draws: int, seed: int = 0) -> np.ndarray:
+    """``(S, L, d)`` i.i.d. draws of the Gaussian anchor's exact posterior given each data
+    set ``y (S, n)``."""
+    t = get_target("gaussian_linear")
+    z, prior_var, noise_var = _inputs(t), 1.0 / t.log_prior.precision, t.log_likelihood.noise_var
+    cov = np.linalg.inv(z.T @ z / noise_var + np.eye(z.shape[1]) / prior_var)
+    mean = np.asarray(y, np.float64) @ z @ cov / noise_var  # (S, d); cov is symmetric
+    chol = np.linalg.cholesky(0.5 * (cov + cov.T))
+    w = np.random.default_rng(seed).normal(size=(mean.shape[0], num_draws, z.shape[1]))
+    return mean[:, None, :] + w @ chol.T
+
+
+def sbc_ranks(draws, truth) -> np.ndarray:
+    """``(..., q)`` ranks in ``{0, ..., L}``: how many of the ``L`` draws ``(S, L, ..., q)``
+    of data set ``s`` lie below ``truth (S, q)``, per coordinate (and per agent, for draws
+    ``(S, L, N, q)``)."""
+    draws, truth = np.asarray(draws), np.asarray(truth)
+    if draws.ndim < 3 or truth.ndim != 2 or draws.shape[0] != truth.shape[0] or \
+            draws.shape[-1] != truth.shape[-1]:
+        raise ValueError(f"`draws` must be (S, L, ..., q) and `truth` (S, q); got "
+                         f"{draws.shape} and {truth.shape}.")
+    if not (np.all(np.isfinite(draws)) and np.all(np.isfinite(truth))):
+        raise ValueError("`draws` and `truth` must be finite (a diverged chain has no rank).")
+    t = truth.reshape(truth.shape[0], 1, *([1] * (draws.ndim - 3)), truth.shape[1])
+    return np.sum(draws < t, axis=1)
+
+
+def rank_uniformity(ranks, num_draws: int, num_bins: int | None = None) -> np.ndarray:
+    """Chi-square p-values of uniform ranks ``(S, q)``, one per coordinate.
+
+    Args:
+        ranks: ``(S, q)`` ranks in ``{0, ..., L}``, one per simulated data set (independent).
+        num_draws: ``L``.
+        num_bins: bins of equal width in rank (default ``L + 1``: one per rank); must divide
+            ``L + 1``, so that every bin has the same probability.
+    """
+    ranks = np.asarray(ranks)
+    num_bins = num_draws + 1 if num_bins is None else num_bins
+    if ranks.ndim != 2:
+        raise ValueError(f"`ranks` must be (num_datasets, q); got shape {ranks.shape}.")
+    bins = _rank_bins(ranks, num_draws, num_bins)
+    if ranks.min() < 0 or ranks.max() > num_draws:
+        raise ValueError(f"`ranks` must lie in [0, {num_draws}].")
+    counts = np.stack([np.bincount(b, minlength=num_bins) for b in bins.T])  # (q, bins)
+    return stats.chisquare(counts, axis=1).pvalue
+
+
+def _rank_bins(ranks: np.ndarray, num_draws: int, num_bins: int) -> np.ndarray:
+    """The bin of each rank in ``{0, ..., L}``, ``num_bins`` bins of equal width in rank
+    (``num_bins`` must divide ``L + 1``, so that every bin has the same probability)."""
+    if (num_draws + 1) % num_bins:
+        raise ValueError(f"`num_bins` must divide num_draws + 1 = {num_draws + 1}; got "
+                         f"{num_bins}.")
+    return ranks * num_bins // (num_draws + 1)
+
+
+def sbc_run(target: str, algorithm, mixing, key, *, num_datasets: int = 100,
+            num_draws: int = 15, num_steps: int = 1000, num_agents: int = 4,
+            split: str = "skew", seed: int = 0) -> dict:
+    """Ranks of simulated truths among ``algorithm``'s draws on ``target``'s simulated data.
+
+    Args:
+        target: one of :data:`SIMULATED`.
+        algorithm: a decentralized sampler (e.g. ``dgsgld.diging_sgld(0.003)``).
+        mixing: the network, as in :func:`dgsgld.sample`.
+        key: the runs' key (data set ``s`` runs with ``jax.random.fold_in(key, s)``).
+        num_datasets: ``S``.
+        num_draws: ``L``, independent chains per data set; a draw is a chain's final position.
+        num_steps: iterations per chain (from the target's :meth:`~.Target.init` starts).
+        num_agents, split: the data split (see :meth:`~.Target.split`).
+        seed: seed of the simulation and of the split.
+
+    Returns:
+        ``{"ranks": (S, N, d) int, "pvalues": (N, d) per agent and coordinate (agents are
+        not pooled: their ranks on one data set are dependent), "truth": (S, d),
+        "num_draws": L}``.
+    """
+    if not getattr(algorithm, "decentralized", False):
+        raise ValueError("`algorithm` must be a decentralized sampler (its draws are per "
+                         f"agent); got {type(algorithm).__name__}.")
+    for name, value in (("num_draws", num_draws), ("num_steps", num_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
+    theta, y = simulate(target, seed, num_datasets)
+    target = get_target(target)
+    potentials = [dataclasses.replace(target, data=(target.data[0], ys), _hash=[]).potential(
+        num_agents, split, seed=seed) for ys in y]
+    stacked = stack_potentials(potentials)
+    init_key, run_key = jax.random.split(key)
+    start = target.init(init_key, num_draws)
+    init = jnp.broadcast_to(start[:, None], (num_draws, num_agents, target.dim))
+
+    @eqx.filter_jit
+    @eqx.filter_vmap(in_axes=(0, 0))
+    def final(potential, k):
+        trace = sample(algorithm, potential, mixing, init, k, num_steps,
+                       output=Output(positions=False), on_divergence="flag")
+        return trace.state.position  # (L, N, d)
+
+    keys = jax.vmap(lambda s: jax.random.fold_in(run_key, s))(jnp.arange(num_datasets))
+    draws = np.asarray(final(stacked, keys), np.float64)
+    if not np.all(np.isfinite(draws)):
+        bad = int(np.sum(~np.all(np.isfinite(draws), axis=(1, 2, 3))))
+        raise ValueError(f"chains diverged on {bad} of {num_datasets} simulated data sets; "
+                         "lower the step size (leaving those data sets out would bias the "
+                         "ranks).")
+    ranks = sbc_ranks(draws, theta)
+    return {"ranks": ranks, "truth": theta, "num_draws": num_draws,
+            "pvalues": np.stack([rank_uniformity(ranks[:, i], num_draws)
+                                 for i in range(num_agents)])}
+
+
+def rank_histograms(ranks, num_draws: int, num_bins: int = 4, names=None):
+    """The rank histograms as a figure (matplotlib, Agg backend): one panel per coordinate,
+    each agent's bin counts as a line (ranks ``(S, N, q)``; ``(S, q)`` is one agent), the
+    expected count ``S / num_bins`` and its central 99 % binomial band in grey."""
+    ranks = np.asarray(ranks)
+    ranks = ranks[:, None] if ranks.ndim == 2 else ranks
+    bins = _rank_bins(ranks, num_draws, num_bins)
+    s, n, q = ranks.shape
+    plt = pyplot(headless=True)
+    fig, axes = plt.subplots(1, q, figsize=(2.0 * q, 2.2), sharey=True, squeeze=False)
+    band = stats.binom.ppf([0.005, 0.995], s, 1 / num_bins)
+    for j, ax in enumerate(axes[0]):
+        ax.axhspan(*band, color="0.85")
+        ax.axhline(s / num_bins, color="0.5", lw=0.8)
+        for i in range(n):
+            counts = np.bincount(bins[:, i, j], minlength=num_bins)
+            ax.step(np.arange(num_bins), counts, where="mid", label=f"agent {i}")
+        ax.set_title(names[j] if names is not None else f"x[{j}]", fontsize=8)
+        ax.set_xticks(range(num_bins))
+        ax.set_xlabel("rank bin", fontsize=8)
+    axes[0, 0].set_ylabel("data sets")
+    if n > 1:
+        axes[0, -1].legend(fontsize=6)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,683 @@
+"""Communication channels: exact channels give today's draws bit for bit, exact byte counts, the
+compressors' laws, CHOCO error feedback keeping the network sum, DIGing's tracking invariant
+with and without it, and the front end's errors."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dgsgld
+from _problems import complete_graph, linear_regression, permuted_rings, ring
+from dgsgld import communication as C
+from dgsgld import sharding
+
+N = 4
+
+
+def _samplers():
+    return {
+        "de": dgsgld.de_sgld(0.05), "diging": dgsgld.diging_sgld(0.05),
+        "extra": dgsgld.extra_sgld(0.05), "dula": dgsgld.d_ula(0.02, 0.5),
+        "de_sghmc": dgsgld.de_sghmc(0.1, 2.0), "diging_sghmc": dgsgld.diging_sghmc(0.1, 2.0),
+    }
+
+
+def _mixed_stack():
+    """Snapshots with different out-degrees: a ring (2), the complete graph (3), one pair
+    averaging with agents 2 and 3 alone (agents 0, 1: 1; agents 2, 3: 0)."""
+    pair = np.eye(N)
+    pair[:2, :2] = 0.5
+    return np.stack([ring(N), complete_graph(N), pair])
+
+
+_OUT_DEGREES = np.array([[2, 2, 2, 2], [3, 3, 3, 3], [1, 1, 0, 0]])
+
+
+def _run(alg, problem, stack, steps, key):
+    """``steps`` steps of ``alg.step`` (traced: call inside ``jax.jit``), snapshot ``k % P``."""
+    x0 = jax.random.normal(jax.random.key(1), (N, 2))
+    init_key, run_key = jax.random.split(key)
+    state = alg.init(x0, problem.potential, init_key)
+    stack = jnp.asarray(stack, jnp.float32)
+
+    def body(state, k):
+        state, _ = alg.step(jax.random.fold_in(run_key, k), state, problem.potential,
+                            stack[k % stack.shape[0]])
+        return state, None
+
+    return jax.lax.scan(body, state, jnp.arange(steps))[0]
+
+
+def _with(alg, channel):
+    return eqx.tree_at(lambda a: a.channel, alg, channel, is_leaf=lambda x: x is None)
+
+
+def _check_exact(name, plain, counted):
+    """``counted`` (run with Channel()) equals ``plain`` (no channel) leaf for leaf, bit for
+    bit, and counted Σ_k out-degree(W⁽ᵏ⁾) per message over the 4 steps of :func:`_run`."""
+    assert plain.channel == ()
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(counted._replace(channel=()))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+    assert set(counted.channel) == ({"position", "tracker"} if "diging" in name else
+                                    {"position", "next_position"} if name == "extra" else
+                                    {"position"})
+    for state in counted.channel.values():
+        np.testing.assert_array_equal(np.asarray(state.sent), _OUT_DEGREES[[0, 1, 2, 0]].sum(0))
+
+
+@pytest.mark.slow  # fast twin: test_diging_exact_channel_and_tracking_invariant
+def test_exact_channel_equals_no_channel_for_every_sampler(key):
+    """Channel() (identity, no error feedback) mixes with the same ``W @ x`` as a sampler
+    without channel, for the 6 samplers that take a channel (:func:`_check_exact`)."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    stack = _mixed_stack()
+
+    @jax.jit
+    def both(key):
+        return {name: (_run(alg, problem, stack, 4, key),
+                       _run(_with(alg, C.Channel()), problem, stack, 4, key))
+                for name, alg in _samplers().items()}
+
+    for name, (plain, counted) in both(key).items():
+        _check_exact(name, plain, counted)
+
+
+def test_diging_exact_channel_and_tracking_invariant(key):
+    """DIGing-SGLD (x and y sent), one compiled program. (1) :func:`_check_exact` on the
+    mixed stack with mini-batches. (2) Heterogeneous agents, ring, 60 steps, top-k(0.5) of
+    d = 2 (one entry of two): with CHOCO error feedback Σ_i y_i − Σ_i ∇̃f_i(x_i) stays at
+    float32 rounding (relative 1e-5, as with exact mixing); without it the compressor's bias
+    breaks the invariant by orders of magnitude more (relative > 1e-2). (3) Channel(every=3)
+    on the static ring is no channel on the stack (ring, I, I) (local steps at k ≢ 0 mod 3) to
+    float32 rounding, and counts 2 messages per agent at k = 0, 3 of 5 steps only."""
+    batched = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    hetero = linear_regression(num_agents=N, local_size=3, dim=2, heterogeneous=True)
+    alg = dgsgld.diging_sgld(0.02)
+
+    @jax.jit
+    def runs(key):
+        exact = (_run(alg, batched, _mixed_stack(), 4, key),
+                 _run(_with(alg, C.Channel()), batched, _mixed_stack(), 4, key))
+        gaps = []
+        for ef in (True, False):
+            channel = C.Channel(C.top_k(0.5), error_feedback=ef, consensus=0.5)
+            state = _run(_with(alg, channel), hetero, ring(N)[None], 60, key)
+            scale = jnp.abs(state.grad).sum()
+            gaps.append(jnp.abs(state.tracker.sum(0) - state.grad.sum(0)).max() / scale)
+        eye = np.eye(N)
+        local = (_run(alg, batched, np.stack([ring(N), eye, eye]), 5, key),
+                 _run(_with(alg, C.Channel(every=3)), batched, ring(N)[None], 5, key))
+        return exact, gaps, local
+
+    exact, gaps, (plain, local) = runs(key)
+    # Two programs with the same arithmetic up to where XLA may fuse the mixing product into
+    # the addition after it (the channel selects between mixed and unmixed first): bitwise
+    # equal on JAX 0.10, one float32 ulp apart in places on JAX 0.12. The bound: at most one
+    # ulp (2^-24 |x|) of every mixing per step, not amplified by a stochastic W and a contracting
+    # step (η = 0.02), over 5 steps with |x| < 2: 5 * 2 * 6e-8 = 6e-7 < 1e-6.
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(local._replace(channel=()))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+    for state in local.channel.values():
+        np.testing.assert_array_equal(np.asarray(state.sent), np.full(N, 2 * 2))
+    _check_exact("diging", *exact)
+    gap = [float(g) for g in gaps]
+    assert gap[0] < 1e-5, gap
+    assert gap[1] > 1e-2, gap
+
+
+def test_sample_channel_option_counts_bytes(key):
+    """``sample(channel=Channel())``: the streamed total and the per-iteration trace of
+    messages are exact: under DIGing-SGLD agent j sends 2 messages (x, y) per step to each
+    out-neighbour of that step's snapshot, 8 bytes each (d = 2 float32 entries)."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    stack, init = _mixed_stack(), jnp.zeros((2, N, 2))
+    out = dgsgld.Output(trace_fn=C.messages_sent)
+    channel = C.Channel()
+    trace = dgsgld.sample(dgsgld.diging_sgld(0.05), problem.potential, stack, init, key, 5,
+                          output=out, channel=channel)
+    per_step = 2 * _OUT_DEGREES[np.arange(5) % 3]                      # (5, N) messages
+    expected = np.concatenate([np.zeros((1, N), int), np.cumsum(per_step, 0)])
+    np.testing.assert_array_equal(np.asarray(trace.values), np.broadcast_to(expected, (2, 6, N)))
+    np.testing.assert_array_equal(channel.bytes_sent(trace.state), 8 * expected[-1][None]
+                                  .repeat(2, 0))
+
+
+@pytest.mark.slow  # fast twins: test_diging_exact_channel_..., test_sample_channel_option_...
+def test_sample_channel_bit_for_bit_every_sampler_and_chain_identity(key):
+    """Through ``sample``, every sampler: Channel() equals no channel bit for bit; with a
+    random compressor chain c of a 3-chain run equals the 1-chain run at chain_offset=c."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    stack, init = permuted_rings(N, 3), jnp.zeros((3, N, 2))
+    for name, alg in _samplers().items():
+        a = dgsgld.sample(alg, problem.potential, stack, init, key, 6)
+        b = dgsgld.sample(alg, problem.potential, stack, init, key, 6, channel=C.Channel())
+        np.testing.assert_array_equal(np.asarray(a.positions), np.asarray(b.positions), name)
+        channel = C.Channel(C.random_k(0.5), error_feedback=True, consensus=0.5)
+        all3 = dgsgld.sample(alg, problem.potential, stack, init, key, 6, channel=channel)
+        one = dgsgld.sample(alg, problem.potential, stack, init[2:], key, 6, channel=channel,
+                            chain_offset=2)
+        np.testing.assert_array_equal(np.asarray(all3.positions[2:]), np.asarray(one.positions))
+
+
+def test_message_bytes_of_each_encoding():
+    """d = 5 float32 entries: dense 20 B; top-k(0.4), k = 2: 2 (4 + 4) = 16 B; random-k(0.4):
+    2 · 4 = 8 B; quantize(4): 5 (1 + 3) + 32 = 52 bits -> 7 B; sign: 5 + 32 = 37 bits -> 5 B;
+    float64 doubles the dense size."""
+    sizes = {C.identity(): 20, C.top_k(0.4): 16, C.random_k(0.4): 8, C.quantize(4): 7,
+             C.sign(): 5}
+    for compressor, size in sizes.items():
+        assert C.Channel(compressor).message_bytes(5) == size, compressor
+    assert C.Channel().message_bytes(5, jnp.float64) == 40
+    assert C.Channel(C.top_k(1e-6)).message_bytes(5) == 8   # at least one entry
+
+
+@jax.jit
+def _compressed(v, key):
+    """Every compressor on ``v`` in one program: Monte Carlo draws of random-k and quantize
+    over ``M`` keys, and one draw of each of the others."""
+    keys = jax.random.split(key, 40_000)
+    draws = {name: jax.vmap(c.compress, (0, None))(keys, v)
+             for name, c in (("random_k", C.random_k(0.4)), ("quantize", C.quantize(2)))}
+    one = {"top_k": C.top_k(0.4).compress(key, v), "sign": C.sign().compress(key, v),
+           "contract": C.random_k(0.4).contract(key, v)}
+    return draws, one
+
+
+V = np.asarray([1.5, -0.2, 0.7, -2.0, 0.05], np.float32)
+
+
+def test_random_k_and_quantize_are_unbiased():
+    """Monte Carlo over M = 40000 keys. random-k(0.4) of d = 5: each entry kept w.p. k/d and
+    scaled d/k, so Var C_i = v_i² (d/k − 1); quantize(s = 2): Var C_i = (‖v‖/s)² p_i (1 − p_i)
+    with p_i = frac(s |v_i| / ‖v‖). Each mean is within 5 of its standard errors of v_i
+    (10 coordinates: by a union bound a false failure has probability < 1e-5). Every draw of
+    random-k has k nonzeros equal to (d/k) v_i; every quantized entry lies on the grid
+    ‖v‖ ℓ / s, ℓ ∈ {0, ..., s}, with v_i's sign."""
+    draws, _ = _compressed(V, jax.random.key(7))
+    vn, m, d, k = V.astype(np.float64), 40_000, 5, 2
+    full = np.broadcast_to(vn, (m, d))
+    x = np.asarray(draws["random_k"], np.float64)
+    kept = x != 0
+    assert (kept.sum(1) == k).all()
+    np.testing.assert_allclose(x[kept], (full * d / k)[kept], rtol=1e-6)
+    se = np.abs(vn) * np.sqrt(d / k - 1) / np.sqrt(m)
+    assert (np.abs(x.mean(0) - vn) <= 5 * se).all(), (x.mean(0), vn, se)
+
+    s, norm = 2, np.linalg.norm(vn)
+    x = np.asarray(draws["quantize"], np.float64)
+    level = np.abs(x) * s / norm
+    np.testing.assert_allclose(level, np.round(level), atol=1e-5)
+    assert level.max() <= s + 1e-5
+    assert (np.sign(x[x != 0]) == np.sign(full[x != 0])).all()
+    p = s * np.abs(vn) / norm % 1.0
+    se = norm / s * np.sqrt(p * (1 - p)) / np.sqrt(m)
+    assert (np.abs(x.mean(0) - vn) <= 5 * se + 1e-6).all(), (x.mean(0), vn, se)
+
+
+def test_top_k_and_sign_exact():
+    """top-k keeps the k entries of largest magnitude; sign is (‖v‖₁/d) sign(v); the
+    contractive random-k keeps k entries unscaled."""
+    _, one = _compressed(V, jax.random.key(7))
+    np.testing.assert_array_equal(one["top_k"], [1.5, 0, 0, -2.0, 0])
+    np.testing.assert_allclose(one["sign"], np.mean(np.abs(V)) * np.sign(V), rtol=1e-6)
+    kept = np.asarray(one["contract"])
+    assert (kept != 0).sum() == 2 and set(kept[kept != 0]) <= set(V)
+
+
+@pytest.mark.slow  # fast twin: test_diging_exact_channel_and_tracking_invariant (EF sum)
+def test_channel_mix_sums():
+    """On a random message over the ring: without error feedback the network sum moves by
+    exactly Σ_j (1 − W_jj)(q_j − x_j) (top-k); with CHOCO error feedback it is kept
+    (random-k, sign), and identity with γ = 1 is W x up to rounding."""
+    W = jnp.asarray(ring(N), jnp.float32)
+    x = jax.random.normal(jax.random.key(2), (N, 3))
+    key = jax.random.key(3)
+    tol = 1e-5 * float(jnp.abs(x).sum())
+    kept = (C.random_k(0.34), C.sign(), C.identity())
+
+    @jax.jit
+    def mixes(x):
+        plain = C.Channel(C.top_k(0.34))
+        q = jax.vmap(C.top_k(0.34).compress)(jax.random.split(key, N), x)
+        ef = [C.Channel(c, error_feedback=True, consensus=0.5 if c != C.identity() else 1.0)
+              for c in kept]
+        return (plain.mix(key, plain.init(x), W, x)[0], q,
+                [channel.mix(key, channel.init(x), W, x) for channel in ef])
+
+    mixed, q, ef = mixes(x)
+    moved = ((1 - jnp.diagonal(W))[:, None] * (q - x)).sum(0)
+    np.testing.assert_allclose(mixed.sum(0) - x.sum(0), moved, atol=tol)
+    assert float(jnp.abs(moved).max()) > 100 * tol
+    for compressor, (mixed, _) in zip(kept, ef):
+        np.testing.assert_allclose(mixed.sum(0), x.sum(0), atol=tol, err_msg=str(compressor))
+    mixed, state = ef[-1]
+    np.testing.assert_allclose(mixed, W @ x, atol=1e-6)
+    np.testing.assert_allclose(state.public, x, atol=1e-6)
+
+
+@pytest.mark.reliability
+def test_channel_errors(key):
+    problem = linear_regression(num_agents=N, local_size=3, dim=2)
+    W, init = ring(N), jnp.zeros((1, N, 2))
+    with pytest.raises(TypeError, match="`channel` must be None or a dgsgld.communication"):
+        dgsgld.sample(dgsgld.diging_sgld(0.1), problem.potential, W, init, key, 2,
+                      channel="top_k")
+    with pytest.raises(ValueError, match="`channel` must be None for SGLD"):
+        dgsgld.sample(dgsgld.sgld(0.1), problem.potential, None, init[:, 0], key, 2,
+                      channel=C.Channel())
+    with pytest.raises(ValueError, match="`channel` is not supported yet by PushSumSGLD"):
+        dgsgld.sample(dgsgld.push_sum_sgld(0.1), problem.potential, W, init, key, 2,
+                      channel=C.Channel())
+    with pytest.raises(ValueError, match="`channel` is not supported yet with placement=Agents"):
+        dgsgld.sample(dgsgld.diging_sgld(0.1), problem.potential, W, init, key, 2,
+                      channel=C.Channel(), placement=sharding.Agents())
+    with pytest.raises(ValueError, match="`channel` differs from the channel"):
+        dgsgld.sample(dgsgld.diging_sgld(0.1, channel=C.Channel(C.sign())), problem.potential,
+                      W, init, key, 2, channel=C.Channel())
+    with pytest.raises(ValueError, match="`fraction` must be a number in"):
+        C.top_k(0.0)
+    with pytest.raises(ValueError, match="`levels` must be an integer >= 1"):
+        C.quantize(0)
+    with pytest.raises(ValueError, match="`consensus` must be a number in"):
+        C.Channel(error_feedback=True, consensus=1.5)
+    with pytest.raises(ValueError, match="`every`"):
+        C.Channel(every=0)
+    with pytest.raises(TypeError, match="`compressor` must be"):
+        C.Channel("sign")
+    with pytest.raises(ValueError, match="`state` has no channel state"):
+        C.messages_sent(dgsgld.DIGingState(init[0], init[0], init[0], jnp.zeros((), int)))
+
+
+@pytest.mark.slow  # fast twin: test_sample_channel_option_counts_bytes (the byte accounting)
+def test_communication_experiment_small(tmp_path):
+    """``reproduce communication --small``: every row's bytes per agent and step are exact
+    (4 out-neighbours on the 4-regular graph; DIGing sends 2 messages a step, DE-SGLD 1; the
+    encodings of d = 6 float32 entries; a round every τ steps), the error-feedback and exact
+    rows stay finite, and the JSON
+    holds the configuration and every row."""
+    import json
+
+    from dgsgld.experiments.communication import communication_experiment, compressors
+
+    rows = communication_experiment(tmp_path, small=True, logger=None)
+    size = {label: C.Channel(c).message_bytes(6) for label, c in compressors(True).items()}
+    assert size == {"exact": 24, "top_k(k=2)": 16, "random_k(k=2)": 8, "quantize(4)": 7,
+                    "sign": 5}
+    assert len(rows) == 2 * 2 * (3 + 2 * 4)
+    for row in rows:
+        per = 2 if row["method"] == "DIGing-SGLD" else 1
+        label, _, tau = row["compressor"].partition(", every ")
+        tau = int(tau or 1)                      # 4000 steps: rounds at k = 0, τ, 2τ, ...
+        assert row["bytes_per_agent_step"] == per * 4 * size[label] / tau, row
+        if row["error_feedback"] or label == "exact":
+            assert row["w2"] is not None and np.isfinite(row["w2"]), row
+    saved = json.loads((tmp_path / "communication.json").read_text())
+    assert saved["rows"] == rows and saved["config"]["num_agents"] == 20
+
+
+@pytest.mark.slow  # fast twin: test_sample_channel_option_counts_bytes
+def test_guide_example_runs():
+    """docs/communication.md's example prints 100 steps x 2 messages x 2 links x 8 B."""
+    import contextlib
+    import io
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "communication.md").read_text()
+    code = "\n".join(re.findall(r"```python\n(.*?)```", text, re.S))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "communication.md", "exec"), {})
+    assert out.getvalue().split() == ["[[3200", "3200", "3200", "3200]", "[3200", "3200",
+                                      "3200", "3200]]"]
+
+
+@pytest.mark.slow  # fast twin: test_sample_channel_option_counts_bytes
+def test_chunked_run_with_error_feedback_equals_one_run(key, tmp_path):
+    """The channel state (public copies, counters) is carried through checkpointed chunks:
+    ``sample_chunked`` in chunks of 2 equals one run bit for bit, bytes included; resuming the
+    checkpoint with another compressor is refused, naming it."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    channel = C.Channel(C.random_k(0.5), error_feedback=True, consensus=0.5)
+    alg, init = dgsgld.diging_sgld(0.05, channel=channel), jnp.zeros((2, N, 2))
+    one = dgsgld.sample(alg, problem.potential, ring(N), init, key, 6)
+    chunked = dgsgld.sample_chunked(alg, problem.potential, ring(N), init, key, 6,
+                                    chunk_size=2, path=tmp_path)
+    np.testing.assert_array_equal(np.asarray(one.positions), np.asarray(chunked.positions))
+    np.testing.assert_array_equal(channel.bytes_sent(chunked.state), np.full((2, N), 96))
+    # Rounds, event trigger and stragglers: the channel state (copies, `heard`) carries too.
+    busy = C.Channel(C.random_k(0.5), error_feedback=True, consensus=0.5, probability=0.8,
+                     threshold=0.05, activity=0.7)
+    alg_busy = dgsgld.diging_sgld(0.05, channel=busy)
+    one = dgsgld.sample(alg_busy, problem.potential, ring(N), init, key, 6)
+    chunked = dgsgld.sample_chunked(alg_busy, problem.potential, ring(N), init, key, 6,
+                                    chunk_size=2, path=tmp_path / "busy")
+    np.testing.assert_array_equal(np.asarray(one.positions), np.asarray(chunked.positions))
+    np.testing.assert_array_equal(busy.bytes_sent(one.state), busy.bytes_sent(chunked.state))
+    other = dgsgld.diging_sgld(0.05, channel=C.Channel(C.sign(), error_feedback=True,
+                                                      consensus=0.5))
+    with pytest.raises(ValueError, match="`algorithm.channel.compressor` differs"):
+        dgsgld.sample_chunked(other, problem.potential, ring(N), init, key, 6, chunk_size=2,
+                              path=tmp_path)
+
+
+# -- when messages are sent: probabilistic rounds and links, event triggers -------------------
+
+
+def _round_keys(key, steps):
+    """The round keys :func:`C.send` draws from at the steps of :func:`_run`."""
+    run_key = jax.random.split(key)[1]
+    return [jax.random.fold_in(jax.random.fold_in(run_key, k), C._ROUND_TAG)
+            for k in range(steps)]
+
+
+def _same(a, b, err_msg=""):
+    for u, v in zip(jax.tree.leaves(a._replace(channel=())),
+                    jax.tree.leaves(b._replace(channel=()))):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v), err_msg=err_msg)
+
+
+@pytest.mark.slow  # fast twins: test_links_and_stragglers_step_by_step, test_neutral_settings_...
+def test_probabilistic_rounds_and_links(key):
+    """DIGing-SGLD, 4 agents, 6 steps, one compiled program. (1) probability=1 (per link) is
+    no channel bit for bit. (2) per_link=True, p = 0.5 on the complete graph equals no
+    channel on the stack of the used matrices W'ₖ = drop_links(W, link_mask(round key of step
+    k)) (recomputed here from the run's keys), each symmetric, nonnegative and doubly
+    stochastic, with some of the 36 link draws up and some down; x and y go over the same
+    links, and each agent's count is Σₖ out-degree(W'ₖ). (3) per round, p = 0.5: no channel
+    on the stack (W or I at step k as the round's draw says), 3 messages per agent and
+    message at each round only."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    alg, W, T = dgsgld.diging_sgld(0.05), complete_graph(N), 6
+    keys = _round_keys(key, T)
+    assert C.Channel(probability=1.0) == C.Channel()
+
+    @jax.jit
+    def runs(key):
+        one = (_run(alg, problem, W[None], T, key),
+               _run(_with(alg, C.Channel(probability=1.0, per_link=True)), problem, W[None],
+                    T, key))
+        used = jnp.stack([C.drop_links(jnp.asarray(W, jnp.float32), C.link_mask(k, N, 0.5))
+                          for k in keys])
+        talk = jnp.stack([jax.random.uniform(k) < 0.5 for k in keys])
+        rounds = jnp.where(talk[:, None, None], jnp.asarray(W, jnp.float32), jnp.eye(N))
+        refs = jax.vmap(lambda stack: _run(alg, problem, stack, T, key))(jnp.stack([used,
+                                                                                   rounds]))
+        link = _run(_with(alg, C.Channel(probability=0.5, per_link=True)), problem, W[None],
+                    T, key)
+        rnd = _run(_with(alg, C.Channel(probability=0.5)), problem, W[None], T, key)
+        return one, used, talk, refs, link, rnd
+
+    (base, one), used, talk, refs, link, rnd = runs(key)
+    link_ref, rnd_ref = jax.tree.map(lambda a: a[0], refs), jax.tree.map(lambda a: a[1], refs)
+    _same(base, one)
+    for state in one.channel.values():
+        np.testing.assert_array_equal(np.asarray(state.sent), np.full(N, 3 * T))
+    used = np.asarray(used, np.float64)
+    np.testing.assert_allclose(used, used.transpose(0, 2, 1), atol=0)
+    np.testing.assert_allclose(used.sum(2), 1.0, atol=1e-6)
+    assert (used >= 0).all()
+    up = (used != 0)[:, ~np.eye(N, dtype=bool)]
+    assert 0 < up.sum() < up.size, up.sum()
+    _close(link, link_ref)
+    degrees = (used != 0).sum(1) - 1                      # out-degree of each W'ₖ, (T, N)
+    for state in link.channel.values():
+        np.testing.assert_array_equal(np.asarray(state.sent), degrees.sum(0))
+    talk = np.asarray(talk)
+    assert 0 < talk.sum() < T, talk
+    _close(rnd, rnd_ref)
+    for state in rnd.channel.values():
+        np.testing.assert_array_equal(np.asarray(state.sent), np.full(N, 3 * talk.sum()))
+
+
+def _close(a, b):
+    """Equal up to float32 rounding (the reference is batched, which may sum differently)."""
+    for u, v in zip(jax.tree.leaves(a._replace(channel=())),
+                    jax.tree.leaves(b._replace(channel=()))):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-5, atol=1e-6)
+
+
+def test_neutral_settings_are_always_on_mixing(key):
+    """DIGing-SGLD with mini-batches on the mixed stack, one compiled program: threshold = 0
+    with an all-ones activity pattern is no channel bit for bit (and counts Channel()'s
+    messages: a message that moved is sent); with top-k and CHOCO error feedback, threshold
+    = 0, an all-ones pattern and probability = 1 are the same channel without them, bit for
+    bit, bytes included. probability = 1 per link returns W⁽ᵏ⁾ itself (the run with it is
+    in test_probabilistic_rounds_and_links)."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    alg, ones = dgsgld.diging_sgld(0.05), np.ones((1, N))
+    W = jnp.asarray(ring(N), jnp.float32)
+    assert C.Channel(probability=1.0, per_link=True).round(key, W, 3) == (None, W)
+    assert C.Channel(probability=1.0, activity=1.0) == C.Channel()
+    ef = {"error_feedback": True, "consensus": 0.5}
+
+    @jax.jit
+    def runs(key):
+        def run(channel):
+            return _run(_with(alg, channel), problem, _mixed_stack(), 4, key)
+
+        return ((run(None), run(C.Channel(threshold=0.0, activity=ones))),
+                (run(C.Channel(C.top_k(0.5), **ef)),
+                 run(C.Channel(C.top_k(0.5), threshold=0.0, activity=ones, probability=1.0,
+                               **ef))))
+
+    (plain, event), (always, both) = runs(key)
+    _check_exact("diging", plain, event)
+    _same(always, both)
+    for name in always.channel:
+        np.testing.assert_array_equal(np.asarray(always.channel[name].sent),
+                                      np.asarray(both.channel[name].sent))
+
+
+def test_event_trigger_silent_after_first_round(key):
+    """A huge threshold: every agent sends at the first round only (2 ring links per
+    message), its neighbours keep x⁽⁰⁾ and y⁽⁰⁾ as its copies, and the state still moves
+    from x⁽⁰⁾ (local steps mixing with the stale copies)."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    silent = _with(dgsgld.diging_sgld(0.05), C.Channel(threshold=1e30))
+
+    @jax.jit
+    def runs(key):
+        first = silent.init(jax.random.normal(jax.random.key(1), (N, 2)), problem.potential,
+                            jax.random.split(key)[0])
+        return first, _run(silent, problem, ring(N)[None], 5, key)
+
+    first, last = runs(key)
+    for name, message in (("position", first.position), ("tracker", first.tracker)):
+        state = last.channel[name]
+        np.testing.assert_array_equal(np.asarray(state.sent), np.full(N, 2))
+        np.testing.assert_array_equal(np.asarray(state.public), np.asarray(message))
+        assert np.asarray(state.heard).all()
+    moved = np.abs(np.asarray(last.position) - np.asarray(first.position))
+    assert np.isfinite(moved).all() and (moved.max(1) > 1e-3).all(), moved
+
+
+def test_event_trigger_mixes_with_last_received_copies():
+    """Channel(threshold=1) on the ring: the first round sends everyone's x⁽⁰⁾ (W x⁽⁰⁾, 2
+    messages each); then only agent 0, moved by 2 (> 1), sends, the others moved by 0.1 are
+    mixed from their stale copies: mixed_i = W_ii x_i + Σ_{j≠i} W_ij x̂_j, x̂ = (x¹₀, x⁰₁, x⁰₂,
+    x⁰₃)."""
+    W = jnp.asarray(ring(N), jnp.float32)
+    channel = C.Channel(threshold=1.0)
+    x0 = jax.random.normal(jax.random.key(2), (N, 2))
+    x1 = x0 + jnp.asarray([[2.0, 0.0], [0.1, 0.0], [0.1, 0.0], [0.0, -0.1]])
+
+    @jax.jit
+    def two(key):
+        first = channel.mix(key, channel.init(x0), W, x0)
+        return first, channel.mix(key, first[1], W, x1, 1)
+
+    (mixed, state), (mixed1, state1) = two(jax.random.key(3))
+    np.testing.assert_allclose(mixed, W @ x0, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(state.sent, np.full(N, 2))
+    mixed, state = mixed1, state1
+    copies = x0.at[0].set(x1[0])
+    diag = jnp.diagonal(W)[:, None]
+    np.testing.assert_allclose(mixed, diag * x1 + (W - jnp.diag(jnp.diagonal(W))) @ copies,
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(state.sent, [4, 2, 2, 2])
+    np.testing.assert_array_equal(state.public, copies)
+
+
+@pytest.mark.reliability
+def test_round_and_trigger_errors():
+    """Bad probabilities, thresholds and combinations get a ValueError naming the argument."""
+    for bad in (0, 1.5, -0.1, True, "0.5"):
+        with pytest.raises(ValueError, match=r"`probability` must be a number in \(0, 1\]"):
+            C.Channel(probability=bad)
+    for bad in (-1.0, float("inf"), float("nan"), "1"):
+        with pytest.raises(ValueError, match="`threshold` must be None or a finite number"):
+            C.Channel(threshold=bad)
+    for kw in ({"error_feedback": True}, {"threshold": 0.1}):
+        with pytest.raises(ValueError, match="`per_link` drops cannot be combined"):
+            C.Channel(probability=0.5, per_link=True, **kw)
+    for bad in (0, 1.5, True, "all", [1, 0, 1], [[1, 2]], np.zeros((0, 4))):
+        with pytest.raises(ValueError, match=r"`activity` must be a number in \(0, 1\] or a"):
+            C.Channel(activity=bad)
+    problem = linear_regression(num_agents=N, local_size=3, dim=2)
+    with pytest.raises(ValueError, match="`activity` pattern has 3 agents per row; the "
+                                         "network has 4"):
+        dgsgld.sample(dgsgld.de_sgld(0.1), problem.potential, ring(N), jnp.zeros((1, N, 2)),
+                      jax.random.key(0), 2, channel=C.Channel(activity=[[1, 0, 1]]))
+
+
+@pytest.mark.slow  # fast twin: test_links_and_stragglers_step_by_step (W'ₖ exactly)
+def test_link_drops_keep_diging_stationary_mean(key):
+    """Per-link drops (p = 0.5, ring) and DIGing-SGLD with full batches on the Gaussian
+    problem: the recursion is linear given the link masks, and W'ₖ is drawn independently of
+    the state, so the means follow m_x⁺ = W̄ m_x − η m_y, m_y⁺ = W̄ m_y + H m_x⁺ − H m_x (b
+    cancels) with W̄ = E[W'] symmetric doubly stochastic. At the fixed point m_y = W̄ m_y is a
+    consensus 1 ⊗ c, summing the first equation over agents gives c = 0, so m_x = W̄ m_x is a
+    consensus 1 ⊗ μ with Σ_i ∇f_i(μ) = Σ_i m_y,i = 0 (the tracking invariant in mean): μ is
+    the posterior mean at any step size, for every agent and the network average.
+
+    2000 chains from x⁽⁰⁾ = 0, 400 steps: the network average's mean mode contracts by
+    1 − η λ_min(A)/N = 0.969 a step, so the start's bias is 0.969⁴⁰⁰ |μ| < 1e-5. Its
+    standard error is estimated from the chains (≈ 0.5 / √2000 = 0.011, against |μ| = (0.73,
+    0.16)); each coordinate is within 5 standard errors (2 coordinates: a false failure has
+    probability < 2e-6). Weights dropped without moving them to the diagonal would pull the
+    average towards 0 (W' substochastic) and fail."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2)
+    chains, steps = 2000, 400
+    channel = C.Channel(probability=0.5, per_link=True)
+    trace = dgsgld.sample(dgsgld.diging_sgld(0.05), problem.potential, ring(N),
+                          jnp.zeros((chains, N, 2)), key, steps, channel=channel,
+                          output=dgsgld.Output(thin=steps))
+    average = np.asarray(trace.state.position, np.float64).mean(1)        # (chains, d)
+    se = average.std(0, ddof=1) / np.sqrt(chains)
+    assert (np.abs(average.mean(0) - problem.mean) <= 5 * se).all(), (average.mean(0),
+                                                                      problem.mean, se)
+    sent = np.asarray(C.messages_sent(trace.state), np.float64)          # (chains, N)
+    # 2 messages a step over each of an agent's 2 ring links, each up w.p. 1/2: mean 2 a step.
+    # The network sends 4 · Bin(4, 1/2) a step (variance 16), so the mean per agent and step
+    # over 2000 · 400 such draws has standard error √(16 / 800000) / 4 = 0.0011; 5 of them.
+    np.testing.assert_allclose(sent.mean() / steps, 2.0, atol=0.0056)
+
+
+@pytest.mark.slow  # fast twin: test_links_and_stragglers_step_by_step
+def test_round_draws_do_not_depend_on_chain_batching(key):
+    """Chain 2 of a 3-chain run equals the 1-chain run at chain_offset=2, bit for bit and
+    bytes included, with rounds and links drawn at random, an event trigger and stragglers."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    stack, init = permuted_rings(N, 3), jnp.zeros((3, N, 2))
+    for channel in (C.Channel(probability=0.5, per_link=True), C.Channel(probability=0.3),
+                    C.Channel(C.random_k(0.5), error_feedback=True, threshold=0.05),
+                    C.Channel(C.top_k(0.5), error_feedback=True, activity=0.5)):
+        alg = dgsgld.diging_sgld(0.05)
+        all3 = dgsgld.sample(alg, problem.potential, stack, init, key, 6, channel=channel)
+        one = dgsgld.sample(alg, problem.potential, stack, init[2:], key, 6, channel=channel,
+                            chain_offset=2)
+        np.testing.assert_array_equal(np.asarray(all3.positions[2:]), np.asarray(one.positions))
+        np.testing.assert_array_equal(channel.bytes_sent(all3.state)[2:],
+                                      channel.bytes_sent(one.state))
+
+
+# -- stragglers -------------------------------------------------------------------------------
+
+_PATTERN = np.array([[1, 1, 1, 1], [1, 0, 1, 1], [0, 1, 1, 0]], bool)
+
+
+def _states(alg, problem, stack, steps, key):
+    """Like :func:`_run`, returning ``(initial state, states after each step, step keys)``."""
+    x0 = jax.random.normal(jax.random.key(1), (N, 2))
+    init_key, run_key = jax.random.split(key)
+    state = alg.init(x0, problem.potential, init_key)
+    stack = jnp.asarray(stack, jnp.float32)
+    keys = jax.vmap(lambda k: jax.random.fold_in(run_key, k))(jnp.arange(steps))
+
+    def body(state, k):
+        state, _ = alg.step(keys[k], state, problem.potential, stack[k % stack.shape[0]])
+        return state, state
+
+    return state, jax.lax.scan(body, state, jnp.arange(steps))[1], keys
+
+
+def test_links_and_stragglers_step_by_step(key):
+    """DIGing-SGLD with mini-batches on the complete graph, links up w.p. 1/2 and the
+    activity pattern (all, all but 1, only 1 and 2), 6 steps, one compiled program. The used
+    matrices W'ₖ, recomputed from the run's keys (links dropped by link_mask(round key of
+    step k) onto the diagonals, then the inactive agents' links, their rows e_i), are
+    symmetric, nonnegative and doubly stochastic, with some of the 36 link draws up and some
+    down. At every step: an inactive agent's x, y and gradient are kept exactly; every active
+    agent's row equals (to float32 rounding: the reference is batched over steps) a step of
+    DIGing-SGLD without channel from the same state and key over W'ₖ, so x and y go over the
+    same links; an agent counts, per message at the steps it is active, its up links (to
+    active and inactive neighbours); Σ y = Σ ∇̃f holds to rounding."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    alg, W, T = dgsgld.diging_sgld(0.05), jnp.asarray(complete_graph(N), jnp.float32), 6
+    active = _PATTERN[np.arange(T) % 3]                                 # (T, N)
+    channel = C.Channel(probability=0.5, per_link=True, activity=_PATTERN)
+    rounds = _round_keys(key, T)
+
+    @jax.jit
+    def runs(key):
+        first, states, keys = _states(_with(alg, channel), problem, W[None], T, key)
+        before = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b[:-1]]), first, states)
+        up = jnp.stack([C.drop_links(W, C.link_mask(r, N, 0.5)) for r in rounds])
+        used = jax.vmap(C._without_inactive)(up, jnp.asarray(active))
+        plain = jax.vmap(lambda k, s, w: alg.step(k, s._replace(channel=()), problem.potential,
+                                                  w)[0])(keys, before, used)
+        return before, states, plain, up, used
+
+    before, states, plain, up, used = runs(key)
+    used = np.asarray(used, np.float64)
+    np.testing.assert_allclose(used, used.transpose(0, 2, 1), atol=0)
+    np.testing.assert_allclose(used.sum(2), 1.0, atol=1e-6)
+    assert (used >= 0).all()
+    links = (used != 0)[:, ~np.eye(N, dtype=bool)]
+    assert 0 < links.sum() < links.size, links.sum()
+    for name in ("position", "tracker", "grad"):
+        old, new, ref = (np.asarray(getattr(s, name)) for s in (before, states, plain))
+        np.testing.assert_array_equal(new[~active], old[~active], err_msg=name)
+        np.testing.assert_allclose(new[active], ref[active], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+    # An active agent sends to every neighbour its link is up to, inactive ones included
+    # (they receive); an inactive one sends nothing.
+    degrees = active * ((np.asarray(up) != 0).sum(2) - 1)
+    for state in states.channel.values():
+        np.testing.assert_array_equal(np.asarray(state.sent), np.cumsum(degrees, 0))
+    gap = np.abs(np.asarray(states.tracker).sum(1) - np.asarray(states.grad).sum(1)).max()
+    assert gap < 1e-5 * np.abs(np.asarray(states.grad)).sum(), gap
+
+
+@pytest.mark.slow  # fast twin: test_links_and_stragglers_step_by_step
+def test_random_stragglers_every_sampler(key):
+    """activity = 0.6 through ``sample`` for the six samplers: each agent's messages are 2
+    ring links × the messages of its sampler at the steps it is active, with the activity
+    drawn from the step keys (recomputed here: fold_in(chain key, k), :func:`C.active_agents`);
+    the states stay finite."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    channel, T = C.Channel(activity=0.6), 8
+    run_key = jax.random.split(dgsgld.run.chain_keys(dgsgld.run._random.fast_key(key), 1, 0)[0])[1]
+    active = np.stack([np.asarray(C.active_agents(channel, jax.random.fold_in(run_key, k), k, N))
+                       for k in range(T)])
+    assert 0 < active.sum() < active.size
+    for name, alg in _samplers().items():
+        trace = dgsgld.sample(alg, problem.potential, ring(N), jnp.zeros((1, N, 2)), key, T,
+                              channel=channel)
+        per = 2 if name in ("diging", "diging_sghmc", "extra") else 1
+        np.testing.assert_array_equal(np.asarray(C.messages_sent(trace.state))[0],
+                                      per * 2 * active.sum(0), err_msg=name)
+        assert np.isfinite(np.asarray(trace.positions)).all(), name

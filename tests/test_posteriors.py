@@ -1,0 +1,410 @@
+"""Benchmark targets, their stored references, and the scores (dgsgld.posteriors)."""
+
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dgsgld.posteriors import available, get_target, load_reference, references
+from dgsgld.posteriors.scores import (
+    ksd,
+    moment_errors,
+    predictive_scores,
+    stein_scores,
+    wasserstein2,
+)
+from dgsgld.posteriors.targets import exact_gaussian_posterior
+
+pytest.importorskip("sklearn")
+
+
+def test_split_potentials_sum_to_the_log_posterior():
+    # Splitting only deals data out: sum_i f_i = -log posterior (float32: relative rounding
+    # ~1e-6 of the ~1e2 magnitudes). Wine's labels stay integers.
+    target = get_target("multinomial_wine")
+    x = target.init(jax.random.key(1), 1)[0]
+    potential = target.potential(4, "skew")
+    assert (jnp.issubdtype(potential.data[-1].dtype, jnp.integer)
+            == np.issubdtype(target.data[-1].dtype, np.integer))
+    value = eqx.filter_jit(lambda p, x: p.value(x))(potential, x)
+    assert float(value) == pytest.approx(-float(target.log_density(x)), rel=1e-5)
+
+
+def test_gaussian_anchor_score_is_the_closed_form():
+    # grad log N(x; m, S) = -S^{-1} (x - m); from the agents' gradients summed.
+    target = get_target("gaussian_linear")
+    mean, cov = exact_gaussian_posterior(target)
+    x = np.asarray(target.init(jax.random.key(2), 3), np.float64) * 10
+    want = -(x - mean) @ np.linalg.inv(cov)
+    got = np.asarray(stein_scores(target.potential(4, "skew"), x))
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("name", available())
+def test_stored_references_pass_their_checks(name):
+    target = get_target(name)
+    ref = load_reference(name, fingerprint=target.fingerprint)
+    q = len(target.names)
+    assert ref.names == target.names
+    assert ref.draws.shape == (references.NUM_DRAWS, q)
+    assert ref.quantiles.shape == (len(references.QUANTILES), q)
+    settings = json.loads(ref.settings)
+    assert settings["passed"] and settings["divergent"] == 0
+    assert (ref.rhat < 1.01).all() and (ref.ess_bulk >= 2000).all()
+    # The kept draws are a thinning of the summarized ones (or i.i.d. exact draws): their mean
+    # lies within 5 standard errors sd / sqrt(ess) of the summary mean; the thinned draws are
+    # at least as independent as the chains, so ess >= min(2000, ess_bulk) is conservative
+    # except for antithetic chains, hence 5 and not 4.
+    se = ref.sd / np.sqrt(np.minimum(references.NUM_DRAWS, ref.ess_bulk))
+    assert (np.abs(ref.draws.mean(0) - ref.mean) < 5 * se).all()
+    assert (np.diff(ref.quantiles, axis=0) > 0).all()
+
+
+def test_reference_of_other_data_is_refused():
+    with pytest.raises(ValueError, match="the target's data have 0000"):
+        load_reference(available()[0], fingerprint="0000")
+    with pytest.raises(ValueError, match="no stored reference for target 'nope'"):
+        load_reference("nope")
+    with pytest.raises(ValueError, match="unknown target 'nope'"):
+        get_target("nope")
+
+
+@pytest.mark.reliability
+def test_split_refuses_bad_arguments():
+    target = get_target("multinomial_wine")
+    with pytest.raises(ValueError, match=r"`split` must be one of \('iid', 'skew'\); got 'x'"):
+        target.split(4, "x")
+    with pytest.raises(ValueError, match="needs `num_agents` >= its 3 groups"):
+        target.split(2, "skew")
+    # The skew split gives each agent one class.
+    split = target.split(3, "skew")
+    assert [len(set(target.groups[i])) for i in split.indices] == [1, 1, 1]
+
+
+def _reference_like(mean, sd):
+    z = np.zeros_like(mean)
+    return references.Reference("t", (), None, mean, sd, None, z, z, None, z, z, "", "", "")
+
+
+def test_moment_errors_known_answer():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(400, 3))
+    z = (z - z.mean(0)) / z.std(0, ddof=1)  # exactly mean 0, sd 1
+    mean, sd = np.array([1.0, -2.0, 3.0]), np.array([0.5, 2.0, 1.0])
+    draws = mean + 0.5 * sd * np.array([1, 1, 1]) + sd * z * np.array([1.0, 2.0, 0.8])
+    out = moment_errors(draws, _reference_like(mean, sd))
+    np.testing.assert_allclose(out["mean_error"], 0.5)
+    np.testing.assert_allclose(out["sd_ratio"], [1.0, 2.0, 0.8])
+    assert out["sd_ratio_worst"] == pytest.approx(2.0)
+    assert out["sd_ratio_median"] == pytest.approx(1.0)
+
+
+def test_wasserstein2_exact_cases():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, 4))
+    shift = np.array([0.3, -1.0, 2.0, 0.0])
+    # A translate: the identity pairing is optimal, W2 = |shift| exactly (any permutation).
+    assert wasserstein2(x, x[rng.permutation(200)] + shift, size=200) == pytest.approx(
+        np.linalg.norm(shift), rel=1e-10)
+    # One dimension: the optimal pairing matches order statistics.
+    a, b = rng.normal(size=(300, 1)), rng.standard_t(3, size=(300, 1))
+    want = np.sqrt(np.mean((np.sort(a[:, 0]) - np.sort(b[:, 0])) ** 2))
+    assert wasserstein2(a, b, size=300) == pytest.approx(want, rel=1e-10)
+    # Scales divide coordinates first.
+    scale = np.array([2.0, 2.0, 2.0, 2.0])
+    assert wasserstein2(x, x + shift, size=200, scale=scale) == pytest.approx(
+        np.linalg.norm(shift) / 2, rel=1e-10)
+
+
+def test_predictive_scores_known_answer():
+    # Input 0: (1, 0) vs (0.5, 0.5): TV 0.5, argmax agrees (ties go to the first class);
+    # input 1: (0.2, 0.8) vs (0.9, 0.1): TV 0.7, disagree. Means 0.6 and 0.5.
+    p = np.array([[1.0, 0.0], [0.2, 0.8]])
+    r = np.array([[0.5, 0.5], [0.9, 0.1]])
+    assert predictive_scores(p, r) == pytest.approx(
+        {"predictive_tv": 0.6, "predictive_agreement": 0.5})
+    assert predictive_scores(p, p) == {"predictive_tv": 0.0, "predictive_agreement": 1.0}
+
+
+@pytest.mark.reliability
+def test_scores_refuse_bad_input():
+    with pytest.raises(ValueError, match="`y` has 2 coordinates; expected 3"):
+        wasserstein2(np.zeros((5, 3)), np.zeros((5, 2)))
+    with pytest.raises(ValueError, match="`x` holds non-finite values"):
+        wasserstein2(np.full((5, 3), np.nan), np.zeros((5, 3)))
+    with pytest.raises(ValueError, match="`scores` must have the shape"):
+        ksd(np.zeros((5, 3)), np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="`beta` must lie in"):
+        ksd(np.zeros((5, 3)), np.zeros((5, 3)), beta=-1.5)
+
+
+def _ksd_replicates(mean, num, m, d, unbiased, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(num):
+        x = rng.normal(size=(m, d)) + mean
+        value = ksd(x, -x, unbiased=unbiased)  # scores of N(0, I): -x
+        out.append(value if unbiased else value**2)
+    return np.array(out)
+
+
+def test_ksd_of_the_target_itself_has_its_exact_expectation():
+    # x_i ~ N(0, I_d) = pi: E[V-statistic KSD^2] = E k_pi(x, x) / m = 2d / m exactly (module
+    # doc). 60 replicates: the mean is within 4 standard errors (p ~ 6e-5).
+    m, d = 100, 3
+    v = _ksd_replicates(0.0, 60, m, d, unbiased=False)
+    assert abs(v.mean() - 2 * d / m) < 4 * v.std(ddof=1) / np.sqrt(v.size)
+
+
+def test_ksd_of_a_shifted_gaussian_matches_quadrature():
+    # Q = N(mu, 1) against pi = N(0, 1): the population KSD^2 = E_{x,y~Q} k_pi(x, y), by
+    # 2-D Gauss-Hermite quadrature (the integrand is smooth: error far below 1e-6); the
+    # unbiased U-statistic has this expectation, checked within 4 standard errors.
+    mu, beta = 1.0, -0.5
+    t, w = np.polynomial.hermite_e.hermegauss(80)
+    w = w / w.sum()
+    x, y = np.meshgrid(t + mu, t + mu, indexing="ij")
+    r = x - y
+    u = 1 + r**2
+    k = (x * y * u**beta + 2 * beta * u ** (beta - 1) * (-y + x) * r
+         - 2 * beta * u ** (beta - 1) - 4 * beta * (beta - 1) * u ** (beta - 2) * r**2)
+    exact = float(w @ k @ w)
+    u_stats = _ksd_replicates(mu, 40, 100, 1, unbiased=True, seed=3)
+    assert abs(u_stats.mean() - exact) < 4 * u_stats.std(ddof=1) / np.sqrt(u_stats.size)
+    # and the null's U-statistic averages to zero, far below the shifted one.
+    null = _ksd_replicates(0.0, 40, 100, 1, unbiased=True, seed=4)
+    assert abs(null.mean()) < 4 * null.std(ddof=1) / np.sqrt(null.size)
+    assert exact > 10 * null.std(ddof=1)
+
+
+@pytest.mark.slow  # fast twin: test_stored_references_pass_their_checks
+def test_fresh_nuts_agrees_with_the_stored_reference():
+    # A new NUTS run (other seed) on poisson_linnerud: each mean within 4 combined MCSEs of
+    # the stored one, each sd within 4 combined MCSEs.
+    numpyro = pytest.importorskip("numpyro")
+    from numpyro.infer import MCMC, NUTS
+
+    target = get_target("poisson_linnerud")
+    ref = load_reference(target.name, fingerprint=target.fingerprint)
+    mcmc = MCMC(NUTS(potential_fn=lambda x: -target.log_density(x)), num_warmup=500,
+                num_samples=1000, num_chains=4, chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(123), init_params=jnp.zeros((4, target.dim)))
+    x = np.asarray(mcmc.get_samples(group_by_chain=True), np.float64)
+    ess = np.asarray(numpyro.diagnostics.effective_sample_size(x))
+    flat = x.reshape(-1, target.dim)
+    mcse_mean = flat.std(0) / np.sqrt(ess)
+    assert (np.abs(flat.mean(0) - ref.mean) < 4 * np.hypot(mcse_mean, ref.mcse_mean)).all()
+    # sd's MCSE ~ sd / sqrt(2 ess) for near-Gaussian marginals.
+    mcse_sd = flat.std(0) / np.sqrt(2 * ess)
+    assert (np.abs(flat.std(0) - ref.sd) < 4 * np.hypot(mcse_sd, ref.mcse_sd)).all()
+
+
+@pytest.mark.slow  # fast twins: the score and reference tests above
+def test_bench_small_runs_without_numpyro(tmp_path):
+    # The command reads only the stored references: numpyro and arviz are blocked. Its
+    # centralized SGLD on the Gaussian anchor must land near the exact posterior: each
+    # seed's mean error is over 8 chains x 100 draws of a chain with autocorrelation time
+    # well below 100 steps, so a standardized mean error above 1 would be a real bias.
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['numpyro'] = None; sys.modules['arviz'] = None; "
+            "from dgsgld.__main__ import main; "
+            f"sys.exit(main(['bench', 'posteriors', '--small', '--out', {str(tmp_path)!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "leaderboard.json").read_text())
+    rows = {(r["target"], r["sampler"]): r for r in result["rows"]}
+    assert set(rows) == {(t, s) for t in ("gaussian_linear", "eight_schools")
+                         for s in ("reference", "DIGing-SGLD", "SGLD (centralized)",
+                                   "DIGing-SGHMC", "D-ULA", "DIGing-SGLD+SVRG")}
+    sgld_row = rows[("gaussian_linear", "SGLD (centralized)")]
+    assert sgld_row["seeds_finite"] == 2 and sgld_row["mean_error_max"][0] < 1.0
+    # SVRG draws one datum per step where the others use full local batches.
+    assert rows[("gaussian_linear", "DIGing-SGLD+SVRG")]["batch_size"] == 1
+    assert rows[("gaussian_linear", "DIGing-SGLD")]["batch_size"] is None
+    assert (tmp_path / "leaderboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| gaussian_linear | ring | DIGing-SGLD |" in (tmp_path / "leaderboard.md").read_text()
+
+
+@pytest.mark.slow  # fast twin: none (one compile per sampler); the bench's byte counts
+def test_bench_byte_counts_are_the_messages_the_samplers_send():
+    # Method.vectors must be what dgsgld.communication counts: on a ring of 4 (2 neighbours),
+    # each agent sends vectors x 2 messages per step.
+    import functools
+
+    import dgsgld
+    from dgsgld import communication, networks
+    from dgsgld.posteriors.bench import SAMPLERS
+
+    data = (jnp.ones((4, 3, 2)), jnp.ones((4, 3)))
+    potential = dgsgld.Potential(lambda t, d: -0.5 * (d[0] @ t - d[1]) ** 2,
+                                 lambda t: -0.5 * t @ t, data, 1)
+    for name, method in SAMPLERS.items():
+        if method.vectors == 0:
+            assert not method.make(0.01).decentralized
+            continue
+        make = (functools.partial(method.make, num_agents=4) if method.takes_num_agents
+                else method.make)
+        trace = dgsgld.sample(make(0.01), potential, networks.ring(4), jnp.zeros((1, 4, 2)),
+                              jax.random.key(0), 3, channel=communication.Channel(),
+                              output=dgsgld.Output(trace_fn=communication.messages_sent))
+        assert (np.asarray(trace.values)[0, -1] == 3 * 2 * method.vectors).all(), name
+
+
+def test_leaderboard_figure_has_one_marker_per_method_and_target(tmp_path):
+    # A fake result: 2 targets, a reference row each, two samplers; "B" has no finite seed on
+    # t2 (no scores), so its marker there is missing.
+    pytest.importorskip("matplotlib")
+    from matplotlib.container import ErrorbarContainer
+
+    from dgsgld.posteriors.bench import FIGURE_SCORES, leaderboard_figure
+
+    def row(target, sampler, network, mean=None, se=0.1):
+        r = {"target": target, "sampler": sampler, "network": network}
+        if mean is not None:
+            r.update(mean_error_max=[mean, se], sd_ratio_worst=[1 + mean, se])
+        return r
+
+    result = {"rows": [row("t1", "reference", "-", 0.1, float("nan")),
+                       row("t1", "A", "ring", 0.5), row("t1", "B", "-", 0.7),
+                       row("t2", "reference", "-", 0.2, float("nan")),
+                       row("t2", "A", "ring", 0.9, 0.05), row("t2", "B", "-")]}
+    fig = leaderboard_figure(result)
+    assert len(fig.axes) == len(FIGURE_SCORES) == 2
+    for ax, (key, _, _) in zip(fig.axes, FIGURE_SCORES):
+        bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        assert [c.get_label() for c in bars] == ["A (ring)", "B"]
+        a, b = (np.asarray(c.lines[0].get_ydata(), float) for c in bars)
+        want = 0.0 if key == "mean_error_max" else 1.0
+        np.testing.assert_allclose(a, np.array([0.5, 0.9]) + want)
+        np.testing.assert_allclose(b, [0.7 + want])
+        # error bars span mean ± se: the first of A's segments is 0.5 ± 0.1 (+ offset)
+        seg = bars[0].lines[2][0].get_segments()[0]
+        np.testing.assert_allclose(sorted(seg[:, 1]), [0.4 + want, 0.6 + want])
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["t1", "t2"]
+    path = tmp_path / "board.png"
+    fig.savefig(path, dpi=30)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_sbc_ranks_count_draws_below_the_truth():
+    from dgsgld.posteriors.sbc import sbc_ranks
+
+    draws = np.array([[[0.0, 5.0], [2.0, -1.0], [1.0, 0.5]]])  # S = 1, L = 3, q = 2
+    assert sbc_ranks(draws, np.array([[1.5, 0.0]])).tolist() == [[2, 1]]
+    per_agent = np.stack([draws, draws + 10], axis=2)  # (S, L, N = 2, q)
+    assert sbc_ranks(per_agent, np.array([[1.5, 0.0]])).tolist() == [[[2, 1], [0, 0]]]
+
+
+def test_sbc_of_the_exact_posterior_is_uniform_and_miscalibration_is_rejected():
+    # Exact posterior draws given simulated data: ranks uniform on {0..15}, so each of the 6
+    # chi-square p-values is uniform; all above 1e-3 fails with probability <= 6e-3 (fixed
+    # seeds: the outcome is fixed, the bound says why the threshold is safe). Draws spread
+    # 1.5 or 0.67 times around their posterior mean move ~20 % of ranks between the 4 bins'
+    # expected 100 each (S = 400): chi-square ~ 40 on 3 degrees of freedom, p ~ 1e-8.
+    from dgsgld.posteriors.sbc import (
+        exact_draws,
+        rank_uniformity,
+        sbc_ranks,
+        simulate,
+    )
+
+    theta, y = simulate("gaussian_linear", 0, 400)
+    draws = exact_draws(y, 15, seed=1)
+    ranks = sbc_ranks(draws, theta)
+    assert ranks.shape == (400, 6) and ranks.min() >= 0 and ranks.max() <= 15
+    assert (rank_uniformity(ranks, 15) > 1e-3).all()
+    assert (rank_uniformity(ranks, 15, num_bins=4) > 1e-3).all()
+    centre = draws.mean(1, keepdims=True)
+    for factor in (1.5, 0.67):
+        wrong = sbc_ranks(centre + factor * (draws - centre), theta)
+        assert (rank_uniformity(wrong, 15, num_bins=4) < 1e-4).all(), factor
+
+
+def test_sbc_simulators_draw_from_the_models():
+    # theta ~ N(0, I / precision); given theta, Pearson residuals (y - E y) / sd(y) have mean 0
+    # and variance 1 for both models. Over S = 200 data sets x n data, their mean is within
+    # 4 / sqrt(S n) of 0 and their variance within 0.1 of 1 (Poisson residuals at small rates
+    # are skewed, excess kurtosis 1/rate: their variance's standard error stays below 0.03
+    # unless a rate is tiny; data at rates below 0.05 are left out).
+    from dgsgld.posteriors.sbc import simulate
+
+    for name in ("gaussian_linear", "poisson_linnerud"):
+        target = get_target(name)
+        theta, y = simulate(name, 1, 200)
+        assert theta.shape == (200, target.dim) and y.shape == (200, target.num_data)
+        prior_sd = theta.std(0, ddof=1) * np.sqrt(target.log_prior.precision)
+        assert np.all(np.abs(prior_sd - 1) < 4 / np.sqrt(2 * 200)), name
+        eta = theta @ np.asarray(target.data[0], np.float64).T
+        if name == "gaussian_linear":
+            resid = y - eta
+        else:
+            assert np.all(y == np.round(y)) and y.min() >= 0
+            keep = np.exp(eta) > 0.05
+            resid = ((y - np.exp(eta)) / np.exp(eta / 2))[keep]
+        assert abs(resid.mean()) < 4 / np.sqrt(resid.size), name
+        assert abs(resid.var() - 1) < 0.1, name
+
+
+@pytest.mark.reliability
+def test_sbc_refuses_bad_input():
+    from dgsgld import diging_sgld, networks, sgld
+    from dgsgld.posteriors.sbc import rank_uniformity, sbc_ranks, sbc_run
+
+    with pytest.raises(ValueError, match="`algorithm` must be a decentralized sampler"):
+        sbc_run("gaussian_linear", sgld(0.01), networks.ring(4), jax.random.key(0))
+    with pytest.raises(ValueError, match="`num_datasets` must be a positive int; got 0"):
+        sbc_run("gaussian_linear", diging_sgld(0.01), networks.ring(4), jax.random.key(0),
+                num_datasets=0)
+    with pytest.raises(ValueError, match="`target` must be one of"):
+        sbc_run("eight_schools", diging_sgld(0.01), networks.ring(4), jax.random.key(0))
+    with pytest.raises(ValueError, match="must be finite"):
+        sbc_ranks(np.full((2, 3, 1), np.nan), np.zeros((2, 1)))
+    with pytest.raises(ValueError, match=r"`draws` must be \(S, L, ..., q\)"):
+        sbc_ranks(np.zeros((2, 3)), np.zeros((2, 1)))
+    with pytest.raises(ValueError, match="`num_bins` must divide num_draws"):
+        rank_uniformity(np.zeros((5, 2), int), 15, num_bins=5)
+    with pytest.raises(ValueError, match=r"`ranks` must lie in \[0, 15\]"):
+        rank_uniformity(np.full((5, 2), 16), 15)
+
+
+@pytest.mark.slow  # fast twin: test_sbc_of_the_exact_posterior_is_uniform_and_...
+def test_sbc_shows_the_constant_step_bias_of_diging_sgld():
+    # The Gaussian anchor's pooled curvature is at most 153; Langevin's stationary variance
+    # along curvature lam is 1 / (lam (1 - h lam / 2)): at h = 5e-4 at most 4 % too wide,
+    # below what 200 data sets detect, and every (agent, coordinate) p-value stays above 1e-4
+    # (24 tests: a false alarm <= 2.4e-3); at h = 4.5e-3 up to 1.5 times too wide (sd x 1.23,
+    # more with the network's disagreement), and some p-value falls below 1e-4.
+    from dgsgld import diging_sgld, networks
+    from dgsgld.posteriors.sbc import sbc_run
+
+    p = {h: sbc_run("gaussian_linear", diging_sgld(h), networks.ring(4), jax.random.key(0),
+                    num_datasets=200, num_steps=1000)["pvalues"]
+         for h in (5e-4, 4.5e-3)}
+    assert p[5e-4].shape == (4, 6)
+    assert p[5e-4].min() > 1e-4
+    assert p[4.5e-3].min() < 1e-4
+
+
+def test_rank_histograms_draw_each_agents_bin_counts():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from dgsgld.posteriors.sbc import rank_histograms
+
+    # S = 8 data sets, 2 agents, 1 coordinate, L = 3 (4 ranks, one per bin).
+    ranks = np.array([0, 0, 0, 1, 2, 3, 3, 3] + [1] * 8).reshape(2, 8).T[:, :, None]
+    fig = rank_histograms(ranks, 3, num_bins=4)
+    (ax,) = fig.axes
+    lines = [line for line in ax.get_lines() if line.get_label().startswith("agent")]
+    assert [np.asarray(line.get_ydata()).tolist() for line in lines] == [[3, 1, 1, 3],
+                                                                          [0, 8, 0, 0]]
+    plt.close(fig)
