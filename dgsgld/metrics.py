@@ -87,7 +87,12 @@ def _w2(mean1, cov1, mean2, cov2):
     # U = Q Pᵀ of Σ₂^{1/2} Σ₁^{1/2} = P S Qᵀ. As a sum of squares it has no cancellation: the
     # trace form loses every digit of two close covariances of large scale (float32 rounding of
     # traces of size tr Σ leaves an error of order sqrt(eps tr Σ) in W2).
-    root1, root2 = _sqrtm(cov1), _sqrtm(cov2)
+    # Both roots from ONE batched eigh. Two independent eigh calls in one program run at once
+    # on XLA:CPU's intra-op thread pool, and jaxlib's batched eigh waits inside that pool for
+    # its own sub-batches: with as many calls as pool threads (two on a 2-core machine) every
+    # thread waits and the program never finishes (docs/known-issues.md).
+    cov1, cov2 = jnp.broadcast_arrays(cov1, cov2)
+    root1, root2 = _sqrtm(jnp.stack([cov1, cov2]))
     p, _, qt = jnp.linalg.svd(root2 @ root1, full_matrices=False)
     polar = jnp.swapaxes(qt, -1, -2) @ jnp.swapaxes(p, -1, -2)
     diff = root1 - polar @ root2

@@ -171,9 +171,9 @@ def _host_report(token, done) -> None:
 
 def tick(token: jax.Array, done: jax.Array, every: int) -> None:
     """Inside ``jit``/``scan``: report ``done`` iterations to the bar of ``token`` whenever
-    ``done`` is a multiple of ``every`` (a static positive int)."""
+    ``done`` is a positive multiple of ``every`` (a static positive int)."""
     jax.lax.cond(
-        done % every == 0,
+        (done % every == 0) & (done > 0),
         lambda: jax.debug.callback(_host_report, token, done),
         lambda: None,
     )

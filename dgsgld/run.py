@@ -764,20 +764,21 @@ def _loop(algorithm, app, state, positions, key, num_chains, num_steps, thin, tr
         )
 
     def outer(carry, done):
+        # done = 0 records the initial state, so that every record follows the steps before
+        # it inside one sequential loop: XLA:CPU runs independent parts of a program at once,
+        # and two batched LAPACK calls at once (say an `eigh` of a streamed W2 beside one in
+        # the first steps) can deadlock its thread pool (docs/known-issues.md).
+        skip = done == 0
         if stop_on_divergence:
-            stopped = app.any(jnp.any(carry[1].iteration >= 0))
-            carry = jax.lax.cond(stopped, lambda c: c, run_thin, carry)
-        else:
-            carry = run_thin(carry)
+            skip = skip | app.any(jnp.any(carry[1].iteration >= 0))
+        carry = jax.lax.cond(skip, lambda c: c, run_thin, carry)
         if progress_every:
             _progress.tick(progress_token, done, progress_every)
         return carry, record(carry[0])
 
     minus_one = jnp.full((num_chains,), -1, jnp.int32)
-    done = thin * jnp.arange(1, num_steps // thin + 1, dtype=jnp.int32)  # iterations run
+    done = thin * jnp.arange(num_steps // thin + 1, dtype=jnp.int32)  # iterations run
     (final, div), kept = jax.lax.scan(outer, (state, Divergence(minus_one, minus_one)), done)
-    first = record(state)
-    kept = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, kept)
     positions, values, ensemble = kept
     # Kept iterations are stacked in front: (K, C, ...) or (K, ..., C) -> (C, K, ...).
     if positions is not None:

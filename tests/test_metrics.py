@@ -153,3 +153,46 @@ def test_accuracy_counts_matching_labels_per_leading_index():
     assert float(predictive.accuracy(log_probs, labels)) == 0.75
     with pytest.raises(ValueError, match=r"`labels` must have shape \(4,\)"):
         metrics.accuracy(predicted, labels[:3])
+
+
+def _primitives(jaxpr) -> list[str]:
+    """Names of every equation's primitive in ``jaxpr``, sub-jaxprs (jit, scan bodies) included."""
+    names = []
+    for eqn in jaxpr.eqns:
+        names.append(eqn.primitive.name)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            names += _primitives(sub)
+    return names
+
+
+def test_each_w2_program_makes_one_eigh_call():
+    """Two independent batched ``eigh`` calls in one program can deadlock XLA:CPU (each waits
+    inside the intra-op pool for its own sub-batches; docs/known-issues.md): every W2 program,
+    a sampling run streaming W2 included, computes its square roots in one call."""
+    import dgsgld
+    from dgsgld import streaming, theory
+    from _problems import linear_regression, ring
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(7, 3, 4, 4))
+    cov = jnp.asarray(a @ np.swapaxes(a, -1, -2) + np.eye(4), jnp.float32)
+    mean = jnp.zeros((7, 3, 4))
+    target_mean, target_cov = jnp.ones(4), 2.0 * jnp.eye(4)
+    positions = jnp.asarray(rng.normal(size=(50, 5, 3, 4)), jnp.float32)
+    pb = linear_regression(batch_size=2)
+    d = pb.mean.shape[0]
+    programs = {
+        "gaussian_w2": lambda: metrics.gaussian_w2(mean, cov, jnp.broadcast_to(target_mean, (7, 3, 4)),
+                                                   target_cov),
+        "per_agent_w2": lambda: metrics.per_agent_w2(positions, target_mean, target_cov),
+        "exact_w2": lambda: theory.exact_w2(
+            theory.ExactMoments(mean, cov, *[None] * 6),
+            target_mean, target_cov),
+        "sample with streamed W2": lambda: dgsgld.sample(
+            dgsgld.diging_sgld(0.05), pb.potential, ring(5), jnp.zeros((8, 5, d)),
+            jax.random.key(0), 3, on_divergence="flag",
+            output=dgsgld.Output(ensemble_fn=streaming.gaussian_w2(pb.mean, pb.cov))),
+    }
+    for name, run in programs.items():
+        found = _primitives(jax.make_jaxpr(run)().jaxpr)
+        assert found.count("eigh") == 1, (name, found.count("eigh"))
