@@ -51,7 +51,9 @@ def pytest_runtest_protocol(item, nextitem):
     # Written where pytest's faulthandler writes: the worker's stderr before output capture.
     from _pytest.faulthandler import fault_handler_stderr_fd_key
 
-    limit = item.config.getoption("timeout", None) or float(item.config.getini("timeout") or 0)
+    marker = item.get_closest_marker("timeout")
+    limit = (marker.args[0] if marker and marker.args else None) or item.config.getoption(
+        "timeout", None) or float(item.config.getini("timeout") or 0)
     fd = item.config.stash.get(fault_handler_stderr_fd_key, 2)
     timer = None
     if limit:
