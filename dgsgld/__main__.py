@@ -417,7 +417,7 @@ def _reproduce(args) -> int:
         from dgsgld.experiments.communication import communication_experiment
 
         communication_experiment(args.out, small=args.small, seed=args.seed,
-                                 logger=None if args.quiet else print)
+                                 plot=not args.no_plots, logger=None if args.quiet else print)
         return 0
     if args.target == "design":
         from dgsgld.experiments.design import design_experiment

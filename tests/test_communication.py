@@ -290,33 +290,6 @@ def test_channel_errors(key):
         C.messages_sent(dgsgld.DIGingState(init[0], init[0], init[0], jnp.zeros((), int)))
 
 
-@pytest.mark.slow  # fast twin: test_sample_channel_option_counts_bytes (the byte accounting)
-def test_communication_experiment_small(tmp_path):
-    """``reproduce communication --small``: every row's bytes per agent and step are exact
-    (4 out-neighbours on the 4-regular graph; DIGing sends 2 messages a step, DE-SGLD 1; the
-    encodings of d = 6 float32 entries; a round every τ steps), the error-feedback and exact
-    rows stay finite, and the JSON
-    holds the configuration and every row."""
-    import json
-
-    from dgsgld.experiments.communication import communication_experiment, compressors
-
-    rows = communication_experiment(tmp_path, small=True, logger=None)
-    size = {label: C.Channel(c).message_bytes(6) for label, c in compressors(True).items()}
-    assert size == {"exact": 24, "top_k(k=2)": 16, "random_k(k=2)": 8, "quantize(4)": 7,
-                    "sign": 5}
-    assert len(rows) == 2 * 2 * (3 + 2 * 4)
-    for row in rows:
-        per = 2 if row["method"] == "DIGing-SGLD" else 1
-        label, _, tau = row["compressor"].partition(", every ")
-        tau = int(tau or 1)                      # 4000 steps: rounds at k = 0, τ, 2τ, ...
-        assert row["bytes_per_agent_step"] == per * 4 * size[label] / tau, row
-        if row["error_feedback"] or label == "exact":
-            assert row["w2"] is not None and np.isfinite(row["w2"]), row
-    saved = json.loads((tmp_path / "communication.json").read_text())
-    assert saved["rows"] == rows and saved["config"]["num_agents"] == 20
-
-
 @pytest.mark.slow  # fast twin: test_sample_channel_option_counts_bytes
 def test_guide_example_runs():
     """docs/communication.md's example prints 100 steps x 2 messages x 2 links x 8 B."""

@@ -1,19 +1,33 @@
-"""The communication experiment: W2 to the exact posterior against bytes sent per agent.
+"""The communication experiment: each sampler's error against the bytes its agents send.
 
-``dgsgld reproduce communication --out DIR [--small]``. The paper's Bayesian linear regression
-(§4.1: ``N = 20`` agents, ``d = 6``, full local batches) on a static random 4-regular graph
-(four out-neighbours per agent, Metropolis–Hastings weights), in its i.i.d. split and the
-same data sorted by response (heterogeneous agents). DIGing-SGLD against DE-SGLD, each with exact float32 messages
-and with every compressor of :mod:`dgsgld.communication`, with and without CHOCO error
-feedback (``consensus`` γ fixed, not tuned), and exact messages every ``τ`` = 2 and 5 steps
-(local steps between). One step size for every row (not tuned either).
+``dgsgld reproduce communication --out DIR [--small]``. ``N = 20`` agents on a static random
+4-regular graph (four out-neighbours per agent, Metropolis–Hastings weights), full local
+batches, on two problems with messages of ``d = 6`` entries:
 
-Metric: each agent's W2 between the Gaussian fit of its ``C`` chains at iteration ``T`` and the
-exact posterior, averaged over agents (:func:`dgsgld.metrics.per_agent_w2`; its Monte Carlo
-floor at ``C`` chains is the exact rows' value, roughly). Bytes: what each agent sent over the
-``T`` steps (:meth:`dgsgld.communication.Channel.bytes_sent`), the same for every agent of a
-regular graph. Rows and the configuration go to ``communication.json``, the table to
-``communication.md``.
+- the paper's Bayesian linear regression (§4.1), in its i.i.d. split and (full run only) the
+  same data sorted by response (heterogeneous agents); metric: each agent's W2 between the
+  Gaussian fit of its ``C`` chains at iteration ``T`` and the exact posterior, averaged over
+  agents (:func:`dgsgld.metrics.per_agent_w2`; its Monte Carlo floor at ``C`` chains is
+  roughly the exact rows' value);
+- the synthetic Bayesian logistic regression (§4.2.1, ``d + 1 = 6`` parameters) with the
+  training set dealt out by label (each agent sees mostly one class); metric: each agent's
+  test accuracy at ``T``, averaged over its chains and over agents.
+
+DIGing-SGLD against DE-SGLD, each with exact float32 messages; exact messages every
+``τ`` ∈ {2, 5, 10} steps (local steps between); every compressor of
+:mod:`dgsgld.communication` without and with CHOCO error feedback (``consensus`` γ fixed, not
+tuned); event triggers (an agent sends when its message moved more than ``δ`` from the copy its
+neighbours hold); and stragglers (each agent active at a step with probability ``q``). One step
+size per problem for every row (not tuned either).
+
+Monte Carlo error: the standard error of each metric over the chains, by the delete-a-group
+jackknife over :data:`GROUPS` groups of chains (``se² = (G−1)/G Σ_g (m₋g − m̄)²`` with ``m₋g``
+the metric without group ``g``); it is the error of the rows' comparison given the data set,
+which is fixed. Bytes: what each agent sent over the ``T`` steps
+(:meth:`dgsgld.communication.Channel.bytes_sent`), averaged over agents and chains (the same
+for every agent of the regular graph unless triggers or stragglers make them differ). Rows and
+the configuration go to ``communication.json``, the table to ``communication.md``, metric
+against bytes to ``communication.png``.
 """
 
 from __future__ import annotations
@@ -24,16 +38,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .. import communication as comm
 from .. import metrics
 from .. import networks as nets
+from ..plots import pyplot
 from ..run import Output, sample
 from ..samplers import de_sgld, diging_sgld
-from .problems import linear_regression_problem, split_potentials
+from .problems import linear_regression_problem, logistic_regression_problem, split_potentials
 
-__all__ = ["channels", "communication_experiment", "compressors"]
+__all__ = ["GROUPS", "channels", "communication_experiment", "compressors", "plot_communication",
+           "table"]
+
+#: Groups of chains of the jackknife standard errors.
+GROUPS = 8
+METHODS = {"DIGing-SGLD": diging_sgld, "DE-SGLD": de_sgld}
 
 
 def compressors(small: bool) -> dict:
@@ -50,85 +71,163 @@ def compressors(small: bool) -> dict:
 
 
 def channels(small: bool, consensus: float) -> list[tuple[str, comm.Channel]]:
-    """``(label, channel)`` of every row: exact messages every step and every ``τ`` steps
-    (local steps between), and each compressor without and with error feedback."""
+    """``(label, channel)`` of every row: exact messages every step and every ``τ`` steps,
+    each compressor without and with error feedback, event triggers and stragglers."""
     out = [("exact", comm.Channel())]
-    out += [(f"exact, every {tau}", comm.Channel(every=tau)) for tau in (2, 5)]
+    out += [(f"exact, every {tau}", comm.Channel(every=tau)) for tau in (2, 5, 10)]
     for label, compressor in compressors(small).items():
         if label != "exact":
             out += [(label, comm.Channel(compressor)),
                     (label, comm.Channel(compressor, error_feedback=True,
                                          consensus=consensus))]
+    out += [(f"trigger δ={delta:g}", comm.Channel(threshold=delta)) for delta in (0.1, 0.3)]
+    out += [(f"stragglers q={q:g}", comm.Channel(activity=q)) for q in (0.9, 0.5)]
     return out
 
 
 def _config(small: bool, seed: int) -> dict:
-    return {"num_agents": 20, "num_chains": 64 if small else 200,
-            "num_steps": 4000 if small else 8000, "step_size": 0.001, "consensus": 0.3,
-            "seed": seed}
+    return {"num_agents": 20, "degree": 4, "num_chains": 64 if small else 200,
+            "num_steps": 4000 if small else 8000, "step_size": 0.001,
+            "logistic_step_size": 0.002, "consensus": 0.3, "groups": GROUPS,
+            "splits": ["iid"] if small else ["iid", "sorted"], "seed": seed}
+
+
+def _problems(cfg: dict):
+    """``(label, potential, problem, step size)`` of every problem the rows run on."""
+    linear = linear_regression_problem(cfg["seed"], num_agents=cfg["num_agents"])
+    for split, potential in split_potentials(linear).items():
+        if split in cfg["splits"]:
+            yield f"linear, {split}", potential, linear, cfg["step_size"]
+    logistic = logistic_regression_problem(cfg["seed"], num_agents=cfg["num_agents"],
+                                           partition="by_label")
+    yield "logistic, by label", logistic.potential(), logistic, cfg["logistic_step_size"]
+
+
+def _leave_group_out(x: np.ndarray, groups: int) -> np.ndarray:
+    """``(C − C/G, G, ...)``: slot ``g`` holds the chains of ``x`` (``(C, ...)``) without group
+    ``g`` (groups of consecutive chains)."""
+    c = x.shape[0] - x.shape[0] % groups
+    group = np.arange(c) // (c // groups)
+    return np.stack([x[:c][group != g] for g in range(groups)], axis=1)
+
+
+def _jackknife(parts: np.ndarray) -> float:
+    """Delete-a-group jackknife standard error from the ``(G,)`` leave-one-group-out values."""
+    g = parts.shape[0]
+    return float(np.sqrt((g - 1) / g * np.sum((parts - parts.mean()) ** 2)))
+
+
+def _score(problem, final: np.ndarray, groups: int) -> tuple[str, float, float]:
+    """``(metric name, value, jackknife standard error)`` of the final positions ``(C, N, d)``."""
+    if problem.posterior_mean is not None:
+        mean, cov = problem.posterior_mean, problem.posterior_cov
+        full = float(np.mean(np.asarray(metrics.per_agent_w2(final[:, None], mean, cov))))
+        parts = np.asarray(metrics.per_agent_w2(_leave_group_out(final, groups), mean, cov))
+        return "w2", full, _jackknife(parts.mean(axis=1))
+    acc = np.asarray(problem.test_accuracy(jnp.asarray(final)), np.float64)     # (C, N)
+    full = float(acc.mean())
+    return "accuracy", full, _jackknife(_leave_group_out(acc, groups).mean(axis=(0, 2)))
 
 
 def communication_experiment(out: str | Path, *, small: bool = False, seed: int = 0,
-                             logger: Callable | None = print) -> list[dict]:
-    """Run every row, write ``communication.json`` and ``communication.md`` into ``out``, and
-    return the rows (dicts: split, method, compressor, error_feedback, bytes_per_agent,
-    bytes_per_agent_step, w2 (``None`` where a chain diverged), diverged)."""
+                             plot: bool = True, logger: Callable | None = print) -> list[dict]:
+    """Run every row, write ``communication.json``, ``communication.md`` and (``plot``)
+    ``communication.png`` into ``out``, and return the rows (dicts: problem, method,
+    channel, error_feedback, bytes_per_agent, bytes_per_agent_step, metric ("w2" or
+    "accuracy"), value and se (``None`` where a chain diverged), diverged)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = _config(small, seed)
-    problem = linear_regression_problem(seed, num_agents=cfg["num_agents"])
-    mean, cov = problem.posterior_mean, problem.posterior_cov
-    mixing = nets.random_regular(cfg["num_agents"], 4, seed)
+    mixing = nets.random_regular(cfg["num_agents"], cfg["degree"], seed)
     key = jax.random.key(seed)
-    init = jax.random.normal(jax.random.fold_in(key, 1),
-                             (cfg["num_chains"], cfg["num_agents"], problem.dim))
     steps = cfg["num_steps"]
     keep = Output(thin=steps, positions=True)
     rows, start = [], time.perf_counter()
-    for split, potential in split_potentials(problem).items():
-        for method, make in (("DIGing-SGLD", diging_sgld), ("DE-SGLD", de_sgld)):
+    for name, potential, problem, eta in _problems(cfg):
+        init = jax.random.normal(jax.random.fold_in(key, 1),
+                                 (cfg["num_chains"], cfg["num_agents"], problem.dim))
+        for method, make in METHODS.items():
             for label, channel in channels(small, cfg["consensus"]):
                 ef = channel.error_feedback
-                trace = sample(make(cfg["step_size"]), potential, mixing, init, key, steps,
+                trace = sample(make(eta), potential, mixing, init, key, steps,
                                output=keep, channel=channel, on_divergence="flag")
-                sent = channel.bytes_sent(trace.state)        # (C, N), equal over chains
+                sent = channel.bytes_sent(trace.state)        # (C, N)
                 diverged = bool(np.asarray(trace.diverged).any())
-                w2 = (None if diverged else float(np.mean(np.asarray(
-                    metrics.per_agent_w2(trace.positions[:, -1:], mean, cov)))))
-                row = {"split": split, "method": method, "compressor": label,
+                kind, value, se = ("w2" if problem.posterior_mean is not None else "accuracy",
+                                   None, None)
+                if not diverged:
+                    kind, value, se = _score(problem, np.asarray(trace.positions[:, -1]),
+                                             cfg["groups"])
+                row = {"problem": name, "method": method, "channel": label,
                        "error_feedback": ef, "bytes_per_agent": float(sent.mean()),
-                       "bytes_per_agent_step": float(sent.mean()) / steps, "w2": w2,
-                       "diverged": diverged}
+                       "bytes_per_agent_step": float(sent.mean()) / steps, "metric": kind,
+                       "value": value, "se": se, "diverged": diverged}
                 rows.append(row)
                 if logger is not None:
-                    logger(f"{split:6s} {method:11s} {label:14s} EF={ef!s:5s} "
+                    logger(f"{name:18s} {method:11s} {label:16s} EF={ef!s:5s} "
                            f"bytes/agent/step {row['bytes_per_agent_step']:7.1f}  "
-                           f"W2 {_w2(w2)}")
+                           f"{kind} {_cell(row)}")
     cfg["seconds"] = time.perf_counter() - start
     (out / "communication.json").write_text(json.dumps({"config": cfg, "rows": rows},
                                                        indent=1))
     (out / "communication.md").write_text(table(rows))
+    if plot:
+        plot_communication(rows, out / "communication.png")
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown table: one line per split, compressor and error feedback; W2 per method."""
-    lines = ["| split | compressor | EF | bytes/agent/step | W2 DIGing-SGLD | W2 DE-SGLD |",
-             "|---|---|---|---:|---:|---:|"]
-    index = {(r["split"], r["method"], r["compressor"], r["error_feedback"]): r for r in rows}
-    seen = []
-    for r in rows:
-        k = (r["split"], r["compressor"], r["error_feedback"])
-        if k in seen:
-            continue
-        seen.append(k)
-        w2 = [_w2(index[(k[0], m, k[1], k[2])]["w2"]) if (k[0], m, k[1], k[2]) in index
-              else "" for m in ("DIGing-SGLD", "DE-SGLD")]
-        lines.append(f"| {k[0]} | {k[1]} | {'yes' if k[2] else 'no'} | "
-                     f"{r['bytes_per_agent_step']:.1f} | {w2[0]} | {w2[1]} |")
-    return "\n".join(lines) + "\n"
+    """Markdown: per problem, one line per channel and error feedback, bytes per agent and
+    step per method and each method's metric ± its jackknife standard error."""
+    lines = []
+    for problem in dict.fromkeys(r["problem"] for r in rows):
+        sub = [r for r in rows if r["problem"] == problem]
+        metric = "W2" if sub[0]["metric"] == "w2" else "test accuracy"
+        lines += [f"**{problem}** ({metric} at T; ± jackknife standard error over chains)", "",
+                  ("| channel | EF | bytes/agent/step DIGing | DIGing-SGLD | "
+                   "bytes/agent/step DE | DE-SGLD |"), "|---|---|---:|---:|---:|---:|"]
+        index = {(r["method"], r["channel"], r["error_feedback"]): r for r in sub}
+        for k in dict.fromkeys((r["channel"], r["error_feedback"]) for r in sub):
+            cells = []
+            for m in METHODS:
+                r = index.get((m,) + k)
+                cells += ["", ""] if r is None else [f"{r['bytes_per_agent_step']:.1f}",
+                                                     _cell(r)]
+            lines.append(f"| {k[0]} | {'yes' if k[1] else 'no'} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
-def _w2(w2) -> str:
-    """``None`` (or NaN): the run diverged."""
-    return "diverged" if w2 is None or np.isnan(w2) else f"{w2:.4f}"
+def _cell(row: dict) -> str:
+    if row["value"] is None:
+        return "diverged"
+    digits = 4 if row["metric"] == "w2" else 3
+    return f"{row['value']:.{digits}f} ± {row['se']:.{digits}f}"
+
+
+def plot_communication(rows: list[dict], path: str | Path) -> Path:
+    """One panel per problem: the metric (± its standard error) against bytes per agent and
+    step, a colour per method, filled markers with error feedback."""
+    plt = pyplot(headless=True)
+    problems = list(dict.fromkeys(r["problem"] for r in rows))
+    fig, axes = plt.subplots(1, len(problems), figsize=(5 * len(problems), 4), squeeze=False)
+    for ax, problem in zip(axes[0], problems):
+        for colour, method in zip(("C0", "C1"), METHODS):
+            for ef in (False, True):
+                sub = [r for r in rows if r["problem"] == problem and r["method"] == method
+                       and r["error_feedback"] == ef and r["value"] is not None]
+                if not sub:
+                    continue
+                ax.errorbar([r["bytes_per_agent_step"] for r in sub],
+                            [r["value"] for r in sub], [r["se"] for r in sub], fmt="o",
+                            color=colour, mfc=colour if ef else "none",
+                            label=f"{method}{', EF' if ef else ''}")
+        kind = next(r["metric"] for r in rows if r["problem"] == problem)
+        ax.set(xscale="log", yscale="log" if kind == "w2" else "linear",
+               xlabel="bytes per agent and step", title=problem,
+               ylabel="W2 to the posterior" if kind == "w2" else "test accuracy")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)

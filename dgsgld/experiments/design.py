@@ -53,7 +53,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -148,39 +147,10 @@ def _problem(figure: str, data_seed: int, cfg: dict) -> Problem:
 
 
 def laplace_quadratic(problem: Problem, *, max_iterations: int = 100) -> exact.Quadratic:
-    """The agents' quadratics of the Laplace approximation at the MAP, in float64.
-
-    Newton's method on ``Σ_i f_i`` (every agent at the same point) finds the MAP ``x̂``; then
-    ``A_i = ∇²f_i(x̂)`` and ``b_i = A_i x̂ − ∇f_i(x̂)``, so ``Σ_i ∇f_i`` vanishes at ``x̂`` and the
-    quadratics' target is ``N(x̂, (Σ_i A_i)⁻¹)``. Exact for a quadratic potential (one Newton
-    step), a local model for any other.
-
-    Returns:
-        :class:`dgsgld.theory.Quadratic` with ``(N, p, p)`` and ``(N, p)`` NumPy arrays.
-    """
-    potential = problem.potential()
-    n, p = problem.num_agents, problem.dim
-    with jax.enable_x64(True):
-        def parts(x):
-            A, g = _laplace_parts(potential, jnp.broadcast_to(jnp.asarray(x, jnp.float64), (n, p)))
-            return np.asarray(A, np.float64), np.asarray(g, np.float64)
-
-        x = np.zeros(p)
-        for _ in range(max_iterations):
-            A, g = parts(x)
-            step = np.linalg.solve(A.sum(0), g.sum(0))
-            x = x - step
-            if np.max(np.abs(step)) <= 1e-10 * (1.0 + np.max(np.abs(x))):
-                break
-        A, g = parts(x)
-    return exact.Quadratic(A, np.einsum("iab,b->ia", A, x) - g)
-
-
-@eqx.filter_jit
-def _laplace_parts(potential, x):
-    """``(∇²f_i(x_i) (N, p, p) symmetrized, ∇f_i(x_i) (N, p))``."""
-    A = exact.agent_hessians(potential, x)
-    return 0.5 * (A + jnp.swapaxes(A, 1, 2)), potential.full_grad(x)
+    """:func:`dgsgld.theory.laplace_quadratic` of ``problem``'s full-batch potential, Newton
+    started at 0: the agents' quadratics at the MAP, exact for the linear problem."""
+    return exact.laplace_quadratic(problem.potential(), np.zeros(problem.dim),
+                                   max_iterations=max_iterations)
 
 
 def _last_position(trace):

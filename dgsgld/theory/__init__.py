@@ -50,6 +50,7 @@ from .exact import StationaryMoments as StationaryMoments
 from .exact import agent_hessians as agent_hessians
 from .exact import exact_moments as exact_moments
 from .exact import exact_w2 as exact_w2
+from .exact import laplace_quadratic as laplace_quadratic
 from .exact import linear_recursion as linear_recursion
 from .exact import push_recursion as push_recursion
 from .exact import loglog_slope as loglog_slope

@@ -20,7 +20,7 @@ import numpy as np
 from .. import networks
 from .._types import ArrayLike, PRNGKey
 from .bounds import BoundInputs
-from .exact import Quadratic, agent_hessians, exact_moments
+from .exact import Quadratic, agent_hessians, exact_moments, laplace_quadratic
 
 __all__ = [
     "Curvature",
@@ -232,8 +232,8 @@ def bound_inputs(
         step_size: ``η``.
         key: PRNG key.
         B: window length; default :func:`choose_window`.
-        x_star: minimizer of ``f``; default: solved exactly for a quadratic, else by BFGS from
-            the mean initial position.
+        x_star: minimizer of ``f``; default: Newton's method from the mean initial position
+            (:func:`dgsgld.theory.laplace_quadratic`; one step for a quadratic).
         sigma2: overrides the ``σ²`` estimate.
         curvature_points: extra ``(M, N, d)`` points for the ``μ, L`` estimate.
 
@@ -258,7 +258,8 @@ def bound_inputs(
     if sigma2 is None:
         sigma2 = estimate_sigma2(potential, points, noise_key).sigma2
     if x_star is None:
-        x_star = _minimizer(potential, jnp.mean(init, axis=(0, 1)), curv.exact)
+        start = np.mean(np.asarray(init, np.float64), axis=(0, 1))
+        x_star = laplace_quadratic(potential, start).minimizer()
     x_star = np.asarray(x_star, np.float64)
 
     def consensus(state):
@@ -291,16 +292,3 @@ def bound_inputs(
         x_consensus=np.sqrt(x_sq.mean(axis=0)),
         y_consensus=np.sqrt(y_sq.mean(axis=0)),
     )
-
-
-def _minimizer(potential, start, quadratic: bool) -> np.ndarray:
-    """``argmin_x Σ_i f_i(x)``: one Newton step for a quadratic, BFGS otherwise."""
-    N = potential.num_agents
-    stacked = jnp.broadcast_to(start, (N, start.shape[0]))
-    if quadratic:
-        H = jnp.sum(agent_hessians(potential, stacked), axis=0)
-        g = jnp.sum(potential.full_grad(stacked), axis=0)
-        return np.asarray(start - jnp.linalg.solve(H, g))
-    from jax.scipy.optimize import minimize
-
-    return np.asarray(minimize(potential.value, start, method="BFGS").x)

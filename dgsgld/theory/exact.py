@@ -62,6 +62,7 @@ __all__ = [
     "agent_hessians",
     "exact_moments",
     "exact_w2",
+    "laplace_quadratic",
     "linear_recursion",
     "push_recursion",
     "loglog_slope",
@@ -171,6 +172,52 @@ def quadratic_from_potential(potential, position: ArrayLike, *, rtol: float = 1e
             f"{float(err):.3g} (tolerance {rtol * float(scale):.3g})."
         )
     return Quadratic(A, b)
+
+
+def laplace_quadratic(potential, start: ArrayLike, *, max_iterations: int = 100) -> Quadratic:
+    """The agents' quadratics of the Laplace approximation at the MAP, in float64.
+
+    Newton's method on ``Σ_i f_i`` with every agent at the same point (from ``start``)
+    finds the MAP ``x̂``; then ``A_i = ∇²f_i(x̂)`` and
+    ``b_i = A_i x̂ − ∇f_i(x̂)``, so ``Σ_i ∇f_i`` vanishes at ``x̂`` and the quadratics' target
+    ``Quadratic.target()`` is ``N(x̂, (Σ_i A_i)⁻¹)``. Exact for a quadratic potential (one
+    Newton step), a local model for any other; ``Σ_i f_i`` should be strongly convex (the
+    theory's assumption), else Newton may not converge.
+
+    Args:
+        potential: a ``dgsgld.Potential`` with flat ``(d,)`` parameters.
+        start: ``(d,)`` first Newton point.
+        max_iterations: Newton steps at most; it stops when a step is below ``1e-10``
+            relative to the point.
+
+    Returns:
+        :class:`Quadratic` with ``(N, d, d)`` and ``(N, d)`` float64 NumPy arrays.
+    """
+    n = potential.num_agents
+    with jax.enable_x64(True):
+        def parts(x):
+            A, g = _laplace_parts(potential, jnp.broadcast_to(jnp.asarray(x, jnp.float64),
+                                                              (n, x.shape[0])))
+            return np.asarray(A, np.float64), np.asarray(g, np.float64)
+
+        x = np.asarray(start, np.float64)
+        if x.ndim != 1:
+            raise ValueError(f"`start` must be a flat (d,) point; got shape {x.shape}.")
+        for _ in range(max_iterations):
+            A, g = parts(x)
+            step = np.linalg.solve(A.sum(0), g.sum(0))
+            x = x - step
+            if np.max(np.abs(step)) <= 1e-10 * (1.0 + np.max(np.abs(x))):
+                break
+        A, g = parts(x)
+    return Quadratic(A, np.einsum("iab,b->ia", A, x) - g)
+
+
+@eqx.filter_jit
+def _laplace_parts(potential, x):
+    """``(∇²f_i(x_i) (N, d, d) symmetrized, ∇f_i(x_i) (N, d))``."""
+    A = _agent_hessians(potential, x)
+    return 0.5 * (A + jnp.swapaxes(A, 1, 2)), potential.full_grad(x)
 
 
 @eqx.filter_jit
