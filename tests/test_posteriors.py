@@ -231,29 +231,44 @@ def test_bench_small_runs_without_numpyro(tmp_path):
     assert "| gaussian_linear | ring | DIGing-SGLD |" in (tmp_path / "leaderboard.md").read_text()
 
 
-@pytest.mark.slow  # fast twin: none (one compile per sampler); the bench's byte counts
-def test_bench_byte_counts_are_the_messages_the_samplers_send():
-    # Method.vectors must be what dgsgld.communication counts: on a ring of 4 (2 neighbours),
-    # each agent sends vectors x 2 messages per step.
-    import functools
+#: Messages each agent sends each out-neighbour per step, from the samplers' update rules
+#: (DIGing: position and tracker; EXTRA: the position before and after the step; DE, D-ULA,
+#: DE-SGHMC: the position): the independent count the bench's accounting is checked against.
+MESSAGES_PER_STEP = {"DIGing-SGLD": 2, "DE-SGLD": 1, "EXTRA-SGLD": 2, "DIGing-SGHMC": 2,
+                     "DE-SGHMC": 1, "D-ULA": 1, "DIGing-SGLD+SVRG": 2, "DIGing-SGLD+SAGA": 2,
+                     "SGLD (centralized)": 0}
+
+
+# One compile per sampler (~2 s each): DE-SGHMC and the centralized sampler in the default run.
+@pytest.mark.parametrize("name", [n if n in ("DE-SGHMC", "SGLD (centralized)") else
+                                  pytest.param(n, marks=pytest.mark.slow)
+                                  for n in MESSAGES_PER_STEP])
+def test_bench_bytes_are_the_messages_the_samplers_send(name):
+    # The bench's bytes come from the channel's own accounting; they must equal messages per
+    # step x 4 d bytes (float32) x out-neighbours (ring of 4: 2 each, 8 in all) x steps x
+    # chains of one seed, and 0 for the centralized sampler. Exact integers: no tolerance.
+    import dataclasses
 
     import dgsgld
-    from dgsgld import communication, networks
-    from dgsgld.posteriors.bench import SAMPLERS
+    from dgsgld import networks
+    from dgsgld.posteriors.bench import SAMPLERS, BenchSettings, run_chains
 
-    data = (jnp.ones((4, 3, 2)), jnp.ones((4, 3)))
-    potential = dgsgld.Potential(lambda t, d: -0.5 * (d[0] @ t - d[1]) ** 2,
+    assert set(SAMPLERS) == set(MESSAGES_PER_STEP)
+    method = SAMPLERS[name]
+    d, steps = 2, 3
+    settings = dataclasses.replace(BenchSettings.small(), seeds=2, chains=2, num_steps=steps,
+                                   thin=1)
+    data = (jnp.ones((4, 3, d)), jnp.ones((4, 3)))
+    potential = dgsgld.Potential(lambda t, x: -0.5 * (x[0] @ t - x[1]) ** 2,
                                  lambda t: -0.5 * t @ t, data, 1)
-    for name, method in SAMPLERS.items():
-        if method.vectors == 0:
-            assert not method.make(0.01).decentralized
-            continue
-        make = (functools.partial(method.make, num_agents=4) if method.takes_num_agents
-                else method.make)
-        trace = dgsgld.sample(make(0.01), potential, networks.ring(4), jnp.zeros((1, 4, 2)),
-                              jax.random.key(0), 3, channel=communication.Channel(),
-                              output=dgsgld.Output(trace_fn=communication.messages_sent))
-        assert (np.asarray(trace.values)[0, -1] == 3 * 2 * method.vectors).all(), name
+    algorithm = method.builder(4)(0.01)
+    total = settings.seeds * settings.chains
+    if method.centralized:
+        init, mixing = jnp.zeros((total, d)), None
+    else:
+        init, mixing = jnp.zeros((total, 4, d)), networks.ring(4)
+    _, sent = run_chains(algorithm, potential, mixing, init, jax.random.key(0), settings)
+    assert sent == MESSAGES_PER_STEP[name] * 4 * d * 8 * steps * settings.chains
 
 
 def test_leaderboard_figure_has_one_marker_per_method_and_target(tmp_path):

@@ -14,17 +14,20 @@ standard error over seeds. The ``reference`` row scores the reference's own draw
 half against the other; KSD: a subsample of the same size): the floor at that sample size.
 
 Every sampler is a function of one step ``h`` on the SGLD scale, which the proposer tunes:
-DIGing-SGHMC runs at ``η = √h`` with friction ``γ = 0.5/η`` (``γη = 1`` would make it
-DIGing-SGLD at step ``h``); D-ULA at ``α_k = (h/N)/(k+1)^0.3`` with consensus weight
-``β_k = 1/(k+1)^0.1`` (its local step ``Nα`` is DE-SGLD's ``h``), as in
+DIGing-SGHMC and DE-SGHMC run at ``η = √h`` with friction ``γ = 0.5/η`` (``γη = 1`` would make
+them DIGing-SGLD and DE-SGLD at step ``h``); D-ULA at ``α_k = (h/N)/(k+1)^0.3`` with consensus
+weight ``β_k = 1/(k+1)^0.1`` (its local step ``Nα`` is DE-SGLD's ``h``), as in
 :mod:`dgsgld.experiments.methods`. DIGing-SGLD+SVRG refreshes each agent's anchor every
-:data:`SVRG_PERIOD` steps and draws mini-batches of the target's size, or of one datum where
-the other samplers use full local batches (its point: full-batch accuracy from one datum).
+:data:`SVRG_PERIOD` steps; it and DIGing-SGLD+SAGA draw mini-batches of the target's size, or of
+one datum where the other samplers use full local batches (their point: full-batch accuracy
+from one datum).
 
-Bytes sent count the float32 vectors each agent sends each neighbour per step (DIGing-SGLD,
-DIGing-SGHMC: position and tracker; EXTRA-SGLD: the position before and after the step; DE-SGLD
-and D-ULA: the position), as :func:`dgsgld.communication.messages_sent` counts them, over the
-whole run and all chains of one seed.
+Bytes sent are the toolkit's own count: every decentralized run goes through an exact
+:class:`dgsgld.communication.Channel` (the same numbers as no channel), and
+:meth:`~dgsgld.communication.Channel.bytes_sent` of the run's final state counts the messages
+each agent sent (:func:`dgsgld.communication.messages_sent`) times their size (float32
+vectors of ``d`` entries), summed over agents and the chains of one seed (the mean over
+seeds); 0 for the centralized sampler.
 """
 
 from __future__ import annotations
@@ -41,37 +44,61 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import gradients, networks, stepsize
+from .. import communication, gradients, networks, stepsize
 from ..plots import pyplot
 from ..run import Output, sample
-from ..samplers import PolynomialDecay, d_ula, de_sgld, diging_sghmc, diging_sgld, extra_sgld, sgld
+from ..samplers import (
+    PolynomialDecay,
+    d_ula,
+    de_sghmc,
+    de_sgld,
+    diging_sghmc,
+    diging_sgld,
+    extra_sgld,
+    sgld,
+)
 from .references import available, load_reference
 from .scores import ksd, moment_errors, predictive_scores, stein_scores, wasserstein2
 from .targets import TARGETS, get_target
 
-__all__ = ["SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure"]
+__all__ = ["SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
+           "run_chains"]
 
 #: SVRG's anchor refresh period (steps) in the benchmark.
 SVRG_PERIOD = 10
-#: ``γη`` of DIGing-SGHMC in the benchmark.
+#: ``γη`` of DIGing-SGHMC and DE-SGHMC in the benchmark.
 FRICTION_PRODUCT = 0.5
 
 
 class Method(NamedTuple):
-    """A benchmark row's sampler: ``make(h)`` at the proposer's step ``h``; ``vectors`` the
-    float vectors sent per neighbour per step (0: centralized); ``control_variate`` whether it
-    draws mini-batches even where the others use full local batches; ``takes_num_agents``
-    whether ``make`` takes ``num_agents=`` too."""
+    """A benchmark row's sampler: ``make(h)`` at the proposer's step ``h``;
+    ``control_variate`` whether it draws mini-batches even where the others use full local
+    batches; ``takes_num_agents`` whether ``make`` takes ``num_agents=`` too."""
 
     make: Callable
-    vectors: int
     control_variate: bool = False
     takes_num_agents: bool = False
+
+    def builder(self, num_agents: int) -> Callable:
+        """``h -> sampler`` for a network of ``num_agents``."""
+        if self.takes_num_agents:
+            return functools.partial(self.make, num_agents=num_agents)
+        return self.make
+
+    @property
+    def centralized(self) -> bool:
+        """Whether the sampler has no network (and sends nothing)."""
+        return not self.builder(1)(1.0).decentralized
 
 
 def _diging_sghmc(h):
     eta = jnp.sqrt(h)
     return diging_sghmc(eta, FRICTION_PRODUCT / eta)
+
+
+def _de_sghmc(h):
+    eta = jnp.sqrt(h)
+    return de_sghmc(eta, FRICTION_PRODUCT / eta)
 
 
 def _d_ula(h, num_agents):
@@ -82,15 +109,21 @@ def _diging_svrg(h):
     return diging_sgld(h, estimator=gradients.svrg(update_every=SVRG_PERIOD))
 
 
+def _diging_saga(h):
+    return diging_sgld(h, estimator=gradients.saga())
+
+
 #: name -> :class:`Method`.
 SAMPLERS = {
-    "DIGing-SGLD": Method(diging_sgld, 2),
-    "DE-SGLD": Method(de_sgld, 1),
-    "EXTRA-SGLD": Method(extra_sgld, 2),
-    "DIGing-SGHMC": Method(_diging_sghmc, 2),
-    "D-ULA": Method(_d_ula, 1, takes_num_agents=True),
-    "DIGing-SGLD+SVRG": Method(_diging_svrg, 2, control_variate=True),
-    "SGLD (centralized)": Method(sgld, 0),
+    "DIGing-SGLD": Method(diging_sgld),
+    "DE-SGLD": Method(de_sgld),
+    "EXTRA-SGLD": Method(extra_sgld),
+    "DIGing-SGHMC": Method(_diging_sghmc),
+    "DE-SGHMC": Method(_de_sghmc),
+    "D-ULA": Method(_d_ula, takes_num_agents=True),
+    "DIGing-SGLD+SVRG": Method(_diging_svrg, control_variate=True),
+    "DIGing-SGLD+SAGA": Method(_diging_saga, control_variate=True),
+    "SGLD (centralized)": Method(sgld),
 }
 NETWORKS = {"ring": networks.ring, "complete": networks.complete}
 
@@ -127,12 +160,26 @@ class BenchSettings:
                    networks=tuple(NETWORKS))
 
 
+def run_chains(algorithm, potential, mixing, init, key, settings: BenchSettings):
+    """One benchmark run of ``algorithm`` from ``init`` (leaves ``(seeds * chains, [N,] d)``):
+    ``(trace, bytes_sent)``, the bytes the agents sent over the run summed over agents and
+    the chains of one seed (the mean over seeds), counted by an exact
+    :class:`dgsgld.communication.Channel` (0 for a centralized sampler)."""
+    channel = communication.Channel() if algorithm.decentralized else None
+    trace = sample(algorithm, potential, mixing, init, key, settings.num_steps,
+                   output=Output(thin=settings.thin), on_divergence="flag", channel=channel)
+    if channel is None:
+        return trace, 0
+    per_chain = np.sum(channel.bytes_sent(trace.state), axis=-1)  # (seeds * chains,)
+    per_seed = per_chain.reshape(settings.seeds, settings.chains).sum(axis=1)
+    return trace, round(float(per_seed.mean()))
+
+
 def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
     method = SAMPLERS[sampler_name]
-    make, vectors, n = method.make, method.vectors, settings.num_agents
-    if method.takes_num_agents:
-        make = functools.partial(make, num_agents=n)
-    centralized = vectors == 0
+    n = settings.num_agents
+    make = method.builder(n)
+    centralized = method.centralized
     mixing = None if centralized else NETWORKS[network_name](n)
     total = settings.seeds * settings.chains
     init_key, pilot_key, run_key = jax.random.split(key, 3)
@@ -146,8 +193,7 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
                                         num_steps=settings.pilot_steps,
                                         num_step_sizes=settings.pilot_grid, curvature_at=at)
     h = float(report.step_size)
-    trace = sample(make(h), potential, mixing, init, run_key, settings.num_steps,
-                   output=Output(thin=settings.thin), on_divergence="flag")
+    trace, sent = run_chains(make(h), potential, mixing, init, run_key, settings)
     positions = np.asarray(trace.positions)  # (chains, kept, [N,] d)
     wall = time.perf_counter() - t0
     if centralized:
@@ -164,8 +210,6 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
         pick = rng.choice(draws.shape[0], min(settings.score_size, draws.shape[0]),
                           replace=False)
         per_seed.append(_scores(target, ref, potential, draws[pick]))
-    edges = 0 if centralized else int(np.count_nonzero(np.asarray(mixing.matrix_at(0)))) - n
-    sent = vectors * edges * target.dim * 4 * settings.num_steps * settings.chains
     return {"step_size": h, "wall_s": wall, "bytes_sent": sent,
             "diverged": int(np.sum(np.asarray(trace.diverged))), "seeds": per_seed}
 
@@ -244,13 +288,13 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
         for network in settings.networks:
             for s, sampler_name in enumerate(settings.samplers):
                 method = SAMPLERS[sampler_name]
-                if method.vectors == 0 and network != settings.networks[0]:
+                if method.centralized and network != settings.networks[0]:
                     continue  # the centralized sampler has no network
                 run_key = jax.random.fold_in(jax.random.fold_in(key, t), s)
                 pot, b = (cv_potential, cv_batch) if method.control_variate else (potential,
                                                                                    batch)
                 r = _one_run(target, ref, pot, sampler_name, network, settings, run_key)
-                row = {"target": name, "network": "-" if method.vectors == 0
+                row = {"target": name, "network": "-" if method.centralized
                        else network, "sampler": sampler_name, "step_size": r["step_size"],
                        "wall_s": r["wall_s"], "bytes_sent": r["bytes_sent"],
                        "diverged": r["diverged"], "batch_size": b,
