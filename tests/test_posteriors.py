@@ -229,6 +229,12 @@ def test_bench_small_runs_without_numpyro(tmp_path):
     assert rows[("gaussian_linear", "DIGing-SGLD")]["batch_size"] is None
     assert (tmp_path / "leaderboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| gaussian_linear | ring | DIGing-SGLD |" in (tmp_path / "leaderboard.md").read_text()
+    # SBC of the three simulated targets: the exact draws and the two samplers on each.
+    cells = {(c["target"], c["sampler"]) for c in result["sbc"]}
+    assert cells == {("gaussian_linear", "exact")} | {
+        (t, s) for t in ("gaussian_linear", "poisson_linnerud", "logistic_breast_cancer")
+        for s in ("DIGing-SGLD", "DE-SGLD")}
+    assert (tmp_path / "sbc_ranks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 #: Messages each agent sends each out-neighbour per step, from the samplers' update rules
@@ -519,6 +525,52 @@ def test_sbc_of_a_well_tuned_diging_sghmc_on_the_logistic_target():
     wide = sbc_ranks(centre + 1.5 * (draws - centre), out["truth"])
     p = np.stack([rank_uniformity(wide[:, i], 7, num_bins=4) for i in range(4)])
     assert np.median(p) < 1e-2, np.sort(p.ravel())
+
+
+@pytest.mark.slow  # fast twin: test_bench_writes_the_sbc_cells (per-data-set steps run there)
+def test_sbc_run_with_one_step_per_data_set_is_the_run_at_that_step():
+    # step_sizes all equal to h: the same chains as the sampler built at h (the same keys; the
+    # step a traced leaf instead of a constant, so float32 rounding may differ: rtol 1e-4 on
+    # draws of size ~1 after 20 steps).
+    from dgsgld import diging_sgld, networks
+    from dgsgld.posteriors.sbc import sbc_run
+
+    kw = {"num_datasets": 3, "num_draws": 2, "num_steps": 20}
+    fixed = sbc_run("gaussian_linear", diging_sgld(1e-3), networks.ring(4), jax.random.key(0),
+                    **kw)
+    per_set = sbc_run("gaussian_linear", diging_sgld, networks.ring(4), jax.random.key(0),
+                      step_sizes=lambda y: np.full(len(y), 1e-3), **kw)
+    np.testing.assert_allclose(per_set["draws"], fixed["draws"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(per_set["step_sizes"], np.full(3, 1e-3))
+
+
+def test_bench_writes_the_sbc_cells(tmp_path):
+    # No leaderboard targets, SBC on the Gaussian anchor only: the exact cell and DIGing-SGLD's
+    # at h = 0.1 / lambda_max of the posterior precision, their p-values in the JSON and the
+    # Markdown, the ranks and their figure in files. (Calibration itself: the SBC tests above.)
+    import dataclasses
+
+    from dgsgld.posteriors.bench import BenchSettings, bench_posteriors
+    from dgsgld.posteriors.sbc import curvature_scale, simulate
+
+    settings = dataclasses.replace(
+        BenchSettings.small(), targets=(), sbc_targets=("gaussian_linear",),
+        sbc_samplers=("DIGing-SGLD",), sbc_datasets=12, sbc_draws=3, sbc_steps=10)
+    result = bench_posteriors(tmp_path, settings, log=lambda *_: None)
+    exact, diging = result["sbc"]
+    assert (exact["sampler"], diging["sampler"]) == ("exact", "DIGing-SGLD")
+    assert np.asarray(exact["pvalues"]).shape == (1, 6)
+    assert np.asarray(diging["pvalues"]).shape == (4, 6) and diging["tests"] == 24
+    h = 0.1 / curvature_scale("gaussian_linear", simulate("gaussian_linear", 0, 2)[1])[0]
+    assert diging["h_min"] == diging["h_max"] == pytest.approx(h, rel=1e-12)
+    assert diging["min_p"] == pytest.approx(min(map(min, diging["pvalues"])))
+    assert json.loads((tmp_path / "leaderboard.json").read_text())["sbc"] == result["sbc"]
+    ranks = json.loads((tmp_path / "sbc_ranks.json").read_text())
+    assert np.asarray(ranks[1]["ranks"]).shape == (12, 4, 6)
+    assert "| gaussian_linear | ring | DIGing-SGLD | 12 x 3 | 10 |" in (
+        tmp_path / "leaderboard.md").read_text()
+    if (tmp_path / "sbc_ranks.png").exists():  # with matplotlib
+        assert (tmp_path / "sbc_ranks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_rank_histograms_draw_each_agents_bin_counts():

@@ -57,12 +57,13 @@ from ..samplers import (
     extra_sgld,
     sgld,
 )
+from . import sbc
 from .references import available, load_reference
 from .scores import ksd, moment_errors, predictive_scores, stein_scores, wasserstein2
 from .targets import TARGETS, get_target
 
 __all__ = ["SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
-           "run_chains"]
+           "run_chains", "sbc_cells", "sbc_figure"]
 
 #: SVRG's anchor refresh period (steps) in the benchmark.
 SVRG_PERIOD = 10
@@ -130,7 +131,14 @@ NETWORKS = {"ring": networks.ring, "complete": networks.complete}
 
 @dataclass(frozen=True)
 class BenchSettings:
-    """What one benchmark run does (``small()`` and ``full()`` are the command's sizes)."""
+    """What one benchmark run does (``small()`` and ``full()`` are the command's sizes).
+
+    The ``sbc_*`` fields size the calibration runs (:func:`sbc_cells`): ``sbc_datasets``
+    simulated data sets of each of ``sbc_targets``, ``sbc_draws`` chains of ``sbc_steps``
+    steps per data set for each of ``sbc_samplers``, at the step ``h_s = sbc_step /
+    curvature_s`` of data set ``s`` (:func:`dgsgld.posteriors.sbc.curvature_scale`), ranks
+    in ``sbc_bins`` bins for the figure (the p-values use one bin per rank); no SBC when
+    ``sbc_targets`` is empty."""
 
     targets: tuple
     samplers: tuple
@@ -145,6 +153,13 @@ class BenchSettings:
     pilot_grid: int = 16
     score_size: int = 400
     max_batch: int = 32
+    sbc_targets: tuple = sbc.SIMULATED
+    sbc_samplers: tuple = ("DIGing-SGLD", "DE-SGLD")
+    sbc_datasets: int = 200
+    sbc_draws: int = 15
+    sbc_steps: int = 1000
+    sbc_step: float = 0.1
+    sbc_bins: int = 4
 
     @classmethod
     def small(cls) -> BenchSettings:
@@ -152,7 +167,7 @@ class BenchSettings:
                    samplers=("DIGing-SGLD", "SGLD (centralized)", "DIGing-SGHMC", "D-ULA",
                              "DIGing-SGLD+SVRG"), networks=("ring",),
                    seeds=2, chains=4, num_steps=1000, thin=5, pilot_steps=100, pilot_grid=8,
-                   score_size=200)
+                   score_size=200, sbc_datasets=40, sbc_draws=7, sbc_steps=500)
 
     @classmethod
     def full(cls) -> BenchSettings:
@@ -260,11 +275,82 @@ def _summary(per_seed):
     return out
 
 
+def sbc_cells(settings: BenchSettings, key, *, seed: int = 0, log=print) -> list:
+    """Simulation-based calibration (:mod:`dgsgld.posteriors.sbc`) of ``settings.sbc_samplers``
+    on the first network of ``settings.networks``, and of the exact posterior draws on the
+    Gaussian anchor: one dict per (target, sampler) with the chi-square p-values ``(N, d)``
+    (``(1, d)`` for the exact draws), their minimum, the number ``rejected`` below
+    ``0.01 / (N d)`` (Bonferroni at level 0.01 per cell), the ranks, the steps' range and the
+    wall time; a run with diverged chains has ``error`` instead of p-values."""
+    cells = []
+    n, network = settings.num_agents, settings.networks[0]
+    mixing = NETWORKS[network](n)
+    for t, name in enumerate(settings.sbc_targets):
+        names = get_target(name).names
+        size = {"target": name, "num_datasets": settings.sbc_datasets,
+                "num_draws": settings.sbc_draws, "names": list(names)}
+        if name == "gaussian_linear":
+            t0 = time.perf_counter()
+            theta, y = sbc.simulate(name, seed, settings.sbc_datasets)
+            ranks = sbc.sbc_ranks(sbc.exact_draws(y, settings.sbc_draws, seed=seed + 1),
+                                  theta)[:, None]
+            cells.append(_sbc_cell(size | {"sampler": "exact", "network": "-",
+                                           "num_steps": None, "step": None}, ranks,
+                                   settings.sbc_draws, time.perf_counter() - t0))
+        for s_index, sampler_name in enumerate(settings.sbc_samplers):
+            method = SAMPLERS[sampler_name]
+            row = size | {"sampler": sampler_name, "network": network,
+                          "num_steps": settings.sbc_steps,
+                          "step": f"{settings.sbc_step:g} / curvature"}
+            run_key = jax.random.fold_in(jax.random.fold_in(key, 1000 + t), s_index)
+            t0 = time.perf_counter()
+            try:
+                r = sbc.sbc_run(name, method.builder(n), mixing, run_key,
+                                num_datasets=settings.sbc_datasets,
+                                num_draws=settings.sbc_draws, num_steps=settings.sbc_steps,
+                                num_agents=n, split=settings.split, seed=seed,
+                                step_sizes=functools.partial(_sbc_steps, name,
+                                                             settings.sbc_step))
+            except ValueError as err:  # diverged chains: no ranks
+                cells.append(row | {"error": str(err), "wall_s": time.perf_counter() - t0})
+                log(f"SBC {name:24s} {sampler_name:20s} {err}")
+                continue
+            steps = r["step_sizes"]
+            cell = _sbc_cell(row | {"h_min": float(steps.min()), "h_max": float(steps.max())},
+                             r["ranks"], settings.sbc_draws, time.perf_counter() - t0)
+            cells.append(cell)
+            log(f"SBC {name:24s} {sampler_name:20s} min p={cell['min_p']:.2g} rejected "
+                f"{cell['rejected']} of {cell['tests']} ({cell['wall_s']:.1f} s)")
+    return cells
+
+
+def _sbc_steps(name, scale, y):
+    return scale / sbc.curvature_scale(name, y)
+
+
+def _sbc_cell(row: dict, ranks, num_draws: int, wall: float) -> dict:
+    """``row`` with the p-values of ranks ``(S, N, q)`` (one bin per rank)."""
+    p = np.stack([sbc.rank_uniformity(ranks[:, i], num_draws) for i in range(ranks.shape[1])])
+    return row | {"pvalues": p.tolist(), "min_p": float(p.min()), "tests": int(p.size),
+                  "rejected": int(np.sum(p < 0.01 / p.size)), "wall_s": wall,
+                  "ranks": np.asarray(ranks).tolist()}
+
+
+def sbc_figure(cells: list, num_bins: int = 4):
+    """The SBC cells' rank histograms (:func:`dgsgld.posteriors.sbc.rank_histogram_grid`: one
+    row per cell with ranks, its coordinates of smallest p-value)."""
+    rows = [(f"{c['target']}\n{c['sampler']}", np.asarray(c["ranks"]), c["num_draws"],
+             c["names"]) for c in cells if "ranks" in c]
+    return sbc.rank_histogram_grid(rows, num_bins=num_bins)
+
+
 def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
                      log=print) -> dict:
     """Run the benchmark and write ``out/leaderboard.{json,md}`` (after every run) and
-    ``out/leaderboard.png`` (:func:`leaderboard_figure`, when matplotlib is installed);
-    returns the JSON object."""
+    ``out/leaderboard.png`` (:func:`leaderboard_figure`, when matplotlib is installed); then
+    the calibration runs (:func:`sbc_cells`), their p-values added to the JSON (``"sbc"``,
+    without the ranks) and the Markdown, the ranks to ``out/sbc_ranks.json`` and their
+    histograms to ``out/sbc_ranks.png`` (:func:`sbc_figure`). Returns the JSON object."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     key = jax.random.key(seed)
@@ -305,14 +391,26 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
                     f"W2={row.get('w2', [np.nan])[0]:.3f} KSD={row.get('ksd', [np.nan])[0]:.3f} "
                     f"({r['wall_s']:.1f} s)")
     result = _write(out, settings, rows, time.perf_counter() - t_all)
-    try:
-        figure = leaderboard_figure(result)
-    except ImportError as err:  # matplotlib is optional (the plots extra)
-        log(f"no leaderboard.png: {err}")
-    else:
-        figure.savefig(out / "leaderboard.png", dpi=110, bbox_inches="tight")
-        pyplot().close(figure)
+    _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
+    if settings.sbc_targets:
+        cells = sbc_cells(settings, key, seed=seed, log=log)
+        (out / "sbc_ranks.json").write_text(json.dumps(
+            [{k: c[k] for k in ("target", "sampler", "ranks") if k in c} for c in cells]) + "\n")
+        result = _write(out, settings, rows, time.perf_counter() - t_all,
+                        [{k: v for k, v in c.items() if k != "ranks"} for c in cells])
+        _save_figure(functools.partial(sbc_figure, num_bins=settings.sbc_bins), cells,
+                     out / "sbc_ranks.png", log)
     return result
+
+
+def _save_figure(make, arg, path: Path, log) -> None:
+    try:
+        figure = make(arg)
+    except ImportError as err:  # matplotlib is optional (the plots extra)
+        log(f"no {path.name}: {err}")
+        return
+    figure.savefig(path, dpi=110, bbox_inches="tight")
+    pyplot().close(figure)
 
 
 #: The figure's scores: (key, axis label, the value of a perfect sample).
@@ -362,9 +460,12 @@ def leaderboard_figure(result: dict):
     return fig
 
 
-def _write(out: Path, settings: BenchSettings, rows: list, wall: float) -> dict:
+def _write(out: Path, settings: BenchSettings, rows: list, wall: float,
+           sbc_rows: list | None = None) -> dict:
     result = {"settings": {k: getattr(settings, k) for k in settings.__dataclass_fields__},
               "wall_s": wall, "rows": rows}
+    if sbc_rows is not None:
+        result["sbc"] = sbc_rows
     (out / "leaderboard.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "leaderboard.md").write_text(markdown(result))
     return result
@@ -396,4 +497,20 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['target']} | {r['network']} | {r['sampler']}{div} | {step} | "
                      f"{batch} | "
                      + " | ".join(_fmt(r.get(k)) for k in _KEYS) + f" | {wall} | {mb} |")
+    if result.get("sbc"):
+        lines += ["", ("Simulation-based calibration: per data set a step `h = "
+                       f"{s['sbc_step']:g} / curvature` (`sbc.curvature_scale`), chi-square "
+                       "p-values of uniform ranks (one bin per rank) per agent and coordinate; "
+                       "rejected: below 0.01 / tests."), "",
+                  ("| target | network | sampler | data sets x draws | steps | h | smallest p | "
+                   "rejected | wall s |"), "|---|---|---|---|---|---|---|---|---|"]
+        for c in result["sbc"]:
+            h = "-" if "h_min" not in c else (f"{c['h_min']:.3g}" if c["h_min"] == c["h_max"]
+                                               else f"{c['h_min']:.3g}-{c['h_max']:.3g}")
+            steps = "-" if c["num_steps"] is None else c["num_steps"]
+            found = (f"{c['min_p']:.2g} | {c['rejected']} of {c['tests']}" if "error" not in c
+                     else "diverged | -")
+            lines.append(f"| {c['target']} | {c['network']} | {c['sampler']} | "
+                         f"{c['num_datasets']} x {c['num_draws']} | {steps} | {h} | {found} | "
+                         f"{c['wall_s']:.1f} |")
     return "\n".join(lines) + "\n"

@@ -17,7 +17,8 @@ agent (so a network bias shows agent by agent). The data split does not depend o
 responses (the skew split's groups are the target's own: covariate quantiles, or the
 observed classes of the logistic target), so every data set is dealt out alike. :func:`exact_draws` gives the Gaussian anchor's closed-form
 posterior draws, the calibrated case. :func:`rank_uniformity` is Pearson's chi-square test of
-uniform ranks per coordinate, :func:`rank_histograms` their figure.
+uniform ranks per coordinate, :func:`rank_histograms` their figure
+(:func:`rank_histogram_grid` for several runs).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from ..potential import stack_potentials
 from ..run import Output, sample
 from .targets import get_target
 
-__all__ = ["SIMULATED", "curvature_scale", "exact_draws", "rank_histograms",
-           "rank_uniformity", "sbc_ranks", "sbc_run", "simulate"]
+__all__ = ["SIMULATED", "curvature_scale", "exact_draws", "rank_histogram_grid",
+           "rank_histograms", "rank_uniformity", "sbc_ranks", "sbc_run", "simulate"]
 
 #: Targets :func:`simulate` can draw data sets for.
 SIMULATED = ("gaussian_linear", "poisson_linnerud", "logistic_breast_cancer")
@@ -229,28 +230,64 @@ def sbc_run(target: str, algorithm, mixing, key, *, num_datasets: int = 100,
                                  for i in range(num_agents)])}
 
 
+def _rank_panel(ax, ranks, num_draws: int, num_bins: int, j: int, title: str) -> None:
+    """Coordinate ``j`` of ranks ``(S, N, q)``: each agent's bin counts, the expected count
+    and its central 99 % binomial band."""
+    bins = _rank_bins(ranks[:, :, j], num_draws, num_bins)
+    s, n = bins.shape
+    ax.axhspan(*stats.binom.ppf([0.005, 0.995], s, 1 / num_bins), color="0.85")
+    ax.axhline(s / num_bins, color="0.5", lw=0.8)
+    for i in range(n):
+        counts = np.bincount(bins[:, i], minlength=num_bins)
+        ax.step(np.arange(num_bins), counts, where="mid", label=f"agent {i}")
+    ax.set_title(title, fontsize=8)
+    ax.set_xticks(range(num_bins))
+    ax.set_xlabel("rank bin", fontsize=8)
+
+
+def _per_agent(ranks) -> np.ndarray:
+    ranks = np.asarray(ranks)
+    return ranks[:, None] if ranks.ndim == 2 else ranks
+
+
 def rank_histograms(ranks, num_draws: int, num_bins: int = 4, names=None):
     """The rank histograms as a figure (matplotlib, Agg backend): one panel per coordinate,
     each agent's bin counts as a line (ranks ``(S, N, q)``; ``(S, q)`` is one agent), the
     expected count ``S / num_bins`` and its central 99 % binomial band in grey."""
-    ranks = np.asarray(ranks)
-    ranks = ranks[:, None] if ranks.ndim == 2 else ranks
-    bins = _rank_bins(ranks, num_draws, num_bins)
-    s, n, q = ranks.shape
+    ranks = _per_agent(ranks)
+    n, q = ranks.shape[1:]
     plt = pyplot(headless=True)
     fig, axes = plt.subplots(1, q, figsize=(2.0 * q, 2.2), sharey=True, squeeze=False)
-    band = stats.binom.ppf([0.005, 0.995], s, 1 / num_bins)
     for j, ax in enumerate(axes[0]):
-        ax.axhspan(*band, color="0.85")
-        ax.axhline(s / num_bins, color="0.5", lw=0.8)
-        for i in range(n):
-            counts = np.bincount(bins[:, i, j], minlength=num_bins)
-            ax.step(np.arange(num_bins), counts, where="mid", label=f"agent {i}")
-        ax.set_title(names[j] if names is not None else f"x[{j}]", fontsize=8)
-        ax.set_xticks(range(num_bins))
-        ax.set_xlabel("rank bin", fontsize=8)
+        _rank_panel(ax, ranks, num_draws, num_bins, j,
+                    names[j] if names is not None else f"x[{j}]")
     axes[0, 0].set_ylabel("data sets")
     if n > 1:
         axes[0, -1].legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def rank_histogram_grid(cells, num_bins: int = 4, max_panels: int = 6):
+    """Several SBC runs' rank histograms in one figure (matplotlib, Agg backend): one row per
+    cell ``(label, ranks (S, N, q) or (S, q), num_draws, names)``, its ``max_panels``
+    coordinates with the smallest p-values (:func:`rank_uniformity` over ``num_bins`` bins,
+    the smallest over agents) in increasing order, each panel as in :func:`rank_histograms`
+    and titled with the coordinate and that p-value."""
+    plt = pyplot(headless=True)
+    cols = max(1, min(max_panels, max(_per_agent(c[1]).shape[2] for c in cells)))
+    fig, axes = plt.subplots(len(cells), cols, figsize=(2.0 * cols, 2.3 * len(cells)),
+                             squeeze=False)
+    for row, (label, ranks, num_draws, names) in zip(axes, cells):
+        ranks = _per_agent(ranks)
+        p = np.min([rank_uniformity(ranks[:, i], num_draws, num_bins)
+                    for i in range(ranks.shape[1])], axis=0)
+        order = np.argsort(p, kind="stable")[:cols]
+        for ax, j in zip(row, order):
+            name = names[j] if names is not None else f"x[{j}]"
+            _rank_panel(ax, ranks, num_draws, num_bins, int(j), f"{name}: p={p[j]:.2g}")
+        for ax in row[len(order):]:
+            ax.set_visible(False)
+        row[0].set_ylabel(f"{label}\ndata sets", fontsize=8)
     fig.tight_layout()
     return fig
