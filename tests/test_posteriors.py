@@ -382,6 +382,37 @@ def test_sbc_simulators_draw_from_the_models():
         assert abs(resid.var() - 1) < 0.1, name
 
 
+def test_sbc_curvature_scales():
+    # Gaussian anchor: exactly 1 / lambda_min of the closed-form posterior covariance. Logistic:
+    # an upper bound of the Hessian's largest eigenvalue at any theta (checked at prior draws),
+    # attained at theta = 0 where every sigma' = 1/4. Poisson: the Hessian at a point whose
+    # rates are the counts y, an upper bound of it when some rates are below 1. No sampling:
+    # the comparisons allow float64 rounding only (relative 1e-12, or 1e-10 through an inverse).
+    from dgsgld.posteriors.sbc import curvature_scale, simulate
+
+    target = get_target("gaussian_linear")
+    _, cov = exact_gaussian_posterior(target)
+    _, y = simulate("gaussian_linear", 0, 3)
+    np.testing.assert_allclose(curvature_scale("gaussian_linear", y),
+                               1 / np.linalg.eigvalsh(cov)[0], rtol=1e-10)
+    z = np.asarray(get_target("logistic_breast_cancer").data[0], np.float64)
+    theta, y = simulate("logistic_breast_cancer", 0, 5)
+    bound = curvature_scale("logistic_breast_cancer", y)
+    for t in np.concatenate([theta, np.zeros((1, z.shape[1]))]):
+        p = 1 / (1 + np.exp(-z @ t))
+        top = np.linalg.eigvalsh((z * (p * (1 - p))[:, None]).T @ z)[-1] + 1
+        assert top <= bound[0] * (1 + 1e-12)
+    assert top == pytest.approx(bound[0], rel=1e-12)  # theta = 0, the last one
+    z = np.asarray(get_target("poisson_linnerud").data[0], np.float64)
+    for theta in (np.array([0.3, -0.2, 0.1, 0.5]), np.array([0.0, 0.0, 0.0, 1.0])):
+        rates = np.exp(z @ theta)                      # counts y = the rates at theta
+        hessian = np.linalg.eigvalsh((z * rates[:, None]).T @ z)[-1] + 1
+        scale = curvature_scale("poisson_linnerud", rates[None])[0]
+        assert hessian <= scale * (1 + 1e-12)
+        if rates.min() >= 1:                           # the second: all rates e > 1
+            assert hessian == pytest.approx(scale, rel=1e-12)
+
+
 def _logistic_imh_draws(y, num_draws, seed, burn=100, thin=10, df=8.0):
     """``(S, L, d)`` posterior draws of the logistic target (prior N(0, I)) given each
     simulated ``y (S, n)``: independence Metropolis-Hastings (exact in the limit) with a
