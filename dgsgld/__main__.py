@@ -232,13 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="benchmark the samplers against stored reference posteriors (docs/benchmark.md)",
         description="Run every sampler on every target with a stored NUTS reference, with "
-        "step sizes from dgsgld.stepsize, and write DIR/leaderboard.json and leaderboard.md.",
+        "step sizes from dgsgld.stepsize, then simulation-based calibration of DIGing-SGLD and "
+        "DE-SGLD on the simulated targets, and write DIR/leaderboard.json and leaderboard.md "
+        "(with the SBC p-values), DIR/sbc_ranks.json and, with matplotlib, leaderboard.png and "
+        "sbc_ranks.png.",
     )
     bench.add_argument("suite", choices=("posteriors",), metavar="SUITE", help="posteriors")
     bench.add_argument("--out", required=True, type=Path, metavar="DIR",
                        help="output directory (created if missing)")
     bench.add_argument("--small", action="store_true",
-                       help="two targets, five samplers, one network: a quick check")
+                       help="two targets, five samplers, one network, small SBC runs: a quick "
+                       "check")
     bench.add_argument("--seed", type=_seed, default=0, help="seed of splits, starts and keys")
     for command in (run, rep, sweep, bench):
         command.add_argument(
@@ -340,7 +344,7 @@ def _bench(args) -> int:
 
     settings = BenchSettings.small() if args.small else BenchSettings.full()
     bench_posteriors(args.out, settings, seed=args.seed)
-    print(f"wrote {args.out / 'leaderboard.md'} and leaderboard.json")
+    print(f"wrote {args.out / 'leaderboard.md'}, leaderboard.json and sbc_ranks.json")
     return 0
 
 

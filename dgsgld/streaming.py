@@ -32,11 +32,14 @@ from ._types import Array, PyTree
 
 __all__ = [
     "Moments",
+    "SteinSums",
     "accuracy",
     "combine",
     "consensus_error",
     "gaussian_w2",
+    "ksd",
     "moments",
+    "pool_ksd",
     "pool_moments",
 ]
 
@@ -138,6 +141,93 @@ def gaussian_w2(mean: Array, cov: Array, *, flatten: Callable | None = None) -> 
         return metrics.gaussian_w2(m.mean, m.cov, target_mean, target_cov)
 
     return fn
+
+
+class SteinSums(NamedTuple):
+    """Stein kernel sums over chains at one kept iteration (:func:`ksd`).
+
+    Attributes:
+        total: ``(N,)`` (a scalar for the centralized sampler): ``Σ_{a,b} k_π(x_a, x_b)`` over
+            all ordered pairs of chains ``a, b`` (``a = b`` included) of each agent's position.
+        num_pairs: ``C²`` (scalar), kept for :func:`pool_ksd`.
+    """
+
+    total: Array
+    num_pairs: Array
+
+
+def _stein_kernel_sum(x: Array, s: Array, c: float, beta: float) -> Array:
+    """``Σ_{a,b} k_π(x_a, x_b)`` of the IMQ Stein kernel for draws ``x (..., C, d)`` with scores
+    ``s (..., C, d)`` (``k_π`` as in :mod:`dgsgld.posteriors.scores`), over the leading axes."""
+    d = x.shape[-1]
+    r = x[..., :, None, :] - x[..., None, :, :]                       # r_ab = x_a − x_b
+    r2 = jnp.sum(r * r, axis=-1)
+    u = c**2 + r2
+    ss = jnp.einsum("...ak,...bk->...ab", s, s)
+    sr = jnp.einsum("...bk,...abk->...ab", s, r) - jnp.einsum("...ak,...abk->...ab", s, r)
+    k = (ss * u**beta + 2 * beta * u ** (beta - 1) * sr - 2 * beta * d * u ** (beta - 1)
+         - 4 * beta * (beta - 1) * u ** (beta - 2) * r2)
+    return jnp.sum(k, axis=(-2, -1))
+
+
+def ksd(score: Callable[[Array], Array], *, c: float = 1.0, beta: float = -0.5,
+        flatten: Callable | None = None) -> Callable[[Any], SteinSums]:
+    """``ensemble_fn``: each agent's kernel Stein discrepancy over chains, streamed as sums.
+
+    At each kept iteration the ``C`` chains' positions of agent ``i`` are ``C`` draws; their
+    V-statistic is ``KSD_i² = Σ_{a,b} k_π(x_a, x_b) / C²`` with the IMQ Stein kernel
+    ``k_π`` of ``(c² + ‖x − y‖²)^β`` (the kernel and defaults of
+    :func:`dgsgld.posteriors.scores.ksd`, which gives the same value from stored draws). Only
+    the sum and ``C²`` are kept (:class:`SteinSums`), so that :func:`pool_ksd` can pool
+    iterations. Cost per kept iteration ``O(N C² d)``, memory ``O(N)``.
+
+    Args:
+        score: ``x (d,) -> ∇ log π(x) (d,)``, the target's score (e.g. ``lambda x:
+            -cov_inv @ (x - mean)``, or minus the sum over agents of a potential's full
+            gradients).
+        c, beta: the kernel's ``c > 0`` and ``β ∈ (−1, 0)``.
+        flatten: maps the positions pytree (leaves ``(C, N, ...)``) to ``(C, N, d)``.
+
+    Returns:
+        ``states -> SteinSums``; ``trace.ensemble`` then holds ``total (num_kept, N)`` and
+        ``num_pairs (num_kept,)``; ``jnp.sqrt(total / num_pairs[:, None])`` is each
+        iteration's KSD per agent.
+    """
+    if not callable(score):
+        raise TypeError(f"`score` must be a function x (d,) -> (d,); got {type(score).__name__}.")
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
+        raise ValueError(f"`c` must be a positive number; got {c!r}.")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not -1 < beta < 0:
+        raise ValueError(f"`beta` must lie in (-1, 0); got {beta!r}.")
+
+    def fn(states) -> SteinSums:
+        x = _vector(states.position, flatten)                    # (C, N, d) or (C, d)
+        chains = x.shape[0]
+        flat = x.reshape(-1, x.shape[-1])
+        s = jax.vmap(score)(flat).reshape(x.shape).astype(x.dtype)
+        per_agent = jnp.moveaxis(x, 0, -2)                         # (N, C, d) or (C, d)
+        total = _stein_kernel_sum(per_agent, jnp.moveaxis(s, 0, -2), c, beta)
+        return SteinSums(total, jnp.asarray(chains * chains, jnp.int32))
+
+    return fn
+
+
+def pool_ksd(per_iteration: SteinSums, start: int = 0) -> Array:
+    """``(N,)`` KSD per agent pooled over kept iterations ``start, start + 1, ...``:
+    ``sqrt(Σ_t total_t / Σ_t C²)``, the root of the mean over iterations of the per-iteration
+    ``KSD²`` of :func:`ksd` (pairs of chains at the same iteration only: no trace is kept to
+    pair draws of different iterations).
+
+    Args:
+        per_iteration: ``trace.ensemble`` of a run with ``output=Output(ensemble_fn=ksd(...))``.
+        start: first kept iteration used (burn-in = ``start * thin`` iterations).
+    """
+    total = per_iteration.total[start:]
+    if total.shape[0] == 0:
+        raise ValueError(f"`start` = {start} leaves no kept iteration of "
+                         f"{per_iteration.total.shape[0]}.")
+    pairs = jnp.sum(per_iteration.num_pairs[start:]).astype(total.dtype)
+    return jnp.sqrt(jnp.maximum(jnp.sum(total, axis=0) / pairs, 0.0))
 
 
 def consensus_error(*, per_chain: bool = False, flatten: Callable | None = None) -> Callable:

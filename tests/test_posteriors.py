@@ -229,31 +229,52 @@ def test_bench_small_runs_without_numpyro(tmp_path):
     assert rows[("gaussian_linear", "DIGing-SGLD")]["batch_size"] is None
     assert (tmp_path / "leaderboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| gaussian_linear | ring | DIGing-SGLD |" in (tmp_path / "leaderboard.md").read_text()
+    # SBC of the three simulated targets: the exact draws and the two samplers on each.
+    cells = {(c["target"], c["sampler"]) for c in result["sbc"]}
+    assert cells == {("gaussian_linear", "exact")} | {
+        (t, s) for t in ("gaussian_linear", "poisson_linnerud", "logistic_breast_cancer")
+        for s in ("DIGing-SGLD", "DE-SGLD")}
+    assert (tmp_path / "sbc_ranks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.slow  # fast twin: none (one compile per sampler); the bench's byte counts
-def test_bench_byte_counts_are_the_messages_the_samplers_send():
-    # Method.vectors must be what dgsgld.communication counts: on a ring of 4 (2 neighbours),
-    # each agent sends vectors x 2 messages per step.
-    import functools
+#: Messages each agent sends each out-neighbour per step, from the samplers' update rules
+#: (DIGing: position and tracker; EXTRA: the position before and after the step; DE, D-ULA,
+#: DE-SGHMC: the position): the independent count the bench's accounting is checked against.
+MESSAGES_PER_STEP = {"DIGing-SGLD": 2, "DE-SGLD": 1, "EXTRA-SGLD": 2, "DIGing-SGHMC": 2,
+                     "DE-SGHMC": 1, "D-ULA": 1, "DIGing-SGLD+SVRG": 2, "DIGing-SGLD+SAGA": 2,
+                     "SGLD (centralized)": 0}
+
+
+# One compile per sampler (~2 s each): DE-SGHMC and the centralized sampler in the default run.
+@pytest.mark.parametrize("name", [n if n in ("DE-SGHMC", "SGLD (centralized)") else
+                                  pytest.param(n, marks=pytest.mark.slow)
+                                  for n in MESSAGES_PER_STEP])
+def test_bench_bytes_are_the_messages_the_samplers_send(name):
+    # The bench's bytes come from the channel's own accounting; they must equal messages per
+    # step x 4 d bytes (float32) x out-neighbours (ring of 4: 2 each, 8 in all) x steps x
+    # chains of one seed, and 0 for the centralized sampler. Exact integers: no tolerance.
+    import dataclasses
 
     import dgsgld
-    from dgsgld import communication, networks
-    from dgsgld.posteriors.bench import SAMPLERS
+    from dgsgld import networks
+    from dgsgld.posteriors.bench import SAMPLERS, BenchSettings, run_chains
 
-    data = (jnp.ones((4, 3, 2)), jnp.ones((4, 3)))
-    potential = dgsgld.Potential(lambda t, d: -0.5 * (d[0] @ t - d[1]) ** 2,
+    assert set(SAMPLERS) == set(MESSAGES_PER_STEP)
+    method = SAMPLERS[name]
+    d, steps = 2, 3
+    settings = dataclasses.replace(BenchSettings.small(), seeds=2, chains=2, num_steps=steps,
+                                   thin=1)
+    data = (jnp.ones((4, 3, d)), jnp.ones((4, 3)))
+    potential = dgsgld.Potential(lambda t, x: -0.5 * (x[0] @ t - x[1]) ** 2,
                                  lambda t: -0.5 * t @ t, data, 1)
-    for name, method in SAMPLERS.items():
-        if method.vectors == 0:
-            assert not method.make(0.01).decentralized
-            continue
-        make = (functools.partial(method.make, num_agents=4) if method.takes_num_agents
-                else method.make)
-        trace = dgsgld.sample(make(0.01), potential, networks.ring(4), jnp.zeros((1, 4, 2)),
-                              jax.random.key(0), 3, channel=communication.Channel(),
-                              output=dgsgld.Output(trace_fn=communication.messages_sent))
-        assert (np.asarray(trace.values)[0, -1] == 3 * 2 * method.vectors).all(), name
+    algorithm = method.builder(4)(0.01)
+    total = settings.seeds * settings.chains
+    if method.centralized:
+        init, mixing = jnp.zeros((total, d)), None
+    else:
+        init, mixing = jnp.zeros((total, 4, d)), networks.ring(4)
+    _, sent = run_chains(algorithm, potential, mixing, init, jax.random.key(0), settings)
+    assert sent == MESSAGES_PER_STEP[name] * 4 * d * 8 * steps * settings.chains
 
 
 def test_leaderboard_figure_has_one_marker_per_method_and_target(tmp_path):
@@ -331,13 +352,15 @@ def test_sbc_of_the_exact_posterior_is_uniform_and_miscalibration_is_rejected():
 
 def test_sbc_simulators_draw_from_the_models():
     # theta ~ N(0, I / precision); given theta, Pearson residuals (y - E y) / sd(y) have mean 0
-    # and variance 1 for both models. Over S = 200 data sets x n data, their mean is within
-    # 4 / sqrt(S n) of 0 and their variance within 0.1 of 1 (Poisson residuals at small rates
-    # are skewed, excess kurtosis 1/rate: their variance's standard error stays below 0.03
-    # unless a rate is tiny; data at rates below 0.05 are left out).
+    # and variance 1 for all three models. Over S = 200 data sets x n data, their mean is within
+    # 4 / sqrt(S n) of 0 and their variance within 0.1 of 1. Poisson residuals at small rates
+    # are skewed, excess kurtosis 1/rate, and Bernoulli ones at p near 0 or 1 heavy-tailed,
+    # E r^4 = 1 / (p (1 - p)) - 3: data at rates below 0.05, or with p outside (0.05, 0.95),
+    # are left out, so E r^4 <= 18 and the variance's standard error sqrt((E r^4 - 1) / m)
+    # stays below 0.03 for the m >= 20 000 residuals kept (about 0.02 at the logistic's 55 000).
     from dgsgld.posteriors.sbc import simulate
 
-    for name in ("gaussian_linear", "poisson_linnerud"):
+    for name in ("gaussian_linear", "poisson_linnerud", "logistic_breast_cancer"):
         target = get_target(name)
         theta, y = simulate(name, 1, 200)
         assert theta.shape == (200, target.dim) and y.shape == (200, target.num_data)
@@ -346,12 +369,118 @@ def test_sbc_simulators_draw_from_the_models():
         eta = theta @ np.asarray(target.data[0], np.float64).T
         if name == "gaussian_linear":
             resid = y - eta
-        else:
+        elif name == "poisson_linnerud":
             assert np.all(y == np.round(y)) and y.min() >= 0
             keep = np.exp(eta) > 0.05
             resid = ((y - np.exp(eta)) / np.exp(eta / 2))[keep]
+        else:
+            assert set(np.unique(y)) == {0.0, 1.0}
+            p = 1 / (1 + np.exp(-eta))
+            keep = (p > 0.05) & (p < 0.95)
+            resid = (y - p)[keep] / np.sqrt(p * (1 - p))[keep]
         assert abs(resid.mean()) < 4 / np.sqrt(resid.size), name
         assert abs(resid.var() - 1) < 0.1, name
+
+
+def test_sbc_curvature_scales():
+    # Gaussian anchor: exactly 1 / lambda_min of the closed-form posterior covariance. Logistic:
+    # an upper bound of the Hessian's largest eigenvalue at any theta (checked at prior draws),
+    # attained at theta = 0 where every sigma' = 1/4. Poisson: the Hessian at a point whose
+    # rates are the counts y, an upper bound of it when some rates are below 1. No sampling:
+    # the comparisons allow float64 rounding only (relative 1e-12, or 1e-10 through an inverse).
+    from dgsgld.posteriors.sbc import curvature_scale, simulate
+
+    target = get_target("gaussian_linear")
+    _, cov = exact_gaussian_posterior(target)
+    _, y = simulate("gaussian_linear", 0, 3)
+    np.testing.assert_allclose(curvature_scale("gaussian_linear", y),
+                               1 / np.linalg.eigvalsh(cov)[0], rtol=1e-10)
+    z = np.asarray(get_target("logistic_breast_cancer").data[0], np.float64)
+    theta, y = simulate("logistic_breast_cancer", 0, 5)
+    bound = curvature_scale("logistic_breast_cancer", y)
+    for t in np.concatenate([theta, np.zeros((1, z.shape[1]))]):
+        p = 1 / (1 + np.exp(-z @ t))
+        top = np.linalg.eigvalsh((z * (p * (1 - p))[:, None]).T @ z)[-1] + 1
+        assert top <= bound[0] * (1 + 1e-12)
+    assert top == pytest.approx(bound[0], rel=1e-12)  # theta = 0, the last one
+    z = np.asarray(get_target("poisson_linnerud").data[0], np.float64)
+    for theta in (np.array([0.3, -0.2, 0.1, 0.5]), np.array([0.0, 0.0, 0.0, 1.0])):
+        rates = np.exp(z @ theta)                      # counts y = the rates at theta
+        hessian = np.linalg.eigvalsh((z * rates[:, None]).T @ z)[-1] + 1
+        scale = curvature_scale("poisson_linnerud", rates[None])[0]
+        assert hessian <= scale * (1 + 1e-12)
+        if rates.min() >= 1:                           # the second: all rates e > 1
+            assert hessian == pytest.approx(scale, rel=1e-12)
+
+
+def _logistic_imh_draws(y, num_draws, seed, burn=100, thin=10, df=8.0):
+    """``(S, L, d)`` posterior draws of the logistic target (prior N(0, I)) given each
+    simulated ``y (S, n)``: independence Metropolis-Hastings (exact in the limit) with a
+    multivariate-t proposal (``df``) at each data set's Laplace approximation (Newton's mode,
+    the Hessian there), from a proposal draw, ``burn`` steps of burn-in, every ``thin``-th
+    state kept."""
+    z = np.asarray(get_target("logistic_breast_cancer").data[0], np.float64)
+    rng = np.random.default_rng(seed)
+    s, d = y.shape[0], z.shape[1]
+
+    def sigmoid(eta):
+        return 0.5 * (1 + np.tanh(0.5 * eta))
+
+    def hessian(p):
+        return np.matmul(z.T[None] * (p * (1 - p))[:, None, :], z) + np.eye(d)
+
+    mode = np.zeros((s, d))
+    for _ in range(8):  # the log posterior is strongly concave: Newton from 0 converges
+        p = sigmoid(mode @ z.T)
+        grad = (y - p) @ z - mode
+        mode = mode + np.linalg.solve(hessian(p), grad[..., None])[..., 0]
+    # The chain is exact whatever the proposal; a close mode only keeps acceptance high.
+    assert np.abs((y - sigmoid(mode @ z.T)) @ z - mode).max() < 1e-2
+    chol = np.linalg.cholesky(np.linalg.inv(hessian(sigmoid(mode @ z.T))))
+
+    def log_post(x):
+        eta = x @ z.T
+        return np.sum(y * eta - np.logaddexp(0, eta), -1) - 0.5 * np.sum(x * x, -1)
+
+    def propose():
+        r = rng.normal(size=(s, d)) / np.sqrt(rng.chisquare(df, size=(s, 1)) / df)
+        log_q = -0.5 * (df + d) * np.log1p(np.sum(r * r, -1) / df)
+        x = mode + np.einsum("sij,sj->si", chol, r)
+        return x, log_post(x) - log_q
+
+    x, log_w = propose()
+    kept = []
+    for k in range(burn + thin * num_draws):
+        new, new_w = propose()
+        accept = np.log(rng.uniform(size=s)) < new_w - log_w
+        x, log_w = np.where(accept[:, None], new, x), np.where(accept, new_w, log_w)
+        if k >= burn and (k - burn) % thin == thin - 1:
+            kept.append(x)
+    return np.stack(kept, 1)
+
+
+def test_sbc_of_the_logistic_posterior_is_uniform_and_miscalibration_is_rejected():
+    # Exact-in-the-limit draws (independence Metropolis-Hastings, about 32 % acceptance, so
+    # kept states 10 steps apart have autocorrelation about 0.68^10 = 0.02): each of the 31
+    # coordinates' p-values (16 and 4 bins) is uniform, all 62 above 1e-4 fails with
+    # probability <= 6.2e-3. Draws spread 1.5 or 0.67 times around their mean move about a
+    # fifth of the ranks between the 4 bins (as for the Gaussian anchor: chi-square ~ 40 on 3
+    # degrees of freedom at S = 400, p ~ 1e-8 for a Gaussian marginal); the logistic's skewed
+    # marginals move fewer in a few coordinates, so: the median p-value below 1e-6 and all
+    # but 3 of the 31 below 1e-3.
+    from dgsgld.posteriors.sbc import rank_uniformity, sbc_ranks, simulate
+
+    theta, y = simulate("logistic_breast_cancer", 0, 400)
+    draws = _logistic_imh_draws(y, 15, seed=1)
+    ranks = sbc_ranks(draws, theta)
+    assert ranks.shape == (400, 31)
+    assert (rank_uniformity(ranks, 15) > 1e-4).all()
+    assert (rank_uniformity(ranks, 15, num_bins=4) > 1e-4).all()
+    centre = draws.mean(1, keepdims=True)
+    for factor in (1.5, 0.67):
+        p = rank_uniformity(sbc_ranks(centre + factor * (draws - centre), theta), 15,
+                            num_bins=4)
+        assert np.median(p) < 1e-6 and np.sum(p >= 1e-3) <= 3, (factor, np.sort(p))
 
 
 @pytest.mark.reliability
@@ -366,6 +495,12 @@ def test_sbc_refuses_bad_input():
                 num_datasets=0)
     with pytest.raises(ValueError, match="`target` must be one of"):
         sbc_run("eight_schools", diging_sgld(0.01), networks.ring(4), jax.random.key(0))
+    with pytest.raises(ValueError, match="`algorithm` must be a function h -> sampler"):
+        sbc_run("gaussian_linear", diging_sgld(0.01), networks.ring(4), jax.random.key(0),
+                step_sizes=np.ones(100))
+    with pytest.raises(ValueError, match="`step_sizes` must be 100 positive finite steps"):
+        sbc_run("gaussian_linear", diging_sgld, networks.ring(4), jax.random.key(0),
+                step_sizes=np.ones(3))
     with pytest.raises(ValueError, match="must be finite"):
         sbc_ranks(np.full((2, 3, 1), np.nan), np.zeros((2, 1)))
     with pytest.raises(ValueError, match=r"`draws` must be \(S, L, ..., q\)"):
@@ -392,6 +527,82 @@ def test_sbc_shows_the_constant_step_bias_of_diging_sgld():
     assert p[5e-4].shape == (4, 6)
     assert p[5e-4].min() > 1e-4
     assert p[4.5e-3].min() < 1e-4
+
+
+@pytest.mark.slow  # fast twin: test_sbc_of_the_logistic_posterior_is_uniform_and_...
+def test_sbc_of_a_well_tuned_diging_sghmc_on_the_logistic_target():
+    # The logistic posterior is ill-conditioned: curvature from about 1 (the prior, along
+    # directions the standardized, correlated features barely see) to at most
+    # lambda_max(Z'Z) / 4 + 1 = 1890 (sbc.curvature_scale). Overdamped Langevin needs about
+    # kappa steps to mix; underdamped Langevin about sqrt(kappa): eta = 0.012 puts the
+    # stiffest frequency at eta * omega <= 0.012 * sqrt(1890) = 0.52 (the Euler scheme's
+    # variance error (eta omega)^2 / 4 <= 7 %, about 2 % at the typical top curvature ~700),
+    # and friction 2 damps the softest direction (curvature 1) critically, relaxing in about
+    # 1 / eta = 83 steps: 1000 steps are 12 relaxation times from the starts near zero.
+    # Not rejected: all 4 agents x 31 coordinates above 1e-4 (124 tests per binning: a false
+    # alarm <= 2.5e-2 over both). The same draws spread 1.5 times around each data set's
+    # mean are rejected: at S = 100, L = 7 (4 bins of 2 ranks, 25 expected each) about a
+    # fifth of the ranks move between bins, chi-square ~ 10-20 on 3 degrees of freedom, so
+    # the median (agent, coordinate) p-value falls below 1e-2.
+    from dgsgld import diging_sghmc, networks
+    from dgsgld.posteriors.sbc import rank_uniformity, sbc_ranks, sbc_run
+
+    out = sbc_run("logistic_breast_cancer", diging_sghmc(0.012, 2.0), networks.ring(4),
+                  jax.random.key(0), num_datasets=100, num_draws=7, num_steps=1000)
+    ranks, draws = out["ranks"], out["draws"]
+    assert ranks.shape == (100, 4, 31) and draws.shape == (100, 7, 4, 31)
+    assert out["pvalues"].min() > 1e-4
+    assert min(rank_uniformity(ranks[:, i], 7, num_bins=4).min() for i in range(4)) > 1e-4
+    centre = draws.mean(1, keepdims=True)
+    wide = sbc_ranks(centre + 1.5 * (draws - centre), out["truth"])
+    p = np.stack([rank_uniformity(wide[:, i], 7, num_bins=4) for i in range(4)])
+    assert np.median(p) < 1e-2, np.sort(p.ravel())
+
+
+@pytest.mark.slow  # fast twin: test_bench_writes_the_sbc_cells (per-data-set steps run there)
+def test_sbc_run_with_one_step_per_data_set_is_the_run_at_that_step():
+    # step_sizes all equal to h: the same chains as the sampler built at h (the same keys; the
+    # step a traced leaf instead of a constant, so float32 rounding may differ: rtol 1e-4 on
+    # draws of size ~1 after 20 steps).
+    from dgsgld import diging_sgld, networks
+    from dgsgld.posteriors.sbc import sbc_run
+
+    kw = {"num_datasets": 3, "num_draws": 2, "num_steps": 20}
+    fixed = sbc_run("gaussian_linear", diging_sgld(1e-3), networks.ring(4), jax.random.key(0),
+                    **kw)
+    per_set = sbc_run("gaussian_linear", diging_sgld, networks.ring(4), jax.random.key(0),
+                      step_sizes=lambda y: np.full(len(y), 1e-3), **kw)
+    np.testing.assert_allclose(per_set["draws"], fixed["draws"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(per_set["step_sizes"], np.full(3, 1e-3))
+
+
+def test_bench_writes_the_sbc_cells(tmp_path):
+    # No leaderboard targets, SBC on the Gaussian anchor only: the exact cell and DIGing-SGLD's
+    # at h = 0.1 / lambda_max of the posterior precision, their p-values in the JSON and the
+    # Markdown, the ranks and their figure in files. (Calibration itself: the SBC tests above.)
+    import dataclasses
+
+    from dgsgld.posteriors.bench import BenchSettings, bench_posteriors
+    from dgsgld.posteriors.sbc import curvature_scale, simulate
+
+    settings = dataclasses.replace(
+        BenchSettings.small(), targets=(), sbc_targets=("gaussian_linear",),
+        sbc_samplers=("DIGing-SGLD",), sbc_datasets=12, sbc_draws=3, sbc_steps=10)
+    result = bench_posteriors(tmp_path, settings, log=lambda *_: None)
+    exact, diging = result["sbc"]
+    assert (exact["sampler"], diging["sampler"]) == ("exact", "DIGing-SGLD")
+    assert np.asarray(exact["pvalues"]).shape == (1, 6)
+    assert np.asarray(diging["pvalues"]).shape == (4, 6) and diging["tests"] == 24
+    h = 0.1 / curvature_scale("gaussian_linear", simulate("gaussian_linear", 0, 2)[1])[0]
+    assert diging["h_min"] == diging["h_max"] == pytest.approx(h, rel=1e-12)
+    assert diging["min_p"] == pytest.approx(min(map(min, diging["pvalues"])))
+    assert json.loads((tmp_path / "leaderboard.json").read_text())["sbc"] == result["sbc"]
+    ranks = json.loads((tmp_path / "sbc_ranks.json").read_text())
+    assert np.asarray(ranks[1]["ranks"]).shape == (12, 4, 6)
+    assert "| gaussian_linear | ring | DIGing-SGLD | 12 x 3 | 10 |" in (
+        tmp_path / "leaderboard.md").read_text()
+    if (tmp_path / "sbc_ranks.png").exists():  # with matplotlib
+        assert (tmp_path / "sbc_ranks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_rank_histograms_draw_each_agents_bin_counts():

@@ -24,6 +24,8 @@ def run():
     """One DIGing-SGLD run storing positions AND streaming every metric (one compilation), so
     that both are computed from the very same draws."""
     prob = linear_regression(num_agents=N, dim=D, batch_size=2)
+    precision = jnp.asarray(np.linalg.inv(prob.cov), jnp.float32)
+    mean = jnp.asarray(prob.mean, jnp.float32)
     mixing = permuted_rings(N, 3)
     init = jnp.asarray(np.random.default_rng(0).normal(size=(C, N, D)), jnp.float32)
     ensemble = streaming.combine(
@@ -32,6 +34,7 @@ def run():
         var=streaming.moments(full=False),
         ce=streaming.consensus_error(),
         acc=streaming.accuracy(predict, TEST_INPUTS, TEST_LABELS),
+        ksd=streaming.ksd(lambda x: -precision @ (x - mean)),
     )
     per_chain = streaming.combine(
         ce=streaming.consensus_error(per_chain=True),
@@ -76,6 +79,28 @@ def test_pooled_moments_equal_sample_moments_over_chains_and_iterations(run):
     np.testing.assert_allclose(mean, pooled.mean(axis=0), rtol=1e-5, atol=1e-6)
     expected = np.stack([np.cov(pooled[:, i].T) for i in range(N)])
     np.testing.assert_allclose(cov, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_streamed_ksd_equals_the_ksd_of_the_stored_draws(run):
+    # Each kept iteration's C = 16 chains of agent i are the draws of scores.ksd (V-statistic,
+    # the same IMQ kernel), with the exact Gaussian scores -S^{-1}(x - m) computed in float64
+    # there: the streamed float32 sums agree to float32 rounding of a sum of C^2 = 256 terms of
+    # magnitude ~ the total (rtol 1e-4). pool_ksd is the root of the mean of the iterations'
+    # KSD^2 from `start` on.
+    pytest.importorskip("scipy")
+    from dgsgld.posteriors.scores import ksd
+
+    prob, trace = run
+    sums = trace.ensemble["ksd"]
+    assert sums.total.shape == (T // 2 + 1, N) and (np.asarray(sums.num_pairs) == C * C).all()
+    streamed = np.sqrt(np.asarray(sums.total) / C**2)
+    x = np.asarray(trace.positions, np.float64)                     # (C, T', N, d)
+    precision = np.linalg.inv(prob.cov)
+    want = np.array([[ksd(x[:, t, i], -(x[:, t, i] - prob.mean) @ precision)
+                      for i in range(N)] for t in range(x.shape[1])])
+    np.testing.assert_allclose(streamed, want, rtol=1e-4)
+    np.testing.assert_allclose(streaming.pool_ksd(sums, start=2),
+                               np.sqrt(np.mean(want[2:] ** 2, axis=0)), rtol=1e-4)
 
 
 def test_w2_of_a_point_mass_is_the_root_trace_of_the_target_covariance():
@@ -125,6 +150,12 @@ def test_bad_arguments_are_named():
         streaming.gaussian_w2(np.zeros(2), np.eye(3))
     with pytest.raises(ValueError, match="at least one metric"):
         streaming.combine()
+    with pytest.raises(TypeError, match="`score` must be a function"):
+        streaming.ksd(None)
+    with pytest.raises(ValueError, match=r"`beta` must lie in \(-1, 0\)"):
+        streaming.ksd(lambda x: -x, beta=0.5)
+    with pytest.raises(ValueError, match="`c` must be a positive number"):
+        streaming.ksd(lambda x: -x, c=0.0)
     states = dgsgld.DESGLDState(jnp.zeros((1, 2, 2)), jnp.zeros((1,), jnp.int32))
     with pytest.raises(ValueError, match="at least 2 chains"):
         streaming.moments()(states)

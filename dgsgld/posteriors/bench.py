@@ -14,17 +14,20 @@ standard error over seeds. The ``reference`` row scores the reference's own draw
 half against the other; KSD: a subsample of the same size): the floor at that sample size.
 
 Every sampler is a function of one step ``h`` on the SGLD scale, which the proposer tunes:
-DIGing-SGHMC runs at ``η = √h`` with friction ``γ = 0.5/η`` (``γη = 1`` would make it
-DIGing-SGLD at step ``h``); D-ULA at ``α_k = (h/N)/(k+1)^0.3`` with consensus weight
-``β_k = 1/(k+1)^0.1`` (its local step ``Nα`` is DE-SGLD's ``h``), as in
+DIGing-SGHMC and DE-SGHMC run at ``η = √h`` with friction ``γ = 0.5/η`` (``γη = 1`` would make
+them DIGing-SGLD and DE-SGLD at step ``h``); D-ULA at ``α_k = (h/N)/(k+1)^0.3`` with consensus
+weight ``β_k = 1/(k+1)^0.1`` (its local step ``Nα`` is DE-SGLD's ``h``), as in
 :mod:`dgsgld.experiments.methods`. DIGing-SGLD+SVRG refreshes each agent's anchor every
-:data:`SVRG_PERIOD` steps and draws mini-batches of the target's size, or of one datum where
-the other samplers use full local batches (its point: full-batch accuracy from one datum).
+:data:`SVRG_PERIOD` steps; it and DIGing-SGLD+SAGA draw mini-batches of the target's size, or of
+one datum where the other samplers use full local batches (their point: full-batch accuracy
+from one datum).
 
-Bytes sent count the float32 vectors each agent sends each neighbour per step (DIGing-SGLD,
-DIGing-SGHMC: position and tracker; EXTRA-SGLD: the position before and after the step; DE-SGLD
-and D-ULA: the position), as :func:`dgsgld.communication.messages_sent` counts them, over the
-whole run and all chains of one seed.
+Bytes sent are the toolkit's own count: every decentralized run goes through an exact
+:class:`dgsgld.communication.Channel` (the same numbers as no channel), and
+:meth:`~dgsgld.communication.Channel.bytes_sent` of the run's final state counts the messages
+each agent sent (:func:`dgsgld.communication.messages_sent`) times their size (float32
+vectors of ``d`` entries), summed over agents and the chains of one seed (the mean over
+seeds); 0 for the centralized sampler.
 """
 
 from __future__ import annotations
@@ -41,37 +44,62 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import gradients, networks, stepsize
+from .. import communication, gradients, networks, stepsize
 from ..plots import pyplot
 from ..run import Output, sample
-from ..samplers import PolynomialDecay, d_ula, de_sgld, diging_sghmc, diging_sgld, extra_sgld, sgld
+from ..samplers import (
+    PolynomialDecay,
+    d_ula,
+    de_sghmc,
+    de_sgld,
+    diging_sghmc,
+    diging_sgld,
+    extra_sgld,
+    sgld,
+)
+from . import sbc
 from .references import available, load_reference
 from .scores import ksd, moment_errors, predictive_scores, stein_scores, wasserstein2
 from .targets import TARGETS, get_target
 
-__all__ = ["SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure"]
+__all__ = ["SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
+           "run_chains", "sbc_cells", "sbc_figure"]
 
 #: SVRG's anchor refresh period (steps) in the benchmark.
 SVRG_PERIOD = 10
-#: ``γη`` of DIGing-SGHMC in the benchmark.
+#: ``γη`` of DIGing-SGHMC and DE-SGHMC in the benchmark.
 FRICTION_PRODUCT = 0.5
 
 
 class Method(NamedTuple):
-    """A benchmark row's sampler: ``make(h)`` at the proposer's step ``h``; ``vectors`` the
-    float vectors sent per neighbour per step (0: centralized); ``control_variate`` whether it
-    draws mini-batches even where the others use full local batches; ``takes_num_agents``
-    whether ``make`` takes ``num_agents=`` too."""
+    """A benchmark row's sampler: ``make(h)`` at the proposer's step ``h``;
+    ``control_variate`` whether it draws mini-batches even where the others use full local
+    batches; ``takes_num_agents`` whether ``make`` takes ``num_agents=`` too."""
 
     make: Callable
-    vectors: int
     control_variate: bool = False
     takes_num_agents: bool = False
+
+    def builder(self, num_agents: int) -> Callable:
+        """``h -> sampler`` for a network of ``num_agents``."""
+        if self.takes_num_agents:
+            return functools.partial(self.make, num_agents=num_agents)
+        return self.make
+
+    @property
+    def centralized(self) -> bool:
+        """Whether the sampler has no network (and sends nothing)."""
+        return not self.builder(1)(1.0).decentralized
 
 
 def _diging_sghmc(h):
     eta = jnp.sqrt(h)
     return diging_sghmc(eta, FRICTION_PRODUCT / eta)
+
+
+def _de_sghmc(h):
+    eta = jnp.sqrt(h)
+    return de_sghmc(eta, FRICTION_PRODUCT / eta)
 
 
 def _d_ula(h, num_agents):
@@ -82,22 +110,35 @@ def _diging_svrg(h):
     return diging_sgld(h, estimator=gradients.svrg(update_every=SVRG_PERIOD))
 
 
+def _diging_saga(h):
+    return diging_sgld(h, estimator=gradients.saga())
+
+
 #: name -> :class:`Method`.
 SAMPLERS = {
-    "DIGing-SGLD": Method(diging_sgld, 2),
-    "DE-SGLD": Method(de_sgld, 1),
-    "EXTRA-SGLD": Method(extra_sgld, 2),
-    "DIGing-SGHMC": Method(_diging_sghmc, 2),
-    "D-ULA": Method(_d_ula, 1, takes_num_agents=True),
-    "DIGing-SGLD+SVRG": Method(_diging_svrg, 2, control_variate=True),
-    "SGLD (centralized)": Method(sgld, 0),
+    "DIGing-SGLD": Method(diging_sgld),
+    "DE-SGLD": Method(de_sgld),
+    "EXTRA-SGLD": Method(extra_sgld),
+    "DIGing-SGHMC": Method(_diging_sghmc),
+    "DE-SGHMC": Method(_de_sghmc),
+    "D-ULA": Method(_d_ula, takes_num_agents=True),
+    "DIGing-SGLD+SVRG": Method(_diging_svrg, control_variate=True),
+    "DIGing-SGLD+SAGA": Method(_diging_saga, control_variate=True),
+    "SGLD (centralized)": Method(sgld),
 }
 NETWORKS = {"ring": networks.ring, "complete": networks.complete}
 
 
 @dataclass(frozen=True)
 class BenchSettings:
-    """What one benchmark run does (``small()`` and ``full()`` are the command's sizes)."""
+    """What one benchmark run does (``small()`` and ``full()`` are the command's sizes).
+
+    The ``sbc_*`` fields size the calibration runs (:func:`sbc_cells`): ``sbc_datasets``
+    simulated data sets of each of ``sbc_targets``, ``sbc_draws`` chains of ``sbc_steps``
+    steps per data set for each of ``sbc_samplers``, at the step ``h_s = sbc_step /
+    curvature_s`` of data set ``s`` (:func:`dgsgld.posteriors.sbc.curvature_scale`), ranks
+    in ``sbc_bins`` bins for the figure (the p-values use one bin per rank); no SBC when
+    ``sbc_targets`` is empty."""
 
     targets: tuple
     samplers: tuple
@@ -112,6 +153,13 @@ class BenchSettings:
     pilot_grid: int = 16
     score_size: int = 400
     max_batch: int = 32
+    sbc_targets: tuple = sbc.SIMULATED
+    sbc_samplers: tuple = ("DIGing-SGLD", "DE-SGLD")
+    sbc_datasets: int = 200
+    sbc_draws: int = 15
+    sbc_steps: int = 1000
+    sbc_step: float = 0.1
+    sbc_bins: int = 4
 
     @classmethod
     def small(cls) -> BenchSettings:
@@ -119,7 +167,7 @@ class BenchSettings:
                    samplers=("DIGing-SGLD", "SGLD (centralized)", "DIGing-SGHMC", "D-ULA",
                              "DIGing-SGLD+SVRG"), networks=("ring",),
                    seeds=2, chains=4, num_steps=1000, thin=5, pilot_steps=100, pilot_grid=8,
-                   score_size=200)
+                   score_size=200, sbc_datasets=40, sbc_draws=7, sbc_steps=500)
 
     @classmethod
     def full(cls) -> BenchSettings:
@@ -127,12 +175,26 @@ class BenchSettings:
                    networks=tuple(NETWORKS))
 
 
+def run_chains(algorithm, potential, mixing, init, key, settings: BenchSettings):
+    """One benchmark run of ``algorithm`` from ``init`` (leaves ``(seeds * chains, [N,] d)``):
+    ``(trace, bytes_sent)``, the bytes the agents sent over the run summed over agents and
+    the chains of one seed (the mean over seeds), counted by an exact
+    :class:`dgsgld.communication.Channel` (0 for a centralized sampler)."""
+    channel = communication.Channel() if algorithm.decentralized else None
+    trace = sample(algorithm, potential, mixing, init, key, settings.num_steps,
+                   output=Output(thin=settings.thin), on_divergence="flag", channel=channel)
+    if channel is None:
+        return trace, 0
+    per_chain = np.sum(channel.bytes_sent(trace.state), axis=-1)  # (seeds * chains,)
+    per_seed = per_chain.reshape(settings.seeds, settings.chains).sum(axis=1)
+    return trace, round(float(per_seed.mean()))
+
+
 def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
     method = SAMPLERS[sampler_name]
-    make, vectors, n = method.make, method.vectors, settings.num_agents
-    if method.takes_num_agents:
-        make = functools.partial(make, num_agents=n)
-    centralized = vectors == 0
+    n = settings.num_agents
+    make = method.builder(n)
+    centralized = method.centralized
     mixing = None if centralized else NETWORKS[network_name](n)
     total = settings.seeds * settings.chains
     init_key, pilot_key, run_key = jax.random.split(key, 3)
@@ -146,8 +208,7 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
                                         num_steps=settings.pilot_steps,
                                         num_step_sizes=settings.pilot_grid, curvature_at=at)
     h = float(report.step_size)
-    trace = sample(make(h), potential, mixing, init, run_key, settings.num_steps,
-                   output=Output(thin=settings.thin), on_divergence="flag")
+    trace, sent = run_chains(make(h), potential, mixing, init, run_key, settings)
     positions = np.asarray(trace.positions)  # (chains, kept, [N,] d)
     wall = time.perf_counter() - t0
     if centralized:
@@ -164,8 +225,6 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
         pick = rng.choice(draws.shape[0], min(settings.score_size, draws.shape[0]),
                           replace=False)
         per_seed.append(_scores(target, ref, potential, draws[pick]))
-    edges = 0 if centralized else int(np.count_nonzero(np.asarray(mixing.matrix_at(0)))) - n
-    sent = vectors * edges * target.dim * 4 * settings.num_steps * settings.chains
     return {"step_size": h, "wall_s": wall, "bytes_sent": sent,
             "diverged": int(np.sum(np.asarray(trace.diverged))), "seeds": per_seed}
 
@@ -216,11 +275,82 @@ def _summary(per_seed):
     return out
 
 
+def sbc_cells(settings: BenchSettings, key, *, seed: int = 0, log=print) -> list:
+    """Simulation-based calibration (:mod:`dgsgld.posteriors.sbc`) of ``settings.sbc_samplers``
+    on the first network of ``settings.networks``, and of the exact posterior draws on the
+    Gaussian anchor: one dict per (target, sampler) with the chi-square p-values ``(N, d)``
+    (``(1, d)`` for the exact draws), their minimum, the number ``rejected`` below
+    ``0.01 / (N d)`` (Bonferroni at level 0.01 per cell), the ranks, the steps' range and the
+    wall time; a run with diverged chains has ``error`` instead of p-values."""
+    cells = []
+    n, network = settings.num_agents, settings.networks[0]
+    mixing = NETWORKS[network](n)
+    for t, name in enumerate(settings.sbc_targets):
+        names = get_target(name).names
+        size = {"target": name, "num_datasets": settings.sbc_datasets,
+                "num_draws": settings.sbc_draws, "names": list(names)}
+        if name == "gaussian_linear":
+            t0 = time.perf_counter()
+            theta, y = sbc.simulate(name, seed, settings.sbc_datasets)
+            ranks = sbc.sbc_ranks(sbc.exact_draws(y, settings.sbc_draws, seed=seed + 1),
+                                  theta)[:, None]
+            cells.append(_sbc_cell(size | {"sampler": "exact", "network": "-",
+                                           "num_steps": None, "step": None}, ranks,
+                                   settings.sbc_draws, time.perf_counter() - t0))
+        for s_index, sampler_name in enumerate(settings.sbc_samplers):
+            method = SAMPLERS[sampler_name]
+            row = size | {"sampler": sampler_name, "network": network,
+                          "num_steps": settings.sbc_steps,
+                          "step": f"{settings.sbc_step:g} / curvature"}
+            run_key = jax.random.fold_in(jax.random.fold_in(key, 1000 + t), s_index)
+            t0 = time.perf_counter()
+            try:
+                r = sbc.sbc_run(name, method.builder(n), mixing, run_key,
+                                num_datasets=settings.sbc_datasets,
+                                num_draws=settings.sbc_draws, num_steps=settings.sbc_steps,
+                                num_agents=n, split=settings.split, seed=seed,
+                                step_sizes=functools.partial(_sbc_steps, name,
+                                                             settings.sbc_step))
+            except ValueError as err:  # diverged chains: no ranks
+                cells.append(row | {"error": str(err), "wall_s": time.perf_counter() - t0})
+                log(f"SBC {name:24s} {sampler_name:20s} {err}")
+                continue
+            steps = r["step_sizes"]
+            cell = _sbc_cell(row | {"h_min": float(steps.min()), "h_max": float(steps.max())},
+                             r["ranks"], settings.sbc_draws, time.perf_counter() - t0)
+            cells.append(cell)
+            log(f"SBC {name:24s} {sampler_name:20s} min p={cell['min_p']:.2g} rejected "
+                f"{cell['rejected']} of {cell['tests']} ({cell['wall_s']:.1f} s)")
+    return cells
+
+
+def _sbc_steps(name, scale, y):
+    return scale / sbc.curvature_scale(name, y)
+
+
+def _sbc_cell(row: dict, ranks, num_draws: int, wall: float) -> dict:
+    """``row`` with the p-values of ranks ``(S, N, q)`` (one bin per rank)."""
+    p = np.stack([sbc.rank_uniformity(ranks[:, i], num_draws) for i in range(ranks.shape[1])])
+    return row | {"pvalues": p.tolist(), "min_p": float(p.min()), "tests": int(p.size),
+                  "rejected": int(np.sum(p < 0.01 / p.size)), "wall_s": wall,
+                  "ranks": np.asarray(ranks).tolist()}
+
+
+def sbc_figure(cells: list, num_bins: int = 4):
+    """The SBC cells' rank histograms (:func:`dgsgld.posteriors.sbc.rank_histogram_grid`: one
+    row per cell with ranks, its coordinates of smallest p-value)."""
+    rows = [(f"{c['target']}\n{c['sampler']}", np.asarray(c["ranks"]), c["num_draws"],
+             c["names"]) for c in cells if "ranks" in c]
+    return sbc.rank_histogram_grid(rows, num_bins=num_bins)
+
+
 def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
                      log=print) -> dict:
     """Run the benchmark and write ``out/leaderboard.{json,md}`` (after every run) and
-    ``out/leaderboard.png`` (:func:`leaderboard_figure`, when matplotlib is installed);
-    returns the JSON object."""
+    ``out/leaderboard.png`` (:func:`leaderboard_figure`, when matplotlib is installed); then
+    the calibration runs (:func:`sbc_cells`), their p-values added to the JSON (``"sbc"``,
+    without the ranks) and the Markdown, the ranks to ``out/sbc_ranks.json`` and their
+    histograms to ``out/sbc_ranks.png`` (:func:`sbc_figure`). Returns the JSON object."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     key = jax.random.key(seed)
@@ -244,13 +374,13 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
         for network in settings.networks:
             for s, sampler_name in enumerate(settings.samplers):
                 method = SAMPLERS[sampler_name]
-                if method.vectors == 0 and network != settings.networks[0]:
+                if method.centralized and network != settings.networks[0]:
                     continue  # the centralized sampler has no network
                 run_key = jax.random.fold_in(jax.random.fold_in(key, t), s)
                 pot, b = (cv_potential, cv_batch) if method.control_variate else (potential,
                                                                                    batch)
                 r = _one_run(target, ref, pot, sampler_name, network, settings, run_key)
-                row = {"target": name, "network": "-" if method.vectors == 0
+                row = {"target": name, "network": "-" if method.centralized
                        else network, "sampler": sampler_name, "step_size": r["step_size"],
                        "wall_s": r["wall_s"], "bytes_sent": r["bytes_sent"],
                        "diverged": r["diverged"], "batch_size": b,
@@ -261,14 +391,26 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
                     f"W2={row.get('w2', [np.nan])[0]:.3f} KSD={row.get('ksd', [np.nan])[0]:.3f} "
                     f"({r['wall_s']:.1f} s)")
     result = _write(out, settings, rows, time.perf_counter() - t_all)
-    try:
-        figure = leaderboard_figure(result)
-    except ImportError as err:  # matplotlib is optional (the plots extra)
-        log(f"no leaderboard.png: {err}")
-    else:
-        figure.savefig(out / "leaderboard.png", dpi=110, bbox_inches="tight")
-        pyplot().close(figure)
+    _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
+    if settings.sbc_targets:
+        cells = sbc_cells(settings, key, seed=seed, log=log)
+        (out / "sbc_ranks.json").write_text(json.dumps(
+            [{k: c[k] for k in ("target", "sampler", "ranks") if k in c} for c in cells]) + "\n")
+        result = _write(out, settings, rows, time.perf_counter() - t_all,
+                        [{k: v for k, v in c.items() if k != "ranks"} for c in cells])
+        _save_figure(functools.partial(sbc_figure, num_bins=settings.sbc_bins), cells,
+                     out / "sbc_ranks.png", log)
     return result
+
+
+def _save_figure(make, arg, path: Path, log) -> None:
+    try:
+        figure = make(arg)
+    except ImportError as err:  # matplotlib is optional (the plots extra)
+        log(f"no {path.name}: {err}")
+        return
+    figure.savefig(path, dpi=110, bbox_inches="tight")
+    pyplot().close(figure)
 
 
 #: The figure's scores: (key, axis label, the value of a perfect sample).
@@ -318,9 +460,12 @@ def leaderboard_figure(result: dict):
     return fig
 
 
-def _write(out: Path, settings: BenchSettings, rows: list, wall: float) -> dict:
+def _write(out: Path, settings: BenchSettings, rows: list, wall: float,
+           sbc_rows: list | None = None) -> dict:
     result = {"settings": {k: getattr(settings, k) for k in settings.__dataclass_fields__},
               "wall_s": wall, "rows": rows}
+    if sbc_rows is not None:
+        result["sbc"] = sbc_rows
     (out / "leaderboard.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "leaderboard.md").write_text(markdown(result))
     return result
@@ -352,4 +497,20 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['target']} | {r['network']} | {r['sampler']}{div} | {step} | "
                      f"{batch} | "
                      + " | ".join(_fmt(r.get(k)) for k in _KEYS) + f" | {wall} | {mb} |")
+    if result.get("sbc"):
+        lines += ["", ("Simulation-based calibration: per data set a step `h = "
+                       f"{s['sbc_step']:g} / curvature` (`sbc.curvature_scale`), chi-square "
+                       "p-values of uniform ranks (one bin per rank) per agent and coordinate; "
+                       "rejected: below 0.01 / tests."), "",
+                  ("| target | network | sampler | data sets x draws | steps | h | smallest p | "
+                   "rejected | wall s |"), "|---|---|---|---|---|---|---|---|---|"]
+        for c in result["sbc"]:
+            h = "-" if "h_min" not in c else (f"{c['h_min']:.3g}" if c["h_min"] == c["h_max"]
+                                               else f"{c['h_min']:.3g}-{c['h_max']:.3g}")
+            steps = "-" if c["num_steps"] is None else c["num_steps"]
+            found = (f"{c['min_p']:.2g} | {c['rejected']} of {c['tests']}" if "error" not in c
+                     else "diverged | -")
+            lines.append(f"| {c['target']} | {c['network']} | {c['sampler']} | "
+                         f"{c['num_datasets']} x {c['num_draws']} | {steps} | {h} | {found} | "
+                         f"{c['wall_s']:.1f} |")
     return "\n".join(lines) + "\n"

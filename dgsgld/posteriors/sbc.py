@@ -1,10 +1,11 @@
 """Simulation-based calibration (Talts et al., 2018) on the targets whose data are cheap to
-simulate: the Gaussian anchor and the Poisson regression.
+simulate: the Gaussian anchor, the Poisson regression and the logistic regression.
 
 For ``s = 1, ..., S``: draw ``θ_s`` from the target's prior, simulate a data set ``y_s`` from
 the model at the target's own inputs ``Z`` (:func:`simulate`: for ``"gaussian_linear"``
 ``y_s = Z θ_s + ε``, ``ε ~ N(0, I)``, prior ``N(0, 10 I)``; for ``"poisson_linnerud"``
-``y_s ~ Poisson(exp(Z θ_s))``, prior ``N(0, I)``), and draw ``L`` times from a sampler's
+``y_s ~ Poisson(exp(Z θ_s))``, prior ``N(0, I)``; for ``"logistic_breast_cancer"``
+``y_s ~ Bernoulli(σ(Z θ_s))``, prior ``N(0, I)``), and draw ``L`` times from a sampler's
 posterior given ``y_s``. The rank of ``θ_s`` among the ``L`` draws, per coordinate, is uniform
 on ``{0, ..., L}`` exactly when the draws follow the posterior (and are exchangeable with
 ``θ_s``): over-dispersed draws pile the ranks in the middle, under-dispersed draws at both
@@ -12,10 +13,12 @@ ends, a biased mean at one end.
 
 :func:`sbc_run` runs a decentralized sampler on every simulated data set in one vmapped call;
 each data set gets ``L`` independent chains, and its ``L`` draws are their final positions, per
-agent (so a network bias shows agent by agent). The data split depends on the inputs only, so
-every data set is dealt out alike. :func:`exact_draws` gives the Gaussian anchor's closed-form
+agent (so a network bias shows agent by agent). The data split does not depend on the simulated
+responses (the skew split's groups are the target's own: covariate quantiles, or the
+observed classes of the logistic target), so every data set is dealt out alike. :func:`exact_draws` gives the Gaussian anchor's closed-form
 posterior draws, the calibrated case. :func:`rank_uniformity` is Pearson's chi-square test of
-uniform ranks per coordinate, :func:`rank_histograms` their figure.
+uniform ranks per coordinate, :func:`rank_histograms` their figure
+(:func:`rank_histogram_grid` for several runs).
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ from ..potential import stack_potentials
 from ..run import Output, sample
 from .targets import get_target
 
-__all__ = ["SIMULATED", "exact_draws", "rank_histograms", "rank_uniformity", "sbc_ranks",
-           "sbc_run", "simulate"]
+__all__ = ["SIMULATED", "curvature_scale", "exact_draws", "rank_histogram_grid",
+           "rank_histograms", "rank_uniformity", "sbc_ranks", "sbc_run", "simulate"]
 
 #: Targets :func:`simulate` can draw data sets for.
-SIMULATED = ("gaussian_linear", "poisson_linnerud")
+SIMULATED = ("gaussian_linear", "poisson_linnerud", "logistic_breast_cancer")
 
 
 def _inputs(target):
@@ -59,7 +62,38 @@ def simulate(target: str, seed: int, num_datasets: int) -> tuple[np.ndarray, np.
     if target == "gaussian_linear":
         noise = np.sqrt(t.log_likelihood.noise_var) * rng.normal(size=eta.shape)
         return theta, eta + noise
+    if target == "logistic_breast_cancer":
+        p = 0.5 * (1.0 + np.tanh(0.5 * eta))  # σ(η) without overflow
+        return theta, (rng.uniform(size=eta.shape) < p).astype(np.float64)
     return theta, rng.poisson(np.exp(eta)).astype(np.float64)
+
+
+def curvature_scale(target: str, y) -> np.ndarray:
+    """``(S,)`` the scale of the largest curvature of ``-log p(θ | y_s)`` for each simulated
+    data set ``y (S, n)``, from the data alone (a step ``h_s = c / curvature_s`` suits every
+    data set alike):
+
+    * ``"gaussian_linear"``: the exact ``λ_max(ZᵀZ / σ² + I / τ²)`` (the same for all ``s``);
+    * ``"logistic_breast_cancer"``: the bound ``λ_max(ZᵀZ) / 4 + 1`` (``σ' ≤ 1/4``; the same
+      for all ``s``);
+    * ``"poisson_linnerud"``: ``λ_max(Zᵀ diag(max(y_s, 1)) Z) + 1``, the Hessian with the
+      rates ``e^{zᵀθ}`` replaced by the counts (near the mode) or by 1 (at ``θ = 0``, where
+      the chains start), whichever is larger.
+    """
+    if target not in SIMULATED:
+        raise ValueError(f"`target` must be one of {SIMULATED}; got {target!r}.")
+    t = get_target(target)
+    z, y = _inputs(t), np.asarray(y, np.float64)
+    precision = float(t.log_prior.precision)
+    if y.ndim != 2 or y.shape[1] != z.shape[0]:
+        raise ValueError(f"`y` must be (num_datasets, {z.shape[0]}); got {y.shape}.")
+    if target == "poisson_linnerud":
+        w = np.maximum(y, 1.0)
+        return np.array([np.linalg.eigvalsh((z * ws[:, None]).T @ z)[-1] for ws in w]) \
+            + precision
+    top = np.linalg.eigvalsh(z.T @ z)[-1]
+    scale = 1.0 / t.log_likelihood.noise_var if target == "gaussian_linear" else 0.25
+    return np.full(y.shape[0], scale * top + precision)
 
 
 def exact_draws(y, num_draws: int, seed: int = 0) -> np.ndarray:
@@ -120,12 +154,13 @@ def _rank_bins(ranks: np.ndarray, num_draws: int, num_bins: int) -> np.ndarray:
 
 def sbc_run(target: str, algorithm, mixing, key, *, num_datasets: int = 100,
             num_draws: int = 15, num_steps: int = 1000, num_agents: int = 4,
-            split: str = "skew", seed: int = 0) -> dict:
+            split: str = "skew", seed: int = 0, step_sizes=None) -> dict:
     """Ranks of simulated truths among ``algorithm``'s draws on ``target``'s simulated data.
 
     Args:
         target: one of :data:`SIMULATED`.
-        algorithm: a decentralized sampler (e.g. ``dgsgld.diging_sgld(0.003)``).
+        algorithm: a decentralized sampler (e.g. ``dgsgld.diging_sgld(0.003)``); with
+            ``step_sizes``, a function ``h -> sampler`` (e.g. ``dgsgld.diging_sgld``).
         mixing: the network, as in :func:`dgsgld.sample`.
         key: the runs' key (data set ``s`` runs with ``jax.random.fold_in(key, s)``).
         num_datasets: ``S``.
@@ -133,19 +168,37 @@ def sbc_run(target: str, algorithm, mixing, key, *, num_datasets: int = 100,
         num_steps: iterations per chain (from the target's :meth:`~.Target.init` starts).
         num_agents, split: the data split (see :meth:`~.Target.split`).
         seed: seed of the simulation and of the split.
+        step_sizes: ``None``, or one step per data set: an ``(S,)`` array, or a function
+            ``y (S, n) -> (S,)`` of the simulated data (e.g. ``lambda y: 0.1 /
+            curvature_scale(target, y)``); data set ``s`` runs ``algorithm(step_sizes[s])``.
 
     Returns:
         ``{"ranks": (S, N, d) int, "pvalues": (N, d) per agent and coordinate (agents are
         not pooled: their ranks on one data set are dependent), "truth": (S, d),
-        "num_draws": L}``.
+        "draws": (S, L, N, d), "num_draws": L, "step_sizes": (S,) or None}``.
     """
-    if not getattr(algorithm, "decentralized", False):
+    if step_sizes is not None:
+        if not callable(algorithm):
+            raise ValueError("with `step_sizes`, `algorithm` must be a function h -> sampler; "
+                             f"got {type(algorithm).__name__}.")
+        probe = algorithm(1.0)
+    else:
+        probe = algorithm
+    if not getattr(probe, "decentralized", False):
         raise ValueError("`algorithm` must be a decentralized sampler (its draws are per "
                          f"agent); got {type(algorithm).__name__}.")
     for name, value in (("num_draws", num_draws), ("num_steps", num_steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
     theta, y = simulate(target, seed, num_datasets)
+    if callable(step_sizes):
+        step_sizes = step_sizes(y)
+    if step_sizes is not None:
+        step_sizes = np.asarray(step_sizes, np.float64)
+        if step_sizes.shape != (num_datasets,) or not np.all(np.isfinite(step_sizes)) or \
+                np.any(step_sizes <= 0):
+            raise ValueError(f"`step_sizes` must be {num_datasets} positive finite steps, one "
+                             f"per data set; got shape {step_sizes.shape}.")
     target = get_target(target)
     potentials = [dataclasses.replace(target, data=(target.data[0], ys), _hash=[]).potential(
         num_agents, split, seed=seed) for ys in y]
@@ -155,47 +208,86 @@ def sbc_run(target: str, algorithm, mixing, key, *, num_datasets: int = 100,
     init = jnp.broadcast_to(start[:, None], (num_draws, num_agents, target.dim))
 
     @eqx.filter_jit
-    @eqx.filter_vmap(in_axes=(0, 0))
-    def final(potential, k):
-        trace = sample(algorithm, potential, mixing, init, k, num_steps,
+    @eqx.filter_vmap(in_axes=(0, 0, 0))
+    def final(potential, k, h):
+        alg = algorithm if h is None else algorithm(h)
+        trace = sample(alg, potential, mixing, init, k, num_steps,
                        output=Output(positions=False), on_divergence="flag")
         return trace.state.position  # (L, N, d)
 
     keys = jax.vmap(lambda s: jax.random.fold_in(run_key, s))(jnp.arange(num_datasets))
-    draws = np.asarray(final(stacked, keys), np.float64)
+    steps = None if step_sizes is None else jnp.asarray(step_sizes, jnp.result_type(float))
+    draws = np.asarray(final(stacked, keys, steps), np.float64)
     if not np.all(np.isfinite(draws)):
         bad = int(np.sum(~np.all(np.isfinite(draws), axis=(1, 2, 3))))
         raise ValueError(f"chains diverged on {bad} of {num_datasets} simulated data sets; "
                          "lower the step size (leaving those data sets out would bias the "
                          "ranks).")
     ranks = sbc_ranks(draws, theta)
-    return {"ranks": ranks, "truth": theta, "num_draws": num_draws,
+    return {"ranks": ranks, "truth": theta, "num_draws": num_draws, "draws": draws,
+            "step_sizes": step_sizes,
             "pvalues": np.stack([rank_uniformity(ranks[:, i], num_draws)
                                  for i in range(num_agents)])}
+
+
+def _rank_panel(ax, ranks, num_draws: int, num_bins: int, j: int, title: str) -> None:
+    """Coordinate ``j`` of ranks ``(S, N, q)``: each agent's bin counts, the expected count
+    and its central 99 % binomial band."""
+    bins = _rank_bins(ranks[:, :, j], num_draws, num_bins)
+    s, n = bins.shape
+    ax.axhspan(*stats.binom.ppf([0.005, 0.995], s, 1 / num_bins), color="0.85")
+    ax.axhline(s / num_bins, color="0.5", lw=0.8)
+    for i in range(n):
+        counts = np.bincount(bins[:, i], minlength=num_bins)
+        ax.step(np.arange(num_bins), counts, where="mid", label=f"agent {i}")
+    ax.set_title(title, fontsize=8)
+    ax.set_xticks(range(num_bins))
+    ax.set_xlabel("rank bin", fontsize=8)
+
+
+def _per_agent(ranks) -> np.ndarray:
+    ranks = np.asarray(ranks)
+    return ranks[:, None] if ranks.ndim == 2 else ranks
 
 
 def rank_histograms(ranks, num_draws: int, num_bins: int = 4, names=None):
     """The rank histograms as a figure (matplotlib, Agg backend): one panel per coordinate,
     each agent's bin counts as a line (ranks ``(S, N, q)``; ``(S, q)`` is one agent), the
     expected count ``S / num_bins`` and its central 99 % binomial band in grey."""
-    ranks = np.asarray(ranks)
-    ranks = ranks[:, None] if ranks.ndim == 2 else ranks
-    bins = _rank_bins(ranks, num_draws, num_bins)
-    s, n, q = ranks.shape
+    ranks = _per_agent(ranks)
+    n, q = ranks.shape[1:]
     plt = pyplot(headless=True)
     fig, axes = plt.subplots(1, q, figsize=(2.0 * q, 2.2), sharey=True, squeeze=False)
-    band = stats.binom.ppf([0.005, 0.995], s, 1 / num_bins)
     for j, ax in enumerate(axes[0]):
-        ax.axhspan(*band, color="0.85")
-        ax.axhline(s / num_bins, color="0.5", lw=0.8)
-        for i in range(n):
-            counts = np.bincount(bins[:, i, j], minlength=num_bins)
-            ax.step(np.arange(num_bins), counts, where="mid", label=f"agent {i}")
-        ax.set_title(names[j] if names is not None else f"x[{j}]", fontsize=8)
-        ax.set_xticks(range(num_bins))
-        ax.set_xlabel("rank bin", fontsize=8)
+        _rank_panel(ax, ranks, num_draws, num_bins, j,
+                    names[j] if names is not None else f"x[{j}]")
     axes[0, 0].set_ylabel("data sets")
     if n > 1:
         axes[0, -1].legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def rank_histogram_grid(cells, num_bins: int = 4, max_panels: int = 6):
+    """Several SBC runs' rank histograms in one figure (matplotlib, Agg backend): one row per
+    cell ``(label, ranks (S, N, q) or (S, q), num_draws, names)``, its ``max_panels``
+    coordinates with the smallest p-values (:func:`rank_uniformity` over ``num_bins`` bins,
+    the smallest over agents) in increasing order, each panel as in :func:`rank_histograms`
+    and titled with the coordinate and that p-value."""
+    plt = pyplot(headless=True)
+    cols = max(1, min(max_panels, max(_per_agent(c[1]).shape[2] for c in cells)))
+    fig, axes = plt.subplots(len(cells), cols, figsize=(2.0 * cols, 2.3 * len(cells)),
+                             squeeze=False)
+    for row, (label, ranks, num_draws, names) in zip(axes, cells):
+        ranks = _per_agent(ranks)
+        p = np.min([rank_uniformity(ranks[:, i], num_draws, num_bins)
+                    for i in range(ranks.shape[1])], axis=0)
+        order = np.argsort(p, kind="stable")[:cols]
+        for ax, j in zip(row, order):
+            name = names[j] if names is not None else f"x[{j}]"
+            _rank_panel(ax, ranks, num_draws, num_bins, int(j), f"{name}: p={p[j]:.2g}")
+        for ax in row[len(order):]:
+            ax.set_visible(False)
+        row[0].set_ylabel(f"{label}\ndata sets", fontsize=8)
     fig.tight_layout()
     return fig
