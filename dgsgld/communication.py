@@ -43,6 +43,12 @@ When messages are sent (each composes with the modes above):
   known to all neighbours): an active agent sends to all its out-neighbours, an inactive one
   nothing. ``q = 1`` is the channel without it, bit for bit.
 
+Directed networks (the push-sum samplers, column-stochastic ``C``): :func:`send_mass` sends
+the mass ``u`` through the channel and the weight ``v`` exact beside it over the same used
+matrix; a dropped one-way link (each direction drawn on its own) leaves its weight on the
+sender's diagonal, and an inactive agent's row and column are ``e_i``, so the used matrix stays
+column stochastic (:func:`drop_links` with ``keep="columns"``).
+
 With error feedback the network sum is kept exactly: ``I − W`` has zero column sums, so
 ``Σ_i mixed_i = Σ_i x_i`` whatever the compressor, and DIGing's tracking invariant
 ``Σ_i y_i = Σ_i ∇̃f_i(x_i)`` holds up to rounding. Without it, ``Σ_i mixed_i − Σ_i x_i =
@@ -104,6 +110,7 @@ __all__ = [
     "quantize",
     "random_k",
     "send",
+    "send_mass",
     "sign",
     "top_k",
 ]
@@ -406,30 +413,29 @@ class Channel(eqx.Module):
         return ChannelState(public, jnp.zeros((num_agents,), jnp.int32), heard)
 
     def mix(self, key: PRNGKey, state: ChannelState, matrix, message: PyTree, count=0,
-            round_key: PRNGKey | None = None, active: Array | None = None):
+            round_key: PRNGKey | None = None, active: Array | None = None,
+            directed: bool = False):
         """``(mixed, state)``: ``message`` (leaves ``(N, ...)``) sent over ``matrix``
         (``W⁽ᵏ⁾``, ``(N, N)`` or a sparse snapshot) at iteration ``count`` and mixed as the
         module docstring says. ``key`` draws the compressors; ``round_key`` whether the round
         happens or which links are up (shared by the messages of a step; default
         ``fold_in(key, ·)``); ``active`` ``(N,)`` bool the active agents (``None``: all;
-        :func:`active_agents`)."""
+        :func:`active_agents`); ``directed``: ``matrix`` is column stochastic (:meth:`plan`)."""
         if round_key is None:
             round_key = jax.random.fold_in(key, _ROUND_TAG)
-        talk, used = self.round(round_key, matrix, count)
-        degrees = out_degrees(used)
-        if active is not None:
-            used = _without_inactive(_dense(used), active)
-            degrees = jnp.where(active, degrees, 0)
+        talk, used, degrees = self.plan(round_key, matrix, count, active, directed)
         mixed, new = self._mix(key, state, used, message, degrees, active)
         if talk is None:
             return mixed, new
         return jax.tree.map(lambda a, b: jnp.where(talk, a, b), (mixed, new),
                             (message, state))
 
-    def round(self, key: PRNGKey, matrix, count=0):
+    def round(self, key: PRNGKey, matrix, count=0, directed: bool = False):
         """``(talk, used)`` of iteration ``count``: ``talk`` a scalar bool, whether this is a
         round (``None``: always), and ``used`` the matrix mixed with (``matrix`` itself unless
-        links are dropped, then a dense ``(N, N)``)."""
+        links are dropped, then a dense ``(N, N)``). ``directed``: ``matrix`` is column
+        stochastic (push-sum), each one-way link is drawn on its own and a dropped weight
+        stays with its sender (:func:`drop_links` with ``keep="columns"``)."""
         talk = None
         if self.every > 1:
             talk = jnp.asarray(count) % self.every == 0
@@ -438,8 +444,22 @@ class Channel(eqx.Module):
             talk = up if talk is None else talk & up
         if self.probability < 1 and self.per_link:
             dense = _dense(matrix)
-            matrix = drop_links(dense, link_mask(key, dense.shape[0], self.probability))
+            up = link_mask(key, dense.shape[0], self.probability, directed=directed)
+            matrix = drop_links(dense, up, keep="columns" if directed else "rows")
         return talk, matrix
+
+    def plan(self, round_key: PRNGKey, matrix, count=0, active: Array | None = None,
+             directed: bool = False):
+        """``(talk, used, degrees)`` of a step, shared by all its messages: whether it is a
+        round (:meth:`round`), the matrix used (links dropped, inactive agents cut off:
+        ``active`` ``(N,)`` bool or ``None``) and the messages ``(N,)`` each agent sends."""
+        talk, used = self.round(round_key, matrix, count, directed)
+        degrees = out_degrees(used)
+        if active is not None:
+            used = _without_inactive(_dense(used), active,
+                                     keep="columns" if directed else "rows")
+            degrees = jnp.where(active, degrees, 0)
+        return talk, used, degrees
 
     def _mix(self, key, state, matrix, message, degrees, sends=None):
         """Mix over ``matrix`` (the one used); ``degrees`` ``(N,)``: messages an agent sends
@@ -489,39 +509,59 @@ class Channel(eqx.Module):
         """Bytes each agent has sent, ``int64`` of shape ``state``'s counters' ``(..., N)``.
 
         ``state``: a sampler state run with this channel (e.g. ``trace.state``, leaves
-        ``(num_chains, N, ...)``), whose ``position`` gives the message size.
+        ``(num_chains, N, ...)``), whose ``position`` gives the message size. A push-sum
+        state (one with a ``weight``) also sends its weight, one exact entry, with every
+        ``position`` message (:func:`send_mass`).
         """
         counts = np.asarray(messages_sent(state), np.int64)
         leaves = jax.tree.leaves(state.position)
         lead = counts.ndim
         dim = sum(int(np.prod(np.shape(leaf)[lead:])) for leaf in leaves)
         dtype = jnp.result_type(*leaves)
-        return counts * self.message_bytes(dim, dtype)
+        total = counts * self.message_bytes(dim, dtype)
+        if getattr(state, "weight", None) is not None:
+            weights = np.asarray(state.channel["position"].sent, np.int64)
+            total = total + weights * jnp.dtype(jnp.result_type(state.weight)).itemsize
+        return total
 
 
-def link_mask(key: PRNGKey, num_agents: int, probability: float) -> Array:
-    """``(N, N)`` bool, symmetric: link ``{i, j}`` (``i < j``) up with ``probability``,
-    independently (``uniform(key, (N, N))[i, j] < p``, upper triangle); the diagonal is up."""
-    up = jnp.triu(jax.random.uniform(key, (num_agents, num_agents)) < probability, 1)
-    return up | up.T | jnp.eye(num_agents, dtype=bool)
+def link_mask(key: PRNGKey, num_agents: int, probability: float,
+              directed: bool = False) -> Array:
+    """``(N, N)`` bool, ``u = uniform(key, (N, N)) < probability``; the diagonal is up.
+    Undirected (default): symmetric, link ``{i, j}`` (``i < j``) up iff ``u[i, j]`` (upper
+    triangle). ``directed``: each one-way link ``j → i`` up iff ``u[i, j]``, independently."""
+    up = jax.random.uniform(key, (num_agents, num_agents)) < probability
+    eye = jnp.eye(num_agents, dtype=bool)
+    if directed:
+        return up | eye
+    up = jnp.triu(up, 1)
+    return up | up.T | eye
 
 
-def drop_links(matrix: Array, up: Array) -> Array:
+def drop_links(matrix: Array, up: Array, keep: str = "rows") -> Array:
     """``matrix`` (dense ``(N, N)``) with the links where ``up`` is False removed and their
-    weight moved to the diagonal: ``W'[i, i] = W[i, i] + Σ_{j: ¬up[i, j]} W[i, j]``. Row sums
-    are kept; with ``W`` symmetric and ``up`` symmetric ``W'`` is symmetric, hence doubly
-    stochastic when ``W`` is."""
+    weight moved to a diagonal. ``keep="rows"``: to the receiver's,
+    ``W'[i, i] = W[i, i] + Σ_{j: ¬up[i, j]} W[i, j]``, so row sums are kept; with ``W`` and
+    ``up`` symmetric ``W'`` is symmetric, hence doubly stochastic when ``W`` is.
+    ``keep="columns"``: to the sender's, ``C'[j, j] = C[j, j] + Σ_{i: ¬up[i, j]} C[i, j]``
+    (what is not delivered stays where it was), so column sums are kept and a column-stochastic
+    ``C`` stays column stochastic. The two agree when ``W`` and ``up`` are symmetric."""
+    if keep not in ("rows", "columns"):
+        raise ValueError(f"`keep` must be 'rows' or 'columns'; got {keep!r}.")
     kept = jnp.where(up, matrix, jnp.zeros_like(matrix))
-    dropped = jnp.sum(matrix - kept, axis=1)
+    dropped = jnp.sum(matrix - kept, axis=1 if keep == "rows" else 0)
     return kept + jnp.diag(dropped)
 
 
-def _without_inactive(matrix: Array, active: Array) -> Array:
+def _without_inactive(matrix: Array, active: Array, keep: str = "rows") -> Array:
     """``matrix`` (dense) with every link of an inactive agent dropped (:func:`drop_links`)
-    and an inactive agent's row exactly ``e_i``."""
+    and an inactive agent's row and column exactly ``e_i``: it neither mixes nor sends, and
+    with ``keep="columns"`` nothing is pushed to it (its state is held, so a mass it received
+    would be lost)."""
     eye = jnp.eye(matrix.shape[0], dtype=bool)
-    used = drop_links(matrix, (active[:, None] & active[None, :]) | eye)
-    return jnp.where(active[:, None], used, eye.astype(used.dtype))
+    both = active[:, None] & active[None, :]
+    used = drop_links(matrix, both | eye, keep)
+    return jnp.where(both, used, eye.astype(used.dtype))
 
 
 def active_agents(channel: "Channel | None", key: PRNGKey, count, num_agents: int):
@@ -624,16 +664,41 @@ def init_states(channel: "Channel | None", **messages: PyTree) -> Any:
 
 
 def send(channel: "Channel | None", key: PRNGKey, states, name: str, matrix, message: PyTree,
-         count=0):
+         count=0, directed: bool = False):
     """``(mixed, states)``: message ``name`` sent over ``matrix`` at iteration ``count``;
-    ``W @ message`` exactly and ``states`` unchanged without a channel."""
+    ``W @ message`` exactly and ``states`` unchanged without a channel. ``directed``: a
+    column-stochastic ``matrix`` (push-sum; :meth:`Channel.plan`)."""
     if channel is None:
         return _tree.mix(matrix, message), states
     active = active_agents(channel, key, count, jax.tree.leaves(message)[0].shape[0])
     mixed, state = channel.mix(jax.random.fold_in(key, _TAGS[name]), states[name], matrix,
                                message, count, round_key=jax.random.fold_in(key, _ROUND_TAG),
-                               active=active)
+                               active=active, directed=directed)
     return mixed, {**states, name: state}
+
+
+def send_mass(channel: "Channel | None", key: PRNGKey, states, name: str, matrix,
+              mass: PyTree, weight: Array, count=0):
+    """``(mixed mass, mixed weight, states)``: a push-sum message, the mass ``u`` (leaves
+    ``(N, ...)``) with the weight ``v`` ``(N, 1)``, pushed over the column-stochastic
+    ``matrix`` at iteration ``count``. The mass goes through the channel like any message
+    (compressed, with error feedback, triggered); the weight, one scalar per agent, is sent
+    exact beside it over the same used matrix ``C'`` (the same round, links and active
+    agents), ``v⁺ = C' v`` (``v`` itself when the step is no round), so that ``x = u / v``
+    stays push-sum's ratio and ``Σ_i v_i`` is kept. ``C u`` and ``C v`` without a channel."""
+    if channel is None:
+        return _tree.mix(matrix, mass), _tree.mix(matrix, weight), states
+    active = active_agents(channel, key, count, weight.shape[0])
+    talk, used, degrees = channel.plan(jax.random.fold_in(key, _ROUND_TAG), matrix, count,
+                                       active, directed=True)
+    mixed, state = channel._mix(jax.random.fold_in(key, _TAGS[name]), states[name], used, mass,
+                                degrees, active)
+    mixed_weight = _tree.mix(used, weight)
+    if talk is not None:
+        mixed, state, mixed_weight = jax.tree.map(
+            lambda a, b: jnp.where(talk, a, b), (mixed, state, mixed_weight),
+            (mass, states[name], weight))
+    return mixed, mixed_weight, {**states, name: state}
 
 
 def as_channel(channel) -> "Channel | None":

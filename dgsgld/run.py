@@ -399,7 +399,7 @@ def sample(
             :class:`dgsgld.communication.Channel` (compression, error feedback, local steps,
             random rounds or links, event triggers, stragglers; byte counts in
             ``trace.state.channel``; ``Channel.bytes_sent(trace.state)``). Not yet with
-            ``placement=Agents`` nor the push-sum samplers.
+            ``placement=Agents``.
 
     Returns:
         A :class:`Trace`.
@@ -505,15 +505,6 @@ def _with_channel(algorithm, channel, placement=None):
             raise ValueError(
                 f"`channel` must be None for {type(algorithm).__name__} (centralized: it sends "
                 "no messages)."
-            )
-        if not hasattr(algorithm, "channel"):
-            raise ValueError(
-                f"`channel` is not supported yet by {type(algorithm).__name__} (push-sum "
-                "messages): its positions are the ratios x = u / v of masses and weights mixed "
-                "by the same column-stochastic matrix, and a channel changes how the masses "
-                "are mixed (compressed messages, error feedback's u + γ(W - I)û, no mixing off "
-                "the `every` steps) but not the weights, so u / v would no longer be push-sum's "
-                "ratio; pass channel=None."
             )
         if algorithm.channel is not None and algorithm.channel != channel:
             raise ValueError(

@@ -267,9 +267,6 @@ def test_channel_errors(key):
     with pytest.raises(ValueError, match="`channel` must be None for SGLD"):
         dgsgld.sample(dgsgld.sgld(0.1), problem.potential, None, init[:, 0], key, 2,
                       channel=C.Channel())
-    with pytest.raises(ValueError, match="`channel` is not supported yet by PushSumSGLD"):
-        dgsgld.sample(dgsgld.push_sum_sgld(0.1), problem.potential, W, init, key, 2,
-                      channel=C.Channel())
     with pytest.raises(ValueError, match="`channel` is not supported yet with placement=Agents"):
         dgsgld.sample(dgsgld.diging_sgld(0.1), problem.potential, W, init, key, 2,
                       channel=C.Channel(), placement=sharding.Agents())

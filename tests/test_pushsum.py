@@ -124,21 +124,6 @@ def test_symmetric_samplers_refuse_directed_networks(key):
             dgsgld.sample(make(0.1), prob.potential, np.asarray(s.matrices), init, key, 2)
     with pytest.raises(ValueError, match="`noise` must be 'mass' or 'uniform'"):
         dgsgld.push_diging_sgld(0.1, noise="rows")
-    # A channel would change how the masses u are mixed but not the weights v: refused with
-    # the reason, before anything is compiled.
-    from dgsgld import communication
-
-    for make, name in ((dgsgld.push_diging_sgld, "PushDIGingSGLD"),
-                       (dgsgld.push_sum_sgld, "PushSumSGLD")):
-        with pytest.raises(ValueError) as err:
-            dgsgld.sample(make(0.1), prob.potential, s, init, key, 2,
-                          channel=communication.Channel(every=2))
-        assert str(err.value) == (
-            f"`channel` is not supported yet by {name} (push-sum messages): its positions are "
-            "the ratios x = u / v of masses and weights mixed by the same column-stochastic "
-            "matrix, and a channel changes how the masses are mixed (compressed messages, "
-            "error feedback's u + γ(W - I)û, no mixing off the `every` steps) but not the "
-            "weights, so u / v would no longer be push-sum's ratio; pass channel=None.")
 
 
 # -------------------------------------------------------------------- samplers

@@ -56,6 +56,14 @@ SGLD reads its positions after the push-sum average of the agents' proposals, wh
 that fresh noise (at the price of a network bias where the local potentials disagree, which
 the tracker removes).
 
+Channels (:mod:`dgsgld.communication`): the mass ``u`` (and Push-DIGing's tracker ``y``) goes
+through the channel like any message; the weight ``v`` is sent exact beside the mass over the
+same used matrix ``C'`` (:func:`dgsgld.communication.send_mass`). A dropped one-way link's
+weight stays with its sender and an inactive agent's row and column are ``e_i``, so ``C'`` is
+column stochastic: ``Σ_i v_i = N`` and, with exact or error-feedback messages,
+``Σ_i y_i = Σ_i ∇̃f_i(x_i)`` still hold. Between rounds (``every``, ``probability``) neither
+``u`` nor ``v`` is mixed, and an agent's step is a local Langevin step at ``η / v_i``.
+
 ``noise="uniform"`` gives ``s_i = √(2η)`` (``a = 0``, the update as printed in [35]). Both are
 exact for the average; they differ in the agents' spread around it, most where ``v`` is uneven
 (``tests/test_pushsum.py`` compares their exact laws).
@@ -68,8 +76,9 @@ import jax
 import jax.numpy as jnp
 
 from .. import _tree
-from ..gradients import GradientEstimator, as_estimator
 from .._types import Array, PRNGKey, PyTree, StepSize
+from ..communication import Channel, as_channel, hold, init_states, send, send_mass
+from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm
 
 __all__ = [
@@ -112,11 +121,6 @@ def _per_agent(v: Array, tree: PyTree) -> PyTree:
     )
 
 
-def _mix_weight(mixing_matrix, v: Array) -> Array:
-    """``C v`` for the ``(N, 1)`` weights (any mixing format with ``@`` on ``(N, k)``)."""
-    return _tree.mix(mixing_matrix, v)
-
-
 def _reciprocal(v: Array) -> Array:
     """``1 / v`` of the ``(N, 1)`` weights, for the read-out ``x = u ⊙ (1 / v)``.
 
@@ -143,6 +147,8 @@ class PushDIGingState(NamedTuple):
         weight: ``v⁽ᵏ⁾``, ``(N, 1)``, the push-sum weights (sum ``N``).
         count: iteration number ``k`` (scalar int).
         estimator: the gradient estimator's state (``()`` for plain mini-batches).
+        channel: the channel states of the messages ``position`` (the mass ``u``, sent with
+            the weight) and ``tracker`` (:mod:`dgsgld.communication`; ``()`` without one).
     """
 
     position: PyTree
@@ -151,6 +157,7 @@ class PushDIGingState(NamedTuple):
     weight: Array
     count: Array
     estimator: PyTree = ()
+    channel: PyTree = ()
 
 
 class PushDIGingInfo(NamedTuple):
@@ -163,21 +170,23 @@ class PushDIGingSGLD(SamplingAlgorithm):
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     noise_rule: str = eqx.field(default="mass", converter=_noise_rule, static=True,
                                 kw_only=True)
+    channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
     network_kind: ClassVar[str] = "column_stochastic"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> PushDIGingState:
         """``v⁽⁰⁾ = 1``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``."""
         grad, est = self.estimator.start(potential, position, key)
+        channel = init_states(self.channel, position=position, tracker=grad)
         return PushDIGingState(position, grad, grad, _initial_weight(position),
-                               jnp.zeros((), jnp.int32), est)
+                               jnp.zeros((), jnp.int32), est, channel)
 
     def step(self, key: PRNGKey, state: PushDIGingState, potential, mixing_matrix: Array,
              noise: PyTree | None = None) -> tuple[PushDIGingState, PushDIGingInfo]:
         """One iteration with the column-stochastic ``C⁽ᵏ⁾ (N, N)``."""
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
-        weight = _mix_weight(mixing_matrix, state.weight)
         u = jax.tree.map(jnp.multiply, _per_agent(state.weight, state.position), state.position)
-        mixed = _tree.mix(mixing_matrix, u)
+        mixed, weight, channel = send_mass(self.channel, key, state.channel, "position",
+                                           mixing_matrix, u, state.weight, state.count)
         scale2 = 2.0 * eta
 
         def one(b, d, mass, inv, w):
@@ -189,21 +198,25 @@ class PushDIGingSGLD(SamplingAlgorithm):
             _per_agent(_mass(weight, self.noise_rule), mixed),
             _per_agent(_reciprocal(weight), mixed))
         grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        tracker = _tree.tree_add(
-            _tree.mix(mixing_matrix, state.tracker), _tree.tree_sub(grad, state.grad))
-        new = PushDIGingState(position, tracker, grad, weight, state.count + 1, est)
-        return new, PushDIGingInfo(eta)
+        mixed_tracker, channel = send(self.channel, key, channel, "tracker", mixing_matrix,
+                                      state.tracker, state.count, directed=True)
+        tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
+        new = PushDIGingState(position, tracker, grad, weight, state.count + 1, est, channel)
+        return hold(self.channel, key, state, new), PushDIGingInfo(eta)
 
 
 class PushSumState(NamedTuple):
     """Network state of push-sum SGLD: ``position`` ``x = u / v`` and ``grad = ∇̃F(x)`` leaves
-    ``(N, *param_shape)``; ``weight`` ``v (N, 1)``; ``count``; the estimator's state."""
+    ``(N, *param_shape)``; ``weight`` ``v (N, 1)``; ``count``; the estimator's state; the
+    channel state of the message ``position`` (the mass ``u`` with the weight; ``()`` without
+    a channel)."""
 
     position: PyTree
     weight: Array
     count: Array
     grad: PyTree = None
     estimator: PyTree = ()
+    channel: PyTree = ()
 
 
 class PushSumInfo(NamedTuple):
@@ -217,12 +230,13 @@ class PushSumSGLD(SamplingAlgorithm):
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     noise_rule: str = eqx.field(default="mass", converter=_noise_rule, static=True,
                                 kw_only=True)
+    channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
     network_kind: ClassVar[str] = "column_stochastic"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> PushSumState:
         grad, est = self.estimator.start(potential, position, key)
         return PushSumState(position, _initial_weight(position), jnp.zeros((), jnp.int32),
-                            grad, est)
+                            grad, est, init_states(self.channel, position=position))
 
     def step(self, key: PRNGKey, state: PushSumState, potential, mixing_matrix: Array,
              noise: PyTree | None = None) -> tuple[PushSumState, PushSumInfo]:
@@ -238,28 +252,32 @@ class PushSumSGLD(SamplingAlgorithm):
             one, noise, state.position, grad,
             _per_agent(_mass(state.weight, self.noise_rule), state.position),
             _per_agent(state.weight, state.position))
-        weight = _mix_weight(mixing_matrix, state.weight)
-        mixed = _tree.mix(mixing_matrix, u)
+        mixed, weight, channel = send_mass(self.channel, key, state.channel, "position",
+                                           mixing_matrix, u, state.weight, state.count)
         position = jax.tree.map(jnp.multiply, mixed, _per_agent(_reciprocal(weight), mixed))
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        return PushSumState(position, weight, state.count + 1, new_grad, est), PushSumInfo(alpha)
+        new = PushSumState(position, weight, state.count + 1, new_grad, est, channel)
+        return hold(self.channel, key, state, new), PushSumInfo(alpha)
 
 
 def push_diging_sgld(step_size: StepSize, estimator: GradientEstimator | None = None, *,
-                     noise: NoiseRule = "mass", normal: Callable = jax.random.normal
-                     ) -> PushDIGingSGLD:
+                     noise: NoiseRule = "mass", normal: Callable = jax.random.normal,
+                     channel: Channel | None = None) -> PushDIGingSGLD:
     """Push-DIGing-SGLD over a directed (column-stochastic) schedule, with a constant step or
     a schedule ``count -> η``; ``estimator`` from :mod:`dgsgld.gradients`; ``noise`` where the
     Langevin noise enters (``"mass"``: ``√(2η v_i)``, derived in :mod:`dgsgld.samplers.pushsum`;
-    ``"uniform"``: ``√(2η)``)."""
-    return PushDIGingSGLD(step_size, estimator, noise_rule=noise, normal=normal)
+    ``"uniform"``: ``√(2η)``); ``channel`` a :class:`dgsgld.communication.Channel` for the
+    mass and tracker messages (the weights go exact beside the masses:
+    :func:`dgsgld.communication.send_mass`)."""
+    return PushDIGingSGLD(step_size, estimator, noise_rule=noise, normal=normal,
+                          channel=channel)
 
 
 def push_sum_sgld(step_size: StepSize, estimator: GradientEstimator | None = None, *,
-                  noise: NoiseRule = "mass", normal: Callable = jax.random.normal
-                  ) -> PushSumSGLD:
+                  noise: NoiseRule = "mass", normal: Callable = jax.random.normal,
+                  channel: Channel | None = None) -> PushSumSGLD:
     """Push-sum SGLD of Kolesov & Kungurtsev with a step ``α_k`` (a decaying schedule
     ``count -> α`` as there, e.g. ``optax.polynomial_schedule`` or
-    :class:`dgsgld.samplers.PolynomialDecay`, or a constant); ``estimator`` and ``noise`` as
-    for :func:`push_diging_sgld`."""
-    return PushSumSGLD(step_size, estimator, noise_rule=noise, normal=normal)
+    :class:`dgsgld.samplers.PolynomialDecay`, or a constant); ``estimator``, ``noise`` and
+    ``channel`` as for :func:`push_diging_sgld`."""
+    return PushSumSGLD(step_size, estimator, noise_rule=noise, normal=normal, channel=channel)
