@@ -34,6 +34,8 @@ CHANNELS = {
     "event δ = 0.1": comm.Channel(threshold=0.1),
     "event δ = 0.3": comm.Channel(threshold=0.3),
     "event δ = 1": comm.Channel(threshold=1.0),
+    "event δx = 0.3, y every round": comm.Channel(threshold={"position": 0.3}),
+    "event δx = 0.3, δy = 3": comm.Channel(threshold={"position": 0.3, "tracker": 3.0}),
     "stragglers q = 0.8": comm.Channel(activity=0.8),
     "stragglers q = 0.5": comm.Channel(activity=0.5),
 }

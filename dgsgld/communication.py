@@ -303,12 +303,22 @@ def _probability(probability) -> float:
 
 
 def _threshold(threshold):
+    """``None``, a float, or per message a tuple of ``(name, float | None)`` pairs (static and
+    hashable) from a mapping ``{message name: threshold}``."""
+    if isinstance(threshold, dict):
+        unknown = sorted(set(threshold) - set(_TAGS))
+        if unknown:
+            raise ValueError(
+                f"`threshold` names unknown messages {unknown}; the messages are "
+                f"{sorted(_TAGS)}.")
+        return tuple(sorted((name, _threshold(value)) for name, value in threshold.items()))
     if threshold is None:
         return None
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.number)) \
             or not 0 <= float(threshold) < math.inf:
         raise ValueError(
-            f"`threshold` must be None or a finite number >= 0; got {threshold!r}.")
+            "`threshold` must be None, a finite number >= 0, or a dict of them by message "
+            f"name; got {threshold!r}.")
     return float(threshold)
 
 
@@ -369,6 +379,9 @@ class Channel(eqx.Module):
             ``‖x_j − x̂_j‖₂ > threshold`` (its whole flat message against the copy ``x̂_j`` its
             neighbours last received), and at its first round; its neighbours mix with
             ``x̂_j``. ``threshold = 0`` sends whenever the message moved: always-on mixing.
+            A dict gives each message its own, e.g. ``{"position": 0.1, "tracker": 1.0}``
+            (a message left out, or given ``None``, is sent at every round), for messages on
+            different scales.
         activity: stragglers. A number ``q ∈ (0, 1]``: each agent is active at a step with
             probability ``q``, independently; or a ``(P, N)`` pattern of 0/1: agent ``i``
             active at iteration ``k`` iff ``pattern[k % P][i]`` (static). An inactive agent
@@ -390,7 +403,7 @@ class Channel(eqx.Module):
     every: int = eqx.field(default=1, static=True, converter=_every)
     probability: float = eqx.field(default=1.0, static=True, converter=_probability)
     per_link: bool = eqx.field(default=False, static=True, converter=bool)
-    threshold: float | None = eqx.field(default=None, static=True, converter=_threshold)
+    threshold: Any = eqx.field(default=None, static=True, converter=_threshold)
     activity: Any = eqx.field(default=1.0, static=True, converter=_activity)
 
     def __check_init__(self):
@@ -401,30 +414,37 @@ class Channel(eqx.Module):
                 "per_link=False (rounds drawn for all agents at once)."
             )
 
-    @property
-    def _public(self) -> bool:
-        return self.error_feedback or self.threshold is not None
+    def threshold_of(self, name: str | None = None) -> float | None:
+        """The event trigger's threshold of message ``name`` (``None``: no trigger)."""
+        if isinstance(self.threshold, tuple):
+            return dict(self.threshold).get(name)
+        return self.threshold
 
-    def init(self, message: PyTree) -> ChannelState:
-        """State before the first step for a message shaped like ``message`` (``(N, ...)``)."""
+    def _public(self, name: str | None = None) -> bool:
+        return self.error_feedback or self.threshold_of(name) is not None
+
+    def init(self, message: PyTree, name: str | None = None) -> ChannelState:
+        """State before the first step for message ``name`` shaped like ``message``
+        (``(N, ...)``)."""
         num_agents = jax.tree.leaves(message)[0].shape[0]
-        public = jax.tree.map(jnp.zeros_like, message) if self._public else ()
-        heard = jnp.zeros((num_agents,), bool) if self.threshold is not None else ()
+        public = jax.tree.map(jnp.zeros_like, message) if self._public(name) else ()
+        heard = jnp.zeros((num_agents,), bool) if self.threshold_of(name) is not None else ()
         return ChannelState(public, jnp.zeros((num_agents,), jnp.int32), heard)
 
     def mix(self, key: PRNGKey, state: ChannelState, matrix, message: PyTree, count=0,
             round_key: PRNGKey | None = None, active: Array | None = None,
-            directed: bool = False):
+            directed: bool = False, name: str | None = None):
         """``(mixed, state)``: ``message`` (leaves ``(N, ...)``) sent over ``matrix``
         (``W⁽ᵏ⁾``, ``(N, N)`` or a sparse snapshot) at iteration ``count`` and mixed as the
         module docstring says. ``key`` draws the compressors; ``round_key`` whether the round
         happens or which links are up (shared by the messages of a step; default
         ``fold_in(key, ·)``); ``active`` ``(N,)`` bool the active agents (``None``: all;
-        :func:`active_agents`); ``directed``: ``matrix`` is column stochastic (:meth:`plan`)."""
+        :func:`active_agents`); ``directed``: ``matrix`` is column stochastic (:meth:`plan`); ``name`` the
+        message's (its threshold, :meth:`threshold_of`)."""
         if round_key is None:
             round_key = jax.random.fold_in(key, _ROUND_TAG)
         talk, used, degrees = self.plan(round_key, matrix, count, active, directed)
-        mixed, new = self._mix(key, state, used, message, degrees, active)
+        mixed, new = self._mix(key, state, used, message, degrees, active, name)
         if talk is None:
             return mixed, new
         return jax.tree.map(lambda a, b: jnp.where(talk, a, b), (mixed, new),
@@ -461,19 +481,21 @@ class Channel(eqx.Module):
             degrees = jnp.where(active, degrees, 0)
         return talk, used, degrees
 
-    def _mix(self, key, state, matrix, message, degrees, sends=None):
+    def _mix(self, key, state, matrix, message, degrees, sends=None, name=None):
         """Mix over ``matrix`` (the one used); ``degrees`` ``(N,)``: messages an agent sends
-        this round; ``sends`` ``(N,)`` bool (``None``: all) the agents that send at all."""
-        exact = isinstance(self.compressor, Identity) and not self._public
+        this round; ``sends`` ``(N,)`` bool (``None``: all) the agents that send at all;
+        ``name`` the message's."""
+        threshold = self.threshold_of(name)
+        exact = isinstance(self.compressor, Identity) and not self._public(name)
         if exact and sends is None:
             return _tree.mix(matrix, message), ChannelState(state.public,
                                                             state.sent + degrees, state.heard)
         num_agents = jax.tree.leaves(message)[0].shape[0]
         keys = jax.random.split(key, num_agents)
         fire, heard = sends, state.heard
-        if self.threshold is not None:
+        if threshold is not None:
             moved = jnp.sqrt(jnp.sum(_flat(_tree.tree_sub(message, state.public)) ** 2, 1))
-            fire = (moved > self.threshold) | ~state.heard
+            fire = (moved > threshold) | ~state.heard
             fire = fire if sends is None else fire & sends
             heard = state.heard | fire
         sent = state.sent + (degrees if fire is None else jnp.where(fire, degrees, 0))
@@ -482,13 +504,13 @@ class Channel(eqx.Module):
                 q = message
             else:
                 q = _unflat(jax.vmap(self.compressor.compress)(keys, _flat(message)), message)
-            if self.threshold is not None:          # neighbours hold the last copy received
+            if threshold is not None:               # neighbours hold the last copy received
                 q = _select(fire, q, state.public)
             diag = _diagonal(matrix)
             mixed = jax.tree.map(
                 lambda wq, x, c: wq + _rows(diag, x) * (x - c),
                 _tree.mix(matrix, q), message, q)
-            public = q if self.threshold is not None else state.public
+            public = q if threshold is not None else state.public
             return mixed, ChannelState(public, sent, heard)
         diff = _tree.tree_sub(message, state.public)
         contract = jax.vmap(self.compressor.contract)
@@ -660,7 +682,7 @@ def init_states(channel: "Channel | None", **messages: PyTree) -> Any:
     :class:`ChannelState` per named message (``position=x, tracker=y``)."""
     if channel is None:
         return ()
-    return {name: channel.init(message) for name, message in messages.items()}
+    return {name: channel.init(message, name) for name, message in messages.items()}
 
 
 def send(channel: "Channel | None", key: PRNGKey, states, name: str, matrix, message: PyTree,
@@ -673,7 +695,7 @@ def send(channel: "Channel | None", key: PRNGKey, states, name: str, matrix, mes
     active = active_agents(channel, key, count, jax.tree.leaves(message)[0].shape[0])
     mixed, state = channel.mix(jax.random.fold_in(key, _TAGS[name]), states[name], matrix,
                                message, count, round_key=jax.random.fold_in(key, _ROUND_TAG),
-                               active=active, directed=directed)
+                               active=active, directed=directed, name=name)
     return mixed, {**states, name: state}
 
 
@@ -692,7 +714,7 @@ def send_mass(channel: "Channel | None", key: PRNGKey, states, name: str, matrix
     talk, used, degrees = channel.plan(jax.random.fold_in(key, _ROUND_TAG), matrix, count,
                                        active, directed=True)
     mixed, state = channel._mix(jax.random.fold_in(key, _TAGS[name]), states[name], used, mass,
-                                degrees, active)
+                                degrees, active, name)
     mixed_weight = _tree.mix(used, weight)
     if talk is not None:
         mixed, state, mixed_weight = jax.tree.map(

@@ -4,6 +4,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from dgsgld.__main__ import build_parser, main
@@ -101,8 +102,17 @@ def test_run_prints_the_table(capsys):
     for name in ["DIGing-SGLD", "DE-SGLD", "SGLD (centralized)", "exact draws", "wall time"]:
         assert name in out
     row = next(line for line in out.splitlines() if line.startswith("DIGing-SGLD"))
-    step, mean, low, high = (float(v) for v in row.split()[1:])
+    step, mean, low, high, kb = (float(v) for v in row.split()[1:])
     assert step == 0.008 and 0 < low <= mean <= high
+    # Bytes from the barbell's own snapshots: each agent sends x and y, 6 float32 entries
+    # (24 B) each, to every out-neighbour of snapshots 0-4, averaged over the 20 agents.
+    from dgsgld.experiments.configs import LinearRegressionConfig
+    from dgsgld.experiments.figures import derive_seeds, make_network
+
+    schedule = make_network(LinearRegressionConfig(network="barbell", trials=8, num_steps=5),
+                            derive_seeds(0)["network"])
+    links = sum(int((np.asarray(schedule.matrix_at(k)) != 0).sum()) - 20 for k in range(5))
+    assert kb == round(links * 2 * 24 / 20 / 1e3, 1), (kb, links)
 
 
 def test_the_run_command_loads_neither_networkx_nor_optax():

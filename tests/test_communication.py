@@ -444,17 +444,24 @@ def test_neutral_settings_are_always_on_mixing(key):
 def test_event_trigger_silent_after_first_round(key):
     """A huge threshold: every agent sends at the first round only (2 ring links per
     message), its neighbours keep x⁽⁰⁾ and y⁽⁰⁾ as its copies, and the state still moves
-    from x⁽⁰⁾ (local steps mixing with the stale copies)."""
+    from x⁽⁰⁾ (local steps mixing with the stale copies). Per message: the same threshold
+    given for both messages by name is the same run bit for bit; a huge threshold for the
+    position only leaves the tracker sent at every step (2 links × 5 steps) with no public
+    copy or first-round flag of its own."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     silent = _with(dgsgld.diging_sgld(0.05), C.Channel(threshold=1e30))
+    named = _with(dgsgld.diging_sgld(0.05),
+                  C.Channel(threshold={"position": 1e30, "tracker": 1e30}))
+    position_only = _with(dgsgld.diging_sgld(0.05), C.Channel(threshold={"position": 1e30}))
 
     @jax.jit
     def runs(key):
         first = silent.init(jax.random.normal(jax.random.key(1), (N, 2)), problem.potential,
                             jax.random.split(key)[0])
-        return first, _run(silent, problem, ring(N)[None], 5, key)
+        return first, [_run(alg, problem, ring(N)[None], 5, key)
+                       for alg in (silent, named, position_only)]
 
-    first, last = runs(key)
+    first, (last, by_name, one) = runs(key)
     for name, message in (("position", first.position), ("tracker", first.tracker)):
         state = last.channel[name]
         np.testing.assert_array_equal(np.asarray(state.sent), np.full(N, 2))
@@ -462,6 +469,12 @@ def test_event_trigger_silent_after_first_round(key):
         assert np.asarray(state.heard).all()
     moved = np.abs(np.asarray(last.position) - np.asarray(first.position))
     assert np.isfinite(moved).all() and (moved.max(1) > 1e-3).all(), moved
+    for a, b in zip(jax.tree.leaves(last), jax.tree.leaves(by_name)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(one.channel["position"].sent), np.full(N, 2))
+    np.testing.assert_array_equal(np.asarray(one.channel["tracker"].sent), np.full(N, 10))
+    assert one.channel["tracker"].public == () and one.channel["tracker"].heard == ()
+    assert C.Channel(threshold={"position": 0.1}).threshold_of("tracker") is None
 
 
 def test_event_trigger_mixes_with_last_received_copies():
@@ -498,8 +511,15 @@ def test_round_and_trigger_errors():
         with pytest.raises(ValueError, match=r"`probability` must be a number in \(0, 1\]"):
             C.Channel(probability=bad)
     for bad in (-1.0, float("inf"), float("nan"), "1"):
-        with pytest.raises(ValueError, match="`threshold` must be None or a finite number"):
+        with pytest.raises(ValueError, match="`threshold` must be None, a finite number >= 0, "
+                                             "or a dict of them by message name"):
             C.Channel(threshold=bad)
+    with pytest.raises(ValueError, match=r"`threshold` must be None, a finite number"):
+        C.Channel(threshold={"tracker": -1.0})
+    with pytest.raises(ValueError, match=r"`threshold` names unknown messages \['y'\]; the "
+                                         r"messages are \['next_position', 'position', "
+                                         r"'tracker'\]"):
+        C.Channel(threshold={"y": 0.1})
     for kw in ({"error_feedback": True}, {"threshold": 0.1}):
         with pytest.raises(ValueError, match="`per_link` drops cannot be combined"):
             C.Channel(probability=0.5, per_link=True, **kw)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import run
+from .. import communication, run
 from .configs import LinearRegressionConfig
 from .figures import (
     ALGORITHMS,
@@ -51,6 +51,9 @@ class QuickRun:
             centralized SGLD).
         floor: expected W2 of ``trials`` exact posterior draws (the best any sampler can show).
         wall_time: seconds, compilation included.
+        bytes_sent: algorithm -> ``(N,)`` bytes each agent sent over the run (float32
+            messages to each out-neighbour of every snapshot; ``(1,)`` zeros for centralized
+            SGLD), counted by an exact :class:`dgsgld.communication.Channel`.
     """
 
     config: LinearRegressionConfig
@@ -58,14 +61,17 @@ class QuickRun:
     final_w2: dict
     floor: float
     wall_time: float
+    bytes_sent: dict
 
     def table(self) -> str:
-        """A compact text table: W2 mean/min/max over agents per algorithm."""
-        lines = [f"{'algorithm':<20} {'step':>9} {'W2 mean':>9} {'min':>9} {'max':>9}"]
+        """A compact text table: W2 mean/min/max over agents and the mean kB an agent sent,
+        per algorithm."""
+        lines = [f"{'algorithm':<20} {'step':>9} {'W2 mean':>9} {'min':>9} {'max':>9} "
+                 f"{'kB/agent':>9}"]
         for name, w2 in self.final_w2.items():
             lines.append(
                 f"{name:<20} {self.step_sizes[name]:>9.3g} {w2.mean():>9.4f} {w2.min():>9.4f} "
-                f"{w2.max():>9.4f}"
+                f"{w2.max():>9.4f} {self.bytes_sent[name].mean() / 1e3:>9.1f}"
             )
         lines.append(f"{'exact draws':<20} {'':>9} {self.floor:>9.4f}")
         return "\n".join(lines)
@@ -119,19 +125,25 @@ def quick_run(
     # float32 arrays: traced, so that other step sizes reuse the program. So is the sampling
     # seed: the key is made inside (an eager ``jax.random.key`` is a program of its own).
     program = eqx.filter_jit(lambda *args: _final_w2(schedule, *args))
-    w2, divergences = program(
+    w2, divergences, sent = program(
         {name: np.float32(eta) for name, eta in steps.items()}, potential, init_dec, init_cen,
         np.uint32(seeds["sampling"]), num_steps, draws, problem.posterior_mean,
         problem.posterior_cov,
     )
     w2 = np.asarray(w2, np.float64)
-    final_w2, lo = {}, 0
-    for name, divergence in zip(steps, divergences):
+    final_w2, bytes_sent, lo = {}, {}, 0
+    for name, divergence, count in zip(steps, divergences, sent, strict=True):
         hi = lo + (1 if name == CENTRALIZED else config.num_agents)
         final_w2[name], lo = w2[lo:hi], hi
         _refuse_divergence(name, steps[name], divergence, final_w2[name])
+        bytes_sent[name] = np.asarray(count, np.int64) * _MESSAGE.message_bytes(problem.dim)
     floor = float(np.mean(w2[lo:]))
-    return QuickRun(config, steps, final_w2, floor, time.perf_counter() - start)
+    return QuickRun(config, steps, final_w2, floor, time.perf_counter() - start, bytes_sent)
+
+
+#: The channel the decentralized runs count their messages with: exact float32 messages, the
+#: same draws as no channel.
+_MESSAGE = communication.Channel()
 
 
 def _refuse_divergence(name: str, step_size: float, divergence, w2: np.ndarray) -> None:
@@ -161,17 +173,21 @@ def _final_w2(schedule, steps, potential, init_dec, init_cen, seed, num_steps, d
     ``seed``: a uint32 scalar, the sampling key's ``jax.random.key(seed)``. Returns ``(M,)``
     W2 of the Gaussian fits over chains, agents of the algorithms in
     :data:`ALGORITHMS` order (``N``, ``N``, ``1``) then the ``draws``' replicates
-    (``(C, R, p)``), and each algorithm's :class:`dgsgld.Divergence` record. Traced under one
-    ``jit`` by :func:`quick_run`.
+    (``(C, R, p)``), each algorithm's :class:`dgsgld.Divergence` record, and the messages
+    ``(N,)`` each agent sent (chain 0; every chain sends the same; ``(1,)`` zeros for the
+    centralized run). Traced under one ``jit`` by :func:`quick_run`.
     """
     key = jax.random.key(seed)
-    finals, divergences = [], []
+    finals, divergences, sent = [], [], []
     for name, make in ALGORITHMS.items():
         central = name == CENTRALIZED
         trace = run.sample(make(steps[name]), potential, None if central else schedule,
                            init_cen if central else init_dec, key, num_steps,
-                           output=run.Output(positions=False), on_divergence="flag")
+                           output=run.Output(positions=False), on_divergence="flag",
+                           channel=None if central else _MESSAGE)
         finals.append(_agent_axis(trace.state.position))
         divergences.append(trace.divergence)
+        sent.append(jnp.zeros((1,), jnp.int32) if central
+                    else communication.messages_sent(trace.state)[0])
     positions = jnp.concatenate([*finals, draws], axis=1)
-    return _w2(*_moments(positions), target_mean, target_cov), divergences
+    return _w2(*_moments(positions), target_mean, target_cov), divergences, sent
