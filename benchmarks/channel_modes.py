@@ -38,11 +38,15 @@ CHANNELS = {
     "event δx = 0.3, δy = 3": comm.Channel(threshold={"position": 0.3, "tracker": 3.0}),
     "stragglers q = 0.8": comm.Channel(activity=0.8),
     "stragglers q = 0.5": comm.Channel(activity=0.5),
+    "gossip, one random link": comm.Channel(gossip="edge"),
+    "gossip, random matching": comm.Channel(gossip="matching"),
 }
 
 
-def rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64, num_steps: int = 4000):
-    """``(label, [(bytes per agent and step, W2) for DIGing-SGLD, DE-SGLD])`` per channel."""
+def rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64, num_steps: int = 4000,
+         only: str | None = None):
+    """``(label, [(bytes per agent and step, W2) for DIGing-SGLD, DE-SGLD])`` per channel
+    (those whose label contains ``only``, if given)."""
     problem = linear_regression_problem(seed, num_agents=num_agents)
     mixing = nets.random_regular(num_agents, 4, seed)
     key = jax.random.key(seed)
@@ -50,6 +54,8 @@ def rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64, num_steps: i
     potential = split_potentials(problem)["sorted"]
     out = []
     for label, channel in CHANNELS.items():
+        if only is not None and only not in label:
+            continue
         cells = []
         for make in (diging_sgld, de_sgld):
             trace = sample(make(0.001), potential, mixing, init, key, num_steps,
@@ -66,11 +72,12 @@ def rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64, num_steps: i
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--only", default=None, help="run the channels whose label has this")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     lines = ["| channel | bytes/agent/step DIGing / DE | W2 DIGing-SGLD | W2 DE-SGLD |",
              "|---|---:|---:|---:|"]
-    for label, ((b_dig, w_dig), (b_de, w_de)) in rows():
+    for label, ((b_dig, w_dig), (b_de, w_de)) in rows(only=args.only):
         lines.append(f"| {label} | {b_dig:.1f} / {b_de:.1f} | {w_dig:.4f} | {w_de:.4f} |")
         print(lines[-1], flush=True)
     text = "\n".join(lines) + f"\n\n{time.perf_counter() - start:.0f} s.\n"

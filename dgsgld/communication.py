@@ -34,6 +34,9 @@ When messages are sent (each composes with the modes above):
   (``x̂_j ← x̂_j + C(x_j − x̂_j)`` with error feedback). Its neighbours mix with ``x̂``:
   ``mixed_i = W[i, i] x_i + Σ_{j≠i} W[i, j] x̂_j`` (CHOCO's formula with error feedback).
   ``δ = 0`` sends whenever the message moved, which is always-on mixing;
+- ``gossip="edge"`` or ``"matching"``: randomized gossip, one random link or a random
+  matching of the snapshot's links carries the round, each pair averaging
+  (:func:`gossip_matrix`);
 - ``activity=q`` (or a ``(P, N)`` 0/1 pattern): stragglers. Each agent is active at a step
   with probability ``q`` (:func:`active_agents`); an inactive agent takes no step
   (:func:`hold` keeps its rows of the sampler state) and sends nothing, and the step mixes
@@ -101,6 +104,7 @@ __all__ = [
     "TopK",
     "active_agents",
     "drop_links",
+    "gossip_matrix",
     "hold",
     "identity",
     "init_states",
@@ -121,6 +125,8 @@ _TAGS = {"position": 0x636F6D30, "tracker": 0x636F6D31, "next_position": 0x636F6
 _ROUND_TAG = 0x636F6D72
 #: Tag of the step's activity draw (stragglers), shared by its messages and the state update.
 _ACTIVE_TAG = 0x636F6D61
+#: Tag of the step's gossip draw (which links carry the round), folded into the round key.
+_GOSSIP_TAG = 0x636F6D67
 
 
 def _unit_interval(value, name: str) -> float:
@@ -342,6 +348,12 @@ def _activity(activity):
     return tuple(tuple(bool(a) for a in row) for row in pattern)
 
 
+def _gossip(gossip):
+    if gossip not in (None, "edge", "matching"):
+        raise ValueError(f"`gossip` must be None, 'edge' or 'matching'; got {gossip!r}.")
+    return gossip
+
+
 def _every(every) -> int:
     return _validation.check_positive_int(every, name="every")
 
@@ -395,6 +407,16 @@ class Channel(eqx.Module):
             symmetric doubly stochastic when ``W`` is, and DIGing's ``Σ_i y_i = Σ_i ∇̃f_i``
             still holds. Bytes: an active agent sends to all out-neighbours of the snapshot.
             Default 1: always active, bit for bit the channel without it.
+        gossip: randomized gossip (static; ``None``: every link of the snapshot carries the
+            round). ``"edge"``: one link of the snapshot, drawn uniformly, and its two agents
+            average (``W'`` is ``I`` but for ``½`` on their 2 × 2 block); ``"matching"``: every
+            agent proposes to one neighbour drawn uniformly, mutual proposals are matched and
+            each matched pair averages. ``W'`` is symmetric doubly stochastic; an agent sends
+            one message to its partner. On a directed (column-stochastic) network
+            (:func:`gossip_matrix`): ``"edge"`` one one-way link ``j → i`` and ``"matching"``
+            every agent pushing to one out-neighbour drawn uniformly, each with half its
+            value (``C'[i, j] = C'[j, j] = ½``). Not with error feedback or an event trigger
+            (their public copy needs every neighbour to receive it).
     """
 
     compressor: Compressor = eqx.field(default_factory=Identity, converter=_compressor)
@@ -405,6 +427,7 @@ class Channel(eqx.Module):
     per_link: bool = eqx.field(default=False, static=True, converter=bool)
     threshold: Any = eqx.field(default=None, static=True, converter=_threshold)
     activity: Any = eqx.field(default=1.0, static=True, converter=_activity)
+    gossip: str | None = eqx.field(default=None, static=True, converter=_gossip)
 
     def __check_init__(self):
         if self.per_link and (self.error_feedback or self.threshold is not None):
@@ -412,6 +435,12 @@ class Channel(eqx.Module):
                 "`per_link` drops cannot be combined with error feedback or an event trigger "
                 "(one public copy per agent needs every neighbour to receive it); use "
                 "per_link=False (rounds drawn for all agents at once)."
+            )
+        if self.gossip is not None and (self.error_feedback or self.threshold is not None):
+            raise ValueError(
+                "`gossip` cannot be combined with error feedback or an event trigger (one "
+                "public copy per agent needs every neighbour to receive it, and gossip reaches "
+                "one partner)."
             )
 
     def threshold_of(self, name: str | None = None) -> float | None:
@@ -474,6 +503,9 @@ class Channel(eqx.Module):
         round (:meth:`round`), the matrix used (links dropped, inactive agents cut off:
         ``active`` ``(N,)`` bool or ``None``) and the messages ``(N,)`` each agent sends."""
         talk, used = self.round(round_key, matrix, count, directed)
+        if self.gossip is not None:
+            used = gossip_matrix(jax.random.fold_in(round_key, _GOSSIP_TAG), used,
+                                 self.gossip, directed)
         degrees = out_degrees(used)
         if active is not None:
             used = _without_inactive(_dense(used), active,
@@ -558,6 +590,42 @@ def link_mask(key: PRNGKey, num_agents: int, probability: float,
         return up | eye
     up = jnp.triu(up, 1)
     return up | up.T | eye
+
+
+def gossip_matrix(key: PRNGKey, matrix, mode: str = "matching",
+                  directed: bool = False) -> Array:
+    """The ``(N, N)`` matrix of one gossip round on the links of ``matrix`` (``W[i, j] ≠ 0``,
+    ``i ≠ j``: a link ``j → i``; undirected: either direction). Each picked link carries half
+    of its sender's value, the rest stays on the diagonal.
+
+    ``mode="edge"``: one link drawn uniformly (undirected: one pair ``{i, j}``, both ways).
+    ``mode="matching"``, undirected: every agent ``j`` proposes to one neighbour drawn
+    uniformly (``argmax`` of uniforms over its column), and mutual proposals are matched;
+    directed: every agent pushes to the out-neighbour it draws. Undirected results are
+    symmetric doubly stochastic, directed ones column stochastic. An agent without links keeps
+    its value (``e_j``)."""
+    dense = _dense(matrix)
+    n = dense.shape[0]
+    eye = jnp.eye(n, dtype=bool)
+    links = (dense != 0) & ~eye
+    if not directed:
+        links = links | links.T
+    score = jax.random.uniform(key, (n, n))
+    if mode == "edge":
+        candidates = links if directed else jnp.triu(links, 1)
+        flat = jnp.argmax(jnp.where(candidates, score, -1.0))
+        pick = (jnp.arange(n * n) == flat).reshape(n, n) & candidates
+        if not directed:
+            pick = pick | pick.T
+    elif mode == "matching":
+        choice = jnp.argmax(jnp.where(links, score, -1.0), axis=0)      # j's pick, by column
+        pick = (jnp.arange(n)[:, None] == choice[None, :]) & links
+        if not directed:
+            pick = pick & pick.T                                        # mutual proposals
+    else:
+        raise ValueError(f"`mode` must be 'edge' or 'matching'; got {mode!r}.")
+    half = jnp.where(pick, jnp.asarray(0.5, dense.dtype), jnp.zeros((), dense.dtype))
+    return half + jnp.diag(1 - jnp.sum(half, axis=0))
 
 
 def drop_links(matrix: Array, up: Array, keep: str = "rows") -> Array:
