@@ -119,6 +119,32 @@ def test_wasserstein2_exact_cases():
         np.linalg.norm(shift) / 2, rel=1e-10)
 
 
+def test_wasserstein2_of_gaussians():
+    # y_i = mu + S x_i with S symmetric positive definite: x -> mu + S x is the gradient of a
+    # convex function, so the pairing i -> i is cyclically monotone and hence optimal between
+    # the empirical measures: W2^2 = mean_i |mu + (S - I) x_i|^2 exactly. For x ~ N(0, I) its
+    # expectation is |mu|^2 + tr (S - I)^2, the closed-form W2^2 between N(0, I) and
+    # N(mu, S^2) (dgsgld.metrics.gaussian_w2); checked within 4 standard errors of the mean of
+    # the m terms (p ~ 6e-5).
+    from dgsgld.metrics import gaussian_w2
+
+    rng = np.random.default_rng(5)
+    m, d = 300, 3
+    a = rng.normal(size=(d, d))
+    vals, vecs = np.linalg.eigh(a @ a.T / d + 0.2 * np.eye(d))
+    s = vecs @ np.diag(np.sqrt(vals)) @ vecs.T
+    mu = np.array([0.5, -0.3, 1.0])
+    x = rng.normal(size=(m, d))
+    y = mu + x @ s
+    terms = np.sum((mu + x @ (s - np.eye(d))) ** 2, axis=1)
+    got = wasserstein2(x, y[rng.permutation(m)], size=m)
+    assert got == pytest.approx(np.sqrt(terms.mean()), rel=1e-10)
+    exact = float(gaussian_w2(np.zeros(d), np.eye(d), mu, s @ s))
+    assert exact**2 == pytest.approx(mu @ mu + np.trace((s - np.eye(d)) @ (s - np.eye(d))),
+                                     rel=1e-4)
+    assert abs(got**2 - exact**2) < 4 * terms.std(ddof=1) / np.sqrt(m)
+
+
 def test_predictive_scores_known_answer():
     # Input 0: (1, 0) vs (0.5, 0.5): TV 0.5, argmax agrees (ties go to the first class);
     # input 1: (0.2, 0.8) vs (0.9, 0.1): TV 0.7, disagree. Means 0.6 and 0.5.
@@ -224,6 +250,7 @@ def test_bench_small_runs_without_numpyro(tmp_path):
                                    "DIGing-SGHMC", "D-ULA", "DIGing-SGLD+SVRG")}
     sgld_row = rows[("gaussian_linear", "SGLD (centralized)")]
     assert sgld_row["seeds_finite"] == 2 and sgld_row["mean_error_max"][0] < 1.0
+    assert all(k in sgld_row for k in ("sd_ratio_worst", "sd_ratio_median", "w2", "ksd"))
     # SVRG draws one datum per step where the others use full local batches.
     assert rows[("gaussian_linear", "DIGing-SGLD+SVRG")]["batch_size"] == 1
     assert rows[("gaussian_linear", "DIGing-SGLD")]["batch_size"] is None
@@ -314,6 +341,47 @@ def test_leaderboard_figure_has_one_marker_per_method_and_target(tmp_path):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_full_bench_runs_every_sampler_on_every_target_over_both_networks():
+    # The command without --small: every target with a stored reference (all of them), every
+    # sampler of SAMPLERS, the ring and the complete graph, SBC on every simulated target.
+    from dgsgld.posteriors.bench import NETWORKS, SAMPLERS, BenchSettings
+    from dgsgld.posteriors.sbc import SIMULATED
+    from dgsgld.posteriors.targets import TARGETS
+
+    full = BenchSettings.full()
+    assert set(available()) == set(TARGETS) and full.targets == tuple(TARGETS)
+    assert full.samplers == tuple(SAMPLERS) and len(SAMPLERS) == 9
+    assert full.networks == tuple(NETWORKS) == ("ring", "complete")
+    assert full.sbc_targets == SIMULATED and full.seeds >= 3
+
+
+def test_leaderboard_markdown_has_a_cell_per_score():
+    # One row per sampler with mean ± standard error of every score (predictive ones only
+    # where present), "-" where a score is absent, the same number of cells as the header.
+    from dgsgld.posteriors.bench import _KEYS, BenchSettings, markdown
+
+    settings = BenchSettings.small()
+    scores = {k: [0.5 + i, 0.01] for i, k in enumerate(_KEYS) if not k.startswith("pred")}
+    rows = [{"target": "t", "network": "-", "sampler": "reference", "step_size": None,
+             "wall_s": None, "bytes_sent": None, "diverged": 0, "batch_size": None,
+             **{k: [v[0], float("nan")] for k, v in scores.items()}},
+            {"target": "t", "network": "ring", "sampler": "A", "step_size": 1e-3,
+             "wall_s": 2.0, "bytes_sent": 3_000_000, "diverged": 1, "batch_size": 32,
+             **scores}]
+    text = markdown({"settings": {k: getattr(settings, k) for k in
+                                  settings.__dataclass_fields__}, "wall_s": 5.0, "rows": rows})
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert "median sd ratio" in header and "worst sd ratio" in header
+    assert all(line.count("|") == table[0].count("|") for line in table)
+    cells = dict(zip(header, (c.strip() for c in table[3].strip("|").split("|"))))
+    assert cells["sampler"] == "A (1 diverged)" and cells["batch"] == "32"
+    assert cells["median sd ratio"] == "%.3f ± 0.010" % scores["sd_ratio_median"][0]
+    assert cells["pred. TV"] == "-" and cells["MB sent"] == "3.00"
+    reference = dict(zip(header, (c.strip() for c in table[2].strip("|").split("|"))))
+    assert reference["median sd ratio"] == "%.3f" % scores["sd_ratio_median"][0]
 
 
 def test_sbc_ranks_count_draws_below_the_truth():
