@@ -206,6 +206,33 @@ def test_ksd_of_a_shifted_gaussian_matches_quadrature():
     assert exact > 10 * null.std(ddof=1)
 
 
+def test_streamed_ksd_from_the_agents_gradients_equals_the_ksd_of_the_stored_draws():
+    # dgsgld.streaming.ksd with the score of stein_scores (minus the sum of the agents' own
+    # full gradients, each agent on its own data) streams, per agent and kept iteration, the
+    # V-statistic that scores.ksd gives from the stored draws of the C = 8 chains. The two
+    # differ only by rounding: the streamed KSD^2 is a float32 sum of C^2 = 64 kernel terms
+    # (the stored one sums the same float32 scores in float64), dominated by the positive
+    # s(x).s(y) u^beta term (scores of order 100 here), so its relative error is at most about
+    # 64 x 6e-8 = 4e-6, half that on the root: rtol 1e-5.
+    import dgsgld
+    from dgsgld import networks, streaming
+
+    target = get_target("gaussian_linear")
+    potential = target.potential(4, "skew")
+    score = lambda x: stein_scores(potential, x[None])[0]
+    init = jnp.broadcast_to(target.init(jax.random.key(0), 8)[:, None], (8, 4, target.dim))
+    trace = dgsgld.sample(dgsgld.diging_sgld(2e-3), potential, networks.ring(4), init,
+                          jax.random.key(1), 20,
+                          output=dgsgld.Output(thin=10, positions=True,
+                                               ensemble_fn=streaming.ksd(score)))
+    x = np.asarray(trace.positions)                                    # (C, T', N, d)
+    streamed = np.sqrt(np.asarray(trace.ensemble.total) / 64)         # (T', N)
+    want = np.array([[ksd(x[:, t, i], stein_scores(potential, x[:, t, i]))
+                      for i in range(4)] for t in range(x.shape[1])])
+    np.testing.assert_allclose(streamed, want, rtol=1e-5)
+    assert np.all(want > 0)
+
+
 @pytest.mark.slow  # fast twin: test_stored_references_pass_their_checks
 def test_fresh_nuts_agrees_with_the_stored_reference():
     # A new NUTS run (other seed) on poisson_linnerud: each mean within 4 combined MCSEs of
@@ -382,6 +409,39 @@ def test_leaderboard_markdown_has_a_cell_per_score():
     assert cells["pred. TV"] == "-" and cells["MB sent"] == "3.00"
     reference = dict(zip(header, (c.strip() for c in table[2].strip("|").split("|"))))
     assert reference["median sd ratio"] == "%.3f" % scores["sd_ratio_median"][0]
+
+
+def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
+    # benchmarks/references/leaderboard.{json,md} are the output of one `dgsgld bench
+    # posteriors` run with the full settings: a row for every (target, network, sampler), the
+    # centralized sampler once per target, SBC cells for every simulated target; the Markdown
+    # is the JSON's table, and docs/benchmark.md quotes every line of it verbatim.
+    import dataclasses
+    import pathlib
+
+    from dgsgld.posteriors.bench import SAMPLERS, BenchSettings, markdown
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    shipped = root / "benchmarks" / "references"
+    result = json.loads((shipped / "leaderboard.json").read_text())
+    full = BenchSettings.full()
+    assert result["settings"] == json.loads(json.dumps(dataclasses.asdict(full)))
+    rows = [(r["target"], r["network"], r["sampler"]) for r in result["rows"]]
+    want = []
+    for t in full.targets:
+        want.append((t, "-", "reference"))
+        for network in full.networks:
+            want += [(t, "-" if SAMPLERS[s].centralized else network, s) for s in full.samplers
+                     if not (SAMPLERS[s].centralized and network != full.networks[0])]
+    assert rows == want and len(rows) == 8 * (1 + 2 * 8 + 1)
+    assert {(c["target"], c["sampler"]) for c in result["sbc"]} == {
+        ("gaussian_linear", "exact")} | {(t, s) for t in full.sbc_targets
+                                         for s in full.sbc_samplers}
+    table = (shipped / "leaderboard.md").read_text()
+    assert markdown(result) == table
+    guide = (root / "docs" / "benchmark.md").read_text()
+    missing = [line for line in table.splitlines() if line and line not in guide]
+    assert not missing, missing[:3]
 
 
 def test_sbc_ranks_count_draws_below_the_truth():
