@@ -478,6 +478,36 @@ def test_sbc_of_the_exact_posterior_is_uniform_and_miscalibration_is_rejected():
         assert (rank_uniformity(wrong, 15, num_bins=4) < 1e-4).all(), factor
 
 
+def test_rank_dispersion_known_answers_and_direction():
+    from dgsgld.posteriors.sbc import exact_draws, rank_dispersion, sbc_ranks, simulate
+
+    # Known answers, L = 3 (uniform variance (4^2 - 1) / 12 = 1.25): constant ranks give 0;
+    # S = 4 ranks 0, 3, 0, 3 have sample variance 3 (ddof=1), ratio 2.4.
+    assert rank_dispersion(np.full((5, 2), 2), 3).tolist() == [0.0, 0.0]
+    assert rank_dispersion(np.array([0, 3, 0, 3]), 3) == pytest.approx(2.4, rel=1e-12)
+    # Uniform ranks: the ratio is unbiased for 1 with standard error sqrt(0.7906 / S) for
+    # L = 15 (module doc). 2000 coordinates of S = 50: their mean is within 4 standard errors
+    # sqrt(0.7906 / 50 / 2000) of 1, and their sd within 10 % of sqrt(0.7906 / 50) (the
+    # first-order value; the sd of 2000 sample sds is ~2 % of it).
+    rng = np.random.default_rng(2)
+    v = rank_dispersion(rng.integers(0, 16, size=(50, 2000)), 15)
+    assert abs(v.mean() - 1) < 4 * np.sqrt(0.7906 / 50 / 2000)
+    assert v.std(ddof=1) == pytest.approx(np.sqrt(0.7906 / 50), rel=0.1)
+    # Exact posterior draws (S = 400): within 4 standard errors (0.89 / 20 = 0.044) of 1;
+    # draws spread 1.5 times around their mean pile ranks in the middle (below 1), 0.67 times
+    # at the ends (above 1), each beyond 4 standard errors.
+    theta, y = simulate("gaussian_linear", 0, 400)
+    draws = exact_draws(y, 15, seed=1)
+    se = 0.89 / np.sqrt(400)
+    assert np.all(np.abs(rank_dispersion(sbc_ranks(draws, theta), 15) - 1) < 4 * se)
+    centre = draws.mean(1, keepdims=True)
+    wide = rank_dispersion(sbc_ranks(centre + 1.5 * (draws - centre), theta), 15)
+    narrow = rank_dispersion(sbc_ranks(centre + 0.67 * (draws - centre), theta), 15)
+    assert np.all(wide < 1 - 4 * se) and np.all(narrow > 1 + 4 * se)
+    with pytest.raises(ValueError, match="must lie in"):
+        rank_dispersion(np.array([0, 16]), 15)
+
+
 def test_sbc_simulators_draw_from_the_models():
     # theta ~ N(0, I / precision); given theta, Pearson residuals (y - E y) / sd(y) have mean 0
     # and variance 1 for all three models. Over S = 200 data sets x n data, their mean is within
