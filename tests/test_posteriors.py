@@ -119,6 +119,32 @@ def test_wasserstein2_exact_cases():
         np.linalg.norm(shift) / 2, rel=1e-10)
 
 
+def test_wasserstein2_of_gaussians():
+    # y_i = mu + S x_i with S symmetric positive definite: x -> mu + S x is the gradient of a
+    # convex function, so the pairing i -> i is cyclically monotone and hence optimal between
+    # the empirical measures: W2^2 = mean_i |mu + (S - I) x_i|^2 exactly. For x ~ N(0, I) its
+    # expectation is |mu|^2 + tr (S - I)^2, the closed-form W2^2 between N(0, I) and
+    # N(mu, S^2) (dgsgld.metrics.gaussian_w2); checked within 4 standard errors of the mean of
+    # the m terms (p ~ 6e-5).
+    from dgsgld.metrics import gaussian_w2
+
+    rng = np.random.default_rng(5)
+    m, d = 300, 3
+    a = rng.normal(size=(d, d))
+    vals, vecs = np.linalg.eigh(a @ a.T / d + 0.2 * np.eye(d))
+    s = vecs @ np.diag(np.sqrt(vals)) @ vecs.T
+    mu = np.array([0.5, -0.3, 1.0])
+    x = rng.normal(size=(m, d))
+    y = mu + x @ s
+    terms = np.sum((mu + x @ (s - np.eye(d))) ** 2, axis=1)
+    got = wasserstein2(x, y[rng.permutation(m)], size=m)
+    assert got == pytest.approx(np.sqrt(terms.mean()), rel=1e-10)
+    exact = float(gaussian_w2(np.zeros(d), np.eye(d), mu, s @ s))
+    assert exact**2 == pytest.approx(mu @ mu + np.trace((s - np.eye(d)) @ (s - np.eye(d))),
+                                     rel=1e-4)
+    assert abs(got**2 - exact**2) < 4 * terms.std(ddof=1) / np.sqrt(m)
+
+
 def test_predictive_scores_known_answer():
     # Input 0: (1, 0) vs (0.5, 0.5): TV 0.5, argmax agrees (ties go to the first class);
     # input 1: (0.2, 0.8) vs (0.9, 0.1): TV 0.7, disagree. Means 0.6 and 0.5.
@@ -180,6 +206,33 @@ def test_ksd_of_a_shifted_gaussian_matches_quadrature():
     assert exact > 10 * null.std(ddof=1)
 
 
+def test_streamed_ksd_from_the_agents_gradients_equals_the_ksd_of_the_stored_draws():
+    # dgsgld.streaming.ksd with the score of stein_scores (minus the sum of the agents' own
+    # full gradients, each agent on its own data) streams, per agent and kept iteration, the
+    # V-statistic that scores.ksd gives from the stored draws of the C = 8 chains. The two
+    # differ only by rounding: the streamed KSD^2 is a float32 sum of C^2 = 64 kernel terms
+    # (the stored one sums the same float32 scores in float64), dominated by the positive
+    # s(x).s(y) u^beta term (scores of order 100 here), so its relative error is at most about
+    # 64 x 6e-8 = 4e-6, half that on the root: rtol 1e-5.
+    import dgsgld
+    from dgsgld import networks, streaming
+
+    target = get_target("gaussian_linear")
+    potential = target.potential(4, "skew")
+    score = lambda x: stein_scores(potential, x[None])[0]
+    init = jnp.broadcast_to(target.init(jax.random.key(0), 8)[:, None], (8, 4, target.dim))
+    trace = dgsgld.sample(dgsgld.diging_sgld(2e-3), potential, networks.ring(4), init,
+                          jax.random.key(1), 20,
+                          output=dgsgld.Output(thin=10, positions=True,
+                                               ensemble_fn=streaming.ksd(score)))
+    x = np.asarray(trace.positions)                                    # (C, T', N, d)
+    streamed = np.sqrt(np.asarray(trace.ensemble.total) / 64)         # (T', N)
+    want = np.array([[ksd(x[:, t, i], stein_scores(potential, x[:, t, i]))
+                      for i in range(4)] for t in range(x.shape[1])])
+    np.testing.assert_allclose(streamed, want, rtol=1e-5)
+    assert np.all(want > 0)
+
+
 @pytest.mark.slow  # fast twin: test_stored_references_pass_their_checks
 def test_fresh_nuts_agrees_with_the_stored_reference():
     # A new NUTS run (other seed) on poisson_linnerud: each mean within 4 combined MCSEs of
@@ -224,6 +277,7 @@ def test_bench_small_runs_without_numpyro(tmp_path):
                                    "DIGing-SGHMC", "D-ULA", "DIGing-SGLD+SVRG")}
     sgld_row = rows[("gaussian_linear", "SGLD (centralized)")]
     assert sgld_row["seeds_finite"] == 2 and sgld_row["mean_error_max"][0] < 1.0
+    assert all(k in sgld_row for k in ("sd_ratio_worst", "sd_ratio_median", "w2", "ksd"))
     # SVRG draws one datum per step where the others use full local batches.
     assert rows[("gaussian_linear", "DIGing-SGLD+SVRG")]["batch_size"] == 1
     assert rows[("gaussian_linear", "DIGing-SGLD")]["batch_size"] is None
@@ -316,6 +370,80 @@ def test_leaderboard_figure_has_one_marker_per_method_and_target(tmp_path):
     plt.close(fig)
 
 
+def test_full_bench_runs_every_sampler_on_every_target_over_both_networks():
+    # The command without --small: every target with a stored reference (all of them), every
+    # sampler of SAMPLERS, the ring and the complete graph, SBC on every simulated target.
+    from dgsgld.posteriors.bench import NETWORKS, SAMPLERS, BenchSettings
+    from dgsgld.posteriors.sbc import SIMULATED
+    from dgsgld.posteriors.targets import TARGETS
+
+    full = BenchSettings.full()
+    assert set(available()) == set(TARGETS) and full.targets == tuple(TARGETS)
+    assert full.samplers == tuple(SAMPLERS) and len(SAMPLERS) == 9
+    assert full.networks == tuple(NETWORKS) == ("ring", "complete")
+    assert full.sbc_targets == SIMULATED and full.seeds >= 3
+
+
+def test_leaderboard_markdown_has_a_cell_per_score():
+    # One row per sampler with mean ± standard error of every score (predictive ones only
+    # where present), "-" where a score is absent, the same number of cells as the header.
+    from dgsgld.posteriors.bench import _KEYS, BenchSettings, markdown
+
+    settings = BenchSettings.small()
+    scores = {k: [0.5 + i, 0.01] for i, k in enumerate(_KEYS) if not k.startswith("pred")}
+    rows = [{"target": "t", "network": "-", "sampler": "reference", "step_size": None,
+             "wall_s": None, "bytes_sent": None, "diverged": 0, "batch_size": None,
+             **{k: [v[0], float("nan")] for k, v in scores.items()}},
+            {"target": "t", "network": "ring", "sampler": "A", "step_size": 1e-3,
+             "wall_s": 2.0, "bytes_sent": 3_000_000, "diverged": 1, "batch_size": 32,
+             **scores}]
+    text = markdown({"settings": {k: getattr(settings, k) for k in
+                                  settings.__dataclass_fields__}, "wall_s": 5.0, "rows": rows})
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert "median sd ratio" in header and "worst sd ratio" in header
+    assert all(line.count("|") == table[0].count("|") for line in table)
+    cells = dict(zip(header, (c.strip() for c in table[3].strip("|").split("|"))))
+    assert cells["sampler"] == "A (1 diverged)" and cells["batch"] == "32"
+    assert cells["median sd ratio"] == "%.3f ± 0.010" % scores["sd_ratio_median"][0]
+    assert cells["pred. TV"] == "-" and cells["MB sent"] == "3.00"
+    reference = dict(zip(header, (c.strip() for c in table[2].strip("|").split("|"))))
+    assert reference["median sd ratio"] == "%.3f" % scores["sd_ratio_median"][0]
+
+
+def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
+    # benchmarks/references/leaderboard.{json,md} are the output of one `dgsgld bench
+    # posteriors` run with the full settings: a row for every (target, network, sampler), the
+    # centralized sampler once per target, SBC cells for every simulated target; the Markdown
+    # is the JSON's table, and docs/benchmark.md quotes every line of it verbatim.
+    import dataclasses
+    import pathlib
+
+    from dgsgld.posteriors.bench import SAMPLERS, BenchSettings, markdown
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    shipped = root / "benchmarks" / "references"
+    result = json.loads((shipped / "leaderboard.json").read_text())
+    full = BenchSettings.full()
+    assert result["settings"] == json.loads(json.dumps(dataclasses.asdict(full)))
+    rows = [(r["target"], r["network"], r["sampler"]) for r in result["rows"]]
+    want = []
+    for t in full.targets:
+        want.append((t, "-", "reference"))
+        for network in full.networks:
+            want += [(t, "-" if SAMPLERS[s].centralized else network, s) for s in full.samplers
+                     if not (SAMPLERS[s].centralized and network != full.networks[0])]
+    assert rows == want and len(rows) == 8 * (1 + 2 * 8 + 1)
+    assert {(c["target"], c["sampler"]) for c in result["sbc"]} == {
+        ("gaussian_linear", "exact")} | {(t, s) for t in full.sbc_targets
+                                         for s in full.sbc_samplers}
+    table = (shipped / "leaderboard.md").read_text()
+    assert markdown(result) == table
+    guide = (root / "docs" / "benchmark.md").read_text()
+    missing = [line for line in table.splitlines() if line and line not in guide]
+    assert not missing, missing[:3]
+
+
 def test_sbc_ranks_count_draws_below_the_truth():
     from dgsgld.posteriors.sbc import sbc_ranks
 
@@ -348,6 +476,36 @@ def test_sbc_of_the_exact_posterior_is_uniform_and_miscalibration_is_rejected():
     for factor in (1.5, 0.67):
         wrong = sbc_ranks(centre + factor * (draws - centre), theta)
         assert (rank_uniformity(wrong, 15, num_bins=4) < 1e-4).all(), factor
+
+
+def test_rank_dispersion_known_answers_and_direction():
+    from dgsgld.posteriors.sbc import exact_draws, rank_dispersion, sbc_ranks, simulate
+
+    # Known answers, L = 3 (uniform variance (4^2 - 1) / 12 = 1.25): constant ranks give 0;
+    # S = 4 ranks 0, 3, 0, 3 have sample variance 3 (ddof=1), ratio 2.4.
+    assert rank_dispersion(np.full((5, 2), 2), 3).tolist() == [0.0, 0.0]
+    assert rank_dispersion(np.array([0, 3, 0, 3]), 3) == pytest.approx(2.4, rel=1e-12)
+    # Uniform ranks: the ratio is unbiased for 1 with standard error sqrt(0.7906 / S) for
+    # L = 15 (module doc). 2000 coordinates of S = 50: their mean is within 4 standard errors
+    # sqrt(0.7906 / 50 / 2000) of 1, and their sd within 10 % of sqrt(0.7906 / 50) (the
+    # first-order value; the sd of 2000 sample sds is ~2 % of it).
+    rng = np.random.default_rng(2)
+    v = rank_dispersion(rng.integers(0, 16, size=(50, 2000)), 15)
+    assert abs(v.mean() - 1) < 4 * np.sqrt(0.7906 / 50 / 2000)
+    assert v.std(ddof=1) == pytest.approx(np.sqrt(0.7906 / 50), rel=0.1)
+    # Exact posterior draws (S = 400): within 4 standard errors (0.89 / 20 = 0.044) of 1;
+    # draws spread 1.5 times around their mean pile ranks in the middle (below 1), 0.67 times
+    # at the ends (above 1), each beyond 4 standard errors.
+    theta, y = simulate("gaussian_linear", 0, 400)
+    draws = exact_draws(y, 15, seed=1)
+    se = 0.89 / np.sqrt(400)
+    assert np.all(np.abs(rank_dispersion(sbc_ranks(draws, theta), 15) - 1) < 4 * se)
+    centre = draws.mean(1, keepdims=True)
+    wide = rank_dispersion(sbc_ranks(centre + 1.5 * (draws - centre), theta), 15)
+    narrow = rank_dispersion(sbc_ranks(centre + 0.67 * (draws - centre), theta), 15)
+    assert np.all(wide < 1 - 4 * se) and np.all(narrow > 1 + 4 * se)
+    with pytest.raises(ValueError, match="must lie in"):
+        rank_dispersion(np.array([0, 16]), 15)
 
 
 def test_sbc_simulators_draw_from_the_models():

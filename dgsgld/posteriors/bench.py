@@ -8,10 +8,11 @@ and ``seeds x chains`` chains run in one call; seed ``s`` is the group of chains
 ``s * chains, ..., (s + 1) * chains - 1``. Each seed's draws are the second half of its
 chains' kept iterations, every agent's positions pooled (so disagreeing agents count against
 a sampler). Scores per seed (:mod:`dgsgld.posteriors.scores`): standardized mean error (max,
-median), worst sd ratio, exact W2 on subsamples of standardized coordinates, and the IMQ
-kernel Stein discrepancy from the model's gradients; the leaderboard gives their mean and
-standard error over seeds. The ``reference`` row scores the reference's own draws (W2: one
-half against the other; KSD: a subsample of the same size): the floor at that sample size.
+median), sd ratio (the one farthest from 1, and the median), exact W2 on subsamples of
+standardized coordinates, and the IMQ kernel Stein discrepancy from the model's gradients;
+the leaderboard gives their mean and standard error over seeds. The ``reference`` row scores
+the reference's own draws (W2: one half against the other; KSD: a subsample of the same
+size): the floor at that sample size.
 
 Every sampler is a function of one step ``h`` on the SGLD scale, which the proposer tunes:
 DIGing-SGHMC and DE-SGHMC run at ``η = √h`` with friction ``γ = 0.5/η`` (``γη = 1`` would make
@@ -234,7 +235,7 @@ def _scores(target, ref, potential, params):
     m = moment_errors(compared, ref)
     scores = np.asarray(stein_scores(potential, jnp.asarray(params)), np.float64)
     out = {"mean_error_max": m["mean_error_max"], "mean_error_median": m["mean_error_median"],
-           "sd_ratio_worst": m["sd_ratio_worst"],
+           "sd_ratio_worst": m["sd_ratio_worst"], "sd_ratio_median": m["sd_ratio_median"],
            "w2": wasserstein2(compared, ref.draws, size=len(compared), scale=ref.sd),
            "ksd": ksd(params, scores)}
     if target.predictive is not None:
@@ -248,7 +249,7 @@ def _floor(target, ref, potential, size):
     half = len(ref.draws) // 2
     m = moment_errors(ref.draws[:size], ref)
     out = {"mean_error_max": m["mean_error_max"], "mean_error_median": m["mean_error_median"],
-           "sd_ratio_worst": m["sd_ratio_worst"],
+           "sd_ratio_worst": m["sd_ratio_worst"], "sd_ratio_median": m["sd_ratio_median"],
            "w2": wasserstein2(ref.draws[:half], ref.draws[half:], size=size, scale=ref.sd)}
     if target.quantities is None:  # KSD needs parameters, not compared quantities
         x = ref.draws[:size].astype(np.float64)
@@ -259,8 +260,8 @@ def _floor(target, ref, potential, size):
     return out
 
 
-_KEYS = ("mean_error_max", "mean_error_median", "sd_ratio_worst", "w2", "ksd",
-         "predictive_tv", "predictive_agreement")
+_KEYS = ("mean_error_max", "mean_error_median", "sd_ratio_worst", "sd_ratio_median", "w2",
+         "ksd", "predictive_tv", "predictive_agreement")
 
 
 def _summary(per_seed):
@@ -486,8 +487,8 @@ def markdown(result: dict) -> str:
               f"{s['thin']}, second half kept), scores on {s['score_size']} draws; "
               f"total {result['wall_s']:.0f} s."), "",
              ("| target | network | sampler | step | batch | mean err max | mean err median | "
-              "worst sd ratio | W2 (std.) | KSD | pred. TV | pred. agree | wall s | MB sent |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "worst sd ratio | median sd ratio | W2 (std.) | KSD | pred. TV | pred. agree | "
+              "wall s | MB sent |"), "|---" * 15 + "|"]
     for r in result["rows"]:
         step = "-" if r["step_size"] is None else f"{r['step_size']:.3g}"
         wall = "-" if r["wall_s"] is None else f"{r['wall_s']:.1f}"

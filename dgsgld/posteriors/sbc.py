@@ -15,9 +15,11 @@ ends, a biased mean at one end.
 each data set gets ``L`` independent chains, and its ``L`` draws are their final positions, per
 agent (so a network bias shows agent by agent). The data split does not depend on the simulated
 responses (the skew split's groups are the target's own: covariate quantiles, or the
-observed classes of the logistic target), so every data set is dealt out alike. :func:`exact_draws` gives the Gaussian anchor's closed-form
-posterior draws, the calibrated case. :func:`rank_uniformity` is Pearson's chi-square test of
-uniform ranks per coordinate, :func:`rank_histograms` their figure
+observed classes of the logistic target), so every data set is dealt out alike.
+:func:`exact_draws` gives the Gaussian anchor's closed-form posterior draws, the calibrated
+case. :func:`rank_uniformity` is Pearson's chi-square test of
+uniform ranks per coordinate, :func:`rank_dispersion` the direction of a miscalibration of
+spread (the ranks' variance against the uniform's), :func:`rank_histograms` their figure
 (:func:`rank_histogram_grid` for several runs).
 """
 
@@ -36,8 +38,9 @@ from ..potential import stack_potentials
 from ..run import Output, sample
 from .targets import get_target
 
-__all__ = ["SIMULATED", "curvature_scale", "exact_draws", "rank_histogram_grid",
-           "rank_histograms", "rank_uniformity", "sbc_ranks", "sbc_run", "simulate"]
+__all__ = ["SIMULATED", "curvature_scale", "exact_draws", "rank_dispersion",
+           "rank_histogram_grid", "rank_histograms", "rank_uniformity", "sbc_ranks", "sbc_run",
+           "simulate"]
 
 #: Targets :func:`simulate` can draw data sets for.
 SIMULATED = ("gaussian_linear", "poisson_linnerud", "logistic_breast_cancer")
@@ -141,6 +144,28 @@ def rank_uniformity(ranks, num_draws: int, num_bins: int | None = None) -> np.nd
         raise ValueError(f"`ranks` must lie in [0, {num_draws}].")
     counts = np.stack([np.bincount(b, minlength=num_bins) for b in bins.T])  # (q, bins)
     return stats.chisquare(counts, axis=1).pvalue
+
+
+def rank_dispersion(ranks, num_draws: int) -> np.ndarray:
+    """The ranks' variance over data sets against that of uniform ranks, per coordinate.
+
+    For ranks ``(S, ...)`` in ``{0, ..., L}``: the sample variance over the ``S`` data sets
+    (``ddof=1``) divided by ``((L + 1)² − 1) / 12``, the variance of the uniform law on
+    ``{0, ..., L}``; shape ``(...)`` (e.g. ``(N, q)``, per agent and coordinate). Its
+    expectation is 1 when the ranks are uniform; draws too wide pile the ranks in the middle
+    (below 1), draws too narrow at both ends (above 1). With ``K = L + 1`` its standard error
+    under uniform ranks is, to first order in ``1/S``, ``sqrt((0.6 (3K² − 7) / (K² − 1) − 1)
+    / S)`` (the discrete uniform's kurtosis): ``0.89 / √S`` for ``L = 15``.
+    """
+    ranks = np.asarray(ranks)
+    if ranks.ndim < 1 or ranks.shape[0] < 2:
+        raise ValueError(f"`ranks` must be (num_datasets >= 2, ...); got shape {ranks.shape}.")
+    if isinstance(num_draws, bool) or not isinstance(num_draws, (int, np.integer)) or \
+            num_draws < 1:
+        raise ValueError(f"`num_draws` must be a positive int; got {num_draws!r}.")
+    if ranks.min() < 0 or ranks.max() > num_draws:
+        raise ValueError(f"`ranks` must lie in [0, {num_draws}].")
+    return ranks.var(axis=0, ddof=1) / (((num_draws + 1) ** 2 - 1) / 12)
 
 
 def _rank_bins(ranks: np.ndarray, num_draws: int, num_bins: int) -> np.ndarray:
