@@ -69,11 +69,61 @@ def rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64, num_steps: i
     return out
 
 
+def _clocks(num_agents: int) -> dict:
+    """Agent 0 five times slower than the others, compute times jittered by half."""
+    compute = (5.0,) + (1.0,) * (num_agents - 1)
+    clock = lambda deadline: comm.Clock(compute=compute, jitter=0.5, latency=0.1,  # noqa: E731
+                                        deadline=deadline)
+    return {"wait for every agent": comm.Channel(clock=clock(None)),
+            "deadline 3 s": comm.Channel(clock=clock(3.0)),
+            "deadline 1.5 s": comm.Channel(clock=clock(1.5))}
+
+
+def clock_rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64,
+               num_steps: int = 4000, budget: float = 2000.0, every: int = 100):
+    """``(label, [(simulated s per step, W2 after ``budget`` simulated seconds, W2 at the
+    end) for DIGing-SGLD, DE-SGLD])`` per clock of :func:`_clocks`; W2 is read every
+    ``every`` iterations, at the first whose mean elapsed time over chains reaches
+    ``budget`` (the last if none does)."""
+    problem = linear_regression_problem(seed, num_agents=num_agents)
+    mixing = nets.random_regular(num_agents, 4, seed)
+    key = jax.random.key(seed)
+    init = jax.random.normal(jax.random.fold_in(key, 1), (num_chains, num_agents, problem.dim))
+    potential = split_potentials(problem)["sorted"]
+    out = []
+    for label, channel in _clocks(num_agents).items():
+        cells = []
+        for make in (diging_sgld, de_sgld):
+            trace = sample(make(0.001), potential, mixing, init, key, num_steps,
+                           output=Output(thin=every, trace_fn=comm.elapsed_time,
+                                         positions=True),
+                           channel=channel, on_divergence="flag")
+            w2 = np.asarray(metrics.per_agent_w2(trace.positions, problem.posterior_mean,
+                                                 problem.posterior_cov)).mean(1)
+            elapsed = np.asarray(trace.values).mean(0)
+            at = min(int(np.searchsorted(elapsed, budget)), len(elapsed) - 1)
+            cells.append((float(elapsed[-1]) / num_steps, float(w2[at]), float(w2[-1])))
+        out.append((label, cells))
+    return out
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--only", default=None, help="run the channels whose label has this")
+    parser.add_argument("--clock", action="store_true",
+                        help="the simulated-clock table instead (agent 0 five times slower)")
     args = parser.parse_args(argv)
+    if args.clock:
+        lines = ["| clock | simulated s/step DIGing / DE | W2 at 2000 s DIGing / DE | "
+                 "W2 at 4000 steps DIGing / DE |", "|---|---:|---:|---:|"]
+        for label, ((s1, a1, e1), (s2, a2, e2)) in clock_rows():
+            lines.append(f"| {label} | {s1:.2f} / {s2:.2f} | {a1:.4f} / {a2:.4f} | "
+                         f"{e1:.4f} / {e2:.4f} |")
+            print(lines[-1], flush=True)
+        if args.out is not None:
+            args.out.write_text("\n".join(lines) + "\n")
+        return
     start = time.perf_counter()
     lines = ["| channel | bytes/agent/step DIGing / DE | W2 DIGing-SGLD | W2 DE-SGLD |",
              "|---|---:|---:|---:|"]

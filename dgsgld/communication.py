@@ -37,6 +37,9 @@ When messages are sent (each composes with the modes above):
 - ``gossip="edge"`` or ``"matching"``: randomized gossip, one random link or a random
   matching of the snapshot's links carries the round, each pair averaging
   (:func:`gossip_matrix`);
+- ``clock=Clock(...)``: simulated time. Per-agent compute times each step, a latency per
+  round, and an optional deadline past which slow agents are stragglers as with
+  ``activity`` (:class:`Clock`, :func:`elapsed_time`);
 - ``activity=q`` (or a ``(P, N)`` 0/1 pattern): stragglers. Each agent is active at a step
   with probability ``q`` (:func:`active_agents`); an inactive agent takes no step
   (:func:`hold` keeps its rows of the sampler state) and sends nothing, and the step mixes
@@ -96,6 +99,7 @@ from ._types import Array, PRNGKey, PyTree
 __all__ = [
     "Channel",
     "ChannelState",
+    "Clock",
     "Compressor",
     "Identity",
     "Quantize",
@@ -104,6 +108,7 @@ __all__ = [
     "TopK",
     "active_agents",
     "drop_links",
+    "elapsed_time",
     "gossip_matrix",
     "hold",
     "identity",
@@ -127,6 +132,90 @@ _ROUND_TAG = 0x636F6D72
 _ACTIVE_TAG = 0x636F6D61
 #: Tag of the step's gossip draw (which links carry the round), folded into the round key.
 _GOSSIP_TAG = 0x636F6D67
+#: Tag of the step's compute-time draw (the simulated clock), shared like the activity.
+_CLOCK_TAG = 0x636F6D74
+
+
+def _seconds(value, name: str, *, allow_zero: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
+            or not (0 <= float(value) < math.inf) or (not allow_zero and float(value) == 0):
+        raise ValueError(f"`{name}` must be a finite number of seconds "
+                         f"{'>= 0' if allow_zero else '> 0'}; got {value!r}.")
+    return float(value)
+
+
+def _compute_times(compute):
+    """A positive number, or one per agent (kept as a tuple: static and hashable)."""
+    if isinstance(compute, (int, float, np.number)) and not isinstance(compute, bool):
+        return _seconds(compute, "compute", allow_zero=False)
+    values = np.asarray(compute, dtype=object)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError("`compute` must be a positive number of seconds or one per agent; "
+                         f"got {compute!r}.")
+    return tuple(_seconds(v, "compute", allow_zero=False) for v in values)
+
+
+def _jitter(jitter) -> float:
+    if isinstance(jitter, bool) or not isinstance(jitter, (int, float, np.number)) \
+            or not 0 <= float(jitter) <= 1:
+        raise ValueError(f"`jitter` must be a number in [0, 1]; got {jitter!r}.")
+    return float(jitter)
+
+
+class Clock(eqx.Module):
+    """Simulated time of synchronous rounds (:class:`Channel`'s ``clock``).
+
+    At every step agent ``i`` computes for ``t_i = c_i (1 − jitter + jitter · E_i)`` seconds,
+    ``E_i ~ Exp(1)`` independently (mean ``c_i``; ``jitter = 0``: exactly ``c_i``,
+    ``jitter = 1``: exponential). A step lasts until the slowest active agent is done,
+    ``max_i t_i``, and, when a ``deadline`` is set, at most ``deadline``: an agent not done by
+    then is inactive at that step, as a straggler of ``activity`` (it takes no step and sends
+    nothing). A step that is a round (messages sent) adds ``latency``. The elapsed seconds
+    are :func:`elapsed_time` of a state.
+
+    Attributes:
+        compute: ``c``, mean seconds of one step, one number for every agent or one per agent
+            (slow agents: larger ``c_i``).
+        jitter: in ``[0, 1]``, how random the compute times are.
+        latency: seconds a round's messages take.
+        deadline: ``None`` (wait for every agent) or the seconds after which a round goes on
+            without the agents not done.
+    """
+
+    compute: Any = eqx.field(default=1.0, static=True, converter=_compute_times)
+    jitter: float = eqx.field(default=0.0, static=True, converter=_jitter)
+    latency: float = eqx.field(default=0.0, static=True,
+                               converter=lambda v: _seconds(v, "latency"))
+    deadline: float | None = eqx.field(
+        default=None, static=True,
+        converter=lambda v: None if v is None else _seconds(v, "deadline", allow_zero=False))
+
+    def times(self, key: PRNGKey, num_agents: int) -> Array:
+        """``(N,)`` float32 compute times of the step whose key is ``key``."""
+        if isinstance(self.compute, tuple):
+            if len(self.compute) != num_agents:
+                raise ValueError(f"`compute` has {len(self.compute)} agents; the network has "
+                                 f"{num_agents}.")
+            mean = jnp.asarray(self.compute, jnp.float32)
+        else:
+            mean = jnp.full((num_agents,), self.compute, jnp.float32)
+        if self.jitter == 0:
+            return mean
+        e = jax.random.exponential(jax.random.fold_in(key, _CLOCK_TAG), (num_agents,))
+        return mean * (1 - self.jitter + self.jitter * e)
+
+    def duration(self, times: Array, active: Array | None, talk) -> Array:
+        """Seconds of a step: the slowest of the agents that are not stragglers by
+        ``activity`` (``active``: ``(N,)`` bool, deadline not applied; ``None``: all), capped
+        at the deadline, plus the latency when ``talk`` (``None``: always a round)."""
+        busy = times if active is None else jnp.where(active, times, 0.0)
+        step = jnp.max(busy)
+        if self.deadline is not None:
+            step = jnp.minimum(step, self.deadline)
+        if self.latency:
+            step = step + (self.latency if talk is None
+                           else jnp.where(talk, self.latency, 0.0))
+        return step
 
 
 def _unit_interval(value, name: str) -> float:
@@ -293,11 +382,14 @@ class ChannelState(NamedTuple):
         sent: ``(N,)`` int32, the point-to-point messages each agent has sent so far.
         heard: ``(N,)`` bool with an event trigger: whether the agent's neighbours hold a copy
             of it yet (it sends at its first round whatever the threshold); ``()`` without.
+        elapsed: float32 scalar, the simulated seconds so far, in the ``position`` message's
+            state of a channel with a :class:`Clock`; ``()`` otherwise.
     """
 
     public: PyTree
     sent: Array
     heard: Any = ()
+    elapsed: Any = ()
 
 
 def _consensus(consensus) -> float:
@@ -356,6 +448,13 @@ def _gossip(gossip):
 
 def _every(every) -> int:
     return _validation.check_positive_int(every, name="every")
+
+
+def _clock(clock):
+    if clock is not None and not isinstance(clock, Clock):
+        raise TypeError("`clock` must be None or a dgsgld.communication.Clock; got "
+                        f"{type(clock).__name__}.")
+    return clock
 
 
 def _compressor(compressor) -> Compressor:
@@ -417,6 +516,8 @@ class Channel(eqx.Module):
             every agent pushing to one out-neighbour drawn uniformly, each with half its
             value (``C'[i, j] = C'[j, j] = ½``). Not with error feedback or an event trigger
             (their public copy needs every neighbour to receive it).
+        clock: a :class:`Clock` (``None``: no simulated time): compute times per agent and
+            step, the round's latency, and a deadline past which slow agents sit the step out.
     """
 
     compressor: Compressor = eqx.field(default_factory=Identity, converter=_compressor)
@@ -428,6 +529,7 @@ class Channel(eqx.Module):
     threshold: Any = eqx.field(default=None, static=True, converter=_threshold)
     activity: Any = eqx.field(default=1.0, static=True, converter=_activity)
     gossip: str | None = eqx.field(default=None, static=True, converter=_gossip)
+    clock: Clock | None = eqx.field(default=None, converter=_clock)
 
     def __check_init__(self):
         if self.per_link and (self.error_feedback or self.threshold is not None):
@@ -458,7 +560,9 @@ class Channel(eqx.Module):
         num_agents = jax.tree.leaves(message)[0].shape[0]
         public = jax.tree.map(jnp.zeros_like, message) if self._public(name) else ()
         heard = jnp.zeros((num_agents,), bool) if self.threshold_of(name) is not None else ()
-        return ChannelState(public, jnp.zeros((num_agents,), jnp.int32), heard)
+        elapsed = jnp.zeros((), jnp.float32) if self.clock is not None and name == "position" \
+            else ()
+        return ChannelState(public, jnp.zeros((num_agents,), jnp.int32), heard, elapsed)
 
     def mix(self, key: PRNGKey, state: ChannelState, matrix, message: PyTree, count=0,
             round_key: PRNGKey | None = None, active: Array | None = None,
@@ -520,8 +624,7 @@ class Channel(eqx.Module):
         threshold = self.threshold_of(name)
         exact = isinstance(self.compressor, Identity) and not self._public(name)
         if exact and sends is None:
-            return _tree.mix(matrix, message), ChannelState(state.public,
-                                                            state.sent + degrees, state.heard)
+            return _tree.mix(matrix, message), state._replace(sent=state.sent + degrees)
         num_agents = jax.tree.leaves(message)[0].shape[0]
         keys = jax.random.split(key, num_agents)
         fire, heard = sends, state.heard
@@ -543,7 +646,7 @@ class Channel(eqx.Module):
                 lambda wq, x, c: wq + _rows(diag, x) * (x - c),
                 _tree.mix(matrix, q), message, q)
             public = q if threshold is not None else state.public
-            return mixed, ChannelState(public, sent, heard)
+            return mixed, state._replace(public=public, sent=sent, heard=heard)
         diff = _tree.tree_sub(message, state.public)
         contract = jax.vmap(self.compressor.contract)
         public = _tree.tree_add(state.public, _unflat(contract(keys, _flat(diff)), diff))
@@ -553,7 +656,7 @@ class Channel(eqx.Module):
         mixed = jax.tree.map(
             lambda x, wh, h: x + jnp.asarray(gamma, x.dtype) * (wh - h),
             message, _tree.mix(matrix, public), public)
-        return mixed, ChannelState(public, sent, heard)
+        return mixed, state._replace(public=public, sent=sent, heard=heard)
 
     def message_bytes(self, dim: int, dtype=jnp.float32) -> int:
         """Bytes of one message of ``dim`` entries of ``dtype``."""
@@ -656,7 +759,18 @@ def _without_inactive(matrix: Array, active: Array, keep: str = "rows") -> Array
 
 def active_agents(channel: "Channel | None", key: PRNGKey, count, num_agents: int):
     """``(N,)`` bool, the agents active at the step of ``key`` (the step's key) and iteration
-    ``count``, or ``None`` when all always are (no channel, ``activity=1``)."""
+    ``count``: drawn by ``activity`` and, with a :class:`Clock` that has a deadline, done
+    computing by it; ``None`` when all always are (no channel, ``activity=1``, no deadline)."""
+    active = _by_activity(channel, key, count, num_agents)
+    clock = None if channel is None else channel.clock
+    if clock is not None and clock.deadline is not None:
+        done = clock.times(key, num_agents) <= clock.deadline
+        active = done if active is None else active & done
+    return active
+
+
+def _by_activity(channel: "Channel | None", key: PRNGKey, count, num_agents: int):
+    """The agents active by ``activity`` alone (``None``: all)."""
     if channel is None or channel.activity == 1.0:
         return None
     if isinstance(channel.activity, tuple):
@@ -676,10 +790,12 @@ def hold(channel: "Channel | None", key: PRNGKey, old, new):
     from ``old``: every leaf with a leading agent axis ``(N, ...)`` of every field but
     ``count`` and ``channel`` (the channel keeps its own: an inactive agent sent nothing).
     ``new`` itself when every agent is active."""
-    if channel is None or channel.activity == 1.0:
+    if channel is None:
         return new
     num_agents = jax.tree.leaves(old.position)[0].shape[0]
     active = active_agents(channel, key, old.count, num_agents)
+    if active is None:
+        return new
 
     def keep(a, b):
         if jnp.ndim(a) == 0 or jnp.shape(a)[0] != num_agents:
@@ -760,11 +876,40 @@ def send(channel: "Channel | None", key: PRNGKey, states, name: str, matrix, mes
     column-stochastic ``matrix`` (push-sum; :meth:`Channel.plan`)."""
     if channel is None:
         return _tree.mix(matrix, message), states
-    active = active_agents(channel, key, count, jax.tree.leaves(message)[0].shape[0])
-    mixed, state = channel.mix(jax.random.fold_in(key, _TAGS[name]), states[name], matrix,
-                               message, count, round_key=jax.random.fold_in(key, _ROUND_TAG),
-                               active=active, directed=directed, name=name)
-    return mixed, {**states, name: state}
+    num_agents = jax.tree.leaves(message)[0].shape[0]
+    active = active_agents(channel, key, count, num_agents)
+    talk, used, degrees = channel.plan(jax.random.fold_in(key, _ROUND_TAG), matrix, count,
+                                       active, directed)
+    mixed, state = channel._mix(jax.random.fold_in(key, _TAGS[name]), states[name], used,
+                                message, degrees, active, name)
+    if talk is not None:
+        mixed, state = jax.tree.map(lambda a, b: jnp.where(talk, a, b), (mixed, state),
+                                    (message, states[name]))
+    return mixed, {**states, name: _tick(channel, key, count, num_agents, state, talk)}
+
+
+def _tick(channel: "Channel", key: PRNGKey, count, num_agents: int, state: ChannelState,
+          talk) -> ChannelState:
+    """``state`` with the step's simulated seconds added (the ``position`` message's state
+    of a channel with a clock; any other state unchanged)."""
+    if channel.clock is None or isinstance(state.elapsed, tuple):
+        return state
+    times = channel.clock.times(key, num_agents)
+    step = channel.clock.duration(times, _by_activity(channel, key, count, num_agents), talk)
+    return state._replace(elapsed=state.elapsed + step.astype(state.elapsed.dtype))
+
+
+def elapsed_time(state) -> Array:
+    """Simulated seconds so far, ``(...)`` float32, of a sampler state run with a channel
+    that has a :class:`Clock` (usable as ``Output(trace_fn=elapsed_time)`` for a
+    per-iteration trace, to plot results against simulated time)."""
+    channels = getattr(state, "channel", ())
+    if not channels or isinstance(channels["position"].elapsed, tuple):
+        raise ValueError(
+            "`state` has no simulated clock: run the sampler with channel=dgsgld."
+            "communication.Channel(clock=Clock(...)) to measure simulated time."
+        )
+    return channels["position"].elapsed
 
 
 def send_mass(channel: "Channel | None", key: PRNGKey, states, name: str, matrix,
@@ -788,6 +933,7 @@ def send_mass(channel: "Channel | None", key: PRNGKey, states, name: str, matrix
         mixed, state, mixed_weight = jax.tree.map(
             lambda a, b: jnp.where(talk, a, b), (mixed, state, mixed_weight),
             (mass, states[name], weight))
+    state = _tick(channel, key, count, weight.shape[0], state, talk)
     return mixed, mixed_weight, {**states, name: state}
 
 

@@ -772,3 +772,69 @@ def test_gossip_keeps_diging_stationary_mean(key):
     x = np.asarray(trace.state.position, np.float64)
     se = x.std(0, ddof=1) / np.sqrt(chains)
     assert (np.abs(x.mean(0) - problem.mean) <= 5 * se).all(), (x.mean(0), problem.mean, se)
+
+
+# -- the simulated clock ------------------------------------------------------------------------
+
+
+def test_clock_waits_for_the_slowest_agent_or_drops_it_at_the_deadline(key):
+    """DE-SGLD on the ring, 6 steps, one compiled program, compute times (1, 1, 1, 3) s with no
+    jitter and 0.5 s latency a round. Waiting for everyone: 3.5 s a step; with rounds every 2
+    steps only 3 of the 6 steps pay the latency (6 · 3 + 3 · 0.5 = 19.5 s). With a 2 s
+    deadline agent 3 is never done in time: it takes no step and sends nothing (its position
+    stays its start, exactly), each step lasts 2 + 0.5 s, and it counts no message. ``elapsed_time`` traced per iteration is 0, 3.5, 7, ..."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    alg, T = dgsgld.de_sgld(0.05), 6
+    slow = C.Clock(compute=(1, 1, 1, 3), latency=0.5)
+    channels = (C.Channel(clock=slow), C.Channel(every=2, clock=slow),
+                C.Channel(clock=C.Clock(compute=(1, 1, 1, 3), latency=0.5, deadline=2.0)))
+
+    @jax.jit
+    def runs(key):
+        return [_states(_with(alg, ch), problem, ring(N)[None], T, key) for ch in channels]
+
+    (first, wait, _), (_, local, _), (_, cut, _) = runs(key)
+    np.testing.assert_allclose(C.elapsed_time(wait), 3.5 * np.arange(1, T + 1), rtol=1e-6)
+    assert float(C.elapsed_time(local)[-1]) == pytest.approx(19.5)
+    np.testing.assert_allclose(C.elapsed_time(cut), 2.5 * np.arange(1, T + 1), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(cut.position)[:, 3],
+                                  np.broadcast_to(np.asarray(first.position)[3], (T, 2)))
+    assert (np.asarray(cut.position)[-1, :3] != np.asarray(first.position)[:3]).all()
+    np.testing.assert_array_equal(np.asarray(cut.channel["position"].sent)[-1],
+                                  [2 * T, 2 * T, 2 * T, 0])    # both ring links, as for
+    # `activity`: an inactive agent still receives (public copies stay known), sends nothing
+    trace = dgsgld.sample(alg, problem.potential, ring(N), jnp.zeros((2, N, 2)), key, 4,
+                          channel=channels[0], output=dgsgld.Output(trace_fn=C.elapsed_time))
+    np.testing.assert_allclose(np.asarray(trace.values), [[0, 3.5, 7, 10.5, 14]] * 2,
+                               rtol=1e-6)
+
+
+def test_clock_compute_times_have_the_stated_law():
+    """``t_i = c_i (1 − j + j E_i)``, ``E_i ~ Exp(1)``: over 20 000 steps the mean of each
+    agent's time is ``c_i`` and its variance ``(j c_i)²`` within 5 standard errors (the
+    sample mean's s.e. is ``j c_i / √n``; the sample variance's, for an exponential part,
+    ``√8 (j c_i)² / √n`` from its fourth central moment 9σ⁴). A deadline makes exactly the
+    agents with ``t_i > deadline`` inactive in :func:`C.active_agents`."""
+    clock = C.Clock(compute=(1.0, 2.0, 4.0), jitter=0.5, deadline=3.0)
+    keys = jax.random.split(jax.random.key(0), 20_000)
+    t = np.asarray(jax.vmap(lambda k: clock.times(k, 3))(keys), np.float64)
+    c, j, n = np.array([1.0, 2.0, 4.0]), 0.5, len(keys)
+    assert (np.abs(t.mean(0) - c) <= 5 * j * c / np.sqrt(n)).all(), t.mean(0)
+    assert (np.abs(t.var(0) - (j * c) ** 2) <= 5 * np.sqrt(8) * (j * c) ** 2 / np.sqrt(n)).all()
+    assert (t >= (1 - j) * c).all()
+    channel = C.Channel(clock=clock)
+    active = np.asarray(jax.vmap(lambda k: C.active_agents(channel, k, 0, 3))(keys[:200]))
+    np.testing.assert_array_equal(active, t[:200] <= 3.0)
+    with pytest.raises(ValueError, match="`jitter` must be a number in"):
+        C.Clock(jitter=1.5)
+    with pytest.raises(ValueError, match="`compute` must be a finite number of seconds > 0"):
+        C.Clock(compute=(1.0, 0.0))
+    with pytest.raises(ValueError, match="`deadline` must be a finite number of seconds > 0"):
+        C.Clock(deadline=0)
+    with pytest.raises(TypeError, match="`clock` must be None or a dgsgld.communication.Clock"):
+        C.Channel(clock=2.0)
+    with pytest.raises(ValueError, match="`compute` has 3 agents; the network has 4"):
+        clock.times(keys[0], 4)
+    with pytest.raises(ValueError, match="`state` has no simulated clock"):
+        C.elapsed_time(dgsgld.de_sgld(0.1, channel=C.Channel()).init(
+            jnp.zeros((N, 2)), linear_regression(num_agents=N).potential, keys[0]))
