@@ -14,12 +14,12 @@ computed: differences below about 0.01 are not resolved).
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from benchmarks.harness import stream_table
 from dgsgld import communication as comm
 from dgsgld import metrics
 from dgsgld import networks as nets
@@ -43,15 +43,20 @@ CHANNELS = {
 }
 
 
+def _setting(seed: int, num_agents: int, num_chains: int):
+    """``(problem, 4-regular graph, key, starts, sorted-split potential)``."""
+    problem = linear_regression_problem(seed, num_agents=num_agents)
+    key = jax.random.key(seed)
+    init = jax.random.normal(jax.random.fold_in(key, 1), (num_chains, num_agents, problem.dim))
+    return (problem, nets.random_regular(num_agents, 4, seed), key, init,
+            split_potentials(problem)["sorted"])
+
+
 def rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64, num_steps: int = 4000,
          only: str | None = None):
     """``(label, [(bytes per agent and step, W2) for DIGing-SGLD, DE-SGLD])`` per channel
     (those whose label contains ``only``, if given)."""
-    problem = linear_regression_problem(seed, num_agents=num_agents)
-    mixing = nets.random_regular(num_agents, 4, seed)
-    key = jax.random.key(seed)
-    init = jax.random.normal(jax.random.fold_in(key, 1), (num_chains, num_agents, problem.dim))
-    potential = split_potentials(problem)["sorted"]
+    problem, mixing, key, init, potential = _setting(seed, num_agents, num_chains)
     out = []
     for label, channel in CHANNELS.items():
         if only is not None and only not in label:
@@ -85,11 +90,7 @@ def clock_rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64,
     end) for DIGing-SGLD, DE-SGLD])`` per clock of :func:`_clocks`; W2 is read every
     ``every`` iterations, at the first whose mean elapsed time over chains reaches
     ``budget`` (the last if none does)."""
-    problem = linear_regression_problem(seed, num_agents=num_agents)
-    mixing = nets.random_regular(num_agents, 4, seed)
-    key = jax.random.key(seed)
-    init = jax.random.normal(jax.random.fold_in(key, 1), (num_chains, num_agents, problem.dim))
-    potential = split_potentials(problem)["sorted"]
+    problem, mixing, key, init, potential = _setting(seed, num_agents, num_chains)
     out = []
     for label, channel in _clocks(num_agents).items():
         cells = []
@@ -115,24 +116,16 @@ def main(argv=None) -> None:
                         help="the simulated-clock table instead (agent 0 five times slower)")
     args = parser.parse_args(argv)
     if args.clock:
-        lines = ["| clock | simulated s/step DIGing / DE | W2 at 2000 s DIGing / DE | "
-                 "W2 at 4000 steps DIGing / DE |", "|---|---:|---:|---:|"]
-        for label, ((s1, a1, e1), (s2, a2, e2)) in clock_rows():
-            lines.append(f"| {label} | {s1:.2f} / {s2:.2f} | {a1:.4f} / {a2:.4f} | "
-                         f"{e1:.4f} / {e2:.4f} |")
-            print(lines[-1], flush=True)
-        if args.out is not None:
-            args.out.write_text("\n".join(lines) + "\n")
+        stream_table(["| clock | simulated s/step DIGing / DE | W2 at 2000 s DIGing / DE | "
+                      "W2 at 4000 steps DIGing / DE |", "|---|---:|---:|---:|"],
+                     (f"| {label} | {s1:.2f} / {s2:.2f} | {a1:.4f} / {a2:.4f} | "
+                      f"{e1:.4f} / {e2:.4f} |"
+                      for label, ((s1, a1, e1), (s2, a2, e2)) in clock_rows()), args.out)
         return
-    start = time.perf_counter()
-    lines = ["| channel | bytes/agent/step DIGing / DE | W2 DIGing-SGLD | W2 DE-SGLD |",
-             "|---|---:|---:|---:|"]
-    for label, ((b_dig, w_dig), (b_de, w_de)) in rows(only=args.only):
-        lines.append(f"| {label} | {b_dig:.1f} / {b_de:.1f} | {w_dig:.4f} | {w_de:.4f} |")
-        print(lines[-1], flush=True)
-    text = "\n".join(lines) + f"\n\n{time.perf_counter() - start:.0f} s.\n"
-    if args.out is not None:
-        args.out.write_text(text)
+    stream_table(["| channel | bytes/agent/step DIGing / DE | W2 DIGing-SGLD | W2 DE-SGLD |",
+                  "|---|---:|---:|---:|"],
+                 (f"| {label} | {b_dig:.1f} / {b_de:.1f} | {w_dig:.4f} | {w_de:.4f} |"
+                  for label, ((b_dig, w_dig), (b_de, w_de)) in rows(only=args.only)), args.out)
 
 
 if __name__ == "__main__":

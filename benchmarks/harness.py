@@ -21,6 +21,7 @@ import tracemalloc
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -148,3 +149,19 @@ def x64():
         yield
     finally:
         jax.config.update("jax_enable_x64", old)
+
+
+def stream_table(header: list[str], rows, out=None) -> str:
+    """A Markdown table: ``header`` lines, then each line of ``rows`` (an iterable of strings,
+    printed as it comes, since a row can take minutes), then the wall time; written to ``out``
+    (a path) when given. Returns the text."""
+    start = time.perf_counter()
+    lines = list(header)
+    for line in rows:
+        lines.append(line)
+        print(line, flush=True)
+    text = "\n".join(lines) + f"\n\n{time.perf_counter() - start:.0f} s.\n"
+    if out is not None:
+        Path(out).write_text(text)
+    return text
+

@@ -16,13 +16,13 @@ weight ``v`` over chains and agents at the end, and how many chains reached ``|x
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import jax
 import networkx as nx
 import numpy as np
 
+from benchmarks.harness import stream_table
 from dgsgld import communication as comm
 from dgsgld import metrics
 from dgsgld import networks as nets
@@ -75,18 +75,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    start = time.perf_counter()
-    lines = ["| network | channel | B/agent/step Push-DIGing / push-sum | W2 Push-DIGing-SGLD "
-             "| W2 push-sum SGLD | min v | chains with \\|x\\| > 100 |",
-             "|---|---|---:|---:|---:|---:|---:|"]
-    for net, label, ((b1, w1, v1, n1), (b2, w2, v2, n2)) in rows():
-        lines.append(f"| {net} | {label} | {b1:.1f} / {b2:.1f} | {w1:.4f} | {w2:.4f} | "
-                     f"{min(v1, v2):.3f} | {n1} / {n2} |")
-        print(lines[-1], flush=True)
-    text = "\n".join(lines) + f"\n\n{time.perf_counter() - start:.0f} s.\n"
-    if args.out is not None:
-        args.out.write_text(text)
-
+    stream_table(["| network | channel | B/agent/step Push-DIGing / push-sum | W2 "
+                  "Push-DIGing-SGLD | W2 push-sum SGLD | min v | chains with \\|x\\| > 100 |",
+                  "|---|---|---:|---:|---:|---:|---:|"],
+                 (f"| {net} | {label} | {b1:.1f} / {b2:.1f} | {w1:.4f} | {w2:.4f} | "
+                  f"{min(v1, v2):.3f} | {n1} / {n2} |"
+                  for net, label, ((b1, w1, v1, n1), (b2, w2, v2, n2)) in rows()), args.out)
 
 if __name__ == "__main__":
     main()

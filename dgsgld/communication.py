@@ -171,7 +171,8 @@ class Clock(eqx.Module):
     ``max_i t_i``, and, when a ``deadline`` is set, at most ``deadline``: an agent not done by
     then is inactive at that step, as a straggler of ``activity`` (it takes no step and sends
     nothing). A step that is a round (messages sent) adds ``latency``. The elapsed seconds
-    are :func:`elapsed_time` of a state.
+    are :func:`elapsed_time` of a state, a float32 sum (relative rounding at most ``k · 2⁻²⁴``
+    after ``k`` steps).
 
     Attributes:
         compute: ``c``, mean seconds of one step, one number for every agent or one per agent

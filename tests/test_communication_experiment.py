@@ -37,7 +37,7 @@ def test_communication_experiment_small(tmp_path):
             experiment.compressors(True).items()}
     assert size == {"exact": 24, "top_k(k=2)": 16, "random_k(k=2)": 8, "quantize(4)": 7,
                     "sign": 5}
-    per_problem = 1 + 3 + 2 * 4 + 2 + 2
+    per_problem = 1 + 3 + 2 * 4 + 2 + 2 + 3
     assert len(rows) == 2 * 2 * per_problem                 # 2 problems, 2 methods
     for row in rows:
         per = 2 if row["method"] == "DIGing-SGLD" else 1
@@ -51,6 +51,19 @@ def test_communication_experiment_small(tmp_path):
             # 3e-3 is over 10 of them.
             q = float(label.split("=")[1])
             assert row["bytes_per_agent_step"] / full == pytest.approx(q, abs=3e-3), row
+        elif label == "gossip, matching":
+            # Agent i is matched when it and a neighbour propose each other: 4 · (1/4)² = 1/4
+            # (binomial over the same 5.1e6 agent-steps, pairs counted twice: s.e. < 2.7e-4).
+            assert row["bytes_per_agent_step"] / full == pytest.approx(1 / 16, abs=3e-3 / 4)
+        elif label == "gossip, one link":
+            # Exactly one link a step: 2 of the 20 agents send one message per message kind.
+            assert row["bytes_per_agent_step"] == pytest.approx(per * size["exact"] / 10)
+        elif label.startswith("deadline"):
+            # t_i = c_i (1/2 + E/2) <= 3 s: agent 0 (c = 5) w.p. 1 − e^−0.2, the others
+            # 1 − e^−5; an agent not done in time sends nothing (s.e. as for stragglers).
+            done = (1 - np.exp(-0.2) + 19 * (1 - np.exp(-5))) / 20
+            assert row["bytes_per_agent_step"] / full == pytest.approx(done, abs=3e-3), row
+            assert row["seconds_per_step"] <= experiment.DEADLINE + 0.1
         else:
             name, _, tau = label.partition(", every ")
             tau = int(tau or 1)                  # 4000 steps: rounds at k = 0, τ, 2τ, ...
@@ -60,6 +73,19 @@ def test_communication_experiment_small(tmp_path):
             assert row["se"] > 0, row
         if row["metric"] == "accuracy" and row["value"] is not None:
             assert 0 <= row["value"] <= 1, row
+    # The clock draws the same compute times in every row (the step keys): rows without
+    # stragglers or a deadline take the same seconds but for the 0.1 s latency of each round,
+    # which every τ steps is paid at 1/τ of them. A step waits for the slow agent (mean 5 s).
+    # The float32 sum of 4000 steps of about 5 s rounds each addition by at most 2⁻²⁴ of the
+    # running total (≤ 2.1e4 s): 4000 · 1.3e-3 s = 5 s at worst, 2.5e-4 of the total.
+    exact = next(r["seconds_per_step"] for r in rows if r["channel"] == "exact")
+    assert exact > 5.0
+    for row in rows:
+        label = row["channel"]
+        if not label.startswith(("stragglers", "deadline")):
+            tau = int(label.partition(", every ")[2] or 1)
+            assert row["seconds_per_step"] == pytest.approx(exact - 0.1 * (1 - 1 / tau),
+                                                            rel=2.5e-4), row
     saved = json.loads((tmp_path / "communication.json").read_text())
     assert saved["rows"] == rows and saved["config"]["num_agents"] == 20
     assert (tmp_path / "communication.png").stat().st_size > 0

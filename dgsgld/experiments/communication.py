@@ -17,8 +17,14 @@ DIGing-SGLD against DE-SGLD, each with exact float32 messages; exact messages ev
 ``τ`` ∈ {2, 5, 10} steps (local steps between); every compressor of
 :mod:`dgsgld.communication` without and with CHOCO error feedback (``consensus`` γ fixed, not
 tuned); event triggers (an agent sends when its message moved more than ``δ`` from the copy its
-neighbours hold); and stragglers (each agent active at a step with probability ``q``). One step
-size per problem for every row (not tuned either).
+neighbours hold); stragglers (each agent active at a step with probability ``q``); randomized
+gossip (a random matching, or one random link, carries each round); and a deadline of
+:data:`DEADLINE` simulated seconds. One step size per problem for every row (not tuned either).
+
+Simulated time: every row runs with the clock :data:`CLOCK` (agent 0 computes 5 s a step, the
+others 1 s, jittered by half; 0.1 s latency a round). Without a deadline the clock changes no
+draw, only the seconds a row takes: a step waits for the slowest agent. The ``deadline`` row
+goes on without the agents not done by :data:`DEADLINE` seconds (stragglers at that step).
 
 Monte Carlo error: the standard error of each metric over the chains, by the delete-a-group
 jackknife over :data:`GROUPS` groups of chains (``se² = (G−1)/G Σ_g (m₋g − m̄)²`` with ``m₋g``
@@ -37,6 +43,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,6 +61,10 @@ __all__ = ["GROUPS", "channels", "communication_experiment", "compressors", "plo
 
 #: Groups of chains of the jackknife standard errors.
 GROUPS = 8
+#: The simulated clock of every row: agent 0 five times slower than the others.
+CLOCK = dict(compute=(5.0,) + (1.0,) * 19, jitter=0.5, latency=0.1)
+#: The deadline row's deadline, seconds: the slow agent is done in time in about 18 % of steps.
+DEADLINE = 3.0
 METHODS = {"DIGing-SGLD": diging_sgld, "DE-SGLD": de_sgld}
 
 
@@ -82,7 +93,14 @@ def channels(small: bool, consensus: float) -> list[tuple[str, comm.Channel]]:
                                          consensus=consensus))]
     out += [(f"trigger δ={delta:g}", comm.Channel(threshold=delta)) for delta in (0.1, 0.3)]
     out += [(f"stragglers q={q:g}", comm.Channel(activity=q)) for q in (0.9, 0.5)]
-    return out
+    out += [("gossip, matching", comm.Channel(gossip="matching")),
+            ("gossip, one link", comm.Channel(gossip="edge")),
+            (f"deadline {DEADLINE:g} s", comm.Channel(clock=comm.Clock(**CLOCK,
+                                                                       deadline=DEADLINE)))]
+    clock = comm.Clock(**CLOCK)
+    return [(label, channel if channel.clock is not None
+             else eqx.tree_at(lambda c: c.clock, channel, clock, is_leaf=lambda x: x is None))
+            for label, channel in out]
 
 
 def _config(small: bool, seed: int) -> dict:
@@ -158,15 +176,17 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
                 if not diverged:
                     kind, value, se = _score(problem, np.asarray(trace.positions[:, -1]),
                                              cfg["groups"])
+                seconds = float(np.asarray(comm.elapsed_time(trace.state)).mean())
                 row = {"problem": name, "method": method, "channel": label,
                        "error_feedback": ef, "bytes_per_agent": float(sent.mean()),
-                       "bytes_per_agent_step": float(sent.mean()) / steps, "metric": kind,
+                       "bytes_per_agent_step": float(sent.mean()) / steps,
+                       "seconds": seconds, "seconds_per_step": seconds / steps, "metric": kind,
                        "value": value, "se": se, "diverged": diverged}
                 rows.append(row)
                 if logger is not None:
                     logger(f"{name:18s} {method:11s} {label:16s} EF={ef!s:5s} "
                            f"bytes/agent/step {row['bytes_per_agent_step']:7.1f}  "
-                           f"{kind} {_cell(row)}")
+                           f"s/step {row['seconds_per_step']:5.2f}  {kind} {_cell(row)}")
     cfg["seconds"] = time.perf_counter() - start
     (out / "communication.json").write_text(json.dumps({"config": cfg, "rows": rows},
                                                        indent=1))
@@ -177,18 +197,20 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown: per problem, one line per channel and error feedback, bytes per agent and
-    step per method and each method's metric ± its jackknife standard error."""
+    """Markdown: per problem, one line per channel and error feedback, the simulated seconds
+    per step (of DIGing-SGLD's run; the clock draws the same for both methods), bytes per
+    agent and step per method and each method's metric ± its jackknife standard error."""
     lines = []
     for problem in dict.fromkeys(r["problem"] for r in rows):
         sub = [r for r in rows if r["problem"] == problem]
         metric = "W2" if sub[0]["metric"] == "w2" else "test accuracy"
         lines += [f"**{problem}** ({metric} at T; ± jackknife standard error over chains)", "",
-                  ("| channel | EF | bytes/agent/step DIGing | DIGing-SGLD | "
-                   "bytes/agent/step DE | DE-SGLD |"), "|---|---|---:|---:|---:|---:|"]
+                  ("| channel | EF | simulated s/step | bytes/agent/step DIGing | DIGing-SGLD | "
+                   "bytes/agent/step DE | DE-SGLD |"), "|---|---|---:|---:|---:|---:|---:|"]
         index = {(r["method"], r["channel"], r["error_feedback"]): r for r in sub}
         for k in dict.fromkeys((r["channel"], r["error_feedback"]) for r in sub):
-            cells = []
+            first = index.get((next(iter(METHODS)),) + k)
+            cells = ["" if first is None else f"{first['seconds_per_step']:.2f}"]
             for m in METHODS:
                 r = index.get((m,) + k)
                 cells += ["", ""] if r is None else [f"{r['bytes_per_agent_step']:.1f}",
@@ -206,25 +228,29 @@ def _cell(row: dict) -> str:
 
 
 def plot_communication(rows: list[dict], path: str | Path) -> Path:
-    """One panel per problem: the metric (± its standard error) against bytes per agent and
-    step, a colour per method, filled markers with error feedback."""
+    """Per problem, two panels: the metric (± its standard error) against bytes per agent and
+    step (top) and against the simulated seconds of the run (bottom), a colour per method,
+    filled markers with error feedback."""
     plt = pyplot(headless=True)
     problems = list(dict.fromkeys(r["problem"] for r in rows))
-    fig, axes = plt.subplots(1, len(problems), figsize=(5 * len(problems), 4), squeeze=False)
-    for ax, problem in zip(axes[0], problems):
+    fig, axes = plt.subplots(2, len(problems), figsize=(5 * len(problems), 8), squeeze=False)
+    for (ax, problem), x, xlabel in [((a, p), "bytes_per_agent_step", "bytes per agent and step")
+                                     for a, p in zip(axes[0], problems)] + \
+                                    [((a, p), "seconds", "simulated seconds of the run")
+                                     for a, p in zip(axes[1], problems)]:
         for colour, method in zip(("C0", "C1"), METHODS):
             for ef in (False, True):
                 sub = [r for r in rows if r["problem"] == problem and r["method"] == method
                        and r["error_feedback"] == ef and r["value"] is not None]
                 if not sub:
                     continue
-                ax.errorbar([r["bytes_per_agent_step"] for r in sub],
+                ax.errorbar([r[x] for r in sub],
                             [r["value"] for r in sub], [r["se"] for r in sub], fmt="o",
                             color=colour, mfc=colour if ef else "none",
                             label=f"{method}{', EF' if ef else ''}")
         kind = next(r["metric"] for r in rows if r["problem"] == problem)
         ax.set(xscale="log", yscale="log" if kind == "w2" else "linear",
-               xlabel="bytes per agent and step", title=problem,
+               xlabel=xlabel, title=problem,
                ylabel="W2 to the posterior" if kind == "w2" else "test accuracy")
         ax.legend(fontsize=7)
     fig.tight_layout()
