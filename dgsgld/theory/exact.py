@@ -32,6 +32,17 @@ so a Gaussian initialization stays Gaussian and its mean and covariance propagat
   push-sum SGLD, ``s = x``: ``M = 𝒱⁺⁻¹𝒞(𝒱 − η𝐀)``, ``c = η𝒱⁺⁻¹𝒞𝐛``, ``G = 𝒱⁺⁻¹𝒞𝒟``.
   With ``v ≡ 1`` (doubly stochastic ``C``) the first is DIGing-SGLD's recursion.
 
+Random link drops (``Channel(probability=p, per_link=True)``, ``channel=`` of
+:func:`exact_moments`): every undirected link ``l = {i, j}`` of the snapshot is up with
+probability ``p``, independently at every step and of the state, its weight moved to the
+diagonals when down, so ``W' = W̄ + Σ_l ζ_l E_l`` with ``W̄ = E[W']``, ``ζ_l = ξ_l − p``
+(``Var ζ_l = p(1 − p)``) and ``E_l = W_ij (e_i e_jᵀ + e_j e_iᵀ − e_i e_iᵀ − e_j e_jᵀ)``. The
+recursions above are affine in ``𝒲`` (with ``c`` and ``G`` free of it for every kind but
+EXTRA), so ``M = M̄ + Σ_l ζ_l F_l``, ``F_l = M(W̄ + E_l) − M(W̄)``, and, ``M`` being
+independent of ``s``: ``m⁺ = M̄ m + c``, ``S⁺ = M̄ S M̄ᵀ + p(1 − p) Σ_l F_l (S + m mᵀ) F_lᵀ +
+G Gᵀ``. The state is then no longer Gaussian (a mixture over the masks); its mean and
+covariance are exact.
+
 The second parameter of the momentum samplers (``γ``) and of D-ULA (``β_k``, a schedule too)
 is read off the sampler, or given as ``parameter=`` with a kind string.
 
@@ -508,6 +519,7 @@ def exact_moments(
     *,
     step_size=None,
     parameter=None,
+    channel=None,
 ) -> ExactMoments:
     """Propagate the exact mean and covariance of a sampler's stacked state through a schedule.
 
@@ -526,6 +538,9 @@ def exact_moments(
         step_size: overrides the sampler's step size (required with a string ``algorithm``).
         parameter: overrides the friction ``γ`` of ``"de_sghmc"``/``"diging_sghmc"`` or the
             consensus weight ``β`` (constant or schedule) of ``"d_ula"``.
+        channel: ``None`` (exact mixing), ``Channel()``, or random link drops
+            ``Channel(probability=p, per_link=True)`` (module docstring; not for EXTRA-SGLD,
+            centralized ULA or the push-sum samplers). Other channels are refused.
 
     Returns:
         :class:`ExactMoments` with ``T + 1`` entries (``k = 0`` first).
@@ -540,6 +555,7 @@ def exact_moments(
     """
     kind, sampler_step = _kind(algorithm)
     extra = _parameter(algorithm, kind, parameter)
+    link_p = _link_probability(channel, kind)
     # Host inputs are prepared by NumPy (an eager jnp operation is a compiled program of its
     # own); traced ones (under the caller's jit or vmap) by jnp.
     host = _validation.is_concrete_tree((quadratic, mixing, init_mean, init_cov, sampler_step,
@@ -553,11 +569,47 @@ def exact_moments(
     A = xp.asarray(quadratic.hessians).astype(mean0.dtype)
     b = xp.asarray(quadratic.shifts).astype(mean0.dtype)
     stack = None if stack is None else stack.astype(mean0.dtype)
-    return ExactMoments(*_propagate(kind, int(num_steps), A, b, stack, mean0, cov0, etas, extras))
+    return ExactMoments(*_propagate(kind, int(num_steps), link_p, A, b, stack, mean0, cov0, etas,
+                                    extras))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _propagate(kind, num_steps, A, b, stack, mean0, cov0, etas, extras):
+def _link_probability(channel, kind: str) -> float | None:
+    """``p`` of a ``Channel(probability=p, per_link=True)`` (``None``: exact mixing)."""
+    if channel is None:
+        return None
+    from ..communication import Channel
+
+    if not isinstance(channel, Channel) or channel != Channel(
+            probability=channel.probability, per_link=channel.per_link):
+        raise ValueError(
+            "`channel`: exact moments are propagated for exact messages (Channel()) and random "
+            f"link drops (Channel(probability=p, per_link=True)) only; got {channel!r}.")
+    if channel.probability == 1.0:
+        return None
+    if not channel.per_link:
+        raise ValueError("`channel`: rounds drawn for all agents at once (per_link=False) are "
+                         "not propagated exactly; use per_link=True.")
+    if kind not in ("de", "diging", "d_ula", "de_sghmc", "diging_sghmc"):
+        raise ValueError(f"`channel`: random link drops are propagated for the kinds whose "
+                         f"offset and noise do not depend on W, not for {kind!r}.")
+    return channel.probability
+
+
+def _link_directions(W, p):
+    """``(W̄ (N, N), E (L, N, N))``: the mean of the dropped matrix and each possible link's
+    change ``E_l`` (zero where ``W`` has no link), over the ``L = N (N − 1) / 2`` pairs."""
+    N = W.shape[0]
+    i, j = np.triu_indices(N, 1)
+    eye = jnp.eye(N, dtype=W.dtype)
+    e_i, e_j = eye[i], eye[j]                                       # (L, N)
+    outer = lambda a, c: a[:, :, None] * c[:, None, :]              # noqa: E731
+    E = W[i, j][:, None, None] * (outer(e_i, e_j) + outer(e_j, e_i) - outer(e_i, e_i)
+                                  - outer(e_j, e_j))
+    return W - (1 - p) * jnp.sum(E, axis=0), E
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _propagate(kind, num_steps, link_p, A, b, stack, mean0, cov0, etas, extras):
     """The compiled moment recursion (cached across step sizes, data and initial laws)."""
     q = Quadratic(A, b)
     N, d = A.shape[0], A.shape[-1]
@@ -568,12 +620,20 @@ def _propagate(kind, num_steps, A, b, stack, mean0, cov0, etas, extras):
         k, eta, extra = xs
         m, S, v = carry
         W = None if stack is None else stack[k % period]
+        links = 0.0
         if kind in _PUSH:  # the push-sum weights v⁽ᵏ⁾ ride along: v⁽ᵏ⁺¹⁾ = C⁽ᵏ⁾ v⁽ᵏ⁾
             rec, v = push_recursion(kind, q, W, v, eta)
+        elif link_p is not None:  # random link drops: the mean recursion and its spread
+            W, E = _link_directions(W, link_p)
+            rec = linear_recursion(kind, q, W, eta, parameter=extra)
+            F = jax.vmap(lambda e: linear_recursion(kind, q, W + e, eta, parameter=extra)
+                         .matrix)(E) - rec.matrix[None]
+            links = link_p * (1 - link_p) * jnp.einsum("lab,bc,ldc->ad", F,
+                                                       S + jnp.outer(m, m), F)
         else:
             rec = linear_recursion(kind, q, W, eta, parameter=extra)
         m = rec.matrix @ m + rec.offset
-        S = rec.matrix @ S @ rec.matrix.T + rec.noise @ rec.noise.T
+        S = rec.matrix @ S @ rec.matrix.T + rec.noise @ rec.noise.T + links
         S = 0.5 * (S + S.T)
         return (m, S, v), _summaries(kind, N, d, m, S)
 
