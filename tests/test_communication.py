@@ -896,3 +896,44 @@ def test_exact_moments_under_random_link_drops_match_monte_carlo(key):
     with pytest.raises(ValueError, match="not for 'extra'"):
         exact.exact_moments(dgsgld.extra_sgld(0.1), exact_quadratic(problem), W, np.zeros(2),
                             np.eye(2), 2, channel=channel)
+
+
+@pytest.mark.parametrize("cells", ["diging", pytest.param("all", marks=pytest.mark.slow)])
+def test_exact_moments_with_stragglers_match_monte_carlo(cells, key):
+    """Stragglers in ``theory.exact_moments``: DIGing-SGLD (``"all"``: and DE-SGLD and
+    EXTRA-SGLD) with full batches on the ring of 4, 12 steps from N(0, I), 6000 chains, with
+    each agent active w.p. 0.6 (the 16 active sets enumerated) and (``"all"``) with the
+    pattern of test_links_and_stragglers_step_by_step (one set per step). At most 3 samplers
+    × 2 channels × 4 agents × 6 moments = 144 z-scores (standard errors from the chains, as
+    in :func:`_data_z`), each within Φ⁻¹(1 − 10⁻³/288) = 4.5 (Bonferroni over 144, two-sided,
+    α = 1e-3; conservative for fewer). The law without stragglers is rejected for each
+    sampler with activity 0.6."""
+    from scipy.stats import norm
+
+    from dgsgld.theory import exact
+    from tests._moments import exact_quadratic
+
+    problem = linear_regression(num_agents=N, local_size=3, dim=2)
+    W, T, chains = np.asarray(ring(N), np.float64), 12, 6000
+    bound = norm.ppf(1 - 1e-3 / 288)
+    init = jax.random.normal(jax.random.key(11), (chains, N, 2))
+    out = dgsgld.Output(positions=False, trace_fn=lambda s: ())
+    algs = (dgsgld.diging_sgld(0.1), dgsgld.de_sgld(0.1), dgsgld.extra_sgld(0.1))
+    channels = (C.Channel(activity=0.6), C.Channel(activity=_PATTERN))
+    for alg in algs[:1] if cells == "diging" else algs:
+        for channel in channels[:1] if cells == "diging" else channels:
+            with jax.enable_x64(True):
+                law = exact.exact_moments(alg, exact_quadratic(problem), W, np.zeros(2),
+                                          np.eye(2), T, channel=channel)
+            trace = dgsgld.sample(alg, problem.potential, ring(N), init, key, T,
+                                  channel=channel, output=out)
+            x = np.asarray(trace.state.position, np.float64)
+            z_mean, z_cov = _data_z(x, np.asarray(law.mean[-1]), np.asarray(law.cov[-1]))
+            assert np.abs(z_mean).max() <= bound and np.abs(z_cov).max() <= bound, (
+                type(alg).__name__, channel.activity, z_mean, z_cov)
+            if channel.activity == 0.6:
+                with jax.enable_x64(True):
+                    plain = exact.exact_moments(alg, exact_quadratic(problem), W, np.zeros(2),
+                                                np.eye(2), T)
+                z = _data_z(x, np.asarray(plain.mean[-1]), np.asarray(plain.cov[-1]))
+                assert max(np.abs(z[0]).max(), np.abs(z[1]).max()) > bound, type(alg).__name__

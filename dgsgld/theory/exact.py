@@ -43,6 +43,15 @@ independent of ``s``: ``m⁺ = M̄ m + c``, ``S⁺ = M̄ S M̄ᵀ + p(1 − p) �
 G Gᵀ``. The state is then no longer Gaussian (a mixture over the masks); its mean and
 covariance are exact.
 
+Stragglers (``Channel(activity=q)`` or a ``(P, N)`` pattern): given the active set ``a`` the
+step is ``s⁺ = M_a s + c_a + G_a w`` with ``M_a = Π_a M(W'_a) + I − Π_a``, ``c_a = Π_a c``,
+``G_a = Π_a G``, ``W'_a`` the matrix with the inactive agents cut off and ``Π_a`` the projection
+on the active agents' rows of every block (an inactive agent's state is held). With a pattern
+``a`` is fixed at each step; with ``activity=q`` the ``2^N`` active sets are enumerated with
+probabilities ``q^|a| (1 − q)^(N − |a|)`` (``N ≤`` :data:`MAX_ENUMERATED_AGENTS`), and
+``m⁺ = Σ_a π_a (M_a m + c_a)``, ``E[s⁺s⁺ᵀ] = Σ_a π_a (M_a E[ssᵀ] M_aᵀ + M_a m c_aᵀ +
+c_a mᵀM_aᵀ + c_a c_aᵀ + G_a G_aᵀ)``.
+
 The second parameter of the momentum samplers (``γ``) and of D-ULA (``β_k``, a schedule too)
 is read off the sampler, or given as ``parameter=`` with a kind string.
 
@@ -94,6 +103,10 @@ _BLOCKS = {"de": 1, "d_ula": 1, "diging": 2, "extra": 2, "de_sghmc": 2, "diging_
            **{k: 2 if b == "diging" else 1 for k, (b, _) in _PUSH.items()}}
 _AUX_BLOCK = {"diging": 1, "extra": 1, "diging_sghmc": 2,
               **{k: 1 for k, (b, _) in _PUSH.items() if b == "diging"}}
+
+
+#: Most agents whose ``2^N`` active sets :func:`exact_moments` enumerates for ``activity=q``.
+MAX_ENUMERATED_AGENTS = 12
 
 
 class Quadratic(NamedTuple):
@@ -538,9 +551,10 @@ def exact_moments(
         step_size: overrides the sampler's step size (required with a string ``algorithm``).
         parameter: overrides the friction ``γ`` of ``"de_sghmc"``/``"diging_sghmc"`` or the
             consensus weight ``β`` (constant or schedule) of ``"d_ula"``.
-        channel: ``None`` (exact mixing), ``Channel()``, or random link drops
-            ``Channel(probability=p, per_link=True)`` (module docstring; not for EXTRA-SGLD,
-            centralized ULA or the push-sum samplers). Other channels are refused.
+        channel: ``None`` (exact mixing), ``Channel()``, random link drops
+            ``Channel(probability=p, per_link=True)`` or stragglers ``Channel(activity=...)``
+            (module docstring; not for EXTRA-SGLD with link drops, nor for centralized ULA or
+            the push-sum samplers). Other channels are refused.
 
     Returns:
         :class:`ExactMoments` with ``T + 1`` entries (``k = 0`` first).
@@ -555,7 +569,7 @@ def exact_moments(
     """
     kind, sampler_step = _kind(algorithm)
     extra = _parameter(algorithm, kind, parameter)
-    link_p = _link_probability(channel, kind)
+    link_p, activity = _channel_randomness(channel, kind)
     # Host inputs are prepared by NumPy (an eager jnp operation is a compiled program of its
     # own); traced ones (under the caller's jit or vmap) by jnp.
     host = _validation.is_concrete_tree((quadratic, mixing, init_mean, init_cov, sampler_step,
@@ -569,30 +583,57 @@ def exact_moments(
     A = xp.asarray(quadratic.hessians).astype(mean0.dtype)
     b = xp.asarray(quadratic.shifts).astype(mean0.dtype)
     stack = None if stack is None else stack.astype(mean0.dtype)
+    masks = None if activity is None else _activity_masks(activity, A.shape[0], mean0.dtype)
     return ExactMoments(*_propagate(kind, int(num_steps), link_p, A, b, stack, mean0, cov0, etas,
-                                    extras))
+                                    extras, masks))
 
 
-def _link_probability(channel, kind: str) -> float | None:
-    """``p`` of a ``Channel(probability=p, per_link=True)`` (``None``: exact mixing)."""
+def _channel_randomness(channel, kind: str):
+    """``(p, activity)``: the link probability of ``Channel(probability=p, per_link=True)``
+    and the ``activity`` of ``Channel(activity=...)`` (``None`` each where absent)."""
     if channel is None:
-        return None
+        return None, None
     from ..communication import Channel
 
     if not isinstance(channel, Channel) or channel != Channel(
-            probability=channel.probability, per_link=channel.per_link):
+            probability=channel.probability, per_link=channel.per_link,
+            activity=channel.activity):
         raise ValueError(
-            "`channel`: exact moments are propagated for exact messages (Channel()) and random "
-            f"link drops (Channel(probability=p, per_link=True)) only; got {channel!r}.")
-    if channel.probability == 1.0:
-        return None
-    if not channel.per_link:
+            "`channel`: exact moments are propagated for exact messages (Channel()), random "
+            "link drops (Channel(probability=p, per_link=True)) and stragglers "
+            f"(Channel(activity=...)) only; got {channel!r}.")
+    if kind == "sgld" or kind in _PUSH:
+        raise ValueError(f"`channel`: not propagated for {kind!r}.")
+    p = None if channel.probability == 1.0 else channel.probability
+    if p is not None and not channel.per_link:
         raise ValueError("`channel`: rounds drawn for all agents at once (per_link=False) are "
                          "not propagated exactly; use per_link=True.")
-    if kind not in ("de", "diging", "d_ula", "de_sghmc", "diging_sghmc"):
+    if p is not None and kind not in ("de", "diging", "d_ula", "de_sghmc", "diging_sghmc"):
         raise ValueError(f"`channel`: random link drops are propagated for the kinds whose "
                          f"offset and noise do not depend on W, not for {kind!r}.")
-    return channel.probability
+    activity = None if channel.activity == 1.0 else channel.activity
+    if p is not None and activity is not None:
+        raise ValueError("`channel`: link drops and stragglers together are not propagated "
+                         "exactly; give one of them.")
+    return p, activity
+
+
+def _activity_masks(activity, num_agents: int, dtype):
+    """``(masks (P, K, N), probabilities (P, K))``: the active sets of each step ``k % P``
+    and their probabilities (a pattern: one set per step; ``q``: all ``2^N``)."""
+    if isinstance(activity, tuple):
+        pattern = np.asarray(activity, np.float64)
+        if pattern.shape[1] != num_agents:
+            raise ValueError(f"`activity` pattern has {pattern.shape[1]} agents per row; the "
+                             f"quadratic has {num_agents}.")
+        return pattern[:, None, :].astype(dtype), np.ones((len(pattern), 1), dtype)
+    if num_agents > MAX_ENUMERATED_AGENTS:
+        raise ValueError(f"`channel`: activity=q enumerates the 2^N active sets; N = "
+                         f"{num_agents} > {MAX_ENUMERATED_AGENTS}.")
+    sets = (np.arange(2**num_agents)[:, None] >> np.arange(num_agents)) & 1     # (K, N)
+    k = sets.sum(1)
+    probs = activity**k * (1 - activity) ** (num_agents - k)
+    return sets[None].astype(dtype), probs[None].astype(dtype)
 
 
 def _link_directions(W, p):
@@ -608,8 +649,18 @@ def _link_directions(W, p):
     return W - (1 - p) * jnp.sum(E, axis=0), E
 
 
+def _held(kind, q, W, eta, extra, mask, d):
+    """``(M_a, c_a, G_a)`` of the active set ``mask (N,)`` (module docstring)."""
+    from ..communication import _without_inactive
+
+    rec = linear_recursion(kind, q, _without_inactive(W, mask > 0), eta, parameter=extra)
+    rows = jnp.tile(jnp.repeat(mask, d), _BLOCKS[kind])                 # Π_a's diagonal
+    M = rows[:, None] * rec.matrix + jnp.diag(1 - rows)
+    return M, rows * rec.offset, rows[:, None] * rec.noise
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _propagate(kind, num_steps, link_p, A, b, stack, mean0, cov0, etas, extras):
+def _propagate(kind, num_steps, link_p, A, b, stack, mean0, cov0, etas, extras, masks=None):
     """The compiled moment recursion (cached across step sizes, data and initial laws)."""
     q = Quadratic(A, b)
     N, d = A.shape[0], A.shape[-1]
@@ -630,6 +681,20 @@ def _propagate(kind, num_steps, link_p, A, b, stack, mean0, cov0, etas, extras):
                          .matrix)(E) - rec.matrix[None]
             links = link_p * (1 - link_p) * jnp.einsum("lab,bc,ldc->ad", F,
                                                        S + jnp.outer(m, m), F)
+        elif masks is not None:  # stragglers: a mixture over the active sets
+            sets, probs = masks[0][k % masks[0].shape[0]], masks[1][k % masks[1].shape[0]]
+            M, c, G = jax.vmap(lambda a: _held(kind, q, W, eta, extra, a, d))(sets)
+            second = S + jnp.outer(m, m)
+            Mm_c = jnp.einsum("kab,b->ka", M, m) + c
+            m_new = probs @ Mm_c
+            moment = jnp.einsum("k,kab,bc,kdc->ad", probs, M, second, M) \
+                + jnp.einsum("k,ka,kb->ab", probs, jnp.einsum("kab,b->ka", M, m), c) \
+                + jnp.einsum("k,ka,kb->ab", probs, c, jnp.einsum("kab,b->ka", M, m)) \
+                + jnp.einsum("k,ka,kb->ab", probs, c, c) \
+                + jnp.einsum("k,kab,kcb->ac", probs, G, G)
+            S = moment - jnp.outer(m_new, m_new)
+            S = 0.5 * (S + S.T)
+            return (m_new, S, v), _summaries(kind, N, d, m_new, S)
         else:
             rec = linear_recursion(kind, q, W, eta, parameter=extra)
         m = rec.matrix @ m + rec.offset
