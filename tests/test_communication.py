@@ -892,7 +892,11 @@ def test_exact_moments_under_random_link_drops_match_monte_carlo(key):
         assert np.abs(z_cov_bar).max() > bound, type(alg).__name__
     with pytest.raises(ValueError, match="exact moments are propagated for exact messages"):
         exact.exact_moments(dgsgld.de_sgld(0.1), exact_quadratic(problem), W, np.zeros(2),
-                            np.eye(2), 2, channel=C.Channel(activity=0.5))
+                            np.eye(2), 2, channel=C.Channel(C.top_k(0.5)))
+    with pytest.raises(ValueError, match="link drops and stragglers together"):
+        exact.exact_moments(dgsgld.de_sgld(0.1), exact_quadratic(problem), W, np.zeros(2),
+                            np.eye(2), 2, channel=C.Channel(probability=0.5, per_link=True,
+                                                            activity=0.5))
     with pytest.raises(ValueError, match="not for 'extra'"):
         exact.exact_moments(dgsgld.extra_sgld(0.1), exact_quadratic(problem), W, np.zeros(2),
                             np.eye(2), 2, channel=channel)
