@@ -39,6 +39,11 @@ from . import communication as communication
 from .samplers import DESGHMC as DESGHMC
 from .samplers import DIGingSGHMC as DIGingSGHMC
 from .samplers import DULA as DULA
+from .samplers import DESGHMCState as DESGHMCState
+from .samplers import DIGingSGHMCState as DIGingSGHMCState
+from .samplers import DULAState as DULAState
+from .samplers import PushDIGingState as PushDIGingState
+from .samplers import PushSumState as PushSumState
 from .samplers import de_sghmc as de_sghmc
 from .samplers import diging_sghmc as diging_sghmc
 from .samplers import d_ula as d_ula
@@ -66,11 +71,11 @@ __all__ = [
     "diging_sgld", "DIGingSGLD", "DIGingState",
     "de_sgld", "DESGLD", "DESGLDState",
     "extra_sgld", "EXTRASGLD", "EXTRAState",
-    "diging_sghmc", "DIGingSGHMC",
-    "de_sghmc", "DESGHMC",
-    "d_ula", "DULA",
-    "push_diging_sgld", "PushDIGingSGLD",
-    "push_sum_sgld", "PushSumSGLD",
+    "diging_sghmc", "DIGingSGHMC", "DIGingSGHMCState",
+    "de_sghmc", "DESGHMC", "DESGHMCState",
+    "d_ula", "DULA", "DULAState",
+    "push_diging_sgld", "PushDIGingSGLD", "PushDIGingState",
+    "push_sum_sgld", "PushSumSGLD", "PushSumState",
 ]
 
 
