@@ -504,6 +504,12 @@ def _fmt(v, digits=0):
     return "–" if v is None else f"{v:,.{digits}f}"
 
 
+def _started(section: dict) -> str:
+    """The line that says when a section started and the load average then."""
+    at = section.get("load")
+    return "" if not at else f"Started {at['started']}, load average {at['load']}.\n"
+
+
 def markdown(result: dict) -> str:
     out = [f"# Time per step against the local data size\n\n{result['when']}; {result['machine']}"
            f"; load average at start {result['load']}. Method: `benchmarks/datasize.py`'s "
@@ -515,6 +521,7 @@ def markdown(result: dict) -> str:
             names += [k for k in r["per_step_us"] if k not in names]
         out.append(f"## DIGing-SGLD, {AGENTS} agents on a ring, d = {DIM}, {CHAINS} chains, "
                    f"b = {BATCH}: µs per step\n")
+        out.append(_started(ds))
         out.append("| n_i | " + " | ".join(names) + " | default / replace | SVRG / "
                    "((b + n_i/m)/b × replace) |")
         out.append("|---" * (len(names) + 3) + "|")
@@ -544,6 +551,7 @@ def markdown(result: dict) -> str:
                              f"{r['per_step_us'][k]:.1f} ({r['over_replace'][k]:.2f}×)")
         out.append(f"\n## The mini-batch draw alone: {dr['members']} chain-agents, b = {BATCH}, "
                    "µs per step (ratio to replace=True)\n")
+        out.append(_started(dr))
         out.append("| n_i | " + " | ".join(names) + " |")
         out.append("|---" * (len(names) + 1) + "|")
         for r in dr["rows"]:
@@ -551,6 +559,7 @@ def markdown(result: dict) -> str:
     g = result.get("growth")
     if g:
         out.append(f"\n## n_i = {g['large']:,} against n_i = {g['small']:,}, alternated\n")
+        out.append(_started(g))
         out.append(f"| estimator | µs per step at {g['small']:,} | µs per step at {g['large']:,} "
                    "| ratio (median of rounds) |")
         out.append("|---|---|---|---|")
@@ -560,6 +569,7 @@ def markdown(result: dict) -> str:
     c = result.get("central")
     if c:
         out.append("\n## Centralized SGLD against blackjax (with replacement), µs per step\n")
+        out.append(_started(c))
         if "skipped" in c:
             out.append(f"Skipped: {c['skipped']}.")
         else:
@@ -575,6 +585,7 @@ def markdown(result: dict) -> str:
         out.append(f"\n## BNN: MLP {BNN_IN}-{BNN_HIDDEN}-{BNN_OUT} ({b['params_per_agent']} "
                    f"parameters), DIGing-SGLD, {b['agents']} agents on a ring, {b['chains']} "
                    f"chains, b = {BATCH}, n_i = {b['local_size']}\n")
+        out.append(_started(b))
         out.append("| contender | ms per step | CPU ms per step | this / dgsgld default |")
         out.append("|---|---|---|---|")
         for r in b["rows"]:
@@ -625,24 +636,38 @@ def main(argv=None):
         out.write_text(json.dumps(result, indent=1))
         out.with_suffix(".md").write_text(markdown(result))
 
+    def stamp():
+        return {"started": time.strftime("%H:%M:%S"),
+                "load": " ".join(f"{v:.1f}" for v in os.getloadavg())}
+
     if "datasize" in sections:
+        started = stamp()
         result["datasize"] = datasize_section(sizes, args.steps, args.rounds, args.full_max,
                                               args.saga_max)
+        result["datasize"]["load"] = started
         save()
     if "draws" in sections:
+        started = stamp()
         result["draws"] = draws_section([int(s) for s in args.draw_sizes.split(",")],
                                         args.steps, max(args.rounds, 5))
+        result["draws"]["load"] = started
         save()
     if "growth" in sections:
+        started = stamp()
         result["growth"] = growth_section(1_000, 100_000, args.steps, args.rounds)
+        result["growth"]["load"] = started
         save()
     if "central" in sections:
+        started = stamp()
         result["central"] = central_section(sizes, args.steps, args.rounds)
+        result["central"]["load"] = started
         save()
     if "bnn" in sections:
+        started = stamp()
         result["bnn"] = bnn_section(args.bnn_steps, args.rounds,
                                     torch_compile=not args.no_torch_compile,
                                     torch_threads=args.torch_threads)
+        result["bnn"]["load"] = started
     result["total_s"] = time.perf_counter() - t0
     save()
     print(markdown(result))
