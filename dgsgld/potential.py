@@ -14,14 +14,15 @@ Mini-batches without replacement are uniform over the ``C(n_i, b)`` subsets. Whe
 (``_MAX_SUBSET_ENTRIES``), they are tabulated once and a step draws one 32-bit word per agent,
 ``subset = word mod C(n_i, b)``: a paper-size step (4000 agent-chains, n = 5, b = 3) then costs
 3x less than ranking n uniforms with ``top_k``. Otherwise :func:`distinct_batch` runs Floyd's
-algorithm on ``b`` words, whatever ``n_i`` and ``b <= n_i``: ``b`` compares per slot and, when
-some slot's draw is taken, a few passes of one gather. It replaced two draws that cost more on
-CPU (DIGing-SGLD, 4 agents, 8 chains, b = 32, ``python -m benchmarks.datasize``): redrawing
-repeats until none is left (one ``while_loop`` round of ``b`` fresh words per repeat, entered
-under ``vmap`` whenever any chain or agent drew a repeat: 2.3x the step with replacement at
-n_i = 100, 1.4x at 10³), and for ``b > n_i / 2`` the ``b`` smallest of ``n_i`` uniforms
-(``top_k``: 2-9x Floyd's draw for n_i = 33-64). With replacement each index is
-``word mod n_i``. (``mod`` favours some values by at most ``count / 2**32`` relative
+algorithm on ``b`` words, whatever ``n_i`` and ``b <= n_i``: ``b`` compares per slot and one
+pass of a ``b``-gather (a few when taken slots chain). It replaced two exact draws that cost
+more on CPU (DIGing-SGLD, 4 agents, 8 chains, b = 32; ``python -m benchmarks.datasize``):
+redrawing repeats until none is left (a ``while_loop`` round of ``b`` fresh words, entered under
+``vmap`` whenever any chain or agent drew a repeat: the step took 2.59x the step with
+replacement at n_i = 100, 2.19x at 10³, ``benchmarks/datasize_quiet.md``; with Floyd's, 0.96x
+and 0.76x, ``benchmarks/datasize.md``), and for ``b > n_i / 2`` the ``b`` smallest of ``n_i``
+uniforms (``top_k``: 2.1x Floyd's draw alone at n_i = 33, 8.2x at 64). With replacement each
+index is ``word mod n_i``. (``mod`` favours some values by at most ``count / 2**32`` relative
 probability, far below Monte Carlo error.)
 """
 
