@@ -9,6 +9,10 @@ grow with them. Sections (``--sections``, comma-separated):
   ``replace=True``, ``svrg(update_every=100)``, ``saga()`` and the full batch, alternated
   within each ``n_i``; the estimator state's bytes per chain and agent, and the compiled run's
   memory (XLA's arguments + outputs + temporaries).
+* ``draws`` — the mini-batch draw alone (``scan`` of ``--steps`` steps of a ``vmap`` over
+  32 chain-agents, b = 32): with replacement, Floyd's draw without (the toolkit's), and two
+  exact draws it replaced, written here as references: redrawing repeats in a ``while_loop``
+  until none is left, and the b smallest of n_i uniforms (``top_k``).
 * ``growth`` — each estimator (full batch excepted) at n_i = 10³ and 10⁵ in alternation: the
   per-step ratio, free of the load's drift between the ``datasize`` rows.
 * ``central`` — centralized SGLD (``dgsgld.sgld``, with replacement) against blackjax's
@@ -42,6 +46,7 @@ import numpy as np
 
 import dgsgld
 from dgsgld import gradients
+from dgsgld.potential import distinct_batch, first_occurrences
 
 from .harness import round_ratio, time_rounds
 
@@ -181,6 +186,65 @@ def growth_section(small: int, large: int, steps: int, rounds: int) -> dict:
         print(f"growth {rows[-1]}", flush=True)
         del runs, times
     return {"small": small, "large": large, "rows": rows}
+
+
+# -------------------------------------------------------------------------- the draws alone
+
+
+def _draw_with_replacement(key, count, b):
+    return (jax.random.bits(key, (b,)) % count.astype(jnp.uint32)).astype(jnp.int32)
+
+
+def _draw_redrawing_repeats(key, count, b):
+    """Exact uniform b-subset: redraw every repeat (fresh words) until none is left."""
+    width = count.astype(jnp.uint32)
+
+    def draw(r):
+        return (jax.random.bits(jax.random.fold_in(key, r), (b,)) % width).astype(jnp.int32)
+
+    def redraw(carry):
+        idx, keep, r = carry
+        idx = jnp.where(keep, idx, draw(r))
+        return idx, first_occurrences(idx), r + 1
+
+    idx = draw(0)
+    return jax.lax.while_loop(lambda c: ~jnp.all(c[1]), redraw,
+                              (idx, first_occurrences(idx), jnp.int32(1)))[0]
+
+
+def _draw_top_k(key, count, b, local_size):
+    """Exact uniform b-subset: the b smallest of local_size uniforms (the valid ones)."""
+    u = jax.random.uniform(key, (local_size,))
+    u = jnp.where(jnp.arange(local_size) < count, u, 2.0)
+    return jax.lax.top_k(-u, b)[1]
+
+
+def draws_section(sizes, steps: int, rounds: int, members: int = AGENTS * CHAINS) -> dict:
+    rows = []
+    for n in sizes:
+        draws = {"replace=True": _draw_with_replacement, "floyd (default)": distinct_batch,
+                 "redraw repeats": _draw_redrawing_repeats,
+                 "top_k": partial(_draw_top_k, local_size=n)}
+        if n > 10_000:  # O(n_i) per draw: seconds per call
+            del draws["top_k"]
+        fns = {}
+        for name, draw in draws.items():
+            def body(acc, key, draw=draw):
+                idx = jax.vmap(lambda k: draw(k, jnp.int32(n), BATCH))(
+                    jax.random.split(key, members))
+                return acc + jnp.sum(idx), None
+
+            run = jax.jit(lambda key, body=body: jax.lax.scan(
+                body, jnp.int32(0), jax.random.split(key, steps))[0])
+            compiled = run.lower(jax.random.key(0)).compile()
+            fns[name] = partial(compiled, jax.random.key(n))
+        times = time_rounds(fns, rounds)
+        base = times["replace=True"]
+        rows.append({"n_i": n, "per_step_us": {k: 1e6 * t.median / steps
+                                               for k, t in times.items()},
+                     "over_replace": {k: round_ratio(t, base) for k, t in times.items()}})
+        print(f"draws {rows[-1]}", flush=True)
+    return {"members": members, "rows": rows}
 
 
 # --------------------------------------------------------------------- centralized vs blackjax
@@ -440,6 +504,12 @@ def _fmt(v, digits=0):
     return "–" if v is None else f"{v:,.{digits}f}"
 
 
+def _started(section: dict) -> str:
+    """The line that says when a section started and the load average then."""
+    at = section.get("load")
+    return "" if not at else f"Started {at['started']}, load average {at['load']}.\n"
+
+
 def markdown(result: dict) -> str:
     out = [f"# Time per step against the local data size\n\n{result['when']}; {result['machine']}"
            f"; load average at start {result['load']}. Method: `benchmarks/datasize.py`'s "
@@ -451,6 +521,7 @@ def markdown(result: dict) -> str:
             names += [k for k in r["per_step_us"] if k not in names]
         out.append(f"## DIGing-SGLD, {AGENTS} agents on a ring, d = {DIM}, {CHAINS} chains, "
                    f"b = {BATCH}: µs per step\n")
+        out.append(_started(ds))
         out.append("| n_i | " + " | ".join(names) + " | default / replace | SVRG / "
                    "((b + n_i/m)/b × replace) |")
         out.append("|---" * (len(names) + 3) + "|")
@@ -473,9 +544,22 @@ def markdown(result: dict) -> str:
                     else f"{r['compiled_memory_bytes'][k] / 2**20:,.1f}") for k in names]
             out.append(f"| {r['n_i']:,} | " + " | ".join(sb + mem) + " |")
         del first
+    dr = result.get("draws")
+    if dr:
+        names = list(dr["rows"][0]["per_step_us"])
+        cell = lambda r, k: ("–" if k not in r["per_step_us"] else  # noqa: E731
+                             f"{r['per_step_us'][k]:.1f} ({r['over_replace'][k]:.2f}×)")
+        out.append(f"\n## The mini-batch draw alone: {dr['members']} chain-agents, b = {BATCH}, "
+                   "µs per step (ratio to replace=True)\n")
+        out.append(_started(dr))
+        out.append("| n_i | " + " | ".join(names) + " |")
+        out.append("|---" * (len(names) + 1) + "|")
+        for r in dr["rows"]:
+            out.append(f"| {r['n_i']:,} | " + " | ".join(cell(r, k) for k in names) + " |")
     g = result.get("growth")
     if g:
         out.append(f"\n## n_i = {g['large']:,} against n_i = {g['small']:,}, alternated\n")
+        out.append(_started(g))
         out.append(f"| estimator | µs per step at {g['small']:,} | µs per step at {g['large']:,} "
                    "| ratio (median of rounds) |")
         out.append("|---|---|---|---|")
@@ -485,6 +569,7 @@ def markdown(result: dict) -> str:
     c = result.get("central")
     if c:
         out.append("\n## Centralized SGLD against blackjax (with replacement), µs per step\n")
+        out.append(_started(c))
         if "skipped" in c:
             out.append(f"Skipped: {c['skipped']}.")
         else:
@@ -500,6 +585,7 @@ def markdown(result: dict) -> str:
         out.append(f"\n## BNN: MLP {BNN_IN}-{BNN_HIDDEN}-{BNN_OUT} ({b['params_per_agent']} "
                    f"parameters), DIGing-SGLD, {b['agents']} agents on a ring, {b['chains']} "
                    f"chains, b = {BATCH}, n_i = {b['local_size']}\n")
+        out.append(_started(b))
         out.append("| contender | ms per step | CPU ms per step | this / dgsgld default |")
         out.append("|---|---|---|---|")
         for r in b["rows"]:
@@ -522,7 +608,9 @@ def main(argv=None):
     ap.add_argument("--full-max", type=int, default=100_000,
                     help="largest n_i of the full-batch column")
     ap.add_argument("--saga-max", type=int, default=1_000_000)
-    ap.add_argument("--sections", default="datasize,growth,central,bnn")
+    ap.add_argument("--sections", default="datasize,draws,growth,central,bnn")
+    ap.add_argument("--draw-sizes", default="33,64,100,1000,100000",
+                    help="n_i of the draws section")
     ap.add_argument("--bnn-steps", type=int, default=20)
     ap.add_argument("--no-torch-compile", action="store_true")
     ap.add_argument("--torch-threads", type=int, default=None,
@@ -548,20 +636,38 @@ def main(argv=None):
         out.write_text(json.dumps(result, indent=1))
         out.with_suffix(".md").write_text(markdown(result))
 
+    def stamp():
+        return {"started": time.strftime("%H:%M:%S"),
+                "load": " ".join(f"{v:.1f}" for v in os.getloadavg())}
+
     if "datasize" in sections:
+        started = stamp()
         result["datasize"] = datasize_section(sizes, args.steps, args.rounds, args.full_max,
                                               args.saga_max)
+        result["datasize"]["load"] = started
+        save()
+    if "draws" in sections:
+        started = stamp()
+        result["draws"] = draws_section([int(s) for s in args.draw_sizes.split(",")],
+                                        args.steps, max(args.rounds, 5))
+        result["draws"]["load"] = started
         save()
     if "growth" in sections:
+        started = stamp()
         result["growth"] = growth_section(1_000, 100_000, args.steps, args.rounds)
+        result["growth"]["load"] = started
         save()
     if "central" in sections:
+        started = stamp()
         result["central"] = central_section(sizes, args.steps, args.rounds)
+        result["central"]["load"] = started
         save()
     if "bnn" in sections:
+        started = stamp()
         result["bnn"] = bnn_section(args.bnn_steps, args.rounds,
                                     torch_compile=not args.no_torch_compile,
                                     torch_threads=args.torch_threads)
+        result["bnn"]["load"] = started
     result["total_s"] = time.perf_counter() - t0
     save()
     print(markdown(result))

@@ -55,7 +55,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import _npz, checkpoint
-from .potential import Potential, _draws_by_rejection
+from .potential import Potential
 from .run import _execute_here, sample
 
 __all__ = ["Processes", "agent_block", "agent_potential", "chain_block", "gather", "initialize",
@@ -198,9 +198,6 @@ def agent_potential(local: Potential, mesh: Mesh, axis_name: str | None = None) 
     # set field by field (the constructor would read the data to validate them; `local` did).
     fields = {name: getattr(local, name) for name in local.__dataclass_fields__}
     fields |= tables | {"data": data, "num_agents": num_agents}
-    if tables["counts"] is not None:  # the network's smallest agent picks the mini-batch draw
-        fields["by_rejection"] = _draws_by_rejection(
-            local.batch_size, int(np.min(tables["counts"])))
     new = object.__new__(Potential)
     for name, value in fields.items():
         object.__setattr__(new, name, value)

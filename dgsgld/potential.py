@@ -13,13 +13,17 @@ mini-batch ``S`` of ``b`` local data inside the compiled loop and returns the un
 Mini-batches without replacement are uniform over the ``C(n_i, b)`` subsets. When these are few
 (``_MAX_SUBSET_ENTRIES``), they are tabulated once and a step draws one 32-bit word per agent,
 ``subset = word mod C(n_i, b)``: a paper-size step (4000 agent-chains, n = 5, b = 3) then costs
-3x less than ranking n uniforms with ``top_k``. Otherwise, when ``b`` is at most
-``_REJECTION_MAX_FRACTION`` of the smallest local data size, ``b`` indices are drawn with
-replacement and the repeats redrawn until all are distinct (:func:`distinct_batch`): per round
-``b^2`` fused compares for ``b <= 64``, a sort above, and in most steps one round, whatever
-``n_i``. Else (``b`` close to ``n_i``, where ``O(n_i) = O(b)``) the subset is the ``b`` smallest
-of ``n_i`` uniforms. With replacement each index is ``word mod n_i``. (``mod`` favours some
-values by at most ``count / 2**32`` relative probability, far below Monte Carlo error.)
+3x less than ranking n uniforms with ``top_k``. Otherwise :func:`distinct_batch` runs Floyd's
+algorithm on ``b`` words, whatever ``n_i`` and ``b <= n_i``: ``b`` compares per slot and one
+pass of a ``b``-gather (a few when taken slots chain). It replaced two exact draws that cost
+more on CPU (DIGing-SGLD, 4 agents, 8 chains, b = 32; ``python -m benchmarks.datasize``):
+redrawing repeats until none is left (a ``while_loop`` round of ``b`` fresh words, entered under
+``vmap`` whenever any chain or agent drew a repeat: the step took 2.59x the step with
+replacement at n_i = 100, 2.19x at 10³, ``benchmarks/datasize_quiet.md``; with Floyd's, 0.96x
+and 0.76x, ``benchmarks/datasize.md``), and for ``b > n_i / 2`` the ``b`` smallest of ``n_i``
+uniforms (``top_k``: 2.1x Floyd's draw alone at n_i = 33, 8.2x at 64). With replacement each
+index is ``word mod n_i``. (``mod`` favours some values by at most ``count / 2**32`` relative
+probability, far below Monte Carlo error.)
 """
 
 import itertools
@@ -32,7 +36,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _params, _validation
-from ._vmap import any_in_batch
 from ._types import Array, PRNGKey, PyTree
 
 __all__ = ["Potential", "distinct_batch", "first_occurrences", "pad_agent_data",
@@ -41,66 +44,67 @@ __all__ = ["Potential", "distinct_batch", "first_occurrences", "pad_agent_data",
 #: Largest table of mini-batch subsets (entries N * max_i C(n_i, b) * b) kept on a Potential.
 _MAX_SUBSET_ENTRIES = 2**18
 
-#: Largest ``b / min_i n_i`` drawn by rejection of repeats; above it, the b smallest of n_i
-#: uniforms (a round keeps each redrawn index with probability >= 1 - fraction).
-_REJECTION_MAX_FRACTION = 0.5
-
-
-#: Largest ``b`` whose repeats are found by comparing all pairs (one fused ``b x b`` compare);
+#: Largest ``b`` whose repeats are found by comparing every slot with every earlier one
+#: (``b - 1`` shifted compares, fused; on CPU faster than a sort up to b = 256, equal at 512);
 #: larger batches sort ``(value, slot)`` pairs.
-_COMPARE_MAX = 64
+_COMPARE_MAX = 256
 
 
 def first_occurrences(idx: Array) -> Array:
     """``(b,)`` booleans: slot ``s`` holds the first (lowest-slot) copy of its value in ``idx``.
 
     Which slots count as repeats depends only on which values are equal, never on the values.
-    All pairs compared for ``b <= _COMPARE_MAX`` (faster on CPU than a sort of that size), else
-    one sort of ``(value, slot)`` pairs, ``O(b log b)``.
+    For ``b <= _COMPARE_MAX`` slot ``s`` is compared with slot ``s - k`` for ``k = 1..b-1``
+    (elementwise, one fusion), else one sort of ``(value, slot)`` pairs, ``O(b log b)``.
     """
     b = idx.shape[0]
     slots = jnp.arange(b, dtype=jnp.int32)
     if b <= _COMPARE_MAX:
-        earlier = (idx[:, None] == idx[None, :]) & (slots[None, :] < slots[:, None])
-        return ~jnp.any(earlier, axis=1)
+        doubled = jnp.concatenate([idx, idx])
+        repeat = jnp.zeros((b,), bool)
+        for k in range(1, b):
+            repeat = repeat | ((slots >= k) & (idx == doubled[b - k:2 * b - k]))
+        return ~repeat
     values, order = jax.lax.sort((idx, slots), num_keys=2)
     first = jnp.concatenate([jnp.ones((1,), bool), values[1:] != values[:-1]])
     return jnp.zeros((b,), bool).at[order].set(first, unique_indices=True)
 
 
 def distinct_batch(key: PRNGKey, count: Array, b: int) -> Array:
-    """``(b,)`` distinct indices, a uniform ``b``-subset of ``0, ..., count - 1``.
+    """``(b,)`` distinct indices, a uniform ``b``-subset of ``0, ..., count - 1`` (Floyd).
 
-    Draw ``b`` indices uniformly with replacement, then redraw every repeat (all but the first
-    copy of a value) until none is left. Why the subset is uniform: relabelling the ``count``
-    data by any permutation maps each run of the loop to a run of the same probability (the
-    draws are uniform, and which slots are redrawn depends only on which draws are equal, never
-    on their values), so the law of the final subset is invariant under every permutation, and
-    the only such law on ``b``-subsets is the uniform one. Each round costs
-    :func:`first_occurrences`; when ``b <= count / 2`` a redrawn slot lands on a new index with
-    probability at least ``1/2``, so the rounds are few (the first draw has about
-    ``b^2 / (2 count)`` repeats). Under ``vmap`` the loop is entered only when some member of
-    the batch has a repeat, and runs until none has. ``1 <= b <= count`` is the caller's check.
+    Floyd's algorithm: for slot ``j = 0..b-1`` let ``J = count - b + j`` and ``t_j`` uniform on
+    ``0..J``; slot ``j`` takes ``t_j``, or ``J`` if ``t_j`` is already taken by an earlier
+    slot. By induction the first ``j + 1`` slots are a uniform ``(j + 1)``-subset of ``0..J``:
+    a subset ``T`` containing ``J`` arises from ``T - {J}`` and any of ``j + 1`` draws
+    (``T - {J}`` or ``J``), one without ``J`` from ``T - {t}`` and ``t_j = t``, for each of its
+    ``j + 1`` elements ``t``; either way with probability ``(j + 1) / ((J + 1) C(J, j)) =
+    1 / C(J + 1, j + 1)``.
+
+    All ``t_j`` are drawn at once (one word each). Whether ``t_j`` is taken, ``taken_j``: a
+    repeat of an earlier draw always is (that value was taken when first drawn, by its slot or
+    an earlier one); a first draw only if ``t_j = count - b + i`` for an earlier slot ``i``
+    whose own draw was taken. This recursion points to earlier slots only, so iterating
+    ``taken = repeat | (link & taken[i])`` from ``repeat`` grows ``taken`` monotonically to
+    its unique solution, the sequential algorithm's, in as many passes as the longest chain of
+    links plus one (1 in most steps for ``count >> b``, 2-5 for ``count = 3b``). Under ``vmap``
+    the loop runs until every member is settled. ``1 <= b <= count`` is the caller's check.
     """
-    width = count.astype(jnp.uint32)
-    draw = lambda r: (jax.random.bits(jax.random.fold_in(key, r), (b,)) % width  # noqa: E731
-                      ).astype(jnp.int32)
-    idx = draw(0)
+    slots = jnp.arange(b, dtype=jnp.int32)
+    top = count.astype(jnp.int32) - b + slots                        # J per slot
+    t = (jax.random.bits(key, (b,)) % (top + 1).astype(jnp.uint32)).astype(jnp.int32)
+    repeat = ~first_occurrences(t)
+    back = top - t                                                     # = j - i if t = J_i
+    link = ~repeat & (back >= 1) & (back <= slots)
+    earlier = jnp.clip(slots - back, 0, b - 1)
 
-    def redraw(carry):
-        idx, keep, r = carry
-        idx = jnp.where(keep, idx, draw(r))
-        return idx, first_occurrences(idx), r + 1
+    def settle(carry):
+        _, taken = carry
+        return taken, repeat | (link & taken[earlier])
 
-    def finish(carry):
-        return jax.lax.while_loop(lambda c: ~jnp.all(c[1]), redraw, carry)
-
-    carry = (idx, first_occurrences(idx), jnp.int32(1))
-    return jax.lax.cond(any_in_batch(~jnp.all(carry[1])), finish, lambda c: c, carry)[0]
-
-
-def _draws_by_rejection(batch_size: int | None, smallest: int) -> bool:
-    return batch_size is not None and batch_size <= _REJECTION_MAX_FRACTION * smallest
+    _, taken = jax.lax.while_loop(lambda c: jnp.any(c[0] != c[1]), settle,
+                                  settle((repeat, repeat)))
+    return jnp.where(taken, top, t)
 
 
 def _subset_table(counts: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -178,9 +182,7 @@ class Potential(eqx.Module):
             that do not factor per datum; ``agent_data`` is the agent's slice of ``data``.
 
     Derived fields: ``counts`` ``(N,)``, the agents' data counts (``None`` without a mask: all
-    ``local_size``), kept so that a step never sums the mask; ``by_rejection``, whether
-    mini-batches without replacement redraw repeats (``b`` at most
-    ``_REJECTION_MAX_FRACTION`` of the smallest count; see the module docstring);
+    ``local_size``), kept so that a step never sums the mask;
     ``subsets`` ``(N, M, b)`` and ``num_subsets`` ``(N,)``, the table of every agent's mini-batch
     subsets when it is small (see the module docstring), else ``None``.
 
@@ -205,7 +207,6 @@ class Potential(eqx.Module):
     gradient_fn: Callable | None = eqx.field(static=True)
     num_agents: int = eqx.field(static=True)
     local_size: int = eqx.field(static=True)
-    by_rejection: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -298,7 +299,6 @@ class Potential(eqx.Module):
         self.gradient_fn = gradient_fn
         self.num_agents = int(num_agents)
         self.local_size = int(local_size)
-        self.by_rejection = _draws_by_rejection(batch_size, smallest)
 
     @classmethod
     def from_numpyro(cls, model: Callable, data: PyTree, batch_size: int | None = None, *,
@@ -343,12 +343,7 @@ class Potential(eqx.Module):
         b = self.batch_size
         if self.replace:
             return (jax.random.bits(key, (b,)) % count.astype(jnp.uint32)).astype(jnp.int32)
-        if self.by_rejection:
-            return distinct_batch(key, count, b)
-        # b close to n_i: the b smallest of i.i.d. uniforms over the valid entries, O(n_i).
-        u = jax.random.uniform(key, (self.local_size,))
-        u = jnp.where(jnp.arange(self.local_size) < count, u, 2.0)
-        return jax.lax.top_k(-u, b)[1]
+        return distinct_batch(key, count, b)
 
     def _agent_grad(self, params, agent_data, count, weights, key, idx=None):
         """The data term of ``grad f_i`` (the whole of it for a ``gradient_fn``)."""
@@ -505,12 +500,8 @@ class Potential(eqx.Module):
 def stack_potentials(potentials: Sequence[Potential]) -> Potential:
     """One model's potentials on data of one padded shape (splits, simulated data sets),
     stacked along a new leading axis of every array field, for ``vmap``.
-
-    A potential's mini-batch method without replacement is static and chosen from its smallest
-    agent (``by_rejection``), so splits may disagree; both draw uniform subsets, and the stack
-    ranks uniforms unless every split may redraw repeats (valid for any split's counts).
     """
-    template = min(potentials, key=lambda p: p.by_rejection)
+    template = potentials[0]
     leaves = [jax.tree.leaves(p) for p in potentials]
     if len({len(ls) for ls in leaves}) != 1:
         raise ValueError("the splits' potentials hold different array fields (a mini-batch "

@@ -1,6 +1,7 @@
 """Potentials: the gradient estimator, uneven data, and input checks."""
 
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -118,8 +119,8 @@ def test_subsets_are_uniform_in_both_selection_paths(tabulate, monkeypatch):
 
     n = 5, b = 3: 10 subsets, each with probability 1/10. K draws for each of 5 agents: the
     count of one subset is Binomial(K, 1/10), sd = sqrt(K 0.09); |count − K/10| ≤ 5 sd fails
-    with probability < 6e-7 per subset. Both paths: the table of subsets (small data) and the
-    b smallest of n uniforms (forced by an empty table budget).
+    with probability < 6e-7 per subset. Both paths: the table of subsets (small data) and
+    Floyd's draw (forced by an empty table budget; here b > n / 2, so chains of taken slots).
     """
     if not tabulate:
         monkeypatch.setattr(potential_module, "_MAX_SUBSET_ENTRIES", 0)
@@ -142,31 +143,31 @@ def test_subsets_are_uniform_in_both_selection_paths(tabulate, monkeypatch):
         assert np.all(np.abs(counts - K / 10) <= 5 * np.sqrt(K * 0.09))
 
 
-def test_rejection_draws_are_uniform_subsets_chi_squared(monkeypatch):
-    """The draw for large data (repeats redrawn, :func:`dgsgld.potential.distinct_batch`) gives
-    every b-subset the same probability, also for uneven agents (a mask; each agent draws among
-    its own n_i data).
+@pytest.mark.parametrize("b, sizes", [(3, (8, 7, 10)), (5, (8, 7, 6))])
+def test_floyd_draws_are_uniform_subsets_chi_squared(b, sizes, monkeypatch):
+    """Floyd's draw (:func:`dgsgld.potential.distinct_batch`) gives every b-subset the same
+    probability, also for uneven agents (a mask; each agent draws among its own n_i data), for
+    b small against n_i and for b > n_i / 2 (where taken slots chain).
 
-    Agents with n_i = 8, 7, 10 data, b = 3 (so b <= n_i / 2: this path), table forced off:
-    C(n_i, 3) = 56, 35, 120 subsets. K = 12 000 draws per agent, under ``vmap`` as in a run.
+    Table forced off. b = 3 on n_i = 8, 7, 10: C(n_i, 3) = 56, 35, 120 subsets; b = 5 on
+    n_i = 8, 7, 6: 56, 21, 6. K = 12 000 draws per agent, under ``vmap`` as in a run.
     Pearson's statistic sum (O - E)^2 / E over each agent's subsets is asymptotically
-    chi-squared with C(n_i, 3) - 1 degrees of freedom (expected counts E = K / C >= 100, far
+    chi-squared with C(n_i, b) - 1 degrees of freedom (expected counts E = K / C >= 100, far
     above the usual >= 5); the agents are independent, so the sum over agents is chi-squared
-    with 55 + 34 + 119 = 208 degrees of freedom. Its critical value at p = 1e-4 (scipy's
-    chi2.isf, about 290) bounds the false-alarm rate. Power: relative deviations delta of the
-    subsets' probabilities add about K * mean(delta^2) per agent to the statistic; +-10 % on
-    one agent's subsets adds 120, above the margin 290 - 208 (the statistic's sd is 20).
+    with the sum of their degrees of freedom (208, 80). Its critical value at p = 1e-4 (scipy's
+    chi2.isf) bounds the false-alarm rate. Power: relative deviations delta of the subsets'
+    probabilities add about K * mean(delta^2) per agent to the statistic; +-10 % on one
+    agent's subsets adds 120, above the margins (290 - 208, 131 - 80; sd 20 and 13).
     """
     from scipy import stats
 
     monkeypatch.setattr(potential_module, "_MAX_SUBSET_ENTRIES", 0)
     rng = np.random.default_rng(3)
-    sizes = (8, 7, 10)
     agents = [(rng.normal(size=(n, 2)).astype(np.float32), rng.normal(size=n).astype(np.float32))
               for n in sizes]
     data, mask = dgsgld.pad_agent_data(agents)
-    pot = dgsgld.Potential(log_likelihood, None, data, batch_size=3, mask=mask)
-    assert not pot.tabulated and pot.by_rejection
+    pot = dgsgld.Potential(log_likelihood, None, data, batch_size=b, mask=mask)
+    assert not pot.tabulated
     np.testing.assert_array_equal(pot.counts, sizes)
     K = 12_000
     idx = np.asarray(jax.jit(jax.vmap(lambda k: gradients.batch_indices(pot, k)))(
@@ -177,11 +178,65 @@ def test_rejection_draws_are_uniform_subsets_chi_squared(monkeypatch):
         assert idx[:, agent].max() < n                                    # never padding
         codes = np.sum(2 ** idx[:, agent].astype(np.int64), -1)           # subset -> bitmask
         _, counts = np.unique(codes, return_counts=True)
-        cells = len(list(itertools.combinations(range(n), 3)))
+        cells = len(list(itertools.combinations(range(n), b)))
         assert len(counts) == cells                                       # all occur
         statistic += np.sum((counts - K / cells) ** 2 / (K / cells))
         dof += cells - 1
     assert statistic <= stats.chi2.isf(1e-4, dof), (statistic, dof)
+
+
+def _floyd_sequential(words, n, b):
+    """Floyd's algorithm one slot at a time, on the draws ``words mod (n - b + j + 1)``."""
+    taken = []
+    for j, w in enumerate(words):
+        top = n - b + j
+        t = int(w) % (top + 1)
+        taken.append(top if t in taken else t)
+    return taken
+
+
+@pytest.mark.parametrize("n, b", [(5, 5), (9, 8), (40, 32), (100, 32), (10_000, 32), (700, 300)])
+def test_floyd_draw_is_the_sequential_algorithm(n, b):
+    """The vectorized draw (all words at once, taken slots settled by passes over the links)
+    returns exactly what Floyd's slot-by-slot algorithm returns on the same words, including
+    long chains (b close to n) and the sorted repeats of b > 256."""
+    keys = jax.random.split(jax.random.key(5), 200)
+    draw = jax.jit(jax.vmap(lambda k: potential_module.distinct_batch(k, jnp.int32(n), b)))
+    got = np.asarray(draw(keys))
+    words = np.asarray(jax.vmap(lambda k: jax.random.bits(k, (b,)))(keys))
+    for row, w in zip(got, words):
+        assert row.tolist() == _floyd_sequential(w, n, b)
+
+
+@pytest.mark.parametrize("b", [1, 7, 64, 256, 300])
+def test_first_occurrences_marks_the_first_copy_of_each_value(b):
+    """Both ways (shifted compares up to ``_COMPARE_MAX``, a sort above) agree with a scan."""
+    idx = np.random.default_rng(b).integers(0, max(1, b // 2), size=b).astype(np.int32)
+    seen, expected = set(), []
+    for v in idx:
+        expected.append(v not in seen)
+        seen.add(int(v))
+    np.testing.assert_array_equal(potential_module.first_occurrences(jnp.asarray(idx)),
+                                  expected)
+
+
+@pytest.mark.parametrize("n, b, tabulated", [(5, 3, True), (20, 4, True), (100, 32, False),
+                                             (40, 32, False), (10**5, 32, False)])
+def test_the_draw_without_replacement_is_chosen_from_the_sizes(n, b, tabulated):
+    """The table when ``N · C(n, b) · b <= _MAX_SUBSET_ENTRIES`` (5 agents: C(20, 4) = 4845
+    gives 96 900 entries), Floyd's draw otherwise: then ``batch_indices`` is
+    ``distinct_batch`` on each agent's key."""
+    assert (5 * math.comb(n, b) * b <= potential_module._MAX_SUBSET_ENTRIES) is tabulated
+    data = (jnp.zeros((5, n, 2)), jnp.zeros((5, n)))
+    pot = dgsgld.Potential(log_likelihood, None, data, batch_size=b)
+    assert pot.tabulated is tabulated
+    key = jax.random.key(2)
+    idx = np.asarray(gradients.batch_indices(pot, key))
+    if tabulated:
+        np.testing.assert_array_equal(idx, pot.subset_indices(key))
+    else:
+        floyd = jax.vmap(lambda k: potential_module.distinct_batch(k, jnp.int32(n), b))
+        np.testing.assert_array_equal(idx, floyd(jax.random.split(key, 5)))
 
 
 def test_subset_table_respects_uneven_data():

@@ -137,7 +137,7 @@ def test_resume_with_other_settings_is_refused(finished, changes, message):
     assert message.format(path=finished) in text
     if what == "batch_size":
         # the setting and the arrays derived from it
-        assert "also differ: `potential.by_rejection`, `potential.subsets`" in text
+        assert "also differ: `potential.subsets`" in text
 
 
 def test_closure_values_and_function_bodies_are_part_of_the_contract(finished):
