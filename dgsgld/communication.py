@@ -573,8 +573,8 @@ class Channel(eqx.Module):
         module docstring says. ``key`` draws the compressors; ``round_key`` whether the round
         happens or which links are up (shared by the messages of a step; default
         ``fold_in(key, ·)``); ``active`` ``(N,)`` bool the active agents (``None``: all;
-        :func:`active_agents`); ``directed``: ``matrix`` is column stochastic (:meth:`plan`); ``name`` the
-        message's (its threshold, :meth:`threshold_of`)."""
+        :func:`active_agents`); ``directed``: ``matrix`` is column stochastic (:meth:`plan`);
+        ``name`` the message's (its threshold, :meth:`threshold_of`)."""
         if round_key is None:
             round_key = jax.random.fold_in(key, _ROUND_TAG)
         talk, used, degrees = self.plan(round_key, matrix, count, active, directed)
@@ -762,12 +762,18 @@ def active_agents(channel: "Channel | None", key: PRNGKey, count, num_agents: in
     """``(N,)`` bool, the agents active at the step of ``key`` (the step's key) and iteration
     ``count``: drawn by ``activity`` and, with a :class:`Clock` that has a deadline, done
     computing by it; ``None`` when all always are (no channel, ``activity=1``, no deadline)."""
-    active = _by_activity(channel, key, count, num_agents)
-    clock = None if channel is None else channel.clock
-    if clock is not None and clock.deadline is not None:
-        done = clock.times(key, num_agents) <= clock.deadline
-        active = done if active is None else active & done
-    return active
+    if channel is None:
+        return None
+    times = None if channel.clock is None else channel.clock.times(key, num_agents)
+    return _with_deadline(channel, _by_activity(channel, key, count, num_agents), times)
+
+
+def _with_deadline(channel: "Channel", active, times):
+    """``active`` (``None``: all) less the agents not done by the clock's deadline."""
+    if times is None or channel.clock.deadline is None:
+        return active
+    done = times <= channel.clock.deadline
+    return done if active is None else active & done
 
 
 def _by_activity(channel: "Channel | None", key: PRNGKey, count, num_agents: int):
@@ -877,40 +883,8 @@ def send(channel: "Channel | None", key: PRNGKey, states, name: str, matrix, mes
     column-stochastic ``matrix`` (push-sum; :meth:`Channel.plan`)."""
     if channel is None:
         return _tree.mix(matrix, message), states
-    num_agents = jax.tree.leaves(message)[0].shape[0]
-    active = active_agents(channel, key, count, num_agents)
-    talk, used, degrees = channel.plan(jax.random.fold_in(key, _ROUND_TAG), matrix, count,
-                                       active, directed)
-    mixed, state = channel._mix(jax.random.fold_in(key, _TAGS[name]), states[name], used,
-                                message, degrees, active, name)
-    if talk is not None:
-        mixed, state = jax.tree.map(lambda a, b: jnp.where(talk, a, b), (mixed, state),
-                                    (message, states[name]))
-    return mixed, {**states, name: _tick(channel, key, count, num_agents, state, talk)}
-
-
-def _tick(channel: "Channel", key: PRNGKey, count, num_agents: int, state: ChannelState,
-          talk) -> ChannelState:
-    """``state`` with the step's simulated seconds added (the ``position`` message's state
-    of a channel with a clock; any other state unchanged)."""
-    if channel.clock is None or isinstance(state.elapsed, tuple):
-        return state
-    times = channel.clock.times(key, num_agents)
-    step = channel.clock.duration(times, _by_activity(channel, key, count, num_agents), talk)
-    return state._replace(elapsed=state.elapsed + step.astype(state.elapsed.dtype))
-
-
-def elapsed_time(state) -> Array:
-    """Simulated seconds so far, ``(...)`` float32, of a sampler state run with a channel
-    that has a :class:`Clock` (usable as ``Output(trace_fn=elapsed_time)`` for a
-    per-iteration trace, to plot results against simulated time)."""
-    channels = getattr(state, "channel", ())
-    if not channels or isinstance(channels["position"].elapsed, tuple):
-        raise ValueError(
-            "`state` has no simulated clock: run the sampler with channel=dgsgld."
-            "communication.Channel(clock=Clock(...)) to measure simulated time."
-        )
-    return channels["position"].elapsed
+    mixed, _, states = _send(channel, key, states, name, matrix, message, count, directed)
+    return mixed, states
 
 
 def send_mass(channel: "Channel | None", key: PRNGKey, states, name: str, matrix,
@@ -924,18 +898,44 @@ def send_mass(channel: "Channel | None", key: PRNGKey, states, name: str, matrix
     stays push-sum's ratio and ``Σ_i v_i`` is kept. ``C u`` and ``C v`` without a channel."""
     if channel is None:
         return _tree.mix(matrix, mass), _tree.mix(matrix, weight), states
-    active = active_agents(channel, key, count, weight.shape[0])
+    return _send(channel, key, states, name, matrix, mass, count, True, weight)
+
+
+def _send(channel: "Channel", key: PRNGKey, states, name: str, matrix, message: PyTree,
+          count, directed: bool, weight: Array | None = None):
+    """The one body of :func:`send` and :func:`send_mass`: ``(mixed, mixed weight or None,
+    states)``. The step's activity and compute times are drawn once here and serve the
+    active set, the used matrix and the clock."""
+    num_agents = jax.tree.leaves(message)[0].shape[0]
+    by_activity = _by_activity(channel, key, count, num_agents)
+    times = None if channel.clock is None else channel.clock.times(key, num_agents)
+    active = _with_deadline(channel, by_activity, times)
     talk, used, degrees = channel.plan(jax.random.fold_in(key, _ROUND_TAG), matrix, count,
-                                       active, directed=True)
-    mixed, state = channel._mix(jax.random.fold_in(key, _TAGS[name]), states[name], used, mass,
-                                degrees, active, name)
-    mixed_weight = _tree.mix(used, weight)
+                                       active, directed)
+    mixed, state = channel._mix(jax.random.fold_in(key, _TAGS[name]), states[name], used,
+                                message, degrees, active, name)
+    mixed_weight = None if weight is None else _tree.mix(used, weight)
     if talk is not None:
         mixed, state, mixed_weight = jax.tree.map(
             lambda a, b: jnp.where(talk, a, b), (mixed, state, mixed_weight),
-            (mass, states[name], weight))
-    state = _tick(channel, key, count, weight.shape[0], state, talk)
+            (message, states[name], weight))
+    if times is not None and not isinstance(state.elapsed, tuple):
+        step = channel.clock.duration(times, by_activity, talk)
+        state = state._replace(elapsed=state.elapsed + step.astype(state.elapsed.dtype))
     return mixed, mixed_weight, {**states, name: state}
+
+
+def elapsed_time(state) -> Array:
+    """Simulated seconds so far, ``(...)`` float32, of a sampler state run with a channel
+    that has a :class:`Clock` (usable as ``Output(trace_fn=elapsed_time)`` for a
+    per-iteration trace, to plot results against simulated time)."""
+    channels = getattr(state, "channel", ())
+    if not channels or isinstance(channels["position"].elapsed, tuple):
+        raise ValueError(
+            "`state` has no simulated clock: run the sampler with channel=dgsgld."
+            "communication.Channel(clock=Clock(...)) to measure simulated time."
+        )
+    return channels["position"].elapsed
 
 
 def as_channel(channel) -> "Channel | None":
