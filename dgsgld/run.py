@@ -755,21 +755,27 @@ def _loop(algorithm, app, state, positions, key, num_chains, num_steps, thin, tr
         )
 
     def outer(carry, done):
-        # done = 0 records the initial state, so that every record follows the steps before
-        # it inside one sequential loop: XLA:CPU runs independent parts of a program at once,
-        # and two batched LAPACK calls at once (say an `eigh` of a streamed W2 beside one in
-        # the first steps) can deadlock its thread pool (docs/known-issues.md).
-        skip = done == 0
         if stop_on_divergence:
-            skip = skip | app.any(jnp.any(carry[1].iteration >= 0))
-        carry = jax.lax.cond(skip, lambda c: c, run_thin, carry)
+            # Skipping costs a copy of the carried state (XLA copies a `cond`'s operands), a
+            # price only this opt-in mode pays.
+            stopped = app.any(jnp.any(carry[1].iteration >= 0))
+            carry = jax.lax.cond(stopped, lambda c: c, run_thin, carry)
+        else:
+            carry = run_thin(carry)
         if progress_every:
             _progress.tick(progress_token, done, progress_every)
         return carry, record(carry[0])
 
     minus_one = jnp.full((num_chains,), -1, jnp.int32)
-    done = thin * jnp.arange(num_steps // thin + 1, dtype=jnp.int32)  # iterations run
-    (final, div), kept = jax.lax.scan(outer, (state, Divergence(minus_one, minus_one)), done)
+    carry = (state, Divergence(minus_one, minus_one))
+    # The initial state is recorded before the loop, and the barrier makes the loop wait for
+    # that record: XLA:CPU runs independent parts of a program at once, and two batched LAPACK
+    # calls at once (say an `eigh` of a streamed W2 of the initial state beside one of the
+    # first kept iteration) can deadlock its thread pool (docs/known-issues.md).
+    first, carry = jax.lax.optimization_barrier((record(state), carry))
+    done = thin * jnp.arange(1, num_steps // thin + 1, dtype=jnp.int32)  # iterations run
+    (final, div), kept = jax.lax.scan(outer, carry, done)
+    kept = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, kept)
     positions, values, ensemble = kept
     # Kept iterations are stacked in front: (K, C, ...) or (K, ..., C) -> (C, K, ...).
     if positions is not None:
