@@ -14,7 +14,8 @@ grow with them. Sections (``--sections``, comma-separated):
   exact draws it replaced, written here as references: redrawing repeats in a ``while_loop``
   until none is left, and the b smallest of n_i uniforms (``top_k``).
 * ``growth`` — each estimator (full batch excepted) at n_i = 10³ and 10⁵ in alternation: the
-  per-step ratio, free of the load's drift between the ``datasize`` rows.
+  per-step ratio, free of the load's drift between the ``datasize`` rows; and the floor: the
+  step's b-row gathers from the same data alone, whose growth is the memory system's.
 * ``central`` — centralized SGLD (``dgsgld.sgld``, with replacement) against blackjax's
   ``sgld`` (``vmap`` over chains, ``scan`` over steps, ``jax.random.randint`` mini-batches) on
   the same data, alternated: 100 chains, d = 10, b = 32.
@@ -185,7 +186,44 @@ def growth_section(small: int, large: int, steps: int, rounds: int) -> dict:
                      "large_over_small": round_ratio(times[large], times[small])})
         print(f"growth {rows[-1]}", flush=True)
         del runs, times
+    # The floor: the same count of b-row gathers from the same data, nothing else.
+    runs = {n: _GatherFloor(pots[n], key, steps) for n in (small, large)}
+    times = time_rounds(runs, rounds)
+    rows.append({"estimator": GATHER_FLOOR, "small_us": 1e6 * times[small].median / steps,
+                 "large_us": 1e6 * times[large].median / steps,
+                 "large_over_small": round_ratio(times[large], times[small])})
+    print(f"growth {rows[-1]}", flush=True)
     return {"small": small, "large": large, "rows": rows}
+
+
+GATHER_FLOOR = "floor: draw b indices and gather their rows"
+
+
+class _GatherFloor:
+    """What any mini-batch step must do, alone: per step, each of the ``CHAINS × AGENTS``
+    chain-agents draws ``b`` indices (with replacement) and reads those rows of its agent's
+    data; the rows' sum is carried so that nothing is optimised away. Its growth with ``n_i``
+    is the memory system's (rows out of cache), not the toolkit's."""
+
+    def __init__(self, data, key, steps):
+        z, s = data                                              # (N, n, d), (N, n)
+        n = z.shape[1]
+
+        def run(key, z, s):
+            def one(acc, k):
+                words = jax.random.bits(k, (CHAINS, AGENTS, BATCH))
+                idx = (words % jnp.uint32(n)).astype(jnp.int32)      # as replace=True draws
+                gather = jax.vmap(lambda zz, ss, j: jnp.sum(zz[j] * ss[j, None], 0))
+                return acc + jax.vmap(gather, (None, None, 0))(z, s, idx), None
+
+            return jax.lax.scan(one, jnp.zeros((CHAINS, AGENTS, z.shape[-1]), z.dtype),
+                                jax.random.split(key, steps))[0]
+
+        self.call = jax.jit(run).lower(key, z, s).compile()
+        self.args = (key, z, s)
+
+    def __call__(self):
+        return self.call(*self.args)
 
 
 # -------------------------------------------------------------------------- the draws alone

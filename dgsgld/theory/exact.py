@@ -52,6 +52,18 @@ probabilities ``q^|a| (1 − q)^(N − |a|)`` (``N ≤`` :data:`MAX_ENUMERATED_A
 ``m⁺ = Σ_a π_a (M_a m + c_a)``, ``E[s⁺s⁺ᵀ] = Σ_a π_a (M_a E[ssᵀ] M_aᵀ + M_a m c_aᵀ +
 c_a mᵀM_aᵀ + c_a c_aᵀ + G_a G_aᵀ)``.
 
+Random-k messages (``Channel(random_k(f))``, no error feedback): sender ``j`` sends
+``q_j = m_j ⊙ x_j``, ``m_j`` a scaled mask (``d / k`` on ``k = ⌈f d⌉`` entries drawn uniformly
+without replacement, ``0`` elsewhere; independent over agents, messages and steps), and agent
+``i`` mixes ``W_ii x_i + Σ_{j≠i} W_ij q_j``: the message's operator is ``𝒲 + 𝒪 diag(ζ)`` with
+``𝒪`` the off-diagonal part of ``𝒲`` and ``ζ = m − 1`` (mean zero). Every recursion above is
+``M = L_x 𝒲_x + L_y 𝒲_y + (free of 𝒲)``, each message's operator entering through its own
+column block (``x``; the tracker ``y`` of the DIGing kinds), with ``L`` read off
+``M(W + I) − M(W)``; so ``m⁺ = M m + c`` and ``S⁺ = M S Mᵀ + G Gᵀ + Σ_msg L_msg 𝒪 (C_ζ ⊙
+E[s_msg s_msgᵀ]) 𝒪ᵀ L_msgᵀ``, with ``C_ζ = I_N ⊗ Σ``, ``Σ_rr = d/k − 1`` and
+``Σ_rs = −(d − k) / (k (d − 1))`` (``r ≠ s``) the covariance of one agent's mask. The law is
+again a mixture (exact mean and covariance, not Gaussian).
+
 The second parameter of the momentum samplers (``γ``) and of D-ULA (``β_k``, a schedule too)
 is read off the sampler, or given as ``parameter=`` with a kind string.
 
@@ -552,9 +564,10 @@ def exact_moments(
         parameter: overrides the friction ``γ`` of ``"de_sghmc"``/``"diging_sghmc"`` or the
             consensus weight ``β`` (constant or schedule) of ``"d_ula"``.
         channel: ``None`` (exact mixing), ``Channel()``, random link drops
-            ``Channel(probability=p, per_link=True)`` or stragglers ``Channel(activity=...)``
-            (module docstring; not for EXTRA-SGLD with link drops, nor for centralized ULA or
-            the push-sum samplers). Other channels are refused.
+            ``Channel(probability=p, per_link=True)``, stragglers ``Channel(activity=...)``
+            or random-k messages ``Channel(random_k(f))`` (module docstring; not for
+            EXTRA-SGLD with link drops or random-k, nor for centralized ULA or the push-sum
+            samplers). Other channels are refused.
 
     Returns:
         :class:`ExactMoments` with ``T + 1`` entries (``k = 0`` first).
@@ -569,7 +582,7 @@ def exact_moments(
     """
     kind, sampler_step = _kind(algorithm)
     extra = _parameter(algorithm, kind, parameter)
-    link_p, activity = _channel_randomness(channel, kind)
+    link_p, activity, fraction = _channel_randomness(channel, kind)
     # Host inputs are prepared by NumPy (an eager jnp operation is a compiled program of its
     # own); traced ones (under the caller's jit or vmap) by jnp.
     host = _validation.is_concrete_tree((quadratic, mixing, init_mean, init_cov, sampler_step,
@@ -584,26 +597,36 @@ def exact_moments(
     b = xp.asarray(quadratic.shifts).astype(mean0.dtype)
     stack = None if stack is None else stack.astype(mean0.dtype)
     masks = None if activity is None else _activity_masks(activity, A.shape[0], mean0.dtype)
+    mask_cov = None if fraction is None else _random_k_covariance(fraction, A.shape[-1])
     return ExactMoments(*_propagate(kind, int(num_steps), link_p, A, b, stack, mean0, cov0, etas,
-                                    extras, masks))
+                                    extras, masks, mask_cov))
 
 
 def _channel_randomness(channel, kind: str):
-    """``(p, activity)``: the link probability of ``Channel(probability=p, per_link=True)``
-    and the ``activity`` of ``Channel(activity=...)`` (``None`` each where absent)."""
+    """``(p, activity, fraction)``: the link probability of ``Channel(probability=p,
+    per_link=True)``, the ``activity`` of ``Channel(activity=...)`` and the fraction of
+    ``Channel(random_k(fraction))`` (``None`` each where absent)."""
     if channel is None:
-        return None, None
-    from ..communication import Channel
+        return None, None, None
+    from ..communication import Channel, RandomK
 
-    if not isinstance(channel, Channel) or channel != Channel(
-            probability=channel.probability, per_link=channel.per_link,
-            activity=channel.activity):
+    fraction = None
+    if isinstance(channel, Channel) and isinstance(channel.compressor, RandomK):
+        fraction = channel.compressor.fraction
+    if not isinstance(channel, Channel) or channel != (
+            Channel(probability=channel.probability, per_link=channel.per_link,
+                    activity=channel.activity) if fraction is None
+            else Channel(channel.compressor)):
         raise ValueError(
             "`channel`: exact moments are propagated for exact messages (Channel()), random "
-            "link drops (Channel(probability=p, per_link=True)) and stragglers "
-            f"(Channel(activity=...)) only; got {channel!r}.")
+            "link drops (Channel(probability=p, per_link=True)), stragglers "
+            "(Channel(activity=...)) and random-k messages without error feedback "
+            f"(Channel(random_k(f))) only; got {channel!r}.")
     if kind == "sgld" or kind in _PUSH:
         raise ValueError(f"`channel`: not propagated for {kind!r}.")
+    if fraction is not None and kind == "extra":
+        raise ValueError("`channel`: random-k messages are propagated for the kinds whose "
+                         "offset and noise do not depend on W, not for 'extra'.")
     p = None if channel.probability == 1.0 else channel.probability
     if p is not None and not channel.per_link:
         raise ValueError("`channel`: rounds drawn for all agents at once (per_link=False) are "
@@ -615,7 +638,19 @@ def _channel_randomness(channel, kind: str):
     if p is not None and activity is not None:
         raise ValueError("`channel`: link drops and stragglers together are not propagated "
                          "exactly; give one of them.")
-    return p, activity
+    return p, activity, fraction
+
+
+def _random_k_covariance(fraction: float, d: int) -> np.ndarray:
+    """``(d, d)``: the covariance of one agent's scaled random-k mask ``m`` (``d / k`` on ``k``
+    entries drawn without replacement): ``E m_r = 1``, ``P(r kept) = k/d`` and ``P(r, s kept)
+    = k (k − 1) / (d (d − 1))``, so ``Var m_r = d/k − 1`` and ``Cov(m_r, m_s) = −(d − k) /
+    (k (d − 1))``."""
+    from ..communication import RandomK
+
+    k = RandomK(fraction).k(d)
+    off = 0.0 if d == 1 else -(d - k) / (k * (d - 1))
+    return np.full((d, d), off) + np.eye(d) * (d / k - 1 - off)
 
 
 def _activity_masks(activity, num_agents: int, dtype):
@@ -660,7 +695,8 @@ def _held(kind, q, W, eta, extra, mask, d):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _propagate(kind, num_steps, link_p, A, b, stack, mean0, cov0, etas, extras, masks=None):
+def _propagate(kind, num_steps, link_p, A, b, stack, mean0, cov0, etas, extras, masks=None,
+               mask_cov=None):
     """The compiled moment recursion (cached across step sizes, data and initial laws)."""
     q = Quadratic(A, b)
     N, d = A.shape[0], A.shape[-1]
@@ -681,6 +717,18 @@ def _propagate(kind, num_steps, link_p, A, b, stack, mean0, cov0, etas, extras, 
                          .matrix)(E) - rec.matrix[None]
             links = link_p * (1 - link_p) * jnp.einsum("lab,bc,ldc->ad", F,
                                                        S + jnp.outer(m, m), F)
+        elif mask_cov is not None:  # random-k messages: each message's mask spread
+            rec = linear_recursion(kind, q, W, eta, parameter=extra)
+            L = linear_recursion(kind, q, W + jnp.eye(N, dtype=W.dtype), eta,
+                                 parameter=extra).matrix - rec.matrix
+            off = jnp.kron(W - jnp.diag(jnp.diagonal(W)), jnp.eye(d, dtype=W.dtype))
+            spread = jnp.kron(jnp.eye(N, dtype=W.dtype), jnp.asarray(mask_cov, W.dtype))
+            second = S + jnp.outer(m, m)
+            n = N * d
+            for block in range(_BLOCKS[kind]):   # a block with L = 0 is not sent: adds 0
+                part = L[:, block * n:(block + 1) * n] @ off
+                inner = spread * second[block * n:(block + 1) * n, block * n:(block + 1) * n]
+                links = links + part @ inner @ part.T
         elif masks is not None:  # stragglers: a mixture over the active sets
             sets, probs = masks[0][k % masks[0].shape[0]], masks[1][k % masks[1].shape[0]]
             M, c, G = jax.vmap(lambda a: _held(kind, q, W, eta, extra, a, d))(sets)
