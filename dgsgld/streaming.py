@@ -1,6 +1,6 @@
 """Metrics computed inside the compiled run, so that long runs need not store their trace.
 
-Each metric is an :class:`Metric`, an ``eqx.Module`` called on the states, for
+Each metric is a :class:`Metric`, an ``eqx.Module`` called on the states, for
 :func:`dgsgld.sample`: an ensemble metric (``per_chain=False``, passed as ``ensemble_fn``: called
 on the states of ALL chains at each kept iteration, leaves ``(num_chains, N, *param_shape)``) or
 a per-chain one (``per_chain=True``, passed as ``trace_fn``: called on one chain's state).
@@ -20,7 +20,8 @@ metrics: they check their arguments and return the module. A metric's arrays (a 
 and covariance, a test set) are its pytree leaves, traced by ``dgsgld.sample`` rather than
 compiled in as constants: two metrics of the same kind whose arrays have the same shapes and
 dtypes, and whose functions (``score``, ``predict``, ``flatten``) are the same objects, share
-one compilation. Its flags (``full``, ``per_chain``, ``c``, ``beta``) are static.
+one compilation; a function that is itself an ``eqx.Module`` adds its arrays to the leaves. A
+metric's flags (``full``, ``per_chain``, ``c``, ``beta``) are static.
 
 Positions may be an array or a pytree; metrics of the parameter vector need an array of shape
 ``(..., N, d)`` (flatten a pytree first, e.g. with ``flatten=``).
