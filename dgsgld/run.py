@@ -43,6 +43,7 @@ from . import progress as _progress
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
 from .samplers.base import SamplingAlgorithm
+from .streaming import Metric
 
 __all__ = [
     "CheckedNetwork",
@@ -67,9 +68,12 @@ class Output(NamedTuple):
         positions: store the positions; by default only when neither ``trace_fn`` nor
             ``ensemble_fn`` is given.
         trace_fn: optional ``state -> pytree`` stored per chain and kept iteration (e.g. a
-            metric). Pass the same function object to reuse compilation.
+            per-chain :class:`dgsgld.streaming.Metric`). Pass the same function object to
+            reuse compilation.
         ensemble_fn: optional ``states -> pytree`` over all chains at once (leaves
-            ``(num_chains, ...)``) per kept iteration, for streamed cross-chain statistics.
+            ``(num_chains, ...)``) per kept iteration, for streamed cross-chain statistics
+            (e.g. an ensemble :class:`dgsgld.streaming.Metric`). A metric passed as the other
+            kind (its ``per_chain``) is refused with an error naming the field.
 
     Example:
         >>> out = Output(thin=10, burn_in=100, trace_fn=lambda s: s.position.mean(0))
@@ -102,6 +106,8 @@ def _check_output(output, num_steps: int) -> Output:
     burn_in = _validation.check_burn_in(output.burn_in, num_steps, thin, name="output.burn_in")
     _validation.check_callable(output.trace_fn, name="output.trace_fn")
     _validation.check_callable(output.ensemble_fn, name="output.ensemble_fn")
+    _check_metric_kind(output.trace_fn, per_chain=True)
+    _check_metric_kind(output.ensemble_fn, per_chain=False)
     output = output._replace(**{
         f: _ArrayResult(fn, f"output.{f}") for f in ("trace_fn", "ensemble_fn")
         if (fn := getattr(output, f)) is not None and not isinstance(fn, _ArrayResult)})
@@ -110,6 +116,21 @@ def _check_output(output, num_steps: int) -> Output:
             f"`output.positions` must be True, False or None; got {output.positions!r}."
         )
     return output._replace(thin=thin, burn_in=burn_in)
+
+
+def _check_metric_kind(fn, *, per_chain: bool) -> None:
+    """A :class:`dgsgld.streaming.Metric` of the other kind (per-chain vs ensemble) refused."""
+    kind = fn.per_chain if isinstance(fn, Metric) else None
+    if kind is None or kind == per_chain:
+        return
+    if per_chain:
+        raise ValueError(
+            "`output.trace_fn` is an ensemble metric (per_chain=False: a function of all "
+            "chains' states); pass it as `output.ensemble_fn`, or build the per-chain form "
+            "(streaming.consensus_error and streaming.accuracy take per_chain=True).")
+    raise ValueError(
+        "`output.ensemble_fn` is a per-chain metric (per_chain=True: a function of one chain's "
+        "state); pass it as `output.trace_fn`, or build it with per_chain=False.")
 
 
 class _ArrayResult(eqx.Module):

@@ -1,19 +1,30 @@
 """Metrics computed inside the compiled run, so that long runs need not store their trace.
 
-Each factory returns a function for :func:`dgsgld.sample`: an ``ensemble_fn`` (called on the
-states of ALL chains at each kept iteration, leaves ``(num_chains, N, *param_shape)``) or a
-``trace_fn`` (called on one chain's state). The runner stores only what these return, so the
-memory of a run is that of the metric, ``O(num_kept · N)`` for per-agent W2, instead of the
-``O(num_chains · num_kept · N · d)`` of the positions; ``thin`` reduces ``num_kept`` further::
+Each metric is a :class:`Metric`, an ``eqx.Module`` called on the states, for
+:func:`dgsgld.sample`: an ensemble metric (``per_chain=False``, passed as ``ensemble_fn``: called
+on the states of ALL chains at each kept iteration, leaves ``(num_chains, N, *param_shape)``) or
+a per-chain one (``per_chain=True``, passed as ``trace_fn``: called on one chain's state).
+:class:`dgsgld.Output` refuses a metric passed as the other kind. The runner stores only what
+the metrics return, so the memory of a run is that of the metric, ``O(num_kept · N)`` for
+per-agent W2, instead of the ``O(num_chains · num_kept · N · d)`` of the positions; ``thin``
+reduces ``num_kept`` further::
 
     w2 = dgsgld.streaming.gaussian_w2(post_mean, post_cov)
     trace = dgsgld.sample(alg, potential, mixing, init, key, num_steps=10_000,
                           output=dgsgld.Output(thin=10, ensemble_fn=w2))
     trace.ensemble              # (1001, N): W2 of every agent at iterations 0, 10, ..., 10 000
 
-Build each function once and pass the same object to every call: a new function object means
-a new compilation. Positions may be an array or a pytree; metrics of the parameter vector need
-an array of shape ``(..., N, d)`` (flatten a pytree first, e.g. with ``flatten=``).
+The lowercase functions :func:`moments`, :func:`gaussian_w2`, :func:`ksd`,
+:func:`consensus_error`, :func:`accuracy` and :func:`combine` are the only constructors of the
+metrics: they check their arguments and return the module. A metric's arrays (a target's mean
+and covariance, a test set) are its pytree leaves, traced by ``dgsgld.sample`` rather than
+compiled in as constants: two metrics of the same kind whose arrays have the same shapes and
+dtypes, and whose functions (``score``, ``predict``, ``flatten``) are the same objects, share
+one compilation; a function that is itself an ``eqx.Module`` adds its arrays to the leaves. A
+metric's flags (``full``, ``per_chain``, ``c``, ``beta``) are static.
+
+Positions may be an array or a pytree; metrics of the parameter vector need an array of shape
+``(..., N, d)`` (flatten a pytree first, e.g. with ``flatten=``).
 
 Moments over chains use ``ddof = 1`` like :func:`dgsgld.metrics.empirical_moments`, so the
 streamed values equal those computed afterwards from ``trace.positions``.
@@ -21,9 +32,11 @@ streamed values equal those computed afterwards from ``trace.positions``.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -31,6 +44,7 @@ from . import _validation, metrics
 from ._types import Array, PyTree
 
 __all__ = [
+    "Metric",
     "Moments",
     "SteinSums",
     "accuracy",
@@ -42,6 +56,27 @@ __all__ = [
     "pool_ksd",
     "pool_moments",
 ]
+
+
+class Metric(eqx.Module):
+    """A streamed metric: ``states -> pytree of arrays``, evaluated inside the compiled run.
+
+    Every metric has the attribute ``per_chain``: ``True`` for a ``trace_fn`` (called on one
+    chain's state), ``False`` for an ``ensemble_fn`` (called on the states of all chains),
+    ``None`` for a :func:`combine` of functions that are not metrics.
+    """
+
+    @abc.abstractmethod
+    def __call__(self, states) -> PyTree:
+        """The metric of ``states`` (one chain's state, or all chains' when ensemble)."""
+
+
+class _Ensemble(Metric):
+    """A metric over the chains only (no per-chain form)."""
+
+    @property
+    def per_chain(self) -> bool:
+        return False
 
 
 def _vector(position: PyTree, flatten: Callable[[PyTree], Array] | None) -> Array:
@@ -72,49 +107,91 @@ class Moments(NamedTuple):
     num_chains: Array
 
 
-def moments(*, full: bool = True, flatten: Callable | None = None) -> Callable[[Any], Moments]:
-    """``ensemble_fn``: mean and covariance over chains of every agent's position.
+def _check_flatten(flatten) -> None:
+    if flatten is not None and not callable(flatten):
+        raise TypeError(f"`flatten` must be a function of the positions or None; got "
+                        f"{type(flatten).__name__}.")
 
-    Args:
-        full: full ``(d, d)`` covariances; ``False`` keeps only the variances (memory
-            ``O(N d)`` per kept iteration instead of ``O(N d²)``; use it for large ``d``).
-        flatten: maps the positions pytree (leaves ``(C, N, ...)``) to ``(C, N, d)``.
 
-    Returns:
-        ``states -> Moments``; ``trace.ensemble`` then holds leaves ``(num_kept, N, ...)``.
-    """
+def _check_per_chain(per_chain) -> bool:
+    if not isinstance(per_chain, bool):
+        raise TypeError(f"`per_chain` must be True or False; got {per_chain!r}.")
+    return per_chain
 
-    def fn(states) -> Moments:
-        x = _vector(states.position, flatten)
+
+class _Moments(_Ensemble):
+    """:func:`moments`."""
+
+    full: bool = eqx.field(static=True)
+    flatten: Callable | None
+
+    def __call__(self, states) -> Moments:
+        x = _vector(states.position, self.flatten)
         c = x.shape[0]
         if c < 2:
             raise ValueError(f"moments over chains need at least 2 chains; got {c}.")
-        mean = jnp.mean(x, axis=0, keepdims=True)
-        centred = x - mean
-        mean = mean[0]
-        if full:
-            cov = jnp.einsum("c...i,c...j->...ij", centred, centred) / (c - 1)
+        if self.full:
+            mean, cov = metrics.empirical_moments(x, axis=0, ddof=1)
         else:
-            cov = jnp.sum(centred**2, axis=0) / (c - 1)
+            mean = jnp.mean(x, axis=0)
+            cov = jnp.sum((x - mean[None]) ** 2, axis=0) / (c - 1)
         return Moments(mean, cov, jnp.asarray(c, jnp.int32))
 
-    return fn
+
+def moments(*, full: bool = True, flatten: Callable | None = None) -> Metric:
+    """Ensemble metric: mean and covariance over chains of every agent's position.
+
+    Args:
+        full: full ``(d, d)`` covariances (:func:`dgsgld.metrics.empirical_moments`);
+            ``False`` keeps only the variances (memory ``O(N d)`` per kept iteration instead
+            of ``O(N d²)``; use it for large ``d``).
+        flatten: maps the positions pytree (leaves ``(C, N, ...)``) to ``(C, N, d)``.
+
+    Returns:
+        A :class:`Metric` ``states -> Moments``; ``trace.ensemble`` then holds leaves
+        ``(num_kept, N, ...)``.
+    """
+    if not isinstance(full, bool):
+        raise TypeError(f"`full` must be True or False; got {full!r}.")
+    _check_flatten(flatten)
+    return _Moments(full, flatten)
 
 
-def gaussian_w2(mean: Array, cov: Array, *, flatten: Callable | None = None) -> Callable:
-    """``ensemble_fn``: each agent's W2 to the Gaussian target ``N(mean, cov)``.
+class _GaussianW2(_Ensemble):
+    """:func:`gaussian_w2`."""
+
+    mean: Array
+    cov: Array
+    flatten: Callable | None
+
+    def __call__(self, states) -> Array:
+        m = _Moments(True, self.flatten)(states)
+        if m.mean.shape[-1] != self.mean.shape[0]:
+            raise ValueError(
+                f"positions have dimension {m.mean.shape[-1]} but the target mean has "
+                f"{self.mean.shape[0]}."
+            )
+        dtype = m.mean.dtype
+        target_mean = jnp.broadcast_to(self.mean.astype(dtype), m.mean.shape)
+        target_cov = jnp.broadcast_to(self.cov.astype(dtype), m.cov.shape)
+        return metrics.gaussian_w2(m.mean, m.cov, target_mean, target_cov)
+
+
+def gaussian_w2(mean: Array, cov: Array, *, flatten: Callable | None = None) -> Metric:
+    """Ensemble metric: each agent's W2 to the Gaussian target ``N(mean, cov)``.
 
     The agent's samples across chains are summarised by their mean and covariance (the
     paper's §4.1 metric), exactly as :func:`dgsgld.metrics.per_agent_w2` does on a stored
     trace.
 
     Args:
-        mean: ``(d,)`` target mean. cov: ``(d, d)`` target covariance.
+        mean: ``(d,)`` target mean. cov: ``(d, d)`` target covariance (the metric's array
+            leaves).
         flatten: maps the positions pytree to ``(C, N, d)``.
 
     Returns:
-        ``states -> (N,)`` (a scalar for the centralized sampler); ``trace.ensemble`` is
-        ``(num_kept, N)``.
+        A :class:`Metric` ``states -> (N,)`` (a scalar for the centralized sampler);
+        ``trace.ensemble`` is ``(num_kept, N)``.
     """
     if jnp.ndim(mean) != 1 or jnp.shape(cov) != (jnp.shape(mean)[0],) * 2:
         raise ValueError(
@@ -124,23 +201,8 @@ def gaussian_w2(mean: Array, cov: Array, *, flatten: Callable | None = None) -> 
     # The checks of metrics.gaussian_w2 (finite, symmetric, PSD), now rather than at every
     # kept iteration inside the run.
     _validation.check_gaussian(mean, cov)
-    mean = jnp.asarray(mean)
-    cov = jnp.asarray(cov)
-    get_moments = moments(full=True, flatten=flatten)
-
-    def fn(states) -> Array:
-        m = get_moments(states)
-        if m.mean.shape[-1] != mean.shape[0]:
-            raise ValueError(
-                f"positions have dimension {m.mean.shape[-1]} but the target mean has "
-                f"{mean.shape[0]}."
-            )
-        dtype = m.mean.dtype
-        target_mean = jnp.broadcast_to(mean.astype(dtype), m.mean.shape)
-        target_cov = jnp.broadcast_to(cov.astype(dtype), m.cov.shape)
-        return metrics.gaussian_w2(m.mean, m.cov, target_mean, target_cov)
-
-    return fn
+    _check_flatten(flatten)
+    return _GaussianW2(jnp.asarray(mean), jnp.asarray(cov), flatten)
 
 
 class SteinSums(NamedTuple):
@@ -170,9 +232,27 @@ def _stein_kernel_sum(x: Array, s: Array, c: float, beta: float) -> Array:
     return jnp.sum(k, axis=(-2, -1))
 
 
+class _KSD(_Ensemble):
+    """:func:`ksd`."""
+
+    score: Callable[[Array], Array]
+    c: float = eqx.field(static=True)
+    beta: float = eqx.field(static=True)
+    flatten: Callable | None
+
+    def __call__(self, states) -> SteinSums:
+        x = _vector(states.position, self.flatten)                 # (C, N, d) or (C, d)
+        chains = x.shape[0]
+        flat = x.reshape(-1, x.shape[-1])
+        s = jax.vmap(self.score)(flat).reshape(x.shape).astype(x.dtype)
+        per_agent = jnp.moveaxis(x, 0, -2)                         # (N, C, d) or (C, d)
+        total = _stein_kernel_sum(per_agent, jnp.moveaxis(s, 0, -2), self.c, self.beta)
+        return SteinSums(total, jnp.asarray(chains * chains, jnp.int32))
+
+
 def ksd(score: Callable[[Array], Array], *, c: float = 1.0, beta: float = -0.5,
-        flatten: Callable | None = None) -> Callable[[Any], SteinSums]:
-    """``ensemble_fn``: each agent's kernel Stein discrepancy over chains, streamed as sums.
+        flatten: Callable | None = None) -> Metric:
+    """Ensemble metric: each agent's kernel Stein discrepancy over chains, streamed as sums.
 
     At each kept iteration the ``C`` chains' positions of agent ``i`` are ``C`` draws; their
     V-statistic is ``KSD_i² = Σ_{a,b} k_π(x_a, x_b) / C²`` with the IMQ Stein kernel
@@ -184,14 +264,15 @@ def ksd(score: Callable[[Array], Array], *, c: float = 1.0, beta: float = -0.5,
     Args:
         score: ``x (d,) -> ∇ log π(x) (d,)``, the target's score (e.g. ``lambda x:
             -cov_inv @ (x - mean)``, or minus the sum over agents of a potential's full
-            gradients).
+            gradients). An ``eqx.Module`` score holding the target's arrays makes them the
+            metric's leaves; a closure compiles them in.
         c, beta: the kernel's ``c > 0`` and ``β ∈ (−1, 0)``.
         flatten: maps the positions pytree (leaves ``(C, N, ...)``) to ``(C, N, d)``.
 
     Returns:
-        ``states -> SteinSums``; ``trace.ensemble`` then holds ``total (num_kept, N)`` and
-        ``num_pairs (num_kept,)``; ``jnp.sqrt(total / num_pairs[:, None])`` is each
-        iteration's KSD per agent.
+        A :class:`Metric` ``states -> SteinSums``; ``trace.ensemble`` then holds ``total
+        (num_kept, N)`` and ``num_pairs (num_kept,)``; ``jnp.sqrt(total / num_pairs[:, None])``
+        is each iteration's KSD per agent.
     """
     if not callable(score):
         raise TypeError(f"`score` must be a function x (d,) -> (d,); got {type(score).__name__}.")
@@ -199,17 +280,8 @@ def ksd(score: Callable[[Array], Array], *, c: float = 1.0, beta: float = -0.5,
         raise ValueError(f"`c` must be a positive number; got {c!r}.")
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not -1 < beta < 0:
         raise ValueError(f"`beta` must lie in (-1, 0); got {beta!r}.")
-
-    def fn(states) -> SteinSums:
-        x = _vector(states.position, flatten)                    # (C, N, d) or (C, d)
-        chains = x.shape[0]
-        flat = x.reshape(-1, x.shape[-1])
-        s = jax.vmap(score)(flat).reshape(x.shape).astype(x.dtype)
-        per_agent = jnp.moveaxis(x, 0, -2)                         # (N, C, d) or (C, d)
-        total = _stein_kernel_sum(per_agent, jnp.moveaxis(s, 0, -2), c, beta)
-        return SteinSums(total, jnp.asarray(chains * chains, jnp.int32))
-
-    return fn
+    _check_flatten(flatten)
+    return _KSD(score, float(c), float(beta), flatten)
 
 
 def pool_ksd(per_iteration: SteinSums, start: int = 0) -> Array:
@@ -230,59 +302,127 @@ def pool_ksd(per_iteration: SteinSums, start: int = 0) -> Array:
     return jnp.sqrt(jnp.maximum(jnp.sum(total, axis=0) / pairs, 0.0))
 
 
-def consensus_error(*, per_chain: bool = False, flatten: Callable | None = None) -> Callable:
+class _ConsensusError(Metric):
+    """:func:`consensus_error`."""
+
+    per_chain: bool = eqx.field(static=True)
+    flatten: Callable | None
+
+    def __call__(self, states) -> Array:
+        x = _vector(states.position, self.flatten)
+        if self.per_chain:
+            return metrics.consensus_error(x)
+        return metrics.ensemble_consensus_error(x)
+
+
+def consensus_error(*, per_chain: bool = False, flatten: Callable | None = None) -> Metric:
     """Root-mean-square distance of the agents to their network average.
 
     Args:
-        per_chain: return a ``trace_fn`` (:func:`dgsgld.metrics.consensus_error`, one value per
-            chain and kept iteration, ``trace.values`` of shape ``(C, num_kept)``); by default
-            an ``ensemble_fn`` (:func:`dgsgld.metrics.ensemble_consensus_error`, the root mean
-            over chains of the squared error, the quantity of the paper's consensus bound;
-            ``trace.ensemble`` of shape ``(num_kept,)``).
+        per_chain: a per-chain metric (a ``trace_fn``: :func:`dgsgld.metrics.consensus_error`,
+            one value per chain and kept iteration, ``trace.values`` of shape
+            ``(C, num_kept)``); by default an ensemble metric (an ``ensemble_fn``:
+            :func:`dgsgld.metrics.ensemble_consensus_error`, the root mean over chains of the
+            squared error, the quantity of the paper's consensus bound; ``trace.ensemble`` of
+            shape ``(num_kept,)``).
         flatten: maps the positions pytree to ``(..., N, d)``.
+
+    Returns:
+        A :class:`Metric`.
     """
-    if per_chain:
-        return lambda state: metrics.consensus_error(_vector(state.position, flatten))
-    return lambda states: metrics.ensemble_consensus_error(_vector(states.position, flatten))
+    _check_flatten(flatten)
+    return _ConsensusError(_check_per_chain(per_chain), flatten)
+
+
+class _Accuracy(Metric):
+    """:func:`accuracy`."""
+
+    predict: Callable[[Any, Array], Array]
+    inputs: PyTree
+    labels: Array
+    per_chain: bool = eqx.field(static=True)
+    flatten: Callable | None
+
+    def _one_chain(self, position) -> Array:
+        def one_agent(params):
+            return metrics.accuracy(self.predict(params, self.inputs), self.labels)
+
+        return jax.vmap(one_agent)(position)
+
+    def __call__(self, states) -> Array:
+        position = states.position if self.flatten is None else self.flatten(states.position)
+        if self.per_chain:
+            return self._one_chain(position)
+        return jnp.mean(jax.vmap(self._one_chain)(position), axis=0)
 
 
 def accuracy(
     predict: Callable[[Any, Array], Array], inputs: PyTree, labels: Array,
-    *, per_chain: bool = False,
-) -> Callable:
-    """Every agent's classification accuracy on a test set.
+    *, per_chain: bool = False, flatten: Callable | None = None,
+) -> Metric:
+    """Every agent's classification accuracy on a test set
+    (:func:`dgsgld.metrics.accuracy`).
 
     Args:
         predict: ``(params, inputs) -> predicted labels (n_test,)`` for ONE agent's parameters
             (e.g. ``lambda x, z: (z @ x > 0).astype(int)`` for logistic regression).
-        inputs: the test inputs, passed to ``predict`` as they are. labels: ``(n_test,)``.
-        per_chain: a ``trace_fn`` returning ``(N,)`` per chain (``trace.values`` of shape
-            ``(C, num_kept, N)``); by default an ``ensemble_fn`` returning the mean over chains
-            ``(N,)`` (``trace.ensemble`` of shape ``(num_kept, N)``).
+        inputs: the test inputs, passed to ``predict`` as they are. labels: ``(n_test,)``
+            (both the metric's array leaves).
+        per_chain: a per-chain metric (a ``trace_fn`` returning ``(N,)`` per chain,
+            ``trace.values`` of shape ``(C, num_kept, N)``); by default an ensemble metric (an
+            ``ensemble_fn`` returning the mean over chains ``(N,)``, ``trace.ensemble`` of
+            shape ``(num_kept, N)``).
+        flatten: maps the positions to the layout above (leaves ``(C, N, ...)``, or ``(N,
+            ...)`` per chain), e.g. ``lambda x: x[:, None]`` to give the centralized
+            sampler's ``(C, d)`` positions one agent.
+
+    Returns:
+        A :class:`Metric`.
     """
+    if not callable(predict):
+        raise TypeError(f"`predict` must be a function (params, inputs) -> labels; got "
+                        f"{type(predict).__name__}.")
     labels = jnp.asarray(labels)
-
-    def one_chain(position) -> Array:
-        def one_agent(params):
-            return metrics.accuracy(predict(params, inputs), labels)
-
-        return jax.vmap(one_agent)(position)
-
-    if per_chain:
-        return lambda state: one_chain(state.position)
-    return lambda states: jnp.mean(jax.vmap(one_chain)(states.position), axis=0)
+    if labels.ndim != 1:
+        raise ValueError(f"`labels` must be (n_test,); got shape {labels.shape}.")
+    _check_flatten(flatten)
+    return _Accuracy(predict, inputs, labels, _check_per_chain(per_chain), flatten)
 
 
-def combine(**fns: Callable) -> Callable[[Any], dict[str, Any]]:
-    """Several metrics in one ``trace_fn``/``ensemble_fn``: ``combine(w2=..., ce=...)`` returns a
-    function giving ``{"w2": ..., "ce": ...}``. Combine ensemble metrics with ensemble
-    metrics and per-chain ones with per-chain ones."""
+class _Combined(Metric):
+    """:func:`combine`."""
+
+    fns: dict[str, Callable]
+
+    @property
+    def per_chain(self) -> bool | None:
+        kinds = {fn.per_chain for fn in self.fns.values() if isinstance(fn, Metric)} - {None}
+        return kinds.pop() if kinds else None
+
+    def __call__(self, states) -> dict[str, Any]:
+        return {name: fn(states) for name, fn in self.fns.items()}
+
+
+def combine(**fns: Callable) -> Metric:
+    """Several metrics in one: ``combine(w2=..., ce=...)`` is a :class:`Metric` giving
+    ``{"w2": ..., "ce": ...}``. Its metrics must all be per-chain or all ensemble metrics;
+    other functions of the states (of the same kind) may be combined with them."""
     if not fns:
         raise ValueError("`combine` needs at least one metric, e.g. combine(w2=gaussian_w2(m, S)).")
     for name, fn in fns.items():
         if not callable(fn):
             raise ValueError(f"`{name}` must be a function of the states; got {type(fn).__name__}.")
-    return lambda states: {name: fn(states) for name, fn in fns.items()}
+    kinds = {name: fn.per_chain for name, fn in fns.items()
+             if isinstance(fn, Metric) and fn.per_chain is not None}
+    if len(set(kinds.values())) > 1:
+        per_chain = sorted(name for name, kind in kinds.items() if kind)
+        ensemble = sorted(name for name, kind in kinds.items() if not kind)
+        raise ValueError(
+            f"`combine` mixes per-chain metrics ({', '.join(per_chain)}) with ensemble metrics "
+            f"({', '.join(ensemble)}); combine each kind separately and pass them as "
+            "`trace_fn` and `ensemble_fn`."
+        )
+    return _Combined(dict(fns))
 
 
 def pool_moments(per_iteration: Moments, start: int = 0) -> tuple[Array, Array]:
@@ -291,8 +431,8 @@ def pool_moments(per_iteration: Moments, start: int = 0) -> tuple[Array, Array]:
     Combines the per-iteration moments streamed by :func:`moments` (``full=True``) without the
     trace, by the law of total covariance: with ``n = C T`` samples and ``m`` the mean of the
     ``m_t``, the pooled covariance is ``((C − 1) Σ_t Σ_t + C Σ_t (m_t − m)(m_t − m)ᵀ) / (n − 1)``
-    (centred sums: no cancellation in float32). Equal, up to rounding, to the sample covariance of the
-    stored positions ``trace.positions[:, start:]`` pooled over chains and iterations.
+    (centred sums: no cancellation in float32). Equal, up to rounding, to the sample covariance
+    of the stored positions ``trace.positions[:, start:]`` pooled over chains and iterations.
 
     Args:
         per_iteration: ``trace.ensemble`` of a run with
@@ -308,7 +448,8 @@ def pool_moments(per_iteration: Moments, start: int = 0) -> tuple[Array, Array]:
     if cov_t.ndim != mean_t.ndim + 1:
         raise ValueError("`pool_moments` needs full covariances: stream with moments(full=True).")
     if mean_t.shape[0] == 0:
-        raise ValueError(f"`start` = {start} leaves no kept iteration of {per_iteration.mean.shape[0]}.")
+        raise ValueError(f"`start` = {start} leaves no kept iteration of "
+                         f"{per_iteration.mean.shape[0]}.")
     c = per_iteration.num_chains[0].astype(mean_t.dtype)
     t = mean_t.shape[0]
     n = c * t

@@ -70,7 +70,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _params, metrics, run
+from . import _params, run, streaming
 from ._types import Array, PRNGKey, PyTree
 from .networks import spectral as network_spectral
 
@@ -590,23 +590,38 @@ def local_curvature(potential, position: PyTree, key: PRNGKey, *, iterations: in
     return value
 
 
-class _PilotStats(eqx.Module):
-    """Per kept iteration: each agent's log geometric-mean spread across chains ``(N,)``
-    (``(1,)`` without agents) and the chains' :func:`metrics.ensemble_consensus_error`."""
+class _PilotFlat(eqx.Module):
+    """All chains' positions (leaves ``(C, N, ...)``, or ``(C, ...)`` without agents) as one
+    array ``(C, N, p)`` (``N = 1`` without agents); an equinox module's non-array leaves
+    skipped."""
 
     decentralized: bool = eqx.field(static=True)
 
-    def __call__(self, states):
-        # (C, N, ...) or (C, ...); an equinox module's non-array leaves skipped.
-        leaves = jax.tree.leaves(eqx.filter(states.position, eqx.is_array))
+    def __call__(self, position) -> Array:
+        leaves = jax.tree.leaves(eqx.filter(position, eqx.is_array))
         if not self.decentralized:
             leaves = [x[:, None] for x in leaves]
-        flat = jnp.concatenate([x.reshape(x.shape[0], x.shape[1], -1) for x in leaves], -1)
+        return jnp.concatenate([x.reshape(x.shape[0], x.shape[1], -1) for x in leaves], -1)
+
+
+class _LogSpread(eqx.Module):
+    """Per kept iteration: each agent's log geometric-mean spread across chains ``(N,)``
+    (``(1,)`` without agents)."""
+
+    flat: _PilotFlat
+
+    def __call__(self, states) -> Array:
+        flat = self.flat(states.position)
         tiny = jnp.finfo(flat.dtype).tiny
-        log_spread = jnp.mean(jnp.log(jnp.maximum(jnp.std(flat, axis=0, ddof=1), tiny)), -1)
-        if not self.decentralized:
-            return log_spread, jnp.zeros((), flat.dtype)
-        return log_spread, metrics.ensemble_consensus_error(flat)
+        return jnp.mean(jnp.log(jnp.maximum(jnp.std(flat, axis=0, ddof=1), tiny)), -1)
+
+
+def _pilot_stats(decentralized: bool) -> streaming.Metric:
+    """The pilot's streamed statistics: :class:`_LogSpread` and the chains'
+    :func:`streaming.consensus_error` (zero without agents)."""
+    flat = _PilotFlat(decentralized)
+    return streaming.combine(log_spread=_LogSpread(flat),
+                             consensus=streaming.consensus_error(flatten=flat))
 
 
 class _AtFinalPositions(eqx.Module):
@@ -633,7 +648,8 @@ class _Grid(NamedTuple):
 
 
 def _run_grid(grid, run_pilot) -> _Grid:
-    (log_spread, consensus), score, diverged = run_pilot(grid)
+    stats, score, diverged = run_pilot(grid)
+    log_spread, consensus = stats["log_spread"], stats["consensus"]
     score = np.zeros(len(grid)) if score is None else np.asarray(score, np.float64)
     return _Grid(np.asarray(grid, np.float64), np.exp(np.asarray(log_spread, np.float64)),
                  np.asarray(consensus, np.float64), np.asarray(diverged),
@@ -732,7 +748,7 @@ def propose_step_size(
         gap = float(np.mean(network_spectral.spectral_gap(dense)))
 
     checked = run.checked_if_concrete(mixing)  # once, not at every grid extension
-    output = run.Output(thin=num_steps // 2, ensemble_fn=_PilotStats(decentralized))
+    output = run.Output(thin=num_steps // 2, ensemble_fn=_pilot_stats(decentralized))
     final_score = None if score_fn is None else _AtFinalPositions(score_fn)
 
     def run_pilot(step_sizes):  # the same shapes every time: one compilation

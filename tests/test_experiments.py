@@ -245,7 +245,7 @@ def test_gradient_tuning_lands_near_the_grid_optimum():
     init = jax.random.normal(jax.random.key(0), (128, 4, 3))
     key = jax.random.key(1)
     target = (problem.posterior_mean, problem.posterior_cov)
-    from dgsgld.experiments.figures import _FinalW2, _MomentStream, _W2Criterion
+    from dgsgld.experiments.figures import _FinalW2, _stream, _W2Criterion
 
     grid = ex.log_grid(1e-3, 0.3, 31)
     search = ex.grid_search(
@@ -257,7 +257,7 @@ def test_gradient_tuning_lands_near_the_grid_optimum():
         key,
         40,
         score_fn=_FinalW2(*target),
-        ensemble_fn=_MomentStream(),
+        ensemble_fn=_stream(),
     )
     assert 0 < search.best_index < grid.size - 1  # an interior optimum
     tuned = ex.tune_step_size_gradient(

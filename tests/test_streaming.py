@@ -1,5 +1,9 @@
 """Streamed metrics equal the same metrics computed afterwards from the stored trace."""
 
+import logging
+from typing import NamedTuple
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -140,7 +144,8 @@ def test_pytree_positions_need_flatten():
                                 jnp.zeros((3,), jnp.int32))
     with pytest.raises(ValueError, match="flatten"):
         streaming.moments()(states)
-    flatten = lambda p: jnp.concatenate([p["a"], p["b"]], axis=-1)
+    def flatten(p):
+        return jnp.concatenate([p["a"], p["b"]], axis=-1)
     m = streaming.moments(flatten=flatten)(states)
     np.testing.assert_allclose(m.mean, np.broadcast_to([0.0, 1.0], (2, 2)))
 
@@ -156,6 +161,141 @@ def test_bad_arguments_are_named():
         streaming.ksd(lambda x: -x, beta=0.5)
     with pytest.raises(ValueError, match="`c` must be a positive number"):
         streaming.ksd(lambda x: -x, c=0.0)
+    with pytest.raises(TypeError, match="`predict` must be a function"):
+        streaming.accuracy(None, TEST_INPUTS, TEST_LABELS)
+    with pytest.raises(ValueError, match=r"`labels` must be \(n_test,\)"):
+        streaming.accuracy(predict, TEST_INPUTS, TEST_LABELS[None])
+    with pytest.raises(TypeError, match="`per_chain` must be True or False"):
+        streaming.consensus_error(per_chain="yes")
+    with pytest.raises(TypeError, match="`flatten` must be a function"):
+        streaming.moments(flatten=3)
     states = dgsgld.DESGLDState(jnp.zeros((1, 2, 2)), jnp.zeros((1,), jnp.int32))
     with pytest.raises(ValueError, match="at least 2 chains"):
         streaming.moments()(states)
+
+
+# ---------------------------------------------------------------- metrics as pytrees
+
+
+class GaussianScore(eqx.Module):
+    """The score ``-P (x - m)`` of ``N(m, P⁻¹)``, its arrays as leaves."""
+
+    mean: jax.Array
+    precision: jax.Array
+
+    def __call__(self, x):
+        return -self.precision @ (x - self.mean)
+
+
+class Target(NamedTuple):
+    mean: jax.Array
+    cov: jax.Array
+    precision: jax.Array
+    inputs: jax.Array
+    labels: jax.Array
+
+
+def _target(seed, d=D, n_test=7):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(d, d))
+    cov = a @ a.T + d * np.eye(d)
+    return Target(*(jnp.asarray(v, jnp.float32) for v in (
+        rng.normal(size=d), cov, np.linalg.inv(cov), rng.normal(size=(n_test, d)))),
+        jnp.asarray(rng.integers(0, 2, n_test), jnp.int32))
+
+
+# (constructor of a metric of a target, the target's fields that are its array leaves, in order)
+METRICS = {
+    "moments": (lambda t: streaming.moments(), ()),
+    "variances": (lambda t: streaming.moments(full=False), ()),
+    "gaussian_w2": (lambda t: streaming.gaussian_w2(t.mean, t.cov), ("mean", "cov")),
+    "ksd": (lambda t: streaming.ksd(GaussianScore(t.mean, t.precision)), ("mean", "precision")),
+    "consensus_error": (lambda t: streaming.consensus_error(), ()),
+    "consensus_error per chain": (lambda t: streaming.consensus_error(per_chain=True), ()),
+    "accuracy": (lambda t: streaming.accuracy(predict, t.inputs, t.labels), ("inputs", "labels")),
+    "accuracy per chain": (
+        lambda t: streaming.accuracy(predict, t.inputs, t.labels, per_chain=True),
+        ("inputs", "labels")),
+    # combine's metrics in the order of their names: "acc", then "w2".
+    "combine": (lambda t: streaming.combine(w2=streaming.gaussian_w2(t.mean, t.cov),
+                                            acc=streaming.accuracy(predict, t.inputs, t.labels)),
+                ("inputs", "labels", "mean", "cov")),
+}
+
+
+@pytest.mark.parametrize("name", METRICS)
+def test_a_metric_is_a_pytree_of_its_targets_arrays_so_a_new_target_does_not_recompile(name):
+    build, fields = METRICS[name]
+    targets = _target(0), _target(1)
+    first, second = build(targets[0]), build(targets[1])
+    assert isinstance(first, streaming.Metric)
+    for metric, target in zip((first, second), targets):
+        leaves = jax.tree.leaves(eqx.filter(metric, eqx.is_array))
+        assert len(leaves) == len(fields)
+        for leaf, field in zip(leaves, fields):
+            np.testing.assert_array_equal(leaf, getattr(target, field))
+
+    traces = []
+
+    @eqx.filter_jit
+    def evaluate(metric, states):
+        traces.append(1)
+        return metric(states)
+
+    rng = np.random.default_rng(2)
+    states = dgsgld.DESGLDState(jnp.asarray(rng.normal(size=(5, 3, D)), jnp.float32),
+                                jnp.zeros((5,), jnp.int32))
+    if first.per_chain:
+        states = jax.tree.map(lambda a: a[0], states)
+    values = [evaluate(metric, states) for metric in (first, second)]
+    assert len(traces) == 1  # the second target is an argument of the same program
+    for metric, value in zip((first, second), values):  # each its own target's value
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+                     value, metric(states))
+    if fields:
+        assert not all(np.array_equal(a, b) for a, b in
+                       zip(jax.tree.leaves(values[0]), jax.tree.leaves(values[1])))
+
+
+def test_sample_with_a_new_target_of_the_same_shape_reuses_the_compiled_run(caplog):
+    # Shapes (3 agents, d = 3, 6 chains) that no other test of this module compiles. The
+    # streamed W2 of each target equals metrics.per_agent_w2 of the stored positions.
+    prob = linear_regression(num_agents=3, local_size=3, dim=3)
+    init = jnp.asarray(np.random.default_rng(0).normal(size=(6, 3, 3)), jnp.float32)
+    targets = [(prob.mean, prob.cov), (prob.mean + 1.0, 2.0 * prob.cov)]
+    traces = []
+    with caplog.at_level(logging.WARNING), jax.log_compiles():
+        for mean, cov in targets:
+            traces.append(dgsgld.sample(
+                dgsgld.diging_sgld(0.05), prob.potential, permuted_rings(3, 2), init,
+                jax.random.key(0), 6, output=dgsgld.Output(
+                    thin=2, positions=True, ensemble_fn=streaming.gaussian_w2(mean, cov))))
+    compiled = [r.getMessage().split()[1] for r in caplog.records
+                if r.getMessage().startswith("Compiling")]
+    assert compiled.count("jit(_run)") == 1, compiled
+    for trace, (mean, cov) in zip(traces, targets):
+        np.testing.assert_allclose(trace.ensemble, metrics.per_agent_w2(trace.positions, mean, cov),
+                                   rtol=1e-5, atol=1e-6)
+    assert not np.allclose(traces[0].ensemble, traces[1].ensemble)
+
+
+def test_output_refuses_a_metric_of_the_other_kind():
+    prob = linear_regression(num_agents=N, dim=D)
+    init = jnp.zeros((2, N, D))
+
+    def sample(**output):
+        return dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, permuted_rings(N, 2),
+                             init, jax.random.key(0), 2, output=dgsgld.Output(**output))
+
+    with pytest.raises(ValueError, match="`output.trace_fn` is an ensemble metric"):
+        sample(trace_fn=streaming.gaussian_w2(prob.mean, prob.cov))
+    with pytest.raises(ValueError, match="`output.trace_fn` is an ensemble metric"):
+        sample(trace_fn=streaming.combine(ce=streaming.consensus_error(), own=lambda s: s.count))
+    with pytest.raises(ValueError, match="`output.ensemble_fn` is a per-chain metric"):
+        sample(ensemble_fn=streaming.consensus_error(per_chain=True))
+    with pytest.raises(ValueError, match=r"mixes per-chain metrics \(ce\) with ensemble "
+                                         r"metrics \(w2\)"):
+        streaming.combine(w2=streaming.gaussian_w2(prob.mean, prob.cov),
+                          ce=streaming.consensus_error(per_chain=True))
+    # Functions that are not metrics are of either kind.
+    assert streaming.combine(own=lambda s: s.count).per_chain is None

@@ -43,11 +43,11 @@ import numpy as np
 
 from .. import networks as nets
 from ..networks import directed as dnets
-from ..theory import exact
 from ..samplers import diging_sgld, push_diging_sgld, push_sum_sgld
-from .figures import _AccuracyStream
-from .problems import linear_regression_problem, logistic_regression_problem, split_potentials
+from ..theory import exact
 from ..tuning import grid_search
+from .figures import _stream
+from .problems import linear_regression_problem, logistic_regression_problem, split_potentials
 
 __all__ = ["METHODS", "directed_experiment", "directed_table", "logistic_table", "plot_directed"]
 
@@ -166,7 +166,7 @@ def _logistic_seed(results: dict, cfg: dict, lcfg: dict, grid: np.ndarray, seed:
     potential = problem.potential(batch_size=1)
     key_init, key_run = jax.random.split(jax.random.key(seed))
     init = jax.random.normal(key_init, (lcfg["chains"], n, problem.dim))
-    accuracy = _AccuracyStream(problem.test_features, problem.test_targets)
+    accuracy = _stream(problem.test_features, problem.test_targets)
     for name, schedule in _networks(n, cfg["period"], cfg["failure_rates"], seed,
                                     jnp.float32).items():
         sym = _symmetrized(schedule, jnp.float32)
@@ -175,7 +175,7 @@ def _logistic_seed(results: dict, cfg: dict, lcfg: dict, grid: np.ndarray, seed:
             mixing = sym if symmetric else schedule
             search = grid_search(_MAKERS[method], grid, potential, mixing, init, key_run,
                                  cfg["num_steps"], score_fn=_no_score, ensemble_fn=accuracy)
-            acc = np.asarray(search.ensemble[0], np.float64)[:, -1]   # (G, N) at T
+            acc = np.asarray(search.ensemble["accuracy"], np.float64)[:, -1]   # (G, N) at T
             acc[search.diverged] = np.nan
             best = _pick(acc, "max")
             entry = results.setdefault(name, {}).setdefault(

@@ -32,8 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import metrics, networks, run
+from .. import metrics, networks, run, streaming
 from ..samplers import de_sgld, diging_sgld, sgld
+from ..tuning import GradientTuning, grid_search, tune_step_size_gradient
 from .configs import (
     FIGURE_TITLES,
     LinearRegressionConfig,
@@ -48,7 +49,6 @@ from .problems import (
     logistic_labels,
     logistic_regression_problem,
 )
-from ..tuning import GradientTuning, grid_search, tune_step_size_gradient
 
 __all__ = [
     "ALGORITHMS",
@@ -241,13 +241,17 @@ def _w2(mean, cov, target_mean, target_cov):
     )
 
 
-class _MomentStream(eqx.Module):
-    """Streamed per iteration: per-agent moments over chains and the consensus error."""
-
-    def __call__(self, states):
-        positions = _agent_axis(states.position)
-        mean, cov = _moments(positions)
-        return mean, cov, metrics.ensemble_consensus_error(positions)
+def _stream(features=None, targets=None, **extra) -> streaming.Metric:
+    """Streamed per iteration over chains, centralized positions as one agent: each agent's
+    moments (Fig. 2: ``"moments"``) or test accuracy on ``features``, ``targets`` (Fig. 3:
+    ``"accuracy"``), the consensus error (``"consensus"``), and the ``extra`` metrics."""
+    if features is None:
+        main = {"moments": streaming.moments(flatten=_agent_axis)}
+    else:
+        main = {"accuracy": streaming.accuracy(logistic_labels, jnp.asarray(features),
+                                               jnp.asarray(targets) > 0.5, flatten=_agent_axis)}
+    return streaming.combine(**main, consensus=streaming.consensus_error(flatten=_agent_axis),
+                             **extra)
 
 
 class _FinalW2(eqx.Module):
@@ -257,8 +261,9 @@ class _FinalW2(eqx.Module):
     target_cov: jax.Array
 
     def __call__(self, trace):
-        mean, cov, _ = trace.ensemble
-        return jnp.mean(_w2(mean[-1], cov[-1], self.target_mean, self.target_cov))
+        moments = trace.ensemble["moments"]
+        return jnp.mean(_w2(moments.mean[-1], moments.cov[-1], self.target_mean,
+                            self.target_cov))
 
 
 class _W2Criterion(eqx.Module):
@@ -284,27 +289,11 @@ class _FinalAccuracy(eqx.Module):
         return jnp.mean(hits)
 
 
-class _AccuracyStream(eqx.Module):
-    """Streamed per iteration: per-agent test accuracy averaged over chains, consensus error."""
-
-    features: jax.Array
-    targets: jax.Array
-
-    def __call__(self, states):
-        positions = _agent_axis(states.position)
-        acc = jnp.mean(
-            metrics.accuracy(logistic_labels(positions, self.features), self.targets > 0.5),
-            axis=0,
-        )
-        return acc, metrics.ensemble_consensus_error(positions)
-
-
 class _LastAccuracy(eqx.Module):
     """Grid score from streamed accuracies: mean over agents at the last iteration."""
 
     def __call__(self, trace):
-        acc, _ = trace.ensemble
-        return jnp.mean(acc[-1])
+        return jnp.mean(trace.ensemble["accuracy"][-1])
 
 
 #: Largest ``grid size x test-set entries`` for which the grid run streams per-iteration
@@ -427,8 +416,10 @@ def run_linear_regression(
     def tune_fn(problem, potential, key, make, central, grid, init, mixing):
         target = (problem.posterior_mean, problem.posterior_cov)
         search = _search(make, grid, potential, mixing, init, key, config,
-                         _FinalW2(*target), "min", ensemble_fn=_MomentStream())
-        mean, cov, consensus = (np.asarray(a)[search.best_index] for a in search.ensemble)
+                         _FinalW2(*target), "min", ensemble_fn=_stream())
+        moments, consensus = search.ensemble["moments"], search.ensemble["consensus"]
+        mean, cov, consensus = (np.asarray(a)[search.best_index]
+                                for a in (moments.mean, moments.cov, consensus))
         per_agent = np.asarray(_w2_curves(mean, cov, *target), np.float64)
         gradient = None
         if config.gradient_tuning and not central:
@@ -547,8 +538,9 @@ def run_logistic_regression(
         test = (problem.test_features, problem.test_targets)
         if config.step_grid().size * test[0].size <= _STREAM_BUDGET:
             search = _search(make, grid, potential, mixing, init, key, config,
-                             _LastAccuracy(), "max", ensemble_fn=_AccuracyStream(*test))
-            acc, consensus = (np.asarray(a, np.float64)[search.best_index] for a in search.ensemble)
+                             _LastAccuracy(), "max", ensemble_fn=_stream(*test))
+            acc, consensus = (np.asarray(search.ensemble[k], np.float64)[search.best_index]
+                              for k in ("accuracy", "consensus"))
         else:
             search = _search(make, grid, potential, mixing, init, key, config,
                              _FinalAccuracy(*test), "max")
@@ -559,10 +551,11 @@ def run_logistic_regression(
                 init,
                 key,
                 config.num_steps,
-                output=run.Output(ensemble_fn=_AccuracyStream(*test)),
+                output=run.Output(ensemble_fn=_stream(*test)),
                 on_divergence="flag",
             )
-            acc, consensus = (np.asarray(a, np.float64) for a in trace.ensemble)
+            acc, consensus = (np.asarray(trace.ensemble[k], np.float64)
+                              for k in ("accuracy", "consensus"))
         return _curves_result(search, acc, consensus), ""
 
     def references_fn(problem, seeds):

@@ -37,18 +37,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import gradients, metrics
+from .. import gradients
 from ..samplers import PolynomialDecay, d_ula, de_sghmc, de_sgld, diging_sghmc, diging_sgld
+from ..tuning import grid_search
 from .configs import apply_overrides, figure_config
 from .figures import (
     _logistic_problem,
-    _moments,
     _sampling_setup,
+    _stream,
     _w2,
     derive_seeds,
 )
-from .problems import linear_regression_problem, logistic_labels
-from ..tuning import grid_search
+from .problems import linear_regression_problem
 
 __all__ = ["METHODS", "PANELS", "methods_sweep", "methods_table"]
 
@@ -106,25 +106,16 @@ def _factory(kind: str, estimator: str, friction_product: float | None) -> Calla
     return lambda step: make(step, friction_product / step, est)
 
 
-class _Stream(eqx.Module):
-    """Per iteration over chains: the figure's metric parts, consensus and tracker noise."""
-
-    features: jax.Array | None = None
-    targets: jax.Array | None = None
+class _TrackerNoise(eqx.Module):
+    """Per iteration over chains: the variance over chains of the trackers' deviations from
+    their network average, averaged over agents and coordinates (NaN without a tracker)."""
 
     def __call__(self, states):
-        x = states.position
         tracker = getattr(states, "tracker", None)
-        noise = jnp.full((), jnp.nan, x.dtype)
-        if tracker is not None:
-            dev = tracker - jnp.mean(tracker, axis=1, keepdims=True)
-            noise = jnp.mean(jnp.var(dev, axis=0))
-        if self.features is None:
-            mean, cov = _moments(x)
-            return {"mean": mean, "cov": cov, "consensus": metrics.ensemble_consensus_error(x), "tracker": noise}
-        acc = jnp.mean(metrics.accuracy(logistic_labels(x, self.features), self.targets > 0.5),
-                       axis=0)
-        return {"accuracy": acc, "consensus": metrics.ensemble_consensus_error(x), "tracker": noise}
+        if tracker is None:
+            return jnp.full((), jnp.nan, states.position.dtype)
+        dev = tracker - jnp.mean(tracker, axis=1, keepdims=True)
+        return jnp.mean(jnp.var(dev, axis=0))
 
 
 class _FinalScore(eqx.Module):
@@ -135,7 +126,8 @@ class _FinalScore(eqx.Module):
         ens = trace.ensemble
         if self.target_mean is None:
             return jnp.mean(ens["accuracy"][-1])
-        final = _w2(ens["mean"][-1], ens["cov"][-1], self.target_mean, self.target_cov)
+        moments = ens["moments"]
+        final = _w2(moments.mean[-1], moments.cov[-1], self.target_mean, self.target_cov)
         return jnp.mean(final)
 
 
@@ -163,9 +155,10 @@ def run_panel(panel: str, seed: int, *, trials: int | None = None, methods=None,
     schedule, potential, key, init, _ = _sampling_setup(config, problem, seeds)
     linear = problem.posterior_mean is not None
     if linear:
-        stream, score = _Stream(), _FinalScore(problem.posterior_mean, problem.posterior_cov)
+        stream = _stream(tracker=_TrackerNoise())
+        score = _FinalScore(problem.posterior_mean, problem.posterior_cov)
     else:
-        stream = _Stream(problem.test_features, problem.test_targets)
+        stream = _stream(problem.test_features, problem.test_targets, tracker=_TrackerNoise())
         score = _FinalScore()
     grid = config.step_grid()
     out = {}
@@ -194,8 +187,9 @@ def run_panel(panel: str, seed: int, *, trials: int | None = None, methods=None,
         value, search, setting, seconds = best
         ens = jax.tree.map(lambda a: np.asarray(a)[search.best_index], search.ensemble)
         if linear:
-            per_agent = np.asarray(_w2(ens["mean"][-1], ens["cov"][-1], problem.posterior_mean,
-                                       problem.posterior_cov))
+            moments = ens["moments"]
+            per_agent = np.asarray(_w2(moments.mean[-1], moments.cov[-1],
+                                       problem.posterior_mean, problem.posterior_cov))
         else:
             per_agent = ens["accuracy"][-1]
         tracker = float(ens["tracker"][-1])

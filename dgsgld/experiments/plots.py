@@ -56,7 +56,7 @@ def _consensus_panel(ax, result: FigureResult) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("iteration")
     ax.set_ylabel("consensus error (RMS distance to the agents' mean)")
-    ax.set_title("consensus error, trial average", fontsize=10)
+    ax.set_title("consensus error, root mean square over trials", fontsize=10)
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=8)
 
