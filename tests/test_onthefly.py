@@ -16,7 +16,8 @@ from _problems import linear_regression
 from scipy import stats
 
 import dgsgld
-from dgsgld import _validation, networks, sparse
+from dgsgld import _validation, networks
+from dgsgld.networks import sparse
 from dgsgld.networks import onthefly, weights
 
 ALPHA = 1e-4

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import _validation, diagnostics, sharding, sparse
+from dgsgld import _validation, diagnostics, sharding
+from dgsgld.networks import sparse
 from dgsgld.checkpoint import sample_chunked
 
 pytestmark = pytest.mark.reliability

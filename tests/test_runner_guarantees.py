@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import networks, sparse
+from dgsgld import networks
+from dgsgld.networks import sparse
 from dgsgld.networks import onthefly
 
 pytestmark = pytest.mark.reliability
