@@ -17,8 +17,7 @@ from scipy import stats
 
 import dgsgld
 from dgsgld import _validation, networks
-from dgsgld.networks import sparse
-from dgsgld.networks import onthefly, weights
+from dgsgld.networks import onthefly, sparse, weights
 
 ALPHA = 1e-4
 K = 2_000   # iterations drawn per distribution test

@@ -24,8 +24,8 @@ import pytest
 
 import dgsgld
 from dgsgld import _validation, diagnostics, sharding
-from dgsgld.networks import sparse
 from dgsgld.checkpoint import sample_chunked
+from dgsgld.networks import sparse
 
 pytestmark = pytest.mark.reliability
 

@@ -20,8 +20,7 @@ import pytest
 
 import dgsgld
 from dgsgld import networks
-from dgsgld.networks import sparse
-from dgsgld.networks import onthefly
+from dgsgld.networks import onthefly, sparse
 
 pytestmark = pytest.mark.reliability
 
