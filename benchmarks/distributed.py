@@ -6,7 +6,7 @@ gloo's socket writes) after a run of ``S`` steps; ``(bytes(300) - bytes(100)) / 
 process sends per step (start-up, compilation and the final gather cancel). Predicted: the agent
 placement mixes two quantities per DIGing-SGLD step, each ``C F`` float32 numbers per row sent;
 a dense stack all-gathers ``N - N / P`` rows, a sparse schedule sends the rows of its
-:func:`dgsgld.sharding.exchange_plan`.
+:func:`dgsgld.networks.rows.exchange_plan`.
 
 Times: the example's ``--repeat 4`` (median of the 2nd-4th runs: compiled) and the whole launch.
 
@@ -70,13 +70,13 @@ def predicted_bytes(network, chains, agents, mixing, processes, dim=6, quantitie
     else:
         import importlib.util
 
-        from dgsgld import sharding
+        from dgsgld.networks.rows import exchange_plan
 
         spec = importlib.util.spec_from_file_location("multi_process", EXAMPLE)
         example = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(example)
         a = example.parse(_args(network, chains, agents, mixing, 1, "x"))
-        rows = sharding.exchange_plan(example.setup(a)[1], processes).rows_received
+        rows = exchange_plan(example.setup(a)[1], processes).rows_received
     return quantities * chains * rows * dim * 4
 
 

@@ -5,12 +5,12 @@
 shipped on rings of those sizes (9 rounds by default), the data ``sparse.CostModel`` is fitted to.
 
 On XLA:CPU the runner keeps the chain axis last for dense and circulant mixing (their product
-is a contraction) and first for :class:`dgsgld.sparse.NeighborMixing` (a gather). Chains first,
-the leaves are ``(C, N, d)`` with the short ``d = 6`` last, and a fused noise-and-update loop
-over that shape runs several times slower than over one long axis; so the runner passes the
-noise flat to chains-first steps and the step updates in that shape (``dgsgld._tree.
-in_noise_shape``; the same numbers). This script times whole DIGing-SGLD runs on a ring (200
-chains, 20 iterations, d = 6), alternated round by round, of:
+is a contraction) and first for :class:`dgsgld.networks.sparse.NeighborMixing` (a gather).
+Chains first, the leaves are ``(C, N, d)`` with the short ``d = 6`` last, and a fused
+noise-and-update loop over that shape runs several times slower than over one long axis; so the
+runner passes the noise flat to chains-first steps and the step updates in that shape
+(``dgsgld._tree.in_noise_shape``; the same numbers). This script times whole DIGing-SGLD runs
+on a ring (200 chains, 20 iterations, d = 6), alternated round by round, of:
 
 * ``dense``: the ``(N, N)`` stack (chains last);
 * ``neighbours``: ``NeighborMixing`` as shipped (chains first, flat noise and updates);
@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld import _tree, sparse
+from dgsgld import _tree
+from dgsgld.networks import sparse
 
 from . import problem
 from .harness import compile_jax, round_ratio, time_rounds

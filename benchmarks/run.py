@@ -450,7 +450,7 @@ def sparse_section(key, quick: bool, rounds: int = 3) -> list[dict]:
     """Rings (circulant, |E| = N ≪ N²): the toolkit with dense, circulant and neighbour-list
     mixing and with ``sparse.auto``'s choice, against NumPy + ``scipy.sparse`` and dense NumPy,
     20 DIGing-SGLD iterations of 200 chains, alternated rounds (wall and CPU medians)."""
-    from dgsgld import sparse
+    from dgsgld.networks import sparse
 
     rows = []
     for n in ((1_000,) if quick else (200, 1_000, 2_000)):

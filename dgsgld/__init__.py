@@ -13,13 +13,13 @@ from . import metrics as metrics
 from .noise import fast_normal as fast_normal
 from .potential import Potential as Potential
 from .potential import pad_agent_data as pad_agent_data
-from .run import CheckedNetwork as CheckedNetwork
 from .run import Divergence as Divergence
 from .run import DivergenceError as DivergenceError
 from .run import Output as Output
 from .run import Trace as Trace
-from .run import checked_network as checked_network
 from .run import sample as sample
+from .networks.checked import CheckedNetwork as CheckedNetwork
+from .networks.checked import checked_network as checked_network
 from .checkpoint import sample_chunked as sample_chunked
 from .samplers import DESGLD as DESGLD
 from .samplers import DIGingSGLD as DIGingSGLD
@@ -82,7 +82,7 @@ __all__ = [
 def __getattr__(name):
     # Subpackages with heavier set-up code load on first use.
     lazy = {"networks", "theory", "experiments", "diagnostics", "checkpoint", "progress",
-            "sparse", "streaming", "sharding", "stepsize", "tuning", "traceio", "distributed",
+            "streaming", "sharding", "stepsize", "tuning", "traceio", "distributed",
             "data", "predictive", "ppl", "plots", "posteriors"}
     if name in lazy:
         import importlib

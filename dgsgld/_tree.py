@@ -13,7 +13,7 @@ def mix(matrix: Array, tree: PyTree) -> PyTree:
 
     ``matrix`` is ``(N, N)`` with ``matrix[i, j]`` the weight agent ``i`` puts on agent ``j``;
     each leaf is ``(N, ...)``. Returns ``W @ leaf`` for every leaf. ``matrix`` may also be an
-    object with ``@`` on ``(N, k)`` arrays (:mod:`dgsgld.sparse`).
+    object with ``@`` on ``(N, k)`` arrays (:mod:`dgsgld.networks.sparse`).
     """
 
     def one(leaf):

@@ -17,8 +17,8 @@ is converted at entry to :mod:`dgsgld._random`'s implementation of the same thre
 which XLA:CPU runs 2-3x faster inside a loop; so the draws equal those of ``jax.random`` with
 the user's key in a hand-written loop.
 
-Mixing: anything with ``matrix_at(k) -> W⁽ᵏ⁾`` (:mod:`dgsgld._mixing`); arrays are wrapped in a
-:class:`MixingStack`.
+Mixing: anything with ``matrix_at(k) -> W⁽ᵏ⁾`` (:mod:`dgsgld.networks._mixing`); arrays are
+wrapped in a ``MixingStack``. The network checks are :mod:`dgsgld.networks.checked`'s.
 
 Every runner is this module's front end and loop: :func:`_prepare` (validation, resume state,
 static leaves, network checks, key, chain identity; on the host, once) and :func:`_loop` (the
@@ -38,20 +38,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _divergence, _params, _random, _tree, _validation
-from ._mixing import MixingStack, abstract_matrix, as_mixing
 from . import progress as _progress
+from .networks._mixing import abstract_matrix, as_mixing
+from .networks.checked import check_mixing_role, check_network, unwrap_checked
+from .networks.directed import network_for
 from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
 from .samplers.base import SamplingAlgorithm
 from .streaming import Metric
 
 __all__ = [
-    "CheckedNetwork",
     "Divergence",
     "DivergenceError",
     "Output",
     "Trace",
-    "checked_network",
     "sample",
 ]
 
@@ -368,13 +368,14 @@ def sample(
         algorithm: a sampler, e.g. ``dgsgld.diging_sgld(step_size=0.01)``.
         potential: the agents' potentials (:class:`dgsgld.Potential`).
         mixing: anything with ``matrix_at(k) -> W⁽ᵏ⁾`` (``dgsgld.networks`` and
-            ``dgsgld.sparse`` schedules, :class:`MixingStack`), or a ``(P, N, N)`` stack
+            ``dgsgld.networks.sparse`` schedules, ``MixingStack``), or a ``(P, N, N)`` stack
             (``W⁽ᵏ⁾ = mixing[k % P]``) or one ``(N, N)`` matrix, wrapped in a
-            :class:`MixingStack`; ``None`` for ``dgsgld.sgld``. ``W[i, j]`` is the weight agent
-            ``i`` puts on agent ``j``: ``x⁺ = W @ x``. Checked to be finite, symmetric,
-            nonnegative and doubly stochastic, and jointly connected (see
-            ``allow_disconnected``); a stack traced under the caller's ``jit`` is checked inside
-            the computation (``equinox.error_if``: the call raises when it runs).
+            :class:`~dgsgld.networks._mixing.MixingStack`; ``None`` for ``dgsgld.sgld``.
+            ``W[i, j]`` is the weight agent ``i`` puts on agent ``j``: ``x⁺ = W @ x``. Checked
+            to be finite, symmetric, nonnegative and doubly stochastic, and jointly connected
+            (see ``allow_disconnected``); a stack traced under the caller's ``jit`` is checked
+            inside the computation (``equinox.error_if``: the call raises when it runs)
+            (:mod:`dgsgld.networks.checked`).
         init: initial positions, leaves ``(num_chains, N, *param_shape)``
             (``(num_chains, *param_shape)`` for ``dgsgld.sgld``), or ``trace.state`` of an
             earlier call to continue it.
@@ -485,29 +486,17 @@ def _prepare(algorithm, potential, mixing, init, key, num_steps, *, output=Outpu
         init = init._replace(position=positions)
     if static is not None:
         potential, trace_fn, ensemble_fn = _see_static(static, potential, trace_fn, ensemble_fn)
-    _check_mixing_role(algorithm, mixing)
-    prechecked = isinstance(mixing, CheckedNetwork)
-    if prechecked:
-        if allow_disconnected or connectivity_window is not None:
-            raise ValueError(
-                "`mixing` is a CheckedNetwork: give `allow_disconnected`/`connectivity_window` "
-                "to dgsgld.checked_network, which ran the checks, not to sample."
-            )
-        mixing = mixing.mixing
-    from .networks.directed import network_for  # push-sum samplers take column-stochastic
-
-    mixing = network_for(algorithm, mixing)
+    check_mixing_role(algorithm, mixing)
+    mixing, prechecked = unwrap_checked(mixing, allow_disconnected, connectivity_window)
+    mixing = network_for(algorithm, mixing)  # push-sum samplers take column-stochastic
     stack = as_mixing(mixing)
     num_chains = _check_inputs(
         algorithm, potential, stack, positions, key, num_steps, init if resume else None
     )
     chain_offset = _check_chain_offset(chain_offset, num_chains)
     if stack is not None and not prechecked:
-        # Dense stacks are checked as arrays (their period, traced or not); other schedules
-        # through their own protocol.
-        network = stack.matrices if isinstance(stack, MixingStack) else stack
-        checked = _check_network(network, init if resume else positions, allow_disconnected,
-                                 connectivity_window)
+        checked = check_network(stack, init if resume else positions, allow_disconnected,
+                                connectivity_window)
         init, positions = (checked, positions) if resume else (init, checked)
     output = output._replace(trace_fn=trace_fn, ensemble_fn=ensemble_fn)
     return Prepared(algorithm, potential, stack, init if resume else None, positions,
@@ -830,9 +819,7 @@ def num_kept(num_steps: int, thin: int = 1) -> int:
     return num_steps // thin + 1
 
 
-
-
-# -- runner guarantees: chain identity, networks that connect, checks under jit, pytrees ------
+# -- runner guarantees: chain identity, pytrees ------------------------------------------------
 
 
 def _check_chain_offset(chain_offset, num_chains: int) -> int:
@@ -845,133 +832,6 @@ def _check_chain_offset(chain_offset, num_chains: int) -> int:
             f"{num_chains}."
         )
     return int(chain_offset)
-
-
-def _check_mixing_role(algorithm, mixing) -> None:
-    """A centralized sampler has no network: a mixing given to it would be silently unused."""
-    if mixing is not None and not getattr(algorithm, "decentralized", True):
-        raise ValueError(
-            f"`mixing` must be None for {type(algorithm).__name__} (centralized: it has no "
-            f"network and would ignore one); got {type(mixing).__name__}."
-        )
-
-
-class CheckedNetwork(eqx.Module):
-    """A network whose :func:`sample` checks ran on the host when it was built; :func:`sample`
-    runs it without checking it again, even when it is traced under the caller's ``jit``.
-
-    Build it with :func:`checked_network` (or this constructor, which runs the same checks:
-    there is no way to build one unchecked; JAX's unflattening inside ``jit`` does not call it).
-
-    Attributes:
-        mixing: the network as :func:`sample` takes it (a dense stack is a
-            :class:`MixingStack`); a pytree leaf, so it may be traced.
-        allow_disconnected, connectivity_window: the settings it was checked with (static).
-    """
-
-    mixing: Any
-    allow_disconnected: bool = eqx.field(static=True)
-    connectivity_window: int | None = eqx.field(static=True)
-
-    def __init__(self, mixing, *, allow_disconnected: bool = False,
-                 connectivity_window: int | None = None):
-        if isinstance(mixing, CheckedNetwork):
-            mixing = mixing.mixing
-        stack = as_mixing(mixing)  # a dense stack is checked here (finite, doubly stochastic, ...)
-        if stack is None:
-            raise ValueError("`mixing` is None: there is no network to check.")
-        if not _validation.is_concrete_tree(stack):
-            raise ValueError(
-                "`mixing` is traced: checked_network checks on the host. Call it outside jit, "
-                "or pass the network to sample as it is (it is then checked inside the "
-                "computation)."
-            )
-        network = stack.matrices if isinstance(stack, MixingStack) else stack
-        _check_network(network, None, allow_disconnected, connectivity_window)
-        self.mixing = stack
-        self.allow_disconnected = bool(allow_disconnected)
-        self.connectivity_window = connectivity_window
-
-    def matrix_at(self, k):
-        return self.mixing.matrix_at(k)
-
-
-def checked_network(mixing, *, allow_disconnected: bool = False,
-                    connectivity_window: int | None = None) -> CheckedNetwork:
-    """Run :func:`sample`'s network checks now, on the host, and mark the network as checked.
-
-    A network traced under ``jit`` is checked inside the computation (``equinox.error_if``),
-    which puts host callbacks in the program, and JAX's persistent compilation cache stores no
-    program with host callbacks. Check a concrete network here and pass the result through
-    the ``jit`` instead: the program then carries no check, is cached across processes, and is
-    reused in-process for every network of the same shapes (e.g. one per seed). Pass
-    ``on_divergence="flag"`` (or ``"stop"``) to :func:`sample` there too: the default
-    ``"raise"`` checks for divergence inside a traced call by a host callback as well.
-
-    Args:
-        mixing: as for :func:`sample`; concrete (not traced).
-        allow_disconnected, connectivity_window: as for :func:`sample`.
-
-    Returns:
-        A :class:`CheckedNetwork`.
-
-    Raises:
-        ValueError: what :func:`sample` would raise for this network, or if it is traced.
-    """
-    return CheckedNetwork(mixing, allow_disconnected=allow_disconnected,
-                          connectivity_window=connectivity_window)
-
-
-def checked_if_concrete(mixing):
-    """:func:`checked_network` of a concrete network; a traced one or ``None`` as it is (then
-    :func:`sample` checks it inside the computation). For drivers that call :func:`sample`
-    under their own ``jit`` with the network as an argument (grid searches, pilots)."""
-    if mixing is None or isinstance(mixing, CheckedNetwork):
-        return mixing
-    if not _validation.is_concrete_tree(mixing):
-        return mixing
-    return checked_network(mixing)
-
-
-def _check_network(stack, target, allow_disconnected: bool, window):
-    """Joint connectivity of ``stack`` (host, or inside the computation when traced), plus the
-    mixing checks that :func:`_validation.check_mixing` could not run on a traced stack.
-
-    Returns ``target`` (the run's initial positions or state) with the in-computation checks
-    attached, so that the compiled run cannot skip them.
-    """
-    from .networks import validation as net
-
-    if window is not None:
-        _validation.check_positive_int(window, name="connectivity_window")
-    schedule = hasattr(stack, "matrix_at")
-    if _validation.is_concrete_tree(stack):
-        if schedule:  # a dense stack was checked by MixingStack; the other forms here
-            net.check_values(stack, window, name="mixing")
-        if not allow_disconnected:
-            try:
-                net.check_joint_connectivity(stack, window, name="mixing")
-            except ValueError as err:
-                raise ValueError(
-                    f"{err} Agents in different components never exchange information, so "
-                    "their samples do not target the posterior (Assumption 3.2(iii)). Pass "
-                    "allow_disconnected=True to run anyway"
-                    + ("." if schedule else ", or check a window with connectivity_window=B.")
-                ) from None
-        return target
-    if not schedule or hasattr(stack, "snapshots"):  # a sparse schedule: its dense stack
-        dense = stack.todense() if schedule else stack
-        target = _validation.mixing_error_if(target, dense, name="mixing")
-    if allow_disconnected:
-        return target
-    if schedule:
-        num = net.on_the_fly_window(stack, window) if not hasattr(stack, "snapshots") else None
-        union = (jnp.any(stack.todense() != 0, axis=0) if num is None
-                 else net.union_adjacency(stack, num))
-        what = "its period" if num is None else f"its first {num} snapshots"
-    else:
-        union, what = jnp.any(stack != 0, axis=0), "its period"
-    return _validation.connectivity_error_if(target, union, name="mixing", what=what)
 
 
 def _see_static(static: _params.Static, potential: Potential, trace_fn, ensemble_fn):

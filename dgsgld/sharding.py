@@ -11,19 +11,21 @@ they also do on one device between runs with different numbers of chains.
 
 **Agents across devices** (:func:`sample_agent_sharded`): for networks or models too large
 for one device, a decentralized sampler's ``N`` agents are split into blocks of ``N / D`` rows
-with ``jax.shard_map``, and the sampler's own ``step`` runs on each block: its mixing matrix is a
-:class:`RowBlock`, whose ``@`` all-gathers the agents' rows and multiplies the device's rows of
-``W⁽ᵏ⁾``, and its potential an :class:`AgentRows`, the device's agents only. Each step a device
+with ``jax.shard_map``, and the sampler's own ``step`` runs on each block: its mixing matrix is
+the device's rows of ``W⁽ᵏ⁾`` (:mod:`dgsgld.networks.rows`; for a dense ``W`` a ``RowBlock``,
+whose ``@`` all-gathers the agents' rows and multiplies the device's rows of ``W⁽ᵏ⁾``), and its
+potential an :class:`AgentRows`, the device's agents only. Each step a device
 receives ``(N - N / D) F`` numbers per chain and per mixed quantity (``F`` the parameter size;
 DIGing-SGLD mixes positions and trackers); the gradients stay local. The noise of the
 single-device run is reproduced exactly by drawing the full ``(N, F)`` array on every device and
 keeping the device's rows (``D``-fold redundant work on the noise, the price of equal draws).
 Gathering is the simplest exchange and optimal for dense ``W``. A sparse schedule
-(:class:`dgsgld.sparse.SparseSchedule`) is instead split into an :class:`ExchangePlan`, built
-once on the host: per snapshot, which rows each device needs from each other device; its
-:class:`HaloRows` receives only those, with one ``jax.lax.ppermute`` per device offset (a ring:
-one row from each side instead of ``N - N / D``), and sums them in the snapshot format's own
-order. Sparse snapshots generated on the fly (:class:`GatheredRows`) are all-gathered.
+(:class:`dgsgld.networks.sparse.SparseSchedule`) is instead split into an ``ExchangePlan``,
+built once on the host: per snapshot, which rows each device needs from each other device; its
+``HaloRows`` receives only those, with one ``jax.lax.ppermute`` per device offset (a ring: one
+row from each side instead of ``N - N / D``), and sums them in the snapshot format's own order.
+Sparse snapshots generated on the fly (``GatheredRows``) are all-gathered. This module places
+the run (meshes, ``shard_map``, partition specs); the row operands are the network's.
 
 **Several processes** (hosts): :mod:`dgsgld.distributed`. The mesh of
 :func:`sample_agent_sharded` may span processes (inputs are placed with :func:`place`).
@@ -43,14 +45,12 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import equinox as eqx
 import numpy as np
 
-from . import _validation, sparse
 from ._types import Array, PRNGKey, PyTree
+from .networks.rows import rows_at, split_rows
 from .potential import Potential
-from ._mixing import MixingStack
 from .run import Divergence, Prepared, Trace, _execute_here, _loop, chain_keys, sample
 
-__all__ = ["AgentBlock", "AgentRows", "Agents", "Chains", "ExchangePlan", "GatheredRows",
-           "HaloRows", "RowBlock", "agent_mesh", "chain_mesh", "exchange_plan", "place",
+__all__ = ["AgentBlock", "AgentRows", "Agents", "Chains", "agent_mesh", "chain_mesh", "place",
            "sample_agent_sharded", "sample_sharded", "shard_chains"]
 
 
@@ -161,27 +161,6 @@ def agent_mesh(num_devices: int | None = None, axis_name: str = "agents") -> Mes
     return chain_mesh(num_devices, axis_name)
 
 
-class RowBlock(eqx.Module):
-    """This device's block of rows ``W[first : first + R]`` of ``W⁽ᵏ⁾``, as the samplers'
-    mixing operand: ``block @ x_local`` all-gathers the agents' rows of ``x`` over the mesh axis
-    and returns the device's rows of ``W @ x``. The only communication of an agent-sharded step.
-
-    Attributes:
-        rows: ``(R, N)``.
-        axis_name: the mesh axis the agents are split over (inside ``shard_map``).
-    """
-
-    rows: Array
-    axis_name: str = eqx.field(static=True)
-
-    def astype(self, dtype) -> "RowBlock":
-        return RowBlock(self.rows.astype(dtype), self.axis_name)
-
-    def __matmul__(self, local: Array) -> Array:
-        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
-        return self.rows @ jax.lax.all_gather(local, self.axis_name, axis=0, tiled=True)
-
-
 class AgentRows(eqx.Module):
     """``potential`` restricted to agents ``first, ..., first + R - 1`` whose data (and mask)
     it holds: ``grad`` gives those rows of ``potential.grad(all positions, key)`` (same draws),
@@ -212,193 +191,6 @@ class AgentRows(eqx.Module):
     def batch_indices(self, key: PRNGKey) -> Array:
         num_rows = jax.tree.leaves(self.potential.data)[0].shape[0]
         return self.potential.batch_indices(key, self.first, num_rows)
-
-
-class GatheredRows(eqx.Module):
-    """This device's rows of a sparse ``W⁽ᵏ⁾`` generated on the fly (its neighbour pattern is
-    unknown before the step): ``block @ x_local`` all-gathers ``x`` as :class:`RowBlock` does,
-    applies the whole snapshot and keeps the device's rows, the single-device arithmetic.
-
-    Attributes:
-        matrix: the snapshot (``dgsgld.sparse`` format), ``N`` rows.
-        first: the device's first agent; ``size``: its number of agents ``R`` (static).
-        axis_name: the mesh axis the agents are split over.
-    """
-
-    matrix: Any
-    first: Array
-    size: int = eqx.field(static=True)
-    axis_name: str = eqx.field(static=True)
-
-    def astype(self, dtype) -> "GatheredRows":
-        return GatheredRows(self.matrix.astype(dtype), self.first, self.size, self.axis_name)
-
-    def __matmul__(self, local: Array) -> Array:
-        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
-        full = jax.lax.all_gather(local, self.axis_name, axis=0, tiled=True)
-        return jax.lax.dynamic_slice_in_dim(self.matrix @ full, self.first, self.size)
-
-
-class HaloRows(eqx.Module):
-    """This device's rows of a sparse ``W⁽ᵏ⁾`` with a neighbour exchange: ``block @ x_local``
-    receives, with one ``jax.lax.ppermute`` per device offset, only the rows of other devices'
-    agents that this device's agents listen to, and returns the device's rows of ``W @ x``.
-
-    Built by :meth:`ExchangePlan.rows`. Row ``i``'s neighbours index the concatenation
-    ``[x_local (R); rows received from offset offsets[0] (M_0); ...]``.
-
-    Attributes:
-        neighbors: ``(R, K)`` int32 positions in that concatenation.
-        weights: ``(R, K)``, ``W[i, neighbour]``; ``diagonal``: ``(R,)``, ``W[i, i]``.
-        sends: per offset ``o``, ``(M_o,)`` int32: the local rows device ``+ o`` needs.
-        offsets: device offsets ``o`` (static): send to ``d + o``, receive from ``d - o``.
-        num_devices, axis_name: the mesh axis (static).
-        ordered: sum the ``K`` terms one after another, as :class:`~dgsgld.sparse.
-            CirculantMixing` does, instead of one contraction as ``NeighborMixing``: the
-            single-device arithmetic of the snapshot's format.
-    """
-
-    neighbors: Array
-    weights: Array
-    diagonal: Array
-    sends: tuple[Array, ...]
-    offsets: tuple[int, ...] = eqx.field(static=True)
-    num_devices: int = eqx.field(static=True)
-    axis_name: str = eqx.field(static=True)
-    ordered: bool = eqx.field(static=True)
-
-    def astype(self, dtype) -> "HaloRows":
-        return eqx.tree_at(lambda h: (h.weights, h.diagonal), self,
-                           (self.weights.astype(dtype), self.diagonal.astype(dtype)))
-
-    def __matmul__(self, local: Array) -> Array:
-        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
-        parts = [local]
-        for send, offset in zip(self.sends, self.offsets):
-            pairs = [(j, (j + offset) % self.num_devices) for j in range(self.num_devices)]
-            parts.append(jax.lax.ppermute(local[send], self.axis_name, pairs))
-        gathered = jnp.concatenate(parts)[self.neighbors]                  # (R, K, k)
-        out = self.diagonal[:, None] * local
-        if not self.ordered:
-            return out + jnp.einsum("nk,nkf->nf", self.weights, gathered)
-        for k in range(self.neighbors.shape[1]):
-            out = out + self.weights[:, k, None] * gathered[:, k]
-        return out
-
-
-class ExchangePlan(eqx.Module):
-    """Who sends which rows to whom, for every snapshot of a sparse schedule whose agents are
-    split in contiguous blocks over ``D`` devices: the tables of :class:`HaloRows`, built once
-    on the host (:func:`exchange_plan`). Leaves carry a leading ``P`` (snapshot) axis; rows
-    and sends an agent or device axis that ``shard_map`` splits.
-
-    Attributes:
-        neighbors, weights: ``(P, N, K)``; ``diagonal``: ``(P, N)`` (as :class:`HaloRows`, per
-            snapshot, rows of all devices stacked).
-        sends: per offset, ``(P, D, M_o)`` int32, indexed by the sending device.
-        offsets, ordered: as :class:`HaloRows`.
-    """
-
-    neighbors: Array
-    weights: Array
-    diagonal: Array
-    sends: tuple[Array, ...]
-    offsets: tuple[int, ...] = eqx.field(static=True)
-    ordered: bool = eqx.field(static=True)
-
-    @property
-    def period(self) -> int:
-        return self.diagonal.shape[0]
-
-    @property
-    def rows_received(self) -> int:
-        """Rows each device receives per exchange (padded to the busiest snapshot and device)."""
-        return sum(s.shape[-1] for s in self.sends)
-
-    def rows(self, k, axis_name: str, num_devices: int) -> HaloRows:
-        """:class:`HaloRows` of ``W⁽ᵏ⁾`` inside ``shard_map`` (this device's block of every
-        table; ``k`` may be traced)."""
-        p = k % self.period
-        return HaloRows(self.neighbors[p], self.weights[p], self.diagonal[p],
-                        tuple(s[p, 0] for s in self.sends), self.offsets, num_devices,
-                        axis_name, self.ordered)
-
-
-def _neighbour_lists(schedule: sparse.SparseSchedule):
-    """``(neighbors (P, N, K), weights (P, N, K), diagonal (P, N), ordered)`` of any sparse
-    format, each row's terms in the order its format sums them (edge lists: sender order)."""
-    snaps = jax.tree.map(np.asarray, schedule.snapshots)
-    period, n = schedule.period, schedule.num_agents
-    if isinstance(snaps, sparse.CirculantMixing):
-        shifts = np.asarray(snaps.shifts, np.int64)
-        nbr = (np.arange(n)[:, None] + shifts[None, :]) % n
-        nbr = np.broadcast_to(nbr, (period, n, shifts.size))
-        return nbr, np.repeat(snaps.weights[:, None, :], n, axis=1), snaps.diagonal, True
-    if isinstance(snaps, sparse.NeighborMixing):
-        return snaps.neighbors, snaps.weights, snaps.diagonal, False
-    counts = np.stack([np.bincount(r, minlength=n) for r in snaps.receivers])      # (P, N)
-    k_max = max(int(counts.max()), 1)
-    nbr = np.tile(np.arange(n)[None, :, None], (period, 1, k_max))    # padding: self, weight 0
-    wts = np.zeros((period, n, k_max), snaps.weights.dtype)
-    for p in range(period):
-        rows = snaps.receivers[p]
-        slot = np.arange(rows.size) - np.searchsorted(rows, rows)
-        nbr[p, rows, slot], wts[p, rows, slot] = snaps.senders[p], snaps.weights[p]
-    return nbr, wts, snaps.diagonal, False
-
-
-def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int) -> ExchangePlan:
-    """The :class:`ExchangePlan` of ``schedule`` (concrete snapshots) with its ``N`` agents in
-    ``num_devices`` contiguous blocks.
-
-    Device ``d`` needs, from device ``e``, the rows of ``e``'s agents that appear in the
-    neighbour lists of ``d``'s agents; they travel at offset ``o = (d - e) mod D``, padded to
-    the most any device needs at that offset in any snapshot (``M_o`` rows; fixed shapes).
-
-    Raises:
-        ValueError: if ``N`` is not a multiple of ``num_devices``.
-    """
-    nbr, wts, diag, ordered = _neighbour_lists(schedule)
-    period, n, k = nbr.shape
-    if n % num_devices:
-        raise ValueError(f"the number of agents ({n}) must be a multiple of the number of "
-                         f"devices ({num_devices}).")
-    size = n // num_devices
-    # needed[o][p][d]: sorted local rows of device (d - o) % D that device d needs at snapshot p.
-    needed = [[[None] * num_devices for _ in range(period)] for _ in range(num_devices)]
-    for p in range(period):
-        for d in range(num_devices):
-            cols = np.unique(nbr[p, d * size:(d + 1) * size])
-            for o in range(1, num_devices):
-                e = (d - o) % num_devices
-                needed[o][p][d] = cols[(cols >= e * size) & (cols < (e + 1) * size)] - e * size
-    widths = {o: max(len(needed[o][p][d]) for p in range(period) for d in range(num_devices))
-              for o in range(1, num_devices)}
-    offsets = tuple(o for o in range(1, num_devices) if widths[o])
-    local = np.empty_like(nbr, dtype=np.int32)
-    sends = []
-    for o in offsets:
-        send = np.zeros((period, num_devices, widths[o]), np.int32)
-        for p in range(period):
-            for d in range(num_devices):
-                rows = needed[o][p][d]
-                send[p, (d - o) % num_devices, :len(rows)] = rows
-        sends.append(send)
-    for p in range(period):
-        for d in range(num_devices):
-            block = nbr[p, d * size:(d + 1) * size]
-            own = (block >= d * size) & (block < (d + 1) * size)
-            position = np.where(own, block - d * size, -1)
-            base = size
-            for o in offsets:
-                e = (d - o) % num_devices
-                rows = needed[o][p][d]
-                inside = (block >= e * size) & (block < (e + 1) * size)
-                position[inside] = base + np.searchsorted(rows, block[inside] - e * size)
-                base += widths[o]
-            local[p, d * size:(d + 1) * size] = position
-    return ExchangePlan(jnp.asarray(local), jnp.asarray(wts), jnp.asarray(diag),
-                        tuple(jnp.asarray(s) for s in sends), offsets, ordered)
 
 
 def _is_key(x) -> bool:
@@ -474,14 +266,7 @@ class Agents:
         if n % devices:
             raise ValueError(f"the number of agents ({n}) must be a multiple of the number of "
                              f"devices on mesh axis {axis!r} ({devices}).")
-        stack = prep.stack
-        if isinstance(stack, MixingStack):  # dense: its rows are split over the devices
-            stack = stack.matrices
-        elif isinstance(stack, sparse.SparseSchedule):  # stored snapshots: a neighbour exchange
-            if not _validation.is_concrete_tree(stack):
-                raise ValueError("`mixing`: a sparse schedule's snapshots must be concrete (not "
-                                 "traced) to plan the neighbour exchange of placement=Agents.")
-            stack = exchange_plan(stack, devices)
+        stack = split_rows(prep.stack, devices)
         key = prep.key
         impl = jax.random.key_impl(key) if _is_key(key) else None
         key_data = key if impl is None else jax.random.key_data(key)
@@ -542,8 +327,9 @@ class AgentBlock(eqx.Module):
 
     Attributes:
         potential: an :class:`AgentRows`.
-        stack: the device's rows of a dense ``(P, R, N)`` stack, the device's block of an
-            :class:`ExchangePlan`, or a schedule generated on the fly (whole).
+        stack: the device's block of :func:`dgsgld.networks.rows.split_rows`'s operand: rows
+            of a dense ``(P, R, N)`` stack, of an ``ExchangePlan``, or a schedule generated on
+            the fly (whole).
         first: the device's first agent; ``size``: ``R``; ``num_agents``: ``N`` (static).
         agent_leaves: per state leaf, whether it has the agent axis (axis 1, static).
         axis_name, num_devices: the mesh axis (static).
@@ -559,16 +345,7 @@ class AgentBlock(eqx.Module):
     num_devices: int = eqx.field(static=True)
 
     def matrix_at(self, k):
-        stack = self.stack
-        if isinstance(stack, ExchangePlan):
-            return stack.rows(k, self.axis_name, self.num_devices)
-        if hasattr(stack, "matrix_at"):
-            snapshot = stack.matrix_at(k)
-            if isinstance(snapshot, jax.Array):
-                return RowBlock(jax.lax.dynamic_slice_in_dim(snapshot, self.first, self.size),
-                                self.axis_name)
-            return GatheredRows(snapshot, self.first, self.size, self.axis_name)
-        return RowBlock(stack[k % stack.shape[0]], self.axis_name)
+        return rows_at(self.stack, k, self.first, self.size, self.axis_name, self.num_devices)
 
     def noise(self, algorithm, key, position):
         # This device's rows of the whole network's noise, the draws of one device.

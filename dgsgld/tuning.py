@@ -73,6 +73,7 @@ import numpy as np
 from . import _params, run, streaming
 from ._types import Array, PRNGKey, PyTree
 from .networks import spectral as network_spectral
+from .networks.checked import checked_if_concrete
 
 if TYPE_CHECKING:
     import optax  # imported where gradient tuning runs: grid searches and quick runs skip it
@@ -152,7 +153,7 @@ def grid_run(
     Returns:
         A :class:`GridRun` of JAX arrays.
     """
-    mixing = run.checked_if_concrete(mixing)
+    mixing = checked_if_concrete(mixing)
     return GridRun(*_grid_run(make_algorithm, jnp.asarray(step_sizes, jnp.float32), potential,
                               mixing, init, key, num_steps, output, score_fn, bool(stacked)))
 
@@ -350,7 +351,7 @@ def tune_step_size_gradient(
     # Cosine decay to a tenth, set on the host each iteration so the compiled step is reused.
     schedule = optax.cosine_decay_schedule(learning_rate, max(num_iterations - 1, 1), alpha=0.1)
     steps, losses = [], []
-    mixing = run.checked_if_concrete(mixing)  # as in grid_search
+    mixing = checked_if_concrete(mixing)  # as in grid_search
     for k in range(num_iterations):
         if optimizer is adam:
             opt_state.hyperparams["learning_rate"] = jnp.asarray(schedule(k), jnp.float32)
@@ -747,7 +748,7 @@ def propose_step_size(
     if dense is not None:
         gap = float(np.mean(network_spectral.spectral_gap(dense)))
 
-    checked = run.checked_if_concrete(mixing)  # once, not at every grid extension
+    checked = checked_if_concrete(mixing)  # once, not at every grid extension
     output = run.Output(thin=num_steps // 2, ensemble_fn=_pilot_stats(decentralized))
     final_score = None if score_fn is None else _AtFinalPositions(score_fn)
 

@@ -31,8 +31,9 @@ def parse(argv=None):
     p.add_argument("--network", choices=("barbell", "ring"), default="barbell",
                    help="the paper's time-varying barbell, or a ring (circulant)")
     p.add_argument("--mixing", choices=("dense", "sparse"), default="dense",
-                   help="sparse: dgsgld.sparse snapshots; the agents placement then exchanges "
-                   "only the rows neighbours need (ppermute) instead of all-gathering them")
+                   help="sparse: dgsgld.networks.sparse snapshots; the agents placement then "
+                   "exchanges only the rows neighbours need (ppermute) instead of all-gathering "
+                   "them")
     p.add_argument("--chains", type=int, default=200, help="trials (200 in the paper)")
     p.add_argument("--agents", type=int, default=20, help="N (20 in the paper)")
     p.add_argument("--steps", type=int, default=100)
@@ -82,7 +83,8 @@ def setup(args):
     else:
         mixing = make_network(config, seeds["network"]).matrices
     if args.mixing == "sparse":
-        mixing = dgsgld.sparse.from_dense(mixing)   # circulant for the ring, else neighbour lists
+        # circulant for the ring, else neighbour lists
+        mixing = dgsgld.networks.sparse.from_dense(mixing)
     init = _initial_positions(seeds["init"], config, problem.dim)[0]
     return problem, mixing, init, jax.random.key(seeds["sampling"]), \
         dgsgld.diging_sgld(args.step_size)

@@ -16,8 +16,8 @@ from _problems import linear_regression
 from scipy import stats
 
 import dgsgld
-from dgsgld import _validation, networks, sparse
-from dgsgld.networks import onthefly, weights
+from dgsgld import _validation, networks
+from dgsgld.networks import onthefly, sparse, weights
 
 ALPHA = 1e-4
 K = 2_000   # iterations drawn per distribution test

@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import _validation, diagnostics, sharding, sparse
+from dgsgld import _validation, diagnostics, sharding
 from dgsgld.checkpoint import sample_chunked
+from dgsgld.networks import sparse
 
 pytestmark = pytest.mark.reliability
 

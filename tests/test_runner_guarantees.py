@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import networks, sparse
-from dgsgld.networks import onthefly
+from dgsgld import networks
+from dgsgld.networks import onthefly, sparse
 
 pytestmark = pytest.mark.reliability
 

@@ -414,8 +414,9 @@ def test_sampler_class_and_factory_are_the_same(cls, make):
 def test_every_mixing_form_gives_the_same_run(key):
     """A stack, a MixingStack, a networks.Schedule and a sparse schedule all reach the step as
     ``matrix_at(k) = W[k % P]``; one matrix is a stack of one."""
-    from dgsgld import networks, sparse
-    from dgsgld._mixing import MixingStack
+    from dgsgld import networks
+    from dgsgld.networks import sparse
+    from dgsgld.networks._mixing import MixingStack
 
     pb = linear_regression()
     stack = np.asarray(permuted_rings(5, 3), np.float32)

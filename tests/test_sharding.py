@@ -89,7 +89,8 @@ SCRIPT = textwrap.dedent(
         # Sparse schedules: a neighbour exchange (ppermute of the rows neighbours need) instead of
         # the all-gather; on-the-fly sparse snapshots all-gather. The same draws as dgsgld.sample
         # with the same sparse mixing; the exchange's product alone, bit for bit.
-        from dgsgld import networks, sparse
+        from dgsgld import networks
+        from dgsgld.networks import rows, sparse
         from jax.sharding import PartitionSpec as P
         prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
         alg = dgsgld.diging_sgld(0.05)
@@ -109,7 +110,7 @@ SCRIPT = textwrap.dedent(
                         "tracker_diff": float(jnp.abs(got.state.tracker
                                                       - ref.state.tracker).max())}
             if name != "on_the_fly":
-                plan = sharding.exchange_plan(mix, 4)
+                plan = rows.exchange_plan(mix, 4)
                 product = jax.jit(jax.shard_map(
                     lambda pl, xl: pl.rows(jnp.int32(1), "agents", 4) @ xl,
                     mesh=sharding.agent_mesh(), in_specs=(jax.tree.map(lambda _: P(None, "agents"),
@@ -234,13 +235,14 @@ def test_exchange_plan_rebuilds_every_snapshot_from_the_rows_it_sends(fmt, devic
     # arrives, in the right slot. Only rows a device's agents listen to are sent.
     import numpy as np
 
-    from dgsgld import networks, sparse, sharding
+    from dgsgld import networks
+    from dgsgld.networks import rows, sparse
 
     if fmt == "circulant":
         schedule = sparse.from_dense(networks.ring(20).matrices, format=fmt)
     else:
         schedule = sparse.from_dense(networks.barbell(20, period=6, seed=1).matrices, format=fmt)
-    plan = sharding.exchange_plan(schedule, devices)
+    plan = rows.exchange_plan(schedule, devices)
     nbr, wts, diag = (np.asarray(a) for a in (plan.neighbors, plan.weights, plan.diagonal))
     dense = np.asarray(schedule.todense())
     size = 20 // devices

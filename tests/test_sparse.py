@@ -8,7 +8,8 @@ import pytest
 from _problems import linear_regression
 
 import dgsgld
-from dgsgld import _validation, networks, sparse
+from dgsgld import _validation, networks
+from dgsgld.networks import sparse
 
 
 def _stacks():

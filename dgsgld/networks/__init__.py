@@ -5,10 +5,18 @@ cyclically, ``W⁽ᵏ⁾ = matrices[k % P]``, with ``x⁺ = W @ x`` (``W[i, j]``
 puts on agent ``j``). Generators return a :class:`Schedule` (an ``eqx.Module``) that
 ``dgsgld.sample`` accepts wherever it accepts a raw ``(P, N, N)`` array. Directed networks (one-way
 links, column-stochastic weights, for the push-sum samplers) are :mod:`dgsgld.networks.directed`.
+
+Everything about the network lives in this package: the mixing protocol ``matrix_at(k)``
+(:mod:`~dgsgld.networks._mixing`), schedules and weights, sparse formats
+(:mod:`~dgsgld.networks.sparse`) and on-the-fly schedules (:mod:`~dgsgld.networks.onthefly`),
+their validation and spectral diagnostics, weight design, the checks ``dgsgld.sample`` runs on a
+network (:mod:`~dgsgld.networks.checked`), and a device's rows of a network split over devices
+(:mod:`~dgsgld.networks.rows`).
 """
 
 from . import directed as directed
 from . import onthefly as onthefly
+from . import sparse as sparse
 from .directed import DirectedSchedule as DirectedSchedule
 from .directed import check_strong_connectivity as check_strong_connectivity
 from .directed import directed_barbell as directed_barbell

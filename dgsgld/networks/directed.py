@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._mixing import MixingStack
+from ._mixing import MixingStack
 from .schedules import _positive_int, _rng
 from .spectral import Delta
 from .validation import DEFAULT_TOL, format_components, validate_schedule

@@ -20,9 +20,9 @@ checks (:func:`dgsgld.networks.validate_schedule`, :func:`dgsgld.networks.delta`
 does not validate schedule objects, it only asks them for matrices.
 
 Output format: dense ``(N, N)`` matrices for the clique-based families; for link failures and
-the one-peer graph, neighbour lists (:class:`dgsgld.sparse.NeighborMixing`) when the graph is
-sparse (``format="auto"``: ``N >= 64`` and at most 10 % of the pairs linked), so that an
-iteration costs ``O(|E| d)``.
+the one-peer graph, neighbour lists (:class:`dgsgld.networks.sparse.NeighborMixing`) when the
+graph is sparse (``format="auto"``: ``N >= 64`` and at most 10 % of the pairs linked), so that
+an iteration costs ``O(|E| d)``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import sparse
+from . import sparse
 from .weights import as_adjacency
 
 __all__ = [

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._mixing import MixingStack
+from ._mixing import MixingStack
 from .validation import DEFAULT_TOL, validate_schedule
 from .weights import _is_graph, as_adjacency, get_weight_rule
 

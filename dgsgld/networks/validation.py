@@ -90,12 +90,12 @@ DEFAULT_CONNECTIVITY_WINDOW = 100
 
 def _snapshot_edges(w: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(rows, cols)`` of the nonzero off-diagonal weights of one snapshot (any format)."""
-    if hasattr(w, "neighbors"):  # dgsgld.sparse.NeighborMixing
+    if hasattr(w, "neighbors"):  # dgsgld.networks.sparse.NeighborMixing
         nbr, wts = np.asarray(w.neighbors), np.asarray(w.weights)
         rows = np.broadcast_to(np.arange(nbr.shape[0])[:, None], nbr.shape)
         keep = wts != 0
         return rows[keep], nbr[keep]
-    if hasattr(w, "senders"):  # dgsgld.sparse.EdgeMixing
+    if hasattr(w, "senders"):  # dgsgld.networks.sparse.EdgeMixing
         keep = np.asarray(w.weights) != 0
         return np.asarray(w.receivers)[keep], np.asarray(w.senders)[keep]
     return np.nonzero(np.asarray(w))
@@ -182,7 +182,8 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
 
     Args:
         mixing: a ``(P, N, N)`` stack, an ``(N, N)`` matrix, a schedule with ``.matrices``, a
-            :class:`dgsgld.sparse.SparseSchedule` or an on-the-fly schedule. Concrete values.
+            :class:`dgsgld.networks.sparse.SparseSchedule` or an on-the-fly schedule. Concrete
+            values.
         window: ``B``, or ``None`` (see above).
         name: what to call the schedule in the message.
 
@@ -219,7 +220,7 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
                 f"{format_components(parts)}."
             )
         return
-    if hasattr(mixing, "snapshots"):  # dgsgld.sparse.SparseSchedule: read to the host once
+    if hasattr(mixing, "snapshots"):  # dgsgld.networks.sparse.SparseSchedule: read to the host once
         import jax
 
         host = jax.tree.map(np.asarray, mixing.snapshots)
@@ -286,8 +287,9 @@ def _shape_error(name: str, fields: dict, expect: str) -> ValueError:
 def sparse_entries(snapshots: Any, *, name: str = "mixing"):
     """The stored off-diagonal entries of sparse snapshots, after the checks of their structure.
 
-    Works on :class:`dgsgld.sparse.NeighborMixing`, :class:`~dgsgld.sparse.EdgeMixing` and
-    :class:`~dgsgld.sparse.CirculantMixing`, one snapshot (leaves ``(N, ...)``) or a stack
+    Works on :class:`dgsgld.networks.sparse.NeighborMixing`,
+    :class:`~dgsgld.networks.sparse.EdgeMixing` and
+    :class:`~dgsgld.networks.sparse.CirculantMixing`, one snapshot (leaves ``(N, ...)``) or a stack
     (leaves ``(P, N, ...)``), concrete. Structure: integer indices in ``[0, N)``; every
     off-diagonal entry stored once (the product adds repeats); list entries of an agent to itself
     only as padding (weight 0: self-weights live in ``diagonal``); sorted ``receivers`` (the
@@ -455,14 +457,14 @@ def num_agents_of(schedule: Any) -> int:
     n = getattr(schedule, "num_agents", None)
     if n is not None:
         return int(n)
-    from .._mixing import abstract_matrix
+    from ._mixing import abstract_matrix
 
     w = abstract_matrix(schedule)
     shape = tuple(getattr(w, "shape", ()))
     if len(shape) != 2 or shape[0] != shape[1]:
         raise TypeError(
-            f"`mixing`.matrix_at(k) must return an (N, N) array or a dgsgld.sparse snapshot; got "
-            f"{type(w).__name__}" + (f" of shape {shape}." if shape else ".")
+            "`mixing`.matrix_at(k) must return an (N, N) array or a dgsgld.networks.sparse "
+            f"snapshot; got {type(w).__name__}" + (f" of shape {shape}." if shape else ".")
         )
     return shape[0]
 

@@ -44,8 +44,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation
-from ._types import Array
+from .. import _validation
+from .._types import Array
 
 __all__ = [
     "CirculantMixing",
@@ -81,7 +81,7 @@ class _Snapshot(eqx.Module):
     """
 
     def __check_init__(self):
-        from .networks.validation import validate_sparse
+        from .validation import validate_sparse
 
         validate_sparse(self, name="mixing")
 
@@ -230,8 +230,9 @@ class SparseSchedule(eqx.Module):
 
     def __check_init__(self):
         if not isinstance(self.snapshots, _Snapshot):
-            raise TypeError("`snapshots` must be a dgsgld.sparse NeighborMixing, EdgeMixing or "
-                            f"CirculantMixing; got {type(self.snapshots).__name__}.")
+            raise TypeError("`snapshots` must be a dgsgld.networks.sparse NeighborMixing, "
+                            "EdgeMixing or CirculantMixing; got "
+                            f"{type(self.snapshots).__name__}.")
         if jnp.ndim(self.snapshots.diagonal) != 2:
             raise ValueError(
                 "`snapshots` must carry a leading period axis P (diagonal (P, N)); got diagonal of "

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation
-from ._types import Array
+from .. import _validation
+from .._types import Array
 
 __all__ = ["MixingStack", "abstract_matrix", "as_mixing"]
 

@@ -1,0 +1,288 @@
+"""A network's rows on one device: the mixing operand of a sampler whose ``N`` agents are split
+in contiguous blocks of ``R = N / D`` rows over ``D`` devices (a mesh axis inside
+``jax.shard_map``, :class:`dgsgld.sharding.Agents`).
+
+Each operand's ``@`` takes the device's ``(R, k)`` rows of ``x`` and returns its rows of
+``W⁽ᵏ⁾ @ x``, exchanging rows with the other devices over the mesh axis:
+
+* :class:`RowBlock` — the device's rows of a dense ``W⁽ᵏ⁾``; all-gathers ``x`` (the simplest
+  exchange, optimal for dense ``W``).
+* :class:`HaloRows` — the device's rows of a stored sparse snapshot
+  (:class:`dgsgld.networks.sparse.SparseSchedule`); receives only the rows its agents listen to,
+  with one ``jax.lax.ppermute`` per device offset, as planned once on the host by
+  :func:`exchange_plan` (:class:`ExchangePlan`), and sums them in the snapshot format's order.
+* :class:`GatheredRows` — the device's rows of a sparse snapshot generated on the fly (its
+  neighbour pattern is unknown before the step); all-gathers ``x``.
+
+:func:`split_rows` turns a network into the operand whose agent axis the devices split (on the
+host); :func:`rows_at` gives, inside ``shard_map``, the device's operand of ``W⁽ᵏ⁾``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _validation
+from .._types import Array
+from . import sparse
+from ._mixing import MixingStack
+
+__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "exchange_plan", "rows_at",
+           "split_rows"]
+
+
+class RowBlock(eqx.Module):
+    """This device's block of rows ``W[first : first + R]`` of ``W⁽ᵏ⁾``, as the samplers'
+    mixing operand: ``block @ x_local`` all-gathers the agents' rows of ``x`` over the mesh axis
+    and returns the device's rows of ``W @ x``. The only communication of an agent-sharded step.
+
+    Attributes:
+        rows: ``(R, N)``.
+        axis_name: the mesh axis the agents are split over (inside ``shard_map``).
+    """
+
+    rows: Array
+    axis_name: str = eqx.field(static=True)
+
+    def astype(self, dtype) -> "RowBlock":
+        return RowBlock(self.rows.astype(dtype), self.axis_name)
+
+    def __matmul__(self, local: Array) -> Array:
+        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
+        return self.rows @ jax.lax.all_gather(local, self.axis_name, axis=0, tiled=True)
+
+
+class GatheredRows(eqx.Module):
+    """This device's rows of a sparse ``W⁽ᵏ⁾`` generated on the fly (its neighbour pattern is
+    unknown before the step): ``block @ x_local`` all-gathers ``x`` as :class:`RowBlock` does,
+    applies the whole snapshot and keeps the device's rows, the single-device arithmetic.
+
+    Attributes:
+        matrix: the snapshot (:mod:`dgsgld.networks.sparse` format), ``N`` rows.
+        first: the device's first agent; ``size``: its number of agents ``R`` (static).
+        axis_name: the mesh axis the agents are split over.
+    """
+
+    matrix: Any
+    first: Array
+    size: int = eqx.field(static=True)
+    axis_name: str = eqx.field(static=True)
+
+    def astype(self, dtype) -> "GatheredRows":
+        return GatheredRows(self.matrix.astype(dtype), self.first, self.size, self.axis_name)
+
+    def __matmul__(self, local: Array) -> Array:
+        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
+        full = jax.lax.all_gather(local, self.axis_name, axis=0, tiled=True)
+        return jax.lax.dynamic_slice_in_dim(self.matrix @ full, self.first, self.size)
+
+
+class HaloRows(eqx.Module):
+    """This device's rows of a sparse ``W⁽ᵏ⁾`` with a neighbour exchange: ``block @ x_local``
+    receives, with one ``jax.lax.ppermute`` per device offset, only the rows of other devices'
+    agents that this device's agents listen to, and returns the device's rows of ``W @ x``.
+
+    Built by :meth:`ExchangePlan.rows`. Row ``i``'s neighbours index the concatenation
+    ``[x_local (R); rows received from offset offsets[0] (M_0); ...]``.
+
+    Attributes:
+        neighbors: ``(R, K)`` int32 positions in that concatenation.
+        weights: ``(R, K)``, ``W[i, neighbour]``; ``diagonal``: ``(R,)``, ``W[i, i]``.
+        sends: per offset ``o``, ``(M_o,)`` int32: the local rows device ``+ o`` needs.
+        offsets: device offsets ``o`` (static): send to ``d + o``, receive from ``d - o``.
+        num_devices, axis_name: the mesh axis (static).
+        ordered: sum the ``K`` terms one after another, as
+            :class:`~dgsgld.networks.sparse.CirculantMixing` does, instead of one contraction
+            as ``NeighborMixing``: the single-device arithmetic of the snapshot's format.
+    """
+
+    neighbors: Array
+    weights: Array
+    diagonal: Array
+    sends: tuple[Array, ...]
+    offsets: tuple[int, ...] = eqx.field(static=True)
+    num_devices: int = eqx.field(static=True)
+    axis_name: str = eqx.field(static=True)
+    ordered: bool = eqx.field(static=True)
+
+    def astype(self, dtype) -> "HaloRows":
+        return eqx.tree_at(lambda h: (h.weights, h.diagonal), self,
+                           (self.weights.astype(dtype), self.diagonal.astype(dtype)))
+
+    def __matmul__(self, local: Array) -> Array:
+        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
+        parts = [local]
+        for send, offset in zip(self.sends, self.offsets):
+            pairs = [(j, (j + offset) % self.num_devices) for j in range(self.num_devices)]
+            parts.append(jax.lax.ppermute(local[send], self.axis_name, pairs))
+        gathered = jnp.concatenate(parts)[self.neighbors]                  # (R, K, k)
+        out = self.diagonal[:, None] * local
+        if not self.ordered:
+            return out + jnp.einsum("nk,nkf->nf", self.weights, gathered)
+        for k in range(self.neighbors.shape[1]):
+            out = out + self.weights[:, k, None] * gathered[:, k]
+        return out
+
+
+class ExchangePlan(eqx.Module):
+    """Who sends which rows to whom, for every snapshot of a sparse schedule whose agents are
+    split in contiguous blocks over ``D`` devices: the tables of :class:`HaloRows`, built once
+    on the host (:func:`exchange_plan`). Leaves carry a leading ``P`` (snapshot) axis; rows
+    and sends an agent or device axis that ``shard_map`` splits.
+
+    Attributes:
+        neighbors, weights: ``(P, N, K)``; ``diagonal``: ``(P, N)`` (as :class:`HaloRows`, per
+            snapshot, rows of all devices stacked).
+        sends: per offset, ``(P, D, M_o)`` int32, indexed by the sending device.
+        offsets, ordered: as :class:`HaloRows`.
+    """
+
+    neighbors: Array
+    weights: Array
+    diagonal: Array
+    sends: tuple[Array, ...]
+    offsets: tuple[int, ...] = eqx.field(static=True)
+    ordered: bool = eqx.field(static=True)
+
+    @property
+    def period(self) -> int:
+        return self.diagonal.shape[0]
+
+    @property
+    def rows_received(self) -> int:
+        """Rows each device receives per exchange (padded to the busiest snapshot and device)."""
+        return sum(s.shape[-1] for s in self.sends)
+
+    def rows(self, k, axis_name: str, num_devices: int) -> HaloRows:
+        """:class:`HaloRows` of ``W⁽ᵏ⁾`` inside ``shard_map`` (this device's block of every
+        table; ``k`` may be traced)."""
+        p = k % self.period
+        return HaloRows(self.neighbors[p], self.weights[p], self.diagonal[p],
+                        tuple(s[p, 0] for s in self.sends), self.offsets, num_devices,
+                        axis_name, self.ordered)
+
+
+def _neighbour_lists(schedule: sparse.SparseSchedule):
+    """``(neighbors (P, N, K), weights (P, N, K), diagonal (P, N), ordered)`` of any sparse
+    format, each row's terms in the order its format sums them (edge lists: sender order)."""
+    snaps = jax.tree.map(np.asarray, schedule.snapshots)
+    period, n = schedule.period, schedule.num_agents
+    if isinstance(snaps, sparse.CirculantMixing):
+        shifts = np.asarray(snaps.shifts, np.int64)
+        nbr = (np.arange(n)[:, None] + shifts[None, :]) % n
+        nbr = np.broadcast_to(nbr, (period, n, shifts.size))
+        return nbr, np.repeat(snaps.weights[:, None, :], n, axis=1), snaps.diagonal, True
+    if isinstance(snaps, sparse.NeighborMixing):
+        return snaps.neighbors, snaps.weights, snaps.diagonal, False
+    counts = np.stack([np.bincount(r, minlength=n) for r in snaps.receivers])      # (P, N)
+    k_max = max(int(counts.max()), 1)
+    nbr = np.tile(np.arange(n)[None, :, None], (period, 1, k_max))    # padding: self, weight 0
+    wts = np.zeros((period, n, k_max), snaps.weights.dtype)
+    for p in range(period):
+        rows = snaps.receivers[p]
+        slot = np.arange(rows.size) - np.searchsorted(rows, rows)
+        nbr[p, rows, slot], wts[p, rows, slot] = snaps.senders[p], snaps.weights[p]
+    return nbr, wts, snaps.diagonal, False
+
+
+def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int) -> ExchangePlan:
+    """The :class:`ExchangePlan` of ``schedule`` (concrete snapshots) with its ``N`` agents in
+    ``num_devices`` contiguous blocks.
+
+    Device ``d`` needs, from device ``e``, the rows of ``e``'s agents that appear in the
+    neighbour lists of ``d``'s agents; they travel at offset ``o = (d - e) mod D``, padded to
+    the most any device needs at that offset in any snapshot (``M_o`` rows; fixed shapes).
+
+    Raises:
+        ValueError: if ``N`` is not a multiple of ``num_devices``.
+    """
+    nbr, wts, diag, ordered = _neighbour_lists(schedule)
+    period, n, k = nbr.shape
+    if n % num_devices:
+        raise ValueError(f"the number of agents ({n}) must be a multiple of the number of "
+                         f"devices ({num_devices}).")
+    size = n // num_devices
+    # needed[o][p][d]: sorted local rows of device (d - o) % D that device d needs at snapshot p.
+    needed = [[[None] * num_devices for _ in range(period)] for _ in range(num_devices)]
+    for p in range(period):
+        for d in range(num_devices):
+            cols = np.unique(nbr[p, d * size:(d + 1) * size])
+            for o in range(1, num_devices):
+                e = (d - o) % num_devices
+                needed[o][p][d] = cols[(cols >= e * size) & (cols < (e + 1) * size)] - e * size
+    widths = {o: max(len(needed[o][p][d]) for p in range(period) for d in range(num_devices))
+              for o in range(1, num_devices)}
+    offsets = tuple(o for o in range(1, num_devices) if widths[o])
+    local = np.empty_like(nbr, dtype=np.int32)
+    sends = []
+    for o in offsets:
+        send = np.zeros((period, num_devices, widths[o]), np.int32)
+        for p in range(period):
+            for d in range(num_devices):
+                rows = needed[o][p][d]
+                send[p, (d - o) % num_devices, :len(rows)] = rows
+        sends.append(send)
+    for p in range(period):
+        for d in range(num_devices):
+            block = nbr[p, d * size:(d + 1) * size]
+            own = (block >= d * size) & (block < (d + 1) * size)
+            position = np.where(own, block - d * size, -1)
+            base = size
+            for o in offsets:
+                e = (d - o) % num_devices
+                rows = needed[o][p][d]
+                inside = (block >= e * size) & (block < (e + 1) * size)
+                position[inside] = base + np.searchsorted(rows, block[inside] - e * size)
+                base += widths[o]
+            local[p, d * size:(d + 1) * size] = position
+    return ExchangePlan(jnp.asarray(local), jnp.asarray(wts), jnp.asarray(diag),
+                        tuple(jnp.asarray(s) for s in sends), offsets, ordered)
+
+
+def split_rows(network, num_devices: int):
+    """``network`` as the operand whose agent axis (axis 1 of every leaf) ``shard_map`` splits
+    over ``num_devices`` devices: the ``(P, N, N)`` matrices of a dense stack, the
+    :class:`ExchangePlan` of a sparse schedule, or a schedule generated on the fly as it is
+    (every device holds it whole).
+
+    Args:
+        network: a mixing with ``matrix_at`` (:func:`~dgsgld.networks._mixing.as_mixing`).
+        num_devices: ``D``.
+
+    Raises:
+        ValueError: if ``network`` is a sparse schedule with traced snapshots.
+    """
+    if isinstance(network, MixingStack):
+        return network.matrices
+    if isinstance(network, sparse.SparseSchedule):
+        if not _validation.is_concrete_tree(network):
+            raise ValueError("`mixing`: a sparse schedule's snapshots must be concrete (not "
+                             "traced) to plan the neighbour exchange of placement=Agents.")
+        return exchange_plan(network, num_devices)
+    return network
+
+
+def rows_at(operand, k, first, size: int, axis_name: str, num_devices: int):
+    """Inside ``shard_map``: the device's mixing operand of ``W⁽ᵏ⁾`` (``k`` may be traced).
+
+    Args:
+        operand: the device's block of :func:`split_rows`'s operand.
+        first: the device's first agent; ``size``: its number of agents ``R``.
+        axis_name, num_devices: the mesh axis the agents are split over.
+
+    Returns:
+        A :class:`RowBlock`, :class:`HaloRows` or :class:`GatheredRows`.
+    """
+    if isinstance(operand, ExchangePlan):
+        return operand.rows(k, axis_name, num_devices)
+    if hasattr(operand, "matrix_at"):
+        snapshot = operand.matrix_at(k)
+        if isinstance(snapshot, jax.Array):
+            return RowBlock(jax.lax.dynamic_slice_in_dim(snapshot, first, size), axis_name)
+        return GatheredRows(snapshot, first, size, axis_name)
+    return RowBlock(operand[k % operand.shape[0]], axis_name)
