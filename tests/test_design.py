@@ -265,6 +265,31 @@ def test_laplace_quadratic_is_exact_for_linear_and_the_map_for_logistic():
     np.testing.assert_allclose(np.asarray(q.hessians).sum(0), hessian, rtol=1e-6)
 
 
+def test_sampled_w2_standard_error_matches_independent_repetitions():
+    """The bootstrap over chains against the spread of the plug-in W2 over R independent runs
+    of C chains: N = 2 independent agents with N(0, I₂) chains, target N(μ, I₂), |μ| = 1.
+    To first order W2_i = |x̄_i − μ|, whose standard deviation is 1/√C, so the mean over the
+    agents has standard error 1/√(CN)."""
+    from dgsgld import metrics
+    from dgsgld.experiments import design as D
+
+    C, N, p, R, K = 400, 2, 2, 2000, 20
+    mu = np.array([1.0, 0.0])
+    q = exact.Quadratic(np.broadcast_to(np.eye(p) / N, (N, p, p)), np.broadcast_to(mu / N, (N, p)))
+    positions = np.random.default_rng(0).standard_normal((R, C, N, p))
+    with jax.enable_x64(True):
+        w2 = np.asarray(metrics.gaussian_w2_to_target(positions, mu, np.eye(p), axis=1)).mean(1)
+    truth = np.std(w2, ddof=1)
+    truth_se = truth / np.sqrt(2 * (R - 1))        # standard error of a normal sample's sd
+    boot = np.array([D._sampled_w2_se(positions[k], q, seed=k) for k in range(K)])
+    boot_se = np.std(boot, ddof=1) / np.sqrt(K)    # of their mean over K independent runs
+    # The two estimate the same number; 4 standard errors of their difference.
+    assert abs(boot.mean() - truth) < 4 * np.hypot(boot_se, truth_se)
+    # First order: 1/√(CN); the covariance term and the bias of the fit are O(1/C).
+    assert abs(truth - 1 / np.sqrt(C * N)) < 4 * truth_se + 1 / C
+    assert np.isnan(D._sampled_w2_se(np.full((C, N, p), np.inf), q))
+
+
 @pytest.mark.slow  # about 2 min; fast twins: the learn_weights, fastest-mixing, Laplace tests
 def test_reproduce_design_small(tmp_path):
     import json
@@ -285,7 +310,12 @@ def test_reproduce_design_small(tmp_path):
         assert len(base["heldout_w2"]) == record["settings"]["heldout"]
         if figure == "fig2b":  # sampled: no stationary law; learned through dgsgld.sample
             assert base["stationary_w2"] is None and "learned by sampling" in rows
+            # Monte Carlo standard errors of the sampled score: positive, far below the score.
+            assert 0 < base["w2_se"] < 0.2 * base["w2"]
+            assert len(base["heldout_w2_se"]) == len(base["heldout_w2"])
+            assert f"{base['w2']:.4f} ± {base['w2_se']:.4f}" in record["table"]
             continue
+        assert base["w2_se"] is None and base["heldout_w2_se"] is None
         for name in ("learned per snapshot", "learned per snapshot and η"):
             # Started at Metropolis, the best iterate is never worse on the training draw
             # (float32 learning, float64 scores: 1e-5 of rounding allowed).
