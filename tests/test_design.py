@@ -85,6 +85,62 @@ def test_exact_w2_gradient_matches_finite_differences():
         np.testing.assert_allclose(float(g_eta), float(fd_eta), rtol=1e-6)
 
 
+def test_multi_iteration_objective_gradient_matches_finite_differences():
+    # The objective learn_weights differentiates when `num_steps` is a sequence: the mean over
+    # the iterations 3..6 of the mean-agent exact W2. Its value against each iteration's W2
+    # from one recursion (float64: agreement to rounding), its gradient in θ against central
+    # differences as in the single-iteration test: truncation O(h²) ≈ 1e-10 times third
+    # derivatives of order one, rounding ≈ 1e-16 / h = 1e-11, so 1e-6 relative is a wide margin.
+    from dgsgld.networks.design import _exact_objective
+
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(2)
+        roots = rng.normal(size=(4, 2, 2))
+        q = exact.Quadratic(roots @ np.swapaxes(roots, 1, 2) + 0.5 * np.eye(2),
+                            rng.normal(size=(4, 2)))
+        par = nets.edge_parametrization(_two_snapshots())
+        iterations = (3, 4, 5, 6)
+        objective = _exact_objective("diging", None, [q], np.zeros(2), np.eye(2), iterations,
+                                     "mean")
+        theta = jnp.asarray(rng.normal(size=par.shape) - 1.0)  # node sums below 1: smooth
+        eta = jnp.asarray(0.05)
+        m = exact.exact_moments("diging", q, par.matrices(theta), np.zeros(2), np.eye(2), 6,
+                                step_size=eta)
+        per_iteration = np.asarray(exact.exact_w2(m, *q.target())).mean(axis=1)  # (7,)
+        value_and_grad = jax.jit(jax.value_and_grad(lambda t: objective(par.matrices(t), eta)))
+        value, grad = value_and_grad(theta)
+        np.testing.assert_allclose(float(value), per_iteration[3:7].mean(), rtol=1e-12)
+        assert not np.isclose(per_iteration[3], per_iteration[6], rtol=1e-3)  # a real average
+
+        h = 1e-5
+        mask = np.asarray(par.mask) != 0
+        fd = np.zeros(par.shape)
+        for idx in zip(*np.nonzero(mask)):
+            e = np.zeros(par.shape)
+            e[idx] = h
+            fd[idx] = (value_and_grad(theta + e)[0] - value_and_grad(theta - e)[0]) / (2 * h)
+        np.testing.assert_allclose(np.asarray(grad), fd, rtol=1e-6, atol=1e-9)
+        assert np.all(np.asarray(grad)[~mask] == 0)
+
+
+def test_learn_weights_single_iteration_sequence_is_the_single_iteration_objective():
+    sched = nets.barbell(6, period=3, seed=2)
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(6, 4, 2))
+    q = exact.Quadratic(np.swapaxes(z, 1, 2) @ z + 0.1 * np.eye(2), rng.normal(size=(6, 2)))
+    args = ("diging", q, sched, np.zeros(2), np.eye(2))
+    kw = {"step_size": 0.05, "num_iterations": 3, "learning_rate": 0.1}
+    single, rep = nets.learn_weights(*args, 10, **kw)
+    listed, rep_listed = nets.learn_weights(*args, [10], **kw)
+    np.testing.assert_array_equal(rep_listed.history, rep.history)
+    np.testing.assert_array_equal(np.asarray(listed.matrices), np.asarray(single.matrices))
+    # The last period as the objective: the mean of the per-iteration starting objectives.
+    _, period = nets.learn_weights(*args, range(8, 11), **{**kw, "num_iterations": 1})
+    starts = [nets.learn_weights(*args, t, **{**kw, "num_iterations": 1})[1].objective_before
+              for t in (8, 9, 10)]
+    assert period.objective_before == pytest.approx(np.mean(starts), rel=1e-5)  # float32
+
+
 def test_learn_weights_recovers_two_node_optimum():
     # Two identical agents, d = 1, f_i(x) = x²/2 (a = 1, b = 0): the target is N(0, 1/2).
     # DE-SGLD, one step from x⁽⁰⁾ ~ N(0, s² I), s² = 4, with W = [[1 − w, w], [w, 1 − w]]:
@@ -218,6 +274,12 @@ def test_learn_weights_refuses_bad_input():
         nets.learn_weights("de", *args, step_size=0.1, num_iterations=0)
     with pytest.raises(ValueError, match="`learning_rate` must be a positive number"):
         nets.learn_weights("de", *args, step_size=0.1, learning_rate=0.0)
+    for steps, why in (([], "empty"), ([2, 2], "not strictly increasing"),
+                       ([3, 1], "not strictly increasing"), ([1, 2.5], "non-integer"),
+                       (2.0, "got 2.0"), ([0, 1], "< 1"), (True, "got True")):
+        with pytest.raises(ValueError, match=f"`num_steps` must be an integer >= 1 or a "
+                                             f"non-empty, strictly increasing.*{why}"):
+            nets.learn_weights("de", *args[:4], steps, step_size=0.1)
     with pytest.raises(ValueError, match="no edges"):
         nets.edge_parametrization(np.zeros((3, 3)))
     with pytest.raises(ValueError, match="`theta` must have shape"):
