@@ -46,15 +46,30 @@ def test_theta_from_reproduces_metropolis():
     np.testing.assert_allclose(np.asarray(par.matrices(par.theta_from(W))), W, atol=1e-6)
 
 
+def _four_agent_quadratic(rng):
+    """Random positive-definite 2-d quadratics of the four agents of :func:`_two_snapshots`."""
+    roots = rng.normal(size=(4, 2, 2))
+    return exact.Quadratic(roots @ np.swapaxes(roots, 1, 2) + 0.5 * np.eye(2),
+                           rng.normal(size=(4, 2)))
+
+
+def _central_differences(f, theta, par, h=1e-5):
+    """Central differences of ``f`` in every ``θ`` entry a snapshot holds (0 elsewhere)."""
+    fd = np.zeros(par.shape)
+    for idx in zip(*np.nonzero(np.asarray(par.mask) != 0)):
+        e = np.zeros(par.shape)
+        e[idx] = h
+        fd[idx] = (f(theta + e) - f(theta - e)) / (2 * h)
+    return fd
+
+
 def test_exact_w2_gradient_matches_finite_differences():
     # d/dθ and d/dη of the mean exact W2 at T through the moment recursion, against central
     # differences in float64: the truncation error is O(h²) ≈ 1e-10 times third derivatives of
     # order one, the rounding error ≈ 1e-16 / h = 1e-11; 1e-6 relative leaves a wide margin.
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)
-        roots = rng.normal(size=(4, 2, 2))
-        q = exact.Quadratic(roots @ np.swapaxes(roots, 1, 2) + 0.5 * np.eye(2),
-                            rng.normal(size=(4, 2)))
+        q = _four_agent_quadratic(rng)
         par = nets.edge_parametrization(_two_snapshots())
         tm, tc = q.target()
 
@@ -74,11 +89,7 @@ def test_exact_w2_gradient_matches_finite_differences():
 
         h = 1e-5
         mask = np.asarray(par.mask) != 0
-        fd = np.zeros(par.shape)
-        for idx in zip(*np.nonzero(mask)):
-            e = np.zeros(par.shape)
-            e[idx] = h
-            fd[idx] = (f(theta + e, log_eta) - f(theta - e, log_eta)) / (2 * h)
+        fd = _central_differences(lambda t: f(t, log_eta), theta, par, h)
         np.testing.assert_allclose(np.asarray(g_theta), fd, rtol=1e-6, atol=1e-9)
         assert np.all(np.asarray(g_theta)[~mask] == 0)  # edges a snapshot lacks play no part
         fd_eta = (f(theta, log_eta + h) - f(theta, log_eta - h)) / (2 * h)
@@ -95,9 +106,7 @@ def test_multi_iteration_objective_gradient_matches_finite_differences():
 
     with jax.enable_x64(True):
         rng = np.random.default_rng(2)
-        roots = rng.normal(size=(4, 2, 2))
-        q = exact.Quadratic(roots @ np.swapaxes(roots, 1, 2) + 0.5 * np.eye(2),
-                            rng.normal(size=(4, 2)))
+        q = _four_agent_quadratic(rng)
         par = nets.edge_parametrization(_two_snapshots())
         iterations = (3, 4, 5, 6)
         objective = _exact_objective("diging", None, [q], np.zeros(2), np.eye(2), iterations,
@@ -112,15 +121,9 @@ def test_multi_iteration_objective_gradient_matches_finite_differences():
         np.testing.assert_allclose(float(value), per_iteration[3:7].mean(), rtol=1e-12)
         assert not np.isclose(per_iteration[3], per_iteration[6], rtol=1e-3)  # a real average
 
-        h = 1e-5
-        mask = np.asarray(par.mask) != 0
-        fd = np.zeros(par.shape)
-        for idx in zip(*np.nonzero(mask)):
-            e = np.zeros(par.shape)
-            e[idx] = h
-            fd[idx] = (value_and_grad(theta + e)[0] - value_and_grad(theta - e)[0]) / (2 * h)
+        fd = _central_differences(lambda t: value_and_grad(t)[0], theta, par)
         np.testing.assert_allclose(np.asarray(grad), fd, rtol=1e-6, atol=1e-9)
-        assert np.all(np.asarray(grad)[~mask] == 0)
+        assert np.all(np.asarray(grad)[np.asarray(par.mask) == 0] == 0)
 
 
 def test_learn_weights_single_iteration_sequence_is_the_single_iteration_objective():
