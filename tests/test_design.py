@@ -46,15 +46,30 @@ def test_theta_from_reproduces_metropolis():
     np.testing.assert_allclose(np.asarray(par.matrices(par.theta_from(W))), W, atol=1e-6)
 
 
+def _four_agent_quadratic(rng):
+    """Random positive-definite 2-d quadratics of the four agents of :func:`_two_snapshots`."""
+    roots = rng.normal(size=(4, 2, 2))
+    return exact.Quadratic(roots @ np.swapaxes(roots, 1, 2) + 0.5 * np.eye(2),
+                           rng.normal(size=(4, 2)))
+
+
+def _central_differences(f, theta, par, h=1e-5):
+    """Central differences of ``f`` in every ``θ`` entry a snapshot holds (0 elsewhere)."""
+    fd = np.zeros(par.shape)
+    for idx in zip(*np.nonzero(np.asarray(par.mask) != 0)):
+        e = np.zeros(par.shape)
+        e[idx] = h
+        fd[idx] = (f(theta + e) - f(theta - e)) / (2 * h)
+    return fd
+
+
 def test_exact_w2_gradient_matches_finite_differences():
     # d/dθ and d/dη of the mean exact W2 at T through the moment recursion, against central
     # differences in float64: the truncation error is O(h²) ≈ 1e-10 times third derivatives of
     # order one, the rounding error ≈ 1e-16 / h = 1e-11; 1e-6 relative leaves a wide margin.
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)
-        roots = rng.normal(size=(4, 2, 2))
-        q = exact.Quadratic(roots @ np.swapaxes(roots, 1, 2) + 0.5 * np.eye(2),
-                            rng.normal(size=(4, 2)))
+        q = _four_agent_quadratic(rng)
         par = nets.edge_parametrization(_two_snapshots())
         tm, tc = q.target()
 
@@ -74,15 +89,59 @@ def test_exact_w2_gradient_matches_finite_differences():
 
         h = 1e-5
         mask = np.asarray(par.mask) != 0
-        fd = np.zeros(par.shape)
-        for idx in zip(*np.nonzero(mask)):
-            e = np.zeros(par.shape)
-            e[idx] = h
-            fd[idx] = (f(theta + e, log_eta) - f(theta - e, log_eta)) / (2 * h)
+        fd = _central_differences(lambda t: f(t, log_eta), theta, par, h)
         np.testing.assert_allclose(np.asarray(g_theta), fd, rtol=1e-6, atol=1e-9)
         assert np.all(np.asarray(g_theta)[~mask] == 0)  # edges a snapshot lacks play no part
         fd_eta = (f(theta, log_eta + h) - f(theta, log_eta - h)) / (2 * h)
         np.testing.assert_allclose(float(g_eta), float(fd_eta), rtol=1e-6)
+
+
+def test_multi_iteration_objective_gradient_matches_finite_differences():
+    # The objective learn_weights differentiates when `num_steps` is a sequence: the mean over
+    # the iterations 3..6 of the mean-agent exact W2. Its value against each iteration's W2
+    # from one recursion (float64: agreement to rounding), its gradient in θ against central
+    # differences as in the single-iteration test: truncation O(h²) ≈ 1e-10 times third
+    # derivatives of order one, rounding ≈ 1e-16 / h = 1e-11, so 1e-6 relative is a wide margin.
+    from dgsgld.networks.design import _exact_objective
+
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(2)
+        q = _four_agent_quadratic(rng)
+        par = nets.edge_parametrization(_two_snapshots())
+        iterations = (3, 4, 5, 6)
+        objective = _exact_objective("diging", None, [q], np.zeros(2), np.eye(2), iterations,
+                                     "mean")
+        theta = jnp.asarray(rng.normal(size=par.shape) - 1.0)  # node sums below 1: smooth
+        eta = jnp.asarray(0.05)
+        m = exact.exact_moments("diging", q, par.matrices(theta), np.zeros(2), np.eye(2), 6,
+                                step_size=eta)
+        per_iteration = np.asarray(exact.exact_w2(m, *q.target())).mean(axis=1)  # (7,)
+        value_and_grad = jax.jit(jax.value_and_grad(lambda t: objective(par.matrices(t), eta)))
+        value, grad = value_and_grad(theta)
+        np.testing.assert_allclose(float(value), per_iteration[3:7].mean(), rtol=1e-12)
+        assert not np.isclose(per_iteration[3], per_iteration[6], rtol=1e-3)  # a real average
+
+        fd = _central_differences(lambda t: value_and_grad(t)[0], theta, par)
+        np.testing.assert_allclose(np.asarray(grad), fd, rtol=1e-6, atol=1e-9)
+        assert np.all(np.asarray(grad)[np.asarray(par.mask) == 0] == 0)
+
+
+def test_learn_weights_single_iteration_sequence_is_the_single_iteration_objective():
+    sched = nets.barbell(6, period=3, seed=2)
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(6, 4, 2))
+    q = exact.Quadratic(np.swapaxes(z, 1, 2) @ z + 0.1 * np.eye(2), rng.normal(size=(6, 2)))
+    args = ("diging", q, sched, np.zeros(2), np.eye(2))
+    kw = {"step_size": 0.05, "num_iterations": 3, "learning_rate": 0.1}
+    single, rep = nets.learn_weights(*args, 10, **kw)
+    listed, rep_listed = nets.learn_weights(*args, [10], **kw)
+    np.testing.assert_array_equal(rep_listed.history, rep.history)
+    np.testing.assert_array_equal(np.asarray(listed.matrices), np.asarray(single.matrices))
+    # The last period as the objective: the mean of the per-iteration starting objectives.
+    _, period = nets.learn_weights(*args, range(8, 11), **{**kw, "num_iterations": 1})
+    starts = [nets.learn_weights(*args, t, **{**kw, "num_iterations": 1})[1].objective_before
+              for t in (8, 9, 10)]
+    assert period.objective_before == pytest.approx(np.mean(starts), rel=1e-5)  # float32
 
 
 def test_learn_weights_recovers_two_node_optimum():
@@ -218,6 +277,12 @@ def test_learn_weights_refuses_bad_input():
         nets.learn_weights("de", *args, step_size=0.1, num_iterations=0)
     with pytest.raises(ValueError, match="`learning_rate` must be a positive number"):
         nets.learn_weights("de", *args, step_size=0.1, learning_rate=0.0)
+    for steps, why in (([], "empty"), ([2, 2], "not strictly increasing"),
+                       ([3, 1], "not strictly increasing"), ([1, 2.5], "non-integer"),
+                       (2.0, "got 2.0"), ([0, 1], "< 1"), (True, "got True")):
+        with pytest.raises(ValueError, match=f"`num_steps` must be an integer >= 1 or a "
+                                             f"non-empty, strictly increasing.*{why}"):
+            nets.learn_weights("de", *args[:4], steps, step_size=0.1)
     with pytest.raises(ValueError, match="no edges"):
         nets.edge_parametrization(np.zeros((3, 3)))
     with pytest.raises(ValueError, match="`theta` must have shape"):
@@ -265,6 +330,31 @@ def test_laplace_quadratic_is_exact_for_linear_and_the_map_for_logistic():
     np.testing.assert_allclose(np.asarray(q.hessians).sum(0), hessian, rtol=1e-6)
 
 
+def test_sampled_w2_standard_error_matches_independent_repetitions():
+    """The bootstrap over chains against the spread of the plug-in W2 over R independent runs
+    of C chains: N = 2 independent agents with N(0, I₂) chains, target N(μ, I₂), |μ| = 1.
+    To first order W2_i = |x̄_i − μ|, whose standard deviation is 1/√C, so the mean over the
+    agents has standard error 1/√(CN)."""
+    from dgsgld import metrics
+    from dgsgld.experiments import design as D
+
+    C, N, p, R, K = 400, 2, 2, 2000, 20
+    mu = np.array([1.0, 0.0])
+    q = exact.Quadratic(np.broadcast_to(np.eye(p) / N, (N, p, p)), np.broadcast_to(mu / N, (N, p)))
+    positions = np.random.default_rng(0).standard_normal((R, C, N, p))
+    with jax.enable_x64(True):
+        w2 = np.asarray(metrics.gaussian_w2_to_target(positions, mu, np.eye(p), axis=1)).mean(1)
+    truth = np.std(w2, ddof=1)
+    truth_se = truth / np.sqrt(2 * (R - 1))        # standard error of a normal sample's sd
+    boot = np.array([D._sampled_w2_se(positions[k], q, seed=k) for k in range(K)])
+    boot_se = np.std(boot, ddof=1) / np.sqrt(K)    # of their mean over K independent runs
+    # The two estimate the same number; 4 standard errors of their difference.
+    assert abs(boot.mean() - truth) < 4 * np.hypot(boot_se, truth_se)
+    # First order: 1/√(CN); the covariance term and the bias of the fit are O(1/C).
+    assert abs(truth - 1 / np.sqrt(C * N)) < 4 * truth_se + 1 / C
+    assert np.isnan(D._sampled_w2_se(np.full((C, N, p), np.inf), q))
+
+
 @pytest.mark.slow  # about 2 min; fast twins: the learn_weights, fastest-mixing, Laplace tests
 def test_reproduce_design_small(tmp_path):
     import json
@@ -285,7 +375,12 @@ def test_reproduce_design_small(tmp_path):
         assert len(base["heldout_w2"]) == record["settings"]["heldout"]
         if figure == "fig2b":  # sampled: no stationary law; learned through dgsgld.sample
             assert base["stationary_w2"] is None and "learned by sampling" in rows
+            # Monte Carlo standard errors of the sampled score: positive, far below the score.
+            assert 0 < base["w2_se"] < 0.2 * base["w2"]
+            assert len(base["heldout_w2_se"]) == len(base["heldout_w2"])
+            assert f"{base['w2']:.4f} ± {base['w2_se']:.4f}" in record["table"]
             continue
+        assert base["w2_se"] is None and base["heldout_w2_se"] is None
         for name in ("learned per snapshot", "learned per snapshot and η"):
             # Started at Metropolis, the best iterate is never worse on the training draw
             # (float32 learning, float64 scores: 1e-5 of rounding allowed).

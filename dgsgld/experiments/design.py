@@ -176,6 +176,34 @@ def _sampled_w2(positions, q) -> np.ndarray:
     return out
 
 
+def _sampled_w2_se(positions, q, *, resamples: int = 200, seed: int = 0) -> float:
+    """Bootstrap standard error of the mean-agent W2 of the chains' Gaussian fit at ``T``;
+    ``positions (C, N, p)``, ``nan`` if diverged.
+
+    The chains are independent and identically distributed (chain ``c`` draws from
+    ``fold_in(key, c)`` and its own start; an agent's chains share the data and the graph,
+    which are fixed), and the plug-in W2 is a smooth function of their empirical mean and
+    covariance. Resampling the ``C`` chains with replacement (every agent's position of a
+    chain kept together, so the agents' correlation stays) therefore reproduces the spread of
+    that plug-in over independent runs of ``C`` chains: its Monte Carlo standard error. It
+    does not measure the plug-in's bias (the Gaussian fit's W2 is biased upward, by about
+    ``√(p²/C)`` of the posterior scale when the fit is close to the target); where the W2 is
+    of that order, the bootstrap distribution is skewed and its spread only indicative.
+    """
+    if not np.all(np.isfinite(positions)):
+        return float("nan")
+    mean, cov = q.target()
+    pos = np.asarray(positions, np.float64)
+    idx = np.random.default_rng(seed).integers(0, pos.shape[0], (resamples, pos.shape[0]))
+    values = []
+    with jax.enable_x64(True):
+        for chunk in np.array_split(idx, max(1, resamples // 50)):  # bounded memory
+            w2 = metrics.gaussian_w2_to_target(jnp.asarray(pos[chunk]), jnp.asarray(mean),
+                                               jnp.asarray(cov), axis=1)   # (B, N)
+            values.append(np.asarray(w2).mean(axis=1))
+    return float(np.std(np.concatenate(values), ddof=1))
+
+
 def _mean_w2(mean, cov, positions):
     """Mean over agents of the W2 of the chains' Gaussian fit; ``positions (C, N, p)``."""
     return jnp.mean(metrics.gaussian_w2_to_target(positions, mean, cov, axis=0))
@@ -220,9 +248,10 @@ def design_experiment(out_dir: str | Path, *, small: bool = False, seed: int = 0
 
     Returns:
         ``{"settings": ..., "results": {figure: {sampler: {method: {"step_size", "w2",
-        "heldout_w2" (held-out seeds,), "spectral_gap", "stationary_w2", "accuracy",
-        "heldout_accuracy"}}}}, "table": markdown}`` (``None`` where a panel has no such
-        number).
+        "heldout_w2" (held-out seeds,), "w2_se", "heldout_w2_se" (the sampled score's
+        bootstrap standard errors over chains, :func:`_sampled_w2_se`), "spectral_gap",
+        "stationary_w2", "accuracy", "heldout_accuracy"}}}}, "table": markdown}`` (``None``
+        where a panel has no such number).
     """
     cfg = _SETTINGS[bool(small)]
     figures = tuple(cfg["figures"] if figures is None else figures)
@@ -348,13 +377,15 @@ def _figure(figure: str, cfg: dict, small: bool, seed: int, start: float, logger
 def _evaluate(figure, kind, stack, eta, train: _Draw, heldout: list, T: int) -> dict:
     """One method's scores on the training draw and the held-out draws."""
     r = {"step_size": float(eta), "spectral_gap": float(np.mean(nets.spectral_gap(stack))),
-         "stationary_w2": None, "accuracy": None, "heldout_accuracy": None}
+         "w2_se": None, "heldout_w2_se": None, "stationary_w2": None, "accuracy": None,
+         "heldout_accuracy": None}
     if figure == "fig2b":
         def w2(draw):
             positions = _sample_final(kind, draw.potential, stack, eta, draw.init, draw.key, T)
-            return float(_sampled_w2(positions, draw.quadratic)[0])
-        r["w2"] = w2(train)
-        r["heldout_w2"] = [w2(draw) for draw in heldout]
+            return (float(_sampled_w2(positions, draw.quadratic)[0]),
+                    _sampled_w2_se(positions[0], draw.quadratic))
+        r["w2"], r["w2_se"] = w2(train)
+        r["heldout_w2"], r["heldout_w2_se"] = map(list, zip(*(w2(draw) for draw in heldout)))
         return r
     r["w2"] = _score(kind, train.quadratic, stack, T, eta)
     r["heldout_w2"] = [_score(kind, draw.quadratic, stack, T, eta) for draw in heldout]
@@ -372,8 +403,10 @@ def design_table(results: dict) -> str:
     """Markdown: per figure, sampler and weights, the step, the mean-agent W2 at ``T`` (the
     panel's score, :data:`SCORES`) on the training draw and on the held-out draws (mean ± sd),
     each against Metropolis at the panel's step (the held-out change is the mean of the per-draw
-    changes), the mean spectral gap, the stationary W2 (worst phase) and, for Figure 3, the
-    sampled test accuracy at ``T`` (training draw; held-out draws, mean ± sd)."""
+    changes), for a sampled score its Monte Carlo standard error (training draw: ``w2 ± se``;
+    held out: ``(MC ± se)`` of the mean over draws), the mean spectral gap, the stationary W2
+    (worst phase) and, for Figure 3, the sampled test accuracy at ``T`` (training draw;
+    held-out draws, mean ± sd)."""
     head = ("| figure | sampler | weights | η | W2 at T (training draw) | vs Metropolis | "
             "W2 at T (held-out draws) | vs Metropolis | spectral gap | W2 as T → ∞ | "
             "test accuracy (training draw) | test accuracy (held-out draws) |")
@@ -394,10 +427,16 @@ def _rows(figure: str, sampler: str, methods: dict) -> list[str]:
         acc = "–" if r["accuracy"] is None else f"{r['accuracy']:.4f}"
         held_acc = ("–" if r["heldout_accuracy"] is None else
                     f"{np.mean(r['heldout_accuracy']):.4f} ± {np.std(r['heldout_accuracy']):.4f}")
+        # Sampled scores: the training draw's Monte Carlo standard error, and that of the
+        # held-out mean (independent draws: the root of the summed variances over their count).
+        se, held_se = r.get("w2_se"), r.get("heldout_w2_se")
+        train_mc = "" if se is None else f" ± {se:.4f}"
+        held_mc = ("" if held_se is None else
+                   f" (MC ± {np.sqrt(np.sum(np.square(held_se))) / len(held_se):.4f})")
         lines.append(
             f"| {figure} ({SCORES[figure]}) | {sampler} | {name} | {r['step_size']:.4g} | "
-            f"{r['w2']:.4f} | {100 * (r['w2'] / base['w2'] - 1):+.1f} % | "
-            f"{held.mean():.4f} ± {held.std():.4f} | "
+            f"{r['w2']:.4f}{train_mc} | {100 * (r['w2'] / base['w2'] - 1):+.1f} % | "
+            f"{held.mean():.4f} ± {held.std():.4f}{held_mc} | "
             f"{100 * np.mean(held / base_held - 1):+.1f} % | {r['spectral_gap']:.4f} | "
             f"{stationary} | {acc} | {held_acc} |")
     return lines

@@ -14,7 +14,8 @@ switches off, per snapshot, the edges of the union graph that snapshot lacks, so
 is zero off its own graph. Weights are either one set per snapshot or one set shared by all.
 
 :func:`learn_weights` minimizes the exact per-agent W2 of :mod:`dgsgld.theory.exact` at an
-iteration ``T`` over ``θ`` (and optionally ``log η``) with optax, and returns a validated
+iteration ``T`` (or its mean over several iterations) over ``θ`` (and optionally ``log η``)
+with optax, and returns a validated
 :class:`~dgsgld.networks.Schedule`. Built with networkx and NumPy on the host; the matrices
 themselves are a jittable function of ``θ``. :func:`learn_weights_by_sampling` does the same
 for any model, on a function of the samples of :func:`dgsgld.sample` (common random numbers).
@@ -187,9 +188,33 @@ class WeightDesign(NamedTuple):
 _REDUCE = {"mean": jnp.mean, "max": jnp.max}
 
 
-def _exact_objective(kind, parameter, quadratics, init_mean, init_cov, num_steps, reduce):
-    """``(W (P, N, N), η) -> mean over the quadratics of reduce_i W2(law of x_i⁽ᵀ⁾, target)``
-    (jittable; one ``vmap`` over the quadratics)."""
+def _iterations(num_steps) -> tuple[int, ...]:
+    """The scored iterations of :func:`learn_weights`: ``(T,)`` for an integer ``T``, else the
+    sequence itself (non-empty, strictly increasing integers ``>= 1``)."""
+    expected = ("`num_steps` must be an integer >= 1 or a non-empty, strictly increasing "
+                "sequence of them")
+    if isinstance(num_steps, (int, np.integer)) and not isinstance(num_steps, bool):
+        steps = (num_steps,)
+    elif isinstance(num_steps, (str, bytes)) or not hasattr(num_steps, "__iter__"):
+        raise ValueError(f"{expected}; got {num_steps!r}.")
+    else:
+        steps = tuple(num_steps)
+    if not steps:
+        raise ValueError(f"{expected}; got an empty sequence.")
+    for t in steps:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+            raise ValueError(f"{expected}; got the non-integer {t!r}.")
+        if t < 1:
+            raise ValueError(f"{expected}; got {t!r} < 1.")
+    if any(b <= a for a, b in zip(steps, steps[1:])):
+        raise ValueError(f"{expected}; got {list(steps)!r}, not strictly increasing.")
+    return tuple(int(t) for t in steps)
+
+
+def _exact_objective(kind, parameter, quadratics, init_mean, init_cov, iterations, reduce):
+    """``(W (P, N, N), η) -> mean over the quadratics and over the ``iterations`` ``k`` of
+    reduce_i W2(law of x_i⁽ᵏ⁾, target)`` (jittable; one ``vmap`` over the quadratics, one
+    recursion up to the last iteration)."""
     from ..theory import exact
 
     shapes = {(np.shape(q.hessians), np.shape(q.shifts)) for q in quadratics}
@@ -201,11 +226,13 @@ def _exact_objective(kind, parameter, quadratics, init_mean, init_cov, num_steps
     means = jnp.asarray(np.stack([t[0] for t in targets]), A.dtype)
     covs = jnp.asarray(np.stack([t[1] for t in targets]), A.dtype)
 
+    index = np.asarray(iterations)
+
     def one(stack, eta, A, b, mean, cov):
         moments = exact.exact_moments(kind, exact.Quadratic(A, b), stack, init_mean, init_cov,
-                                      num_steps, step_size=eta, parameter=parameter)
-        final = exact.ExactMoments(*(a[-1] for a in moments))
-        return _REDUCE[reduce](exact.exact_w2(final, mean, cov))
+                                      iterations[-1], step_size=eta, parameter=parameter)
+        scored = exact.ExactMoments(*(a[index] for a in moments))   # (K, N, ...)
+        return jnp.mean(_REDUCE[reduce](exact.exact_w2(scored, mean, cov), axis=-1))
 
     def objective(stack, eta):
         values = jax.vmap(one, in_axes=(None, None, 0, 0, 0, 0))(stack, eta, A, b, means, covs)
@@ -220,7 +247,7 @@ def learn_weights(
     network: Any,
     init_mean,
     init_cov,
-    num_steps: int,
+    num_steps,
     *,
     step_size=None,
     learn_step_size: bool = False,
@@ -233,9 +260,11 @@ def learn_weights(
     parameter=None,
     name: str | None = None,
 ):
-    """Mixing weights (and optionally ``η``) minimizing the exact per-agent W2 at iteration ``T``.
+    """Mixing weights (and optionally ``η``) minimizing the exact per-agent W2 at iteration ``T``
+    (or its mean over several iterations).
 
-    The objective is ``reduce_i W2(law of x_i⁽ᵀ⁾, π)`` (averaged over the quadratics if several),
+    The objective is ``reduce_i W2(law of x_i⁽ᵀ⁾, π)`` (averaged over the quadratics if several,
+    and over the iterations ``T`` if ``num_steps`` is a sequence of them),
     the Gaussian law of each agent's iterate propagated exactly by
     :func:`dgsgld.theory.exact.exact_moments` (quadratic potentials, full-batch gradients;
     :func:`dgsgld.theory.quadratic_from_potential` reads them off a :class:`dgsgld.Potential`),
@@ -252,7 +281,11 @@ def learn_weights(
         network: the schedule whose graphs are kept (:class:`~dgsgld.networks.Schedule` or a
             ``(P, N, N)`` stack); its weights are the start unless ``init`` is given.
         init_mean, init_cov: law of ``x⁽⁰⁾`` as for :func:`~dgsgld.theory.exact_moments`.
-        num_steps: ``T``, the iteration whose law is scored.
+        num_steps: ``T``, the iteration whose law is scored, or a strictly increasing sequence
+            of iterations whose scores are averaged (one recursion up to the last), e.g. the
+            last period ``range(T − P + 1, T + 1)``: a differentiable stand-in for the
+            periodic-stationary law, which :func:`dgsgld.theory.stationary_moments` gives
+            without gradients.
         step_size: constant ``η`` (default: the sampler's).
         learn_step_size: optimize ``log η`` too.
         shared: one weight per edge for all snapshots (else one per snapshot and edge).
@@ -269,9 +302,10 @@ def learn_weights(
         computation) the runners accept, and a :class:`WeightDesign`.
 
     Raises:
-        ValueError: for a non-positive ``num_iterations``/``learning_rate``/``num_steps``, an
-            unknown ``reduce``, a step-size schedule, a directed kind, or a non-finite objective
-            at the start (an unstable step size).
+        ValueError: for a non-positive ``num_iterations``/``learning_rate``, a ``num_steps``
+            that is not an integer ``>= 1`` or a non-empty, strictly increasing sequence of
+            them, an unknown ``reduce``, a step-size schedule, a directed kind, or a non-finite
+            objective at the start (an unstable step size).
     """
     import optax
 
@@ -280,9 +314,8 @@ def learn_weights(
     kind, sampler_step = exact._kind(algorithm)
     if kind.startswith("push") or kind == "sgld":
         raise ValueError(f"`algorithm` {kind!r} has no symmetric mixing weights to learn.")
-    for label, value in (("num_iterations", num_iterations), ("num_steps", num_steps)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"`{label}` must be an integer >= 1; got {value!r}.")
+    _check_count("num_iterations", num_iterations)
+    iterations = _iterations(num_steps)
     if optimizer is None and not (np.isscalar(learning_rate) and learning_rate > 0):
         raise ValueError(f"`learning_rate` must be a positive number; got {learning_rate!r}.")
     if reduce not in _REDUCE:
@@ -303,7 +336,7 @@ def learn_weights(
     if not quadratics or not all(isinstance(q, exact.Quadratic) for q in quadratics):
         raise TypeError("`quadratic` must be a dgsgld.theory.Quadratic or a non-empty sequence "
                         "of them.")
-    objective = _exact_objective(kind, extra, quadratics, init_mean, init_cov, int(num_steps),
+    objective = _exact_objective(kind, extra, quadratics, init_mean, init_cov, iterations,
                                  reduce)
 
     def loss(p):
@@ -317,7 +350,7 @@ def learn_weights(
         raise ValueError(f"The objective is {first} at the start: is η = {eta0!r} stable?")
     eta = float(np.exp(best["log_step"])) if learn_step_size else float(eta0)
     return _result(par, start, best, first, best_value, history, float(eta0), eta,
-                   name or f"learned weights ({kind}, T={num_steps})")
+                   name or f"learned weights ({kind}, T={_label(iterations)})")
 
 
 def learn_weights_by_sampling(
@@ -366,9 +399,8 @@ def learn_weights_by_sampling(
 
     from .. import run
 
-    for label, value in (("num_iterations", num_iterations), ("num_steps", num_steps)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"`{label}` must be an integer >= 1; got {value!r}.")
+    _check_count("num_iterations", num_iterations)
+    _check_count("num_steps", num_steps)
     if resample_every is not None and (isinstance(resample_every, bool) or not isinstance(
             resample_every, (int, np.integer)) or resample_every < 1):
         raise ValueError(f"`resample_every` must be None or an integer >= 1; got "
@@ -397,6 +429,21 @@ def learn_weights_by_sampling(
     eta = float(eta) if eta is not None and not callable(eta) else float("nan")
     return _result(par, start, best, first, best_value, history, eta, eta,
                    name or f"learned weights (sampled, T={num_steps})")
+
+
+def _check_count(label, value):
+    """Raise unless ``value`` is an integer ``>= 1``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"`{label}` must be an integer >= 1; got {value!r}.")
+
+
+def _label(iterations) -> str:
+    """``T``, ``first..last`` for consecutive iterations, else the iterations."""
+    if len(iterations) == 1:
+        return str(iterations[0])
+    if iterations[-1] - iterations[0] == len(iterations) - 1:
+        return f"{iterations[0]}..{iterations[-1]}"
+    return ",".join(map(str, iterations))
 
 
 def _optimize(loss, params, opt, num_iterations, key, resample_every):
