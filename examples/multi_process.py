@@ -85,7 +85,7 @@ def setup(args):
         mixing = dgsgld.sparse.from_dense(mixing)   # circulant for the ring, else neighbour lists
     init = _initial_positions(seeds["init"], config, problem.dim)[0]
     return problem, mixing, init, jax.random.key(seeds["sampling"]), \
-        dgsgld.diging_sgld(args.step_size)
+        dgsgld.DIGingSGLD(args.step_size)
 
 
 def spread(states):

@@ -44,7 +44,7 @@ import numpy as np
 from .. import networks as nets
 from ..networks import directed as dnets
 from ..theory import exact
-from ..samplers import diging_sgld, push_diging_sgld, push_sum_sgld
+from ..samplers import DIGingSGLD, PushDIGingSGLD, PushSumSGLD
 from .figures import _AccuracyStream
 from .problems import linear_regression_problem, logistic_regression_problem, split_potentials
 from ..tuning import grid_search
@@ -74,9 +74,9 @@ _LOGISTIC = {
 
 #: Method label -> ``step_size -> sampler`` (the same objects across calls: compiled once).
 _MAKERS = {
-    "Push-DIGing-SGLD": push_diging_sgld,
-    "push-sum SGLD [35]": push_sum_sgld,
-    "DIGing-SGLD (symmetrized)": diging_sgld,
+    "Push-DIGing-SGLD": PushDIGingSGLD,
+    "push-sum SGLD [35]": PushSumSGLD,
+    "DIGing-SGLD (symmetrized)": DIGingSGLD,
 }
 
 
