@@ -22,12 +22,12 @@ References. The authors' code
 (github.com/AParayil/AParayil-Distribued-Learning-via-Bayesian-Inferencing and
 pkgurram/d-ula: ``optimizers/dist_SGLD_toy.py``) steps ``x_i − β Σ_{j∈N_i}(x_i − x_j)`` then
 ``− α ∇f_i + √(2α) w`` with ``f_i`` the local likelihood plus ``1/N`` of the prior: the form
-above with ``α = Nα_k`` (its logistic-regression script ``dist_SGLD_a9a.py`` uses ``N ∇f_i``
-with ``√(2α) w`` instead, which samples ``exp(−N f)``). The re-implementation
-sisl/Distributed_ADMM_Sampler steps ``− α_k N ∇f_i + √(2α_k) N(0, N I)``, the form above.
-The authors' schedules are ``α_k = α₀/(1 + k/230)^0.55``
-and ``β_k = β₀/(1 + k/230)^0.05`` (``β`` decaying slower than ``α``), see
-:class:`PolynomialDecay` for ``a/(k+1)^δ``.
+above with ``α = Nα_k`` (its logistic-regression script
+``dist_SGLD_a9a.py`` uses ``N ∇f_i`` with ``√(2α) w`` instead, which samples ``exp(−N f)``).
+The re-implementation sisl/Distributed_ADMM_Sampler steps ``− α_k N ∇f_i + √(2α_k) N(0, N I)``,
+the form above. The authors' schedules are ``α_k = α₀/(1 + k/230)^0.55`` and
+``β_k = β₀/(1 + k/230)^0.05`` (``β`` decaying slower than ``α``), see :class:`PolynomialDecay`
+for ``a/(k+1)^δ``.
 
 Difference from the paper, on purpose: the paper's ``L`` is the graph Laplacian of unit edge
 weights (``β₀ = 1.01/λ_max(L)`` in the authors' code); here ``L = I − W`` is the Laplacian
