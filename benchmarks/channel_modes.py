@@ -25,7 +25,7 @@ from dgsgld import metrics
 from dgsgld import networks as nets
 from dgsgld.experiments.problems import linear_regression_problem, split_potentials
 from dgsgld.run import Output, sample
-from dgsgld.samplers import de_sgld, diging_sgld
+from dgsgld.samplers import DESGLD, DIGingSGLD
 
 CHANNELS = {
     "exact": comm.Channel(),
@@ -62,7 +62,7 @@ def rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64, num_steps: i
         if only is not None and only not in label:
             continue
         cells = []
-        for make in (diging_sgld, de_sgld):
+        for make in (DIGingSGLD, DESGLD):
             trace = sample(make(0.001), potential, mixing, init, key, num_steps,
                            output=Output(thin=num_steps, positions=True), channel=channel,
                            on_divergence="flag")
@@ -94,7 +94,7 @@ def clock_rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64,
     out = []
     for label, channel in _clocks(num_agents).items():
         cells = []
-        for make in (diging_sgld, de_sgld):
+        for make in (DIGingSGLD, DESGLD):
             trace = sample(make(0.001), potential, mixing, init, key, num_steps,
                            output=Output(thin=every, trace_fn=comm.elapsed_time,
                                          positions=True),

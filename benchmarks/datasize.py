@@ -16,7 +16,7 @@ grow with them. Sections (``--sections``, comma-separated):
 * ``growth`` — each estimator (full batch excepted) at n_i = 10³ and 10⁵ in alternation: the
   per-step ratio, free of the load's drift between the ``datasize`` rows; and the floor: the
   step's b-row gathers from the same data alone, whose growth is the memory system's.
-* ``central`` — centralized SGLD (``dgsgld.sgld``, with replacement) against blackjax's
+* ``central`` — centralized SGLD (``dgsgld.SGLD``, with replacement) against blackjax's
   ``sgld`` (``vmap`` over chains, ``scan`` over steps, ``jax.random.randint`` mini-batches) on
   the same data, alternated: 100 chains, d = 10, b = 32.
 * ``bnn`` — a Bayesian MLP (64-64-10, tanh, softmax likelihood), DIGing-SGLD on a ring of 10
@@ -145,7 +145,7 @@ def datasize_section(sizes, steps: int, rounds: int, full_max: int, saga_max: in
             # The full batch's steps cost n_i: fewer of them (per-step times, ratios per step).
             counts[name] = steps if kw else max(10, min(steps, steps * 10_000 // n))
             pot = dgsgld.Potential(log_likelihood, log_prior, data, **kw)
-            runs[name] = Chained(dgsgld.diging_sgld(eta, estimator=est), pot, mixing, init,
+            runs[name] = Chained(dgsgld.DIGingSGLD(eta, estimator=est), pot, mixing, init,
                                  key, counts[name])
         times = time_rounds(runs, rounds)
         per_step = {k: t.median / counts[k] for k, t in times.items()}
@@ -177,7 +177,7 @@ def growth_section(small: int, large: int, steps: int, rounds: int) -> dict:
         pots[n] = (jnp.asarray(z), jnp.asarray(s))
     rows = []
     for name, (kw, est) in _variants(large, 0).items():
-        runs = {n: Chained(dgsgld.diging_sgld(0.5 / (AGENTS * n), estimator=est),
+        runs = {n: Chained(dgsgld.DIGingSGLD(0.5 / (AGENTS * n), estimator=est),
                            dgsgld.Potential(log_likelihood, log_prior, pots[n], **kw), mixing,
                            init, key, steps) for n in (small, large)}
         times = time_rounds(runs, rounds)
@@ -319,7 +319,7 @@ def central_section(sizes, steps: int, rounds: int, chains: int = 100) -> dict:
         data = (jnp.asarray(z), jnp.asarray(s))
         eta = 0.5 / n
         pot = dgsgld.Potential(log_likelihood, log_prior, data, BATCH, replace=True)
-        tool = Chained(dgsgld.sgld(eta), pot, None, init, key, steps)
+        tool = Chained(dgsgld.SGLD(eta), pot, None, init, key, steps)
         bj = blackjax_run(blackjax, (data[0][0], data[1][0]), BATCH, eta, steps)
         bj_c = bj.lower(key, init).compile()
         holder = {"x": init}
@@ -500,7 +500,7 @@ def bnn_section(steps: int, rounds: int, chains: int = 20, agents: int = 10,
     fns, notes = {}, []
     for name, kw in (("dgsgld default", {}), ("dgsgld replace=True", {"replace": True})):
         pot = dgsgld.Potential(bnn_log_likelihood, bnn_log_prior, data, BATCH, **kw)
-        fns[name] = Chained(dgsgld.diging_sgld(eta), pot, mixing, init_j, key, steps)
+        fns[name] = Chained(dgsgld.DIGingSGLD(eta), pot, mixing, init_j, key, steps)
     np_run = NumpyDIGing((x, y), init, w, eta, BATCH)
     fns["numpy"] = partial(np_run.run, steps)
     torch_version = None

@@ -19,7 +19,7 @@ def ll(theta, datum):
 pot = dgsgld.Potential(ll, lambda t: -0.5 * jnp.sum(t ** 2), (jnp.asarray(X), jnp.asarray(Y)))
 mixing = dgsgld.checked_network(networks.ring(N))
 init = jnp.asarray(rng.normal(size=(C, N, D)).astype(np.float32))
-alg = dgsgld.diging_sgld(0.01)
+alg = dgsgld.DIGingSGLD(0.01)
 key = jax.random.key(0)
 
 new_bad, new_ref = _divergence.first_bad_agent, _divergence.reference

@@ -49,7 +49,7 @@ def digits(num_agents: int = 8, num_chains: int = 4):
     potential = dgsgld.Potential(task.log_likelihood, task.log_prior, data, batch_size=32)
     init = jax.vmap(task.init)(jax.random.split(jax.random.key(0), num_chains * num_agents))
     init = jax.tree.map(lambda a: a.reshape(num_chains, num_agents, *a.shape[1:]), init)
-    return (dgsgld.diging_sgld(1e-3), potential, _ring(num_agents), init,
+    return (dgsgld.DIGingSGLD(1e-3), potential, _ring(num_agents), init,
             dict(output=dgsgld.Output(thin=10)))
 
 

@@ -118,7 +118,7 @@ def _final(alg, pot, mixing, init, key, *, steps):
 def _ring(agents: int, chains: int):
     """``(ring problem, DIGing-SGLD, potential, zero init, key)`` of ``agents`` agents, d = 6."""
     prob = problem.make_problem(agents, 6, network="ring")
-    return (prob, dgsgld.diging_sgld(problem.step_size(prob)), problem.potential(prob),
+    return (prob, dgsgld.DIGingSGLD(problem.step_size(prob)), problem.potential(prob),
             jnp.zeros((chains, agents, 6)), jax.random.key(0))
 
 

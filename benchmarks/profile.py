@@ -67,7 +67,7 @@ def parts(key, chains=200, steps=100, agents=20, dim=6, batch=None, repeats=7) -
     count = chains * steps * agents * dim
     one_shot, _ = compile_jax(lambda k: jax.random.normal(k, (count,)), key)
     out["noise in one call (floor)"] = time_calls(lambda: one_shot(key), repeats).median
-    alg = dgsgld.diging_sgld(problem.step_size(prob))
+    alg = dgsgld.DIGingSGLD(problem.step_size(prob))
 
     def whole(alg, pot, stack, x0, key):
         return dgsgld.sample(alg, pot, stack, x0, key, steps,

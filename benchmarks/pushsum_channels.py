@@ -28,7 +28,7 @@ from dgsgld import metrics
 from dgsgld import networks as nets
 from dgsgld.experiments.problems import linear_regression_problem, split_potentials
 from dgsgld.run import Output, sample
-from dgsgld.samplers import push_diging_sgld, push_sum_sgld
+from dgsgld.samplers import PushDIGingSGLD, PushSumSGLD
 
 CHANNELS = {
     "exact": comm.Channel(),
@@ -56,7 +56,7 @@ def rows(seed: int = 0, num_agents: int = 16, num_chains: int = 128, num_steps: 
     for net_name, mixing in networks(num_agents).items():
         for label, channel in CHANNELS.items():
             cells = []
-            for make in (push_diging_sgld, push_sum_sgld):
+            for make in (PushDIGingSGLD, PushSumSGLD):
                 trace = sample(make(0.001), potential, mixing, init, key, num_steps,
                                output=Output(thin=num_steps, positions=True), channel=channel,
                                on_divergence="flag")

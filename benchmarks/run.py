@@ -113,7 +113,7 @@ def _toolkit_fn(algorithm, mode: str, steps: int, ensemble_fn=None):
 
 
 def _make_algorithm(name: str, eta: float):
-    return dgsgld.diging_sgld(eta) if name == "diging" else dgsgld.de_sgld(eta)
+    return dgsgld.DIGingSGLD(eta) if name == "diging" else dgsgld.DESGLD(eta)
 
 
 def bench_toolkit(w: Workload, prob, key, dtype=jnp.float32, mode: str = "final",
@@ -269,7 +269,7 @@ def recompile_check(key) -> dict:
 
     pot = problem.potential(prob)
     # Everything the calls need is built first: building arrays compiles small XLA programs too.
-    alg, alg_new_eta = dgsgld.diging_sgld(eta), dgsgld.diging_sgld(0.5 * eta)
+    alg, alg_new_eta = dgsgld.DIGingSGLD(eta), dgsgld.DIGingSGLD(0.5 * eta)
     pot_new_data, init_new = problem.potential(other), jax.block_until_ready(init + 1.0)
     jax.block_until_ready(call(alg, pot, init))
     with CompileCounter() as counter:
@@ -343,11 +343,11 @@ def noise_section(key, rounds: int) -> dict:
     pot = problem.potential(prob)
     mixing = jnp.asarray(prob.mixing, jnp.float32)
     init = jnp.zeros((w.chains, w.agents, w.dim), jnp.float32)
-    variants = {"default": (dgsgld.diging_sgld(eta), key,
+    variants = {"default": (dgsgld.DIGingSGLD(eta), key,
                             floors.NOISE_TRANSFORMS["erf_inv"][0] + " with the default key")}
     variants["fast_normal"] = (dgsgld.DIGingSGLD(eta, normal=dgsgld.fast_normal), key,
                                floors.FAST_NORMAL_WHAT)
-    variants["philox4x32 key"] = (dgsgld.diging_sgld(eta), jax.random.key(0, impl="philox4x32"),
+    variants["philox4x32 key"] = (dgsgld.DIGingSGLD(eta), jax.random.key(0, impl="philox4x32"),
                                   "jax.random.normal with `jax.random.key(0, impl='philox4x32')`")
     for name, (what, _) in floors.NOISE_TRANSFORMS.items():
         if name != "erf_inv":
@@ -422,7 +422,7 @@ def memory_section(key, quick: bool) -> list[dict]:
         w = Workload(f"mem_{chains}x{steps}", "memory", chains=chains, steps=steps)
         prob = problem.make_problem(w.agents, w.dim)
         w2 = streaming.gaussian_w2(prob.post_mean, prob.post_cov)
-        alg = dgsgld.diging_sgld(problem.step_size(prob))
+        alg = dgsgld.DIGingSGLD(problem.step_size(prob))
         pot = problem.potential(prob)
         mixing = jnp.asarray(prob.mixing)
         init = jax.ShapeDtypeStruct((chains, w.agents, w.dim), jnp.float32)
@@ -458,7 +458,7 @@ def sparse_section(key, quick: bool, rounds: int = 3) -> list[dict]:
         prob = problem.make_problem(n, w.dim, network="ring")
         print(f"[{time.strftime('%H:%M:%S')}] sparse ring N={n}", flush=True)
         eta = problem.step_size(prob)
-        alg = dgsgld.diging_sgld(eta)
+        alg = dgsgld.DIGingSGLD(eta)
         pot = problem.potential(prob)
         init = jnp.zeros((w.chains, w.agents, w.dim))
         f = _toolkit_fn(alg, "final", w.steps)

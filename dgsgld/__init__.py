@@ -4,7 +4,7 @@ Write a model as JAX functions, split the data across agents, pick a network sch
 every chain of an experiment from one compiled call::
 
     potential = dgsgld.Potential(log_likelihood, log_prior, data)
-    trace = dgsgld.sample(dgsgld.diging_sgld(step_size=0.01), potential, mixing, init, key,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(step_size=0.01), potential, mixing, init, key,
                           num_steps=100)
 """
 
@@ -30,10 +30,6 @@ from .samplers import DIGingState as DIGingState
 from .samplers import EXTRAState as EXTRAState
 from .samplers import SamplingAlgorithm as SamplingAlgorithm
 from .samplers import SGLDState as SGLDState
-from .samplers import de_sgld as de_sgld
-from .samplers import diging_sgld as diging_sgld
-from .samplers import extra_sgld as extra_sgld
-from .samplers import sgld as sgld
 from . import gradients as gradients
 from . import communication as communication
 from .samplers import DESGHMC as DESGHMC
@@ -44,13 +40,8 @@ from .samplers import DIGingSGHMCState as DIGingSGHMCState
 from .samplers import DULAState as DULAState
 from .samplers import PushDIGingState as PushDIGingState
 from .samplers import PushSumState as PushSumState
-from .samplers import de_sghmc as de_sghmc
-from .samplers import diging_sghmc as diging_sghmc
-from .samplers import d_ula as d_ula
 from .samplers import PushDIGingSGLD as PushDIGingSGLD
 from .samplers import PushSumSGLD as PushSumSGLD
-from .samplers import push_diging_sgld as push_diging_sgld
-from .samplers import push_sum_sgld as push_sum_sgld
 from .sharding import Agents as Agents
 from .sharding import Chains as Chains
 from .distributed import Processes as Processes
@@ -67,15 +58,15 @@ __all__ = [
     "Potential", "pad_agent_data", "gradients", "metrics", "fast_normal",
     # samplers
     "SamplingAlgorithm",
-    "sgld", "SGLD", "SGLDState",
-    "diging_sgld", "DIGingSGLD", "DIGingState",
-    "de_sgld", "DESGLD", "DESGLDState",
-    "extra_sgld", "EXTRASGLD", "EXTRAState",
-    "diging_sghmc", "DIGingSGHMC", "DIGingSGHMCState",
-    "de_sghmc", "DESGHMC", "DESGHMCState",
-    "d_ula", "DULA", "DULAState",
-    "push_diging_sgld", "PushDIGingSGLD", "PushDIGingState",
-    "push_sum_sgld", "PushSumSGLD", "PushSumState",
+    "SGLD", "SGLDState",
+    "DIGingSGLD", "DIGingState",
+    "DESGLD", "DESGLDState",
+    "EXTRASGLD", "EXTRAState",
+    "DIGingSGHMC", "DIGingSGHMCState",
+    "DESGHMC", "DESGHMCState",
+    "DULA", "DULAState",
+    "PushDIGingSGLD", "PushDIGingState",
+    "PushSumSGLD", "PushSumState",
 ]
 
 

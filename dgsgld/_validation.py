@@ -30,8 +30,8 @@ def asymmetry_message(name: str, k: int, i: int, j: int, wij: float, wji: float,
     """The one message for a mixing matrix that is not symmetric, whatever its storage."""
     return (f"`{name}`[{k}] is not symmetric: W[{i}, {j}] = {wij!r} but W[{j}, {i}] = {wji!r} "
             f"(tolerance {tol:g}). A directed network (one-way links, column-stochastic "
-            "weights) needs a push-sum sampler, dgsgld.push_diging_sgld or "
-            "dgsgld.push_sum_sgld (see dgsgld.networks.directed).")
+            "weights) needs a push-sum sampler, dgsgld.PushDIGingSGLD or "
+            "dgsgld.PushSumSGLD (see dgsgld.networks.directed).")
 
 
 #: ``sums`` of :func:`check_mixing`: the axes of ``(P, N, N)`` that must sum to 1, in the

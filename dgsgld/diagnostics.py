@@ -355,7 +355,7 @@ def network_average(positions, *, axis: int = 2):
         if np.ndim(leaf) <= axis:
             raise ValueError(
                 f"`{_leaf_name('positions', path)}` has no agent axis {axis}: shape "
-                f"{np.shape(leaf)}. Centralized runs (dgsgld.sgld) have no agents to average."
+                f"{np.shape(leaf)}. Centralized runs (dgsgld.SGLD) have no agents to average."
             )
         return jax.numpy.mean(leaf, axis=axis)
 
@@ -448,7 +448,7 @@ def to_arviz(trace, var_names: str | Sequence[str] | None = None, *, burn_in: in
         burn_in: kept iterations to discard from the start of every chain.
         agent_axis: whether axis 2 is the agent axis; by default ``True`` unless the trace
             comes from the centralized sampler (guessed from ``trace.state``; pass it for bare
-            positions of ``dgsgld.sgld`` or for :func:`network_average` output).
+            positions of ``dgsgld.SGLD`` or for :func:`network_average` output).
         diverged: ``"raise"`` or ``"drop"`` diverged chains (see the module doc).
         divergence_threshold: what counts as diverged (:func:`diverged_chains`).
 

@@ -23,7 +23,7 @@ first gradient of a run. Three estimators, each unbiased for ``∇f_i(x_i)``:
   ``(n_i + 1)`` × params per agent (the table is what SAGA is). Evaluations: ``b`` (``n_i``
   once, to fill the table).
 
-Where the estimator is chosen: on the sampler (``dgsgld.diging_sgld(η, estimator=...)``), not
+Where the estimator is chosen: on the sampler (``dgsgld.DIGingSGLD(η, estimator=...)``), not
 on the :class:`~dgsgld.Potential`. A control variate has per-chain state that must ride in the
 loop's carry, and the sampler decides where gradients are evaluated and reused (DIGing-SGLD
 subtracts the kept estimate in the tracker, so ``Σ_i y_i = Σ_i ∇̃f_i(x_i)`` keeps holding with

@@ -363,7 +363,7 @@ def init_params(potential, key: PRNGKey, num_chains: int, *, agents: bool = True
         num_chains: chains.
         agents: leaves ``(num_chains, num_agents, *unconstrained_shape)`` for the
             decentralized samplers; ``False``: ``(num_chains, *unconstrained_shape)`` for the
-            centralized ``dgsgld.sgld``.
+            centralized ``dgsgld.SGLD``.
         radius: half-width of the interval, ``> 0``.
     """
     info = numpyro_model(potential)

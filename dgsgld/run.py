@@ -212,7 +212,7 @@ def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume
     """Validate before compiling; returns the number of chains."""
     if not isinstance(algorithm, SamplingAlgorithm):
         raise ValueError(
-            "`algorithm` must be a sampler such as dgsgld.diging_sgld(step_size=...); "
+            "`algorithm` must be a sampler such as dgsgld.DIGingSGLD(step_size=...); "
             f"got {type(algorithm).__name__}."
         )
     if not isinstance(potential, Potential):
@@ -365,19 +365,19 @@ def sample(
     user's functions and ``trace.positions`` see ``eqx.combine(arrays, static)``.
 
     Args:
-        algorithm: a sampler, e.g. ``dgsgld.diging_sgld(step_size=0.01)``.
+        algorithm: a sampler, e.g. ``dgsgld.DIGingSGLD(step_size=0.01)``.
         potential: the agents' potentials (:class:`dgsgld.Potential`).
         mixing: anything with ``matrix_at(k) -> W⁽ᵏ⁾`` (``dgsgld.networks`` and
             ``dgsgld.networks.sparse`` schedules, ``MixingStack``), or a ``(P, N, N)`` stack
             (``W⁽ᵏ⁾ = mixing[k % P]``) or one ``(N, N)`` matrix, wrapped in a
-            :class:`~dgsgld.networks._mixing.MixingStack`; ``None`` for ``dgsgld.sgld``.
+            :class:`~dgsgld.networks._mixing.MixingStack`; ``None`` for ``dgsgld.SGLD``.
             ``W[i, j]`` is the weight agent ``i`` puts on agent ``j``: ``x⁺ = W @ x``. Checked
             to be finite, symmetric, nonnegative and doubly stochastic, and jointly connected
             (see ``allow_disconnected``); a stack traced under the caller's ``jit`` is checked
             inside the computation (``equinox.error_if``: the call raises when it runs)
             (:mod:`dgsgld.networks.checked`).
         init: initial positions, leaves ``(num_chains, N, *param_shape)``
-            (``(num_chains, *param_shape)`` for ``dgsgld.sgld``), or ``trace.state`` of an
+            (``(num_chains, *param_shape)`` for ``dgsgld.SGLD``), or ``trace.state`` of an
             earlier call to continue it.
         key: PRNG key (``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``); ``rbg`` and
             ``unsafe_rbg`` keys are refused (their draws depend on how chains are batched).
@@ -733,7 +733,7 @@ def _loop(algorithm, app, state, positions, key, num_chains, num_steps, thin, tr
     noise = jax.vmap(
         lambda k, p: _tree.flatten_where(app.noise(algorithm, k, p), flat),
         (0, axes.position), axes.position)
-    step = jax.vmap(algorithm.step, (0, axes, None, None, axes.position), (axes, 0))
+    step = jax.vmap(algorithm.step, (0, axes, None, None, axes.position), axes)
     # Each chain's scale max(1, max |x⁽⁰⁾|), over all its agents.
     scale = app.max(jax.vmap(_divergence.reference, (axes.position,))(state.position))  # (C,)
     check = jax.vmap(lambda p, r: _divergence.first_bad_agent(
@@ -743,8 +743,8 @@ def _loop(algorithm, app, state, positions, key, num_chains, num_steps, thin, tr
         states, div = carry
         k = states.count[0]
         keys = jax.vmap(jax.random.fold_in, (0, None))(run_keys, k)
-        states, _ = step(keys, states, app.potential, app.matrix_at(k),
-                         noise(keys, states.position))
+        states = step(keys, states, app.potential, app.matrix_at(k),
+                      noise(keys, states.position))
         bad, agent = check(states.position, scale)
         new = bad & (div.iteration < 0)
         div = Divergence(

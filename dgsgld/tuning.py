@@ -136,7 +136,7 @@ def grid_run(
     grid point is flagged (``on_divergence="flag"``), not raised.
 
     Args:
-        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.diging_sgld``. Pass the same
+        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.DIGingSGLD``. Pass the same
             function object across calls (and the same ``output`` and ``score_fn``) to reuse
             the compiled run.
         step_sizes: ``(G,)`` step sizes (run in float32; see :func:`log_grid`).
@@ -204,7 +204,7 @@ def grid_search(
     """Run every step size of a grid, every chain, in one compiled call and pick the best.
 
     Args:
-        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.diging_sgld``. Pass the same
+        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.DIGingSGLD``. Pass the same
             function object across calls to reuse the compiled run.
         step_sizes: ``(G,)`` positive step sizes (see :func:`log_grid`).
         potential, mixing, init, key, num_steps: as in :func:`dgsgld.sample`; every grid point
@@ -314,7 +314,7 @@ def tune_step_size_gradient(
     or gradient), ``η`` is halved instead of stepping.
 
     Args:
-        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.diging_sgld``.
+        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.DIGingSGLD``.
         potential, mixing, init, key, num_steps: as in :func:`dgsgld.sample`.
         criterion: ``final positions (num_chains, N, *param_shape) -> scalar`` to minimize,
             e.g. the mean over agents of the W2 distance of the chains' Gaussian fit to the
@@ -674,7 +674,7 @@ def propose_step_size(
     """Propose a constant step size for a model and a network (see the module doc).
 
     Args:
-        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.diging_sgld``.
+        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.DIGingSGLD``.
         potential, mixing, init, key: as in :func:`dgsgld.sample`; ``init`` needs at least 4
             chains (the pilot compares them), leaves ``(num_chains, N, *param_shape)``.
         num_steps: pilot iterations per step size (even; the budget the chains get to reach

@@ -76,7 +76,7 @@ def main(small: bool = False) -> dict:
     init = jax.tree.map(lambda a: a.reshape(num_chains, NUM_AGENTS, *a.shape[1:]), params)
 
     trace = dgsgld.sample(
-        dgsgld.diging_sgld(2e-3), potential, schedule, init, jax.random.key(2), num_steps,
+        dgsgld.DIGingSGLD(2e-3), potential, schedule, init, jax.random.key(2), num_steps,
         output=dgsgld.Output(thin=thin),
     )
     kept = jax.tree.map(lambda a: a[:, -(keep // thin) :], trace.positions)  # (C, K, N, ...)

@@ -70,14 +70,14 @@ def main(small: bool = False, out: str | None = None) -> dict:
     key_pilot, key_run = jax.random.split(jax.random.key(2))
 
     start = time.perf_counter()
-    report = tuning.propose_step_size(dgsgld.diging_sgld, potential, network, init, key_pilot,
+    report = tuning.propose_step_size(dgsgld.DIGingSGLD, potential, network, init, key_pilot,
                                       num_steps=200, num_step_sizes=13 if small else 25)
     pilot_s = time.perf_counter() - start
     print(report.explain())
     eta = report.step_size
 
     start = time.perf_counter()
-    trace = dgsgld.sample(dgsgld.diging_sgld(eta), potential, network, init, key_run, num_steps,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(eta), potential, network, init, key_run, num_steps,
                           output=dgsgld.Output(thin=thin, burn_in=burn_in), on_divergence="warn")
     jax.block_until_ready(trace.positions)
     run_s = time.perf_counter() - start

@@ -27,8 +27,8 @@ def main(small: bool = False) -> dict:
     init = jax.random.normal(jax.random.key(0), (num_chains, problem.num_agents, problem.dim))
     out = {}
     for name, algorithm in [
-        ("DIGing-SGLD", dgsgld.diging_sgld(0.5)),
-        ("DE-SGLD", dgsgld.de_sgld(0.5)),
+        ("DIGing-SGLD", dgsgld.DIGingSGLD(0.5)),
+        ("DE-SGLD", dgsgld.DESGLD(0.5)),
     ]:
         trace = dgsgld.sample(
             algorithm,

@@ -52,8 +52,8 @@ def main(small: bool = False) -> dict:
 
     results = {}
     for name, algorithm in [
-        ("DIGing-SGLD", dgsgld.diging_sgld(0.008)),
-        ("DE-SGLD", dgsgld.de_sgld(0.008)),
+        ("DIGing-SGLD", dgsgld.DIGingSGLD(0.008)),
+        ("DE-SGLD", dgsgld.DESGLD(0.008)),
     ]:
         start = time.perf_counter()
         trace = dgsgld.sample(algorithm, potential, schedule, init, jax.random.key(2), num_steps)

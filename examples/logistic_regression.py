@@ -44,7 +44,7 @@ def main(small: bool = False) -> dict:
         return jnp.mean(problem.test_accuracy(trace.state.position))
 
     out = {}
-    for name, make in [("DIGing-SGLD", dgsgld.diging_sgld), ("DE-SGLD", dgsgld.de_sgld)]:
+    for name, make in [("DIGing-SGLD", dgsgld.DIGingSGLD), ("DE-SGLD", dgsgld.DESGLD)]:
         search = experiments.grid_search(
             make,
             grid,

@@ -87,7 +87,7 @@ def setup(args):
         mixing = dgsgld.networks.sparse.from_dense(mixing)
     init = _initial_positions(seeds["init"], config, problem.dim)[0]
     return problem, mixing, init, jax.random.key(seeds["sampling"]), \
-        dgsgld.diging_sgld(args.step_size)
+        dgsgld.DIGingSGLD(args.step_size)
 
 
 def spread(states):

@@ -70,7 +70,7 @@ def main(small: bool = False, out: str | None = None) -> dict:
     w2 = streaming.gaussian_w2(ref.mean(0), np.cov(ref.T), flatten=flat)  # (N,) per kept step
 
     start = time.perf_counter()
-    trace = dgsgld.sample(dgsgld.diging_sgld(1e-3), potential, network, init,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(1e-3), potential, network, init,
                           jax.random.key(2), num_steps,
                           output=dgsgld.Output(thin=thin, positions=True, ensemble_fn=w2))
     jax.block_until_ready(trace.positions)

@@ -91,7 +91,7 @@ def main(small: bool = False, out: str | None = None) -> dict:
     key_pilot, key_run = jax.random.split(jax.random.key(1))
 
     start = time.perf_counter()
-    report = tuning.propose_step_size(dgsgld.diging_sgld, potential, network, init, key_pilot,
+    report = tuning.propose_step_size(dgsgld.DIGingSGLD, potential, network, init, key_pilot,
                                       num_steps=burn_in)
     pilot_s = time.perf_counter() - start
     print(report.explain())
@@ -104,7 +104,7 @@ def main(small: bool = False, out: str | None = None) -> dict:
         print(f"check_step_size(0.02) warns: {w.message}")
 
     start = time.perf_counter()
-    trace = dgsgld.sample(dgsgld.diging_sgld(eta), potential, network, init, key_run, num_steps,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(eta), potential, network, init, key_run, num_steps,
                           # keeps iterations burn_in, burn_in + 10, ..., num_steps
                           output=dgsgld.Output(thin=10, burn_in=burn_in))
     jax.block_until_ready(trace.positions)

@@ -79,7 +79,7 @@ potential = dgsgld.Potential(lambda t, x: -0.5 * jnp.sum((x - t) ** 2), lambda t
                              data)
 init = jnp.zeros((3, 4, 2))
 final = lambda trace: jnp.mean(trace.state.position ** 2)
-search = grid_search(dgsgld.diging_sgld, [0.01, 0.02], potential, networks.barbell(4, period=3),
+search = grid_search(dgsgld.DIGingSGLD, [0.01, 0.02], potential, networks.barbell(4, period=3),
                      init, jax.random.key(0), 5, score_fn=final)
 print(search.best_step_size, *search.scores)
 """

@@ -50,7 +50,7 @@ def problem():
     data = jax.random.normal(jax.random.key(1), (N, N_LOCAL, D))
     potential = dgsgld.Potential(log_likelihood, log_prior, data)
     init = jax.random.normal(jax.random.key(2), (C, N, D))
-    return dgsgld.diging_sgld(0.05), potential, init
+    return dgsgld.DIGingSGLD(0.05), potential, init
 
 
 def trace_fn(state):
@@ -269,9 +269,9 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
         ((alg, *args, init, jax.random.key(KEY_SEED + 1), NUM_STEPS), {}, "`key`"),
         ((alg, *args, init, jax.random.key(KEY_SEED), NUM_STEPS + 10), {}, "`num_steps`"),
         ((alg, *args, init + 1.0, jax.random.key(KEY_SEED), NUM_STEPS), {}, "`init`"),
-        ((dgsgld.de_sgld(0.05), *args, init, jax.random.key(KEY_SEED), NUM_STEPS), {},
+        ((dgsgld.DESGLD(0.05), *args, init, jax.random.key(KEY_SEED), NUM_STEPS), {},
          "`algorithm`"),
-        ((dgsgld.diging_sgld(0.04), *args, init, jax.random.key(KEY_SEED), NUM_STEPS), {},
+        ((dgsgld.DIGingSGLD(0.04), *args, init, jax.random.key(KEY_SEED), NUM_STEPS), {},
          "`algorithm.step_size`"),
         ((alg, *args, init, jax.random.key(KEY_SEED), NUM_STEPS),
          {"output": KWARGS["output"]._replace(thin=1)},

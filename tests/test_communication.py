@@ -18,9 +18,9 @@ N = 4
 
 def _samplers():
     return {
-        "de": dgsgld.de_sgld(0.05), "diging": dgsgld.diging_sgld(0.05),
-        "extra": dgsgld.extra_sgld(0.05), "dula": dgsgld.d_ula(0.02, 0.5),
-        "de_sghmc": dgsgld.de_sghmc(0.1, 2.0), "diging_sghmc": dgsgld.diging_sghmc(0.1, 2.0),
+        "de": dgsgld.DESGLD(0.05), "diging": dgsgld.DIGingSGLD(0.05),
+        "extra": dgsgld.EXTRASGLD(0.05), "dula": dgsgld.DULA(0.02, 0.5),
+        "de_sghmc": dgsgld.DESGHMC(0.1, 2.0), "diging_sghmc": dgsgld.DIGingSGHMC(0.1, 2.0),
     }
 
 
@@ -43,8 +43,8 @@ def _run(alg, problem, stack, steps, key):
     stack = jnp.asarray(stack, jnp.float32)
 
     def body(state, k):
-        state, _ = alg.step(jax.random.fold_in(run_key, k), state, problem.potential,
-                            stack[k % stack.shape[0]])
+        state = alg.step(jax.random.fold_in(run_key, k), state, problem.potential,
+                         stack[k % stack.shape[0]])
         return state, None
 
     return jax.lax.scan(body, state, jnp.arange(steps))[0]
@@ -94,7 +94,7 @@ def test_diging_exact_channel_and_tracking_invariant(key):
     float32 rounding, and counts 2 messages per agent at k = 0, 3 of 5 steps only."""
     batched = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     hetero = linear_regression(num_agents=N, local_size=3, dim=2, heterogeneous=True)
-    alg = dgsgld.diging_sgld(0.02)
+    alg = dgsgld.DIGingSGLD(0.02)
 
     @jax.jit
     def runs(key):
@@ -135,7 +135,7 @@ def test_sample_channel_option_counts_bytes(key):
     stack, init = _mixed_stack(), jnp.zeros((2, N, 2))
     out = dgsgld.Output(trace_fn=C.messages_sent)
     channel = C.Channel()
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.05), problem.potential, stack, init, key, 5,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, stack, init, key, 5,
                           output=out, channel=channel)
     per_step = 2 * _OUT_DEGREES[np.arange(5) % 3]                      # (5, N) messages
     expected = np.concatenate([np.zeros((1, N), int), np.cumsum(per_step, 0)])
@@ -262,16 +262,16 @@ def test_channel_errors(key):
     problem = linear_regression(num_agents=N, local_size=3, dim=2)
     W, init = ring(N), jnp.zeros((1, N, 2))
     with pytest.raises(TypeError, match="`channel` must be None or a dgsgld.communication"):
-        dgsgld.sample(dgsgld.diging_sgld(0.1), problem.potential, W, init, key, 2,
+        dgsgld.sample(dgsgld.DIGingSGLD(0.1), problem.potential, W, init, key, 2,
                       channel="top_k")
     with pytest.raises(ValueError, match="`channel` must be None for SGLD"):
-        dgsgld.sample(dgsgld.sgld(0.1), problem.potential, None, init[:, 0], key, 2,
+        dgsgld.sample(dgsgld.SGLD(0.1), problem.potential, None, init[:, 0], key, 2,
                       channel=C.Channel())
     with pytest.raises(ValueError, match="`channel` is not supported yet with placement=Agents"):
-        dgsgld.sample(dgsgld.diging_sgld(0.1), problem.potential, W, init, key, 2,
+        dgsgld.sample(dgsgld.DIGingSGLD(0.1), problem.potential, W, init, key, 2,
                       channel=C.Channel(), placement=sharding.Agents())
     with pytest.raises(ValueError, match="`channel` differs from the channel"):
-        dgsgld.sample(dgsgld.diging_sgld(0.1, channel=C.Channel(C.sign())), problem.potential,
+        dgsgld.sample(dgsgld.DIGingSGLD(0.1, channel=C.Channel(C.sign())), problem.potential,
                       W, init, key, 2, channel=C.Channel())
     with pytest.raises(ValueError, match="`fraction` must be a number in"):
         C.top_k(0.0)
@@ -311,7 +311,7 @@ def test_chunked_run_with_error_feedback_equals_one_run(key, tmp_path):
     checkpoint with another compressor is refused, naming it."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     channel = C.Channel(C.random_k(0.5), error_feedback=True, consensus=0.5)
-    alg, init = dgsgld.diging_sgld(0.05, channel=channel), jnp.zeros((2, N, 2))
+    alg, init = dgsgld.DIGingSGLD(0.05, channel=channel), jnp.zeros((2, N, 2))
     one = dgsgld.sample(alg, problem.potential, ring(N), init, key, 6)
     chunked = dgsgld.sample_chunked(alg, problem.potential, ring(N), init, key, 6,
                                     chunk_size=2, path=tmp_path)
@@ -320,13 +320,13 @@ def test_chunked_run_with_error_feedback_equals_one_run(key, tmp_path):
     # Rounds, event trigger and stragglers: the channel state (copies, `heard`) carries too.
     busy = C.Channel(C.random_k(0.5), error_feedback=True, consensus=0.5, probability=0.8,
                      threshold=0.05, activity=0.7)
-    alg_busy = dgsgld.diging_sgld(0.05, channel=busy)
+    alg_busy = dgsgld.DIGingSGLD(0.05, channel=busy)
     one = dgsgld.sample(alg_busy, problem.potential, ring(N), init, key, 6)
     chunked = dgsgld.sample_chunked(alg_busy, problem.potential, ring(N), init, key, 6,
                                     chunk_size=2, path=tmp_path / "busy")
     np.testing.assert_array_equal(np.asarray(one.positions), np.asarray(chunked.positions))
     np.testing.assert_array_equal(busy.bytes_sent(one.state), busy.bytes_sent(chunked.state))
-    other = dgsgld.diging_sgld(0.05, channel=C.Channel(C.sign(), error_feedback=True,
+    other = dgsgld.DIGingSGLD(0.05, channel=C.Channel(C.sign(), error_feedback=True,
                                                       consensus=0.5))
     with pytest.raises(ValueError, match="`algorithm.channel.compressor` differs"):
         dgsgld.sample_chunked(other, problem.potential, ring(N), init, key, 6, chunk_size=2,
@@ -360,7 +360,7 @@ def test_probabilistic_rounds_and_links(key):
     on the stack (W or I at step k as the round's draw says), 3 messages per agent and
     message at each round only."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
-    alg, W, T = dgsgld.diging_sgld(0.05), complete_graph(N), 6
+    alg, W, T = dgsgld.DIGingSGLD(0.05), complete_graph(N), 6
     keys = _round_keys(key, T)
     assert C.Channel(probability=1.0) == C.Channel()
 
@@ -417,7 +417,7 @@ def test_neutral_settings_are_always_on_mixing(key):
     bit, bytes included. probability = 1 per link returns W⁽ᵏ⁾ itself (the run with it is
     in test_probabilistic_rounds_and_links)."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
-    alg, ones = dgsgld.diging_sgld(0.05), np.ones((1, N))
+    alg, ones = dgsgld.DIGingSGLD(0.05), np.ones((1, N))
     W = jnp.asarray(ring(N), jnp.float32)
     assert C.Channel(probability=1.0, per_link=True).round(key, W, 3) == (None, W)
     assert C.Channel(probability=1.0, activity=1.0) == C.Channel()
@@ -449,10 +449,10 @@ def test_event_trigger_silent_after_first_round(key):
     position only leaves the tracker sent at every step (2 links × 5 steps) with no public
     copy or first-round flag of its own."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
-    silent = _with(dgsgld.diging_sgld(0.05), C.Channel(threshold=1e30))
-    named = _with(dgsgld.diging_sgld(0.05),
+    silent = _with(dgsgld.DIGingSGLD(0.05), C.Channel(threshold=1e30))
+    named = _with(dgsgld.DIGingSGLD(0.05),
                   C.Channel(threshold={"position": 1e30, "tracker": 1e30}))
-    position_only = _with(dgsgld.diging_sgld(0.05), C.Channel(threshold={"position": 1e30}))
+    position_only = _with(dgsgld.DIGingSGLD(0.05), C.Channel(threshold={"position": 1e30}))
 
     @jax.jit
     def runs(key):
@@ -534,7 +534,7 @@ def test_round_and_trigger_errors():
     problem = linear_regression(num_agents=N, local_size=3, dim=2)
     with pytest.raises(ValueError, match="`activity` pattern has 3 agents per row; the "
                                          "network has 4"):
-        dgsgld.sample(dgsgld.de_sgld(0.1), problem.potential, ring(N), jnp.zeros((1, N, 2)),
+        dgsgld.sample(dgsgld.DESGLD(0.1), problem.potential, ring(N), jnp.zeros((1, N, 2)),
                       jax.random.key(0), 2, channel=C.Channel(activity=[[1, 0, 1]]))
 
 
@@ -557,7 +557,7 @@ def test_link_drops_keep_diging_stationary_mean(key):
     problem = linear_regression(num_agents=N, local_size=3, dim=2)
     chains, steps = 2000, 400
     channel = C.Channel(probability=0.5, per_link=True)
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.05), problem.potential, ring(N),
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, ring(N),
                           jnp.zeros((chains, N, 2)), key, steps, channel=channel,
                           output=dgsgld.Output(thin=steps))
     average = np.asarray(trace.state.position, np.float64).mean(1)        # (chains, d)
@@ -580,7 +580,7 @@ def test_round_draws_do_not_depend_on_chain_batching(key):
     for channel in (C.Channel(probability=0.5, per_link=True), C.Channel(probability=0.3),
                     C.Channel(C.random_k(0.5), error_feedback=True, threshold=0.05),
                     C.Channel(C.top_k(0.5), error_feedback=True, activity=0.5)):
-        alg = dgsgld.diging_sgld(0.05)
+        alg = dgsgld.DIGingSGLD(0.05)
         all3 = dgsgld.sample(alg, problem.potential, stack, init, key, 6, channel=channel)
         one = dgsgld.sample(alg, problem.potential, stack, init[2:], key, 6, channel=channel,
                             chain_offset=2)
@@ -603,7 +603,7 @@ def _states(alg, problem, stack, steps, key):
     keys = jax.vmap(lambda k: jax.random.fold_in(run_key, k))(jnp.arange(steps))
 
     def body(state, k):
-        state, _ = alg.step(keys[k], state, problem.potential, stack[k % stack.shape[0]])
+        state = alg.step(keys[k], state, problem.potential, stack[k % stack.shape[0]])
         return state, state
 
     return state, jax.lax.scan(body, state, jnp.arange(steps))[1], keys
@@ -621,7 +621,7 @@ def test_links_and_stragglers_step_by_step(key):
     same links; an agent counts, per message at the steps it is active, its up links (to
     active and inactive neighbours); Σ y = Σ ∇̃f holds to rounding."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
-    alg, W, T = dgsgld.diging_sgld(0.05), jnp.asarray(complete_graph(N), jnp.float32), 6
+    alg, W, T = dgsgld.DIGingSGLD(0.05), jnp.asarray(complete_graph(N), jnp.float32), 6
     active = _PATTERN[np.arange(T) % 3]                                 # (T, N)
     channel = C.Channel(probability=0.5, per_link=True, activity=_PATTERN)
     rounds = _round_keys(key, T)
@@ -633,7 +633,7 @@ def test_links_and_stragglers_step_by_step(key):
         up = jnp.stack([C.drop_links(W, C.link_mask(r, N, 0.5)) for r in rounds])
         used = jax.vmap(C._without_inactive)(up, jnp.asarray(active))
         plain = jax.vmap(lambda k, s, w: alg.step(k, s._replace(channel=()), problem.potential,
-                                                  w)[0])(keys, before, used)
+                                                  w))(keys, before, used)
         return before, states, plain, up, used
 
     before, states, plain, up, used = runs(key)
@@ -733,7 +733,7 @@ def test_gossip_rounds_step_by_step(key):
     channel on the stack of the round matrices W'ₖ recomputed from the run's round keys; each
     agent counts one message per matched step and message; Σ y = Σ ∇̃f to rounding."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
-    alg, W, T = dgsgld.diging_sgld(0.05), jnp.asarray(complete_graph(N), jnp.float32), 6
+    alg, W, T = dgsgld.DIGingSGLD(0.05), jnp.asarray(complete_graph(N), jnp.float32), 6
     rounds = _round_keys(key, T)
     used = jnp.stack([C.gossip_matrix(jax.random.fold_in(r, C._GOSSIP_TAG), W, "matching")
                       for r in rounds])
@@ -766,7 +766,7 @@ def test_gossip_keeps_diging_stationary_mean(key):
     false failure has probability < 5e-6)."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2)
     chains, steps = 2000, 600
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.05), problem.potential, ring(N),
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, ring(N),
                           jnp.zeros((chains, N, 2)), key, steps,
                           channel=C.Channel(gossip="matching"), output=dgsgld.Output(thin=steps))
     x = np.asarray(trace.state.position, np.float64)
@@ -784,7 +784,7 @@ def test_clock_waits_for_the_slowest_agent_or_drops_it_at_the_deadline(key):
     deadline agent 3 is never done in time: it takes no step and sends nothing (its position
     stays its start, exactly), each step lasts 2 + 0.5 s, and it counts no message. ``elapsed_time`` traced per iteration is 0, 3.5, 7, ..."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
-    alg, T = dgsgld.de_sgld(0.05), 6
+    alg, T = dgsgld.DESGLD(0.05), 6
     slow = C.Clock(compute=(1, 1, 1, 3), latency=0.5)
     channels = (C.Channel(clock=slow), C.Channel(every=2, clock=slow),
                 C.Channel(clock=C.Clock(compute=(1, 1, 1, 3), latency=0.5, deadline=2.0)))
@@ -836,7 +836,7 @@ def test_clock_compute_times_have_the_stated_law():
     with pytest.raises(ValueError, match="`compute` has 3 agents; the network has 4"):
         clock.times(keys[0], 4)
     with pytest.raises(ValueError, match="`state` has no simulated clock"):
-        C.elapsed_time(dgsgld.de_sgld(0.1, channel=C.Channel()).init(
+        C.elapsed_time(dgsgld.DESGLD(0.1, channel=C.Channel()).init(
             jnp.zeros((N, 2)), linear_regression(num_agents=N).potential, keys[0]))
 
 
@@ -874,7 +874,7 @@ def test_exact_moments_under_random_link_drops_match_monte_carlo(key):
     W = np.asarray(ring(N), np.float64)
     bound = norm.ppf(1 - 1e-3 / 96)
     init = jax.random.normal(jax.random.key(11), (chains, N, 2))
-    for alg in (dgsgld.diging_sgld(0.1), dgsgld.de_sgld(0.1)):
+    for alg in (dgsgld.DIGingSGLD(0.1), dgsgld.DESGLD(0.1)):
         with jax.enable_x64(True):
             law = exact.exact_moments(alg, exact_quadratic(problem), W, np.zeros(2), np.eye(2),
                                       T, channel=channel)
@@ -891,14 +891,14 @@ def test_exact_moments_under_random_link_drops_match_monte_carlo(key):
         _, z_cov_bar = _data_z(x, np.asarray(mean_only.mean[-1]), np.asarray(mean_only.cov[-1]))
         assert np.abs(z_cov_bar).max() > bound, type(alg).__name__
     with pytest.raises(ValueError, match="exact moments are propagated for exact messages"):
-        exact.exact_moments(dgsgld.de_sgld(0.1), exact_quadratic(problem), W, np.zeros(2),
+        exact.exact_moments(dgsgld.DESGLD(0.1), exact_quadratic(problem), W, np.zeros(2),
                             np.eye(2), 2, channel=C.Channel(C.top_k(0.5)))
     with pytest.raises(ValueError, match="link drops and stragglers together"):
-        exact.exact_moments(dgsgld.de_sgld(0.1), exact_quadratic(problem), W, np.zeros(2),
+        exact.exact_moments(dgsgld.DESGLD(0.1), exact_quadratic(problem), W, np.zeros(2),
                             np.eye(2), 2, channel=C.Channel(probability=0.5, per_link=True,
                                                             activity=0.5))
     with pytest.raises(ValueError, match="not for 'extra'"):
-        exact.exact_moments(dgsgld.extra_sgld(0.1), exact_quadratic(problem), W, np.zeros(2),
+        exact.exact_moments(dgsgld.EXTRASGLD(0.1), exact_quadratic(problem), W, np.zeros(2),
                             np.eye(2), 2, channel=channel)
 
 
@@ -922,7 +922,7 @@ def test_exact_moments_with_stragglers_match_monte_carlo(cells, key):
     bound = norm.ppf(1 - 1e-3 / 288)
     init = jax.random.normal(jax.random.key(11), (chains, N, 2))
     out = dgsgld.Output(positions=False, trace_fn=lambda s: ())
-    algs = (dgsgld.diging_sgld(0.1), dgsgld.de_sgld(0.1), dgsgld.extra_sgld(0.1))
+    algs = (dgsgld.DIGingSGLD(0.1), dgsgld.DESGLD(0.1), dgsgld.EXTRASGLD(0.1))
     channels = (C.Channel(activity=0.6), C.Channel(activity=_PATTERN))
     for alg in algs[:1] if cells == "diging" else algs:
         for channel in channels[:1] if cells == "diging" else channels:
@@ -983,8 +983,8 @@ def test_exact_moments_with_random_k_messages_match_monte_carlo(cells, key):
     bound = norm.ppf(1 - 1e-3 / 384)
     init = jax.random.normal(jax.random.key(11), (chains, N, 3))
     out = dgsgld.Output(positions=False, trace_fn=lambda s: ())
-    algs = (dgsgld.diging_sgld(eta), dgsgld.de_sgld(eta),
-            dgsgld.diging_sghmc(eta, friction=5.0), dgsgld.d_ula(eta / N, consensus=0.5))
+    algs = (dgsgld.DIGingSGLD(eta), dgsgld.DESGLD(eta),
+            dgsgld.DIGingSGHMC(eta, friction=5.0), dgsgld.DULA(eta / N, consensus=0.5))
     for alg in algs[:1] if cells == "diging" else algs:
         with jax.enable_x64(True):
             law = exact.exact_moments(alg, exact_quadratic(problem), W, np.zeros(3), np.eye(3),
@@ -1002,8 +1002,8 @@ def test_exact_moments_with_random_k_messages_match_monte_carlo(cells, key):
         assert np.abs(z_plain).max() > bound, type(alg).__name__
     problem2 = exact_quadratic(problem)
     with pytest.raises(ValueError, match="random-k messages are propagated .* not for 'extra'"):
-        exact.exact_moments(dgsgld.extra_sgld(eta), problem2, W, np.zeros(3), np.eye(3), 2,
+        exact.exact_moments(dgsgld.EXTRASGLD(eta), problem2, W, np.zeros(3), np.eye(3), 2,
                             channel=channel)
     with pytest.raises(ValueError, match="random-k messages without error feedback"):
-        exact.exact_moments(dgsgld.de_sgld(eta), problem2, W, np.zeros(3), np.eye(3), 2,
+        exact.exact_moments(dgsgld.DESGLD(eta), problem2, W, np.zeros(3), np.eye(3), 2,
                             channel=C.Channel(C.random_k(2 / 3), error_feedback=True))

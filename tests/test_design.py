@@ -244,7 +244,7 @@ def test_learn_weights_by_sampling_finds_the_two_node_optimum():
 
     start = nets.max_degree_weights(np.array([[0, 1], [1, 0]]))
     sched, rep = nets.learn_weights_by_sampling(
-        dgsgld.de_sgld(0.1), _two_identical_agents(), start, init, jax.random.key(1), 1,
+        dgsgld.DESGLD(0.1), _two_identical_agents(), start, init, jax.random.key(1), 1,
         variance, num_iterations=200, optimizer=optax.adam(0.02))
     assert abs(rep.weights[0, 0] - 0.45) < 0.05
     assert rep.objective_after < rep.objective_before
@@ -254,7 +254,7 @@ def test_learn_weights_by_sampling_finds_the_two_node_optimum():
 @pytest.mark.reliability
 def test_learn_weights_by_sampling_refuses_bad_input():
     W = np.full((2, 2), 0.5)
-    args = (dgsgld.de_sgld(0.1), _two_identical_agents(), W, jnp.zeros((4, 2, 1)),
+    args = (dgsgld.DESGLD(0.1), _two_identical_agents(), W, jnp.zeros((4, 2, 1)),
             jax.random.key(0), 1)
     with pytest.raises(ValueError, match="`resample_every` must be None or an integer >= 1"):
         nets.learn_weights_by_sampling(*args, jnp.mean, resample_every=0)

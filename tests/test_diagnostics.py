@@ -85,7 +85,7 @@ def test_against_arviz():
 def fake_trace(positions, centralized=False):
     div = dgsgld.Divergence(np.full(C, -1), np.full(C, -1))
     count = np.zeros(C, np.int32)
-    state = dgsgld.SGLDState(None, count) if centralized else dgsgld.DIGingState(
+    state = dgsgld.SGLDState(None, None, count) if centralized else dgsgld.DIGingState(
         None, None, None, count)
     return dgsgld.Trace(positions, None, None, state, div)
 

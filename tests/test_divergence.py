@@ -52,7 +52,7 @@ def problem():
 def run(step_size=1.0, mixing=None, **kwargs):
     potential, init = problem()
     # W = I is refused by default (never connected); here it is the point: allow it.
-    return dgsgld.sample(dgsgld.diging_sgld(step_size), potential,
+    return dgsgld.sample(dgsgld.DIGingSGLD(step_size), potential,
                          jnp.eye(N) if mixing is None else mixing, init, jax.random.key(3),
                          NUM_STEPS, allow_disconnected=mixing is None, **kwargs)
 
@@ -117,7 +117,7 @@ def test_stable_step_size_is_not_flagged():
     potential, init = problem()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        trace = dgsgld.sample(dgsgld.diging_sgld(0.05), potential, jnp.eye(N), init / 1e16,
+        trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), potential, jnp.eye(N), init / 1e16,
                               jax.random.key(3), NUM_STEPS, on_divergence="raise",
                               allow_disconnected=True)
     assert not np.asarray(trace.diverged).any()
@@ -154,7 +154,7 @@ def test_on_divergence_stop_in_chunks_matches_one_call(tmp_path):
     complete = jnp.full((N, N), 1.0 / N)
     want = run(on_divergence="stop", mixing=complete)
     potential, init = problem()
-    got = sample_chunked(dgsgld.diging_sgld(1.0), potential, complete, init,
+    got = sample_chunked(dgsgld.DIGingSGLD(1.0), potential, complete, init,
                          jax.random.key(3), NUM_STEPS, chunk_size=20, path=tmp_path,
                          on_divergence="stop")
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):

@@ -19,7 +19,7 @@ def test_decaying_weights_law_matches_theory_exact(key):
     steps the per-agent mean and covariance of 4000 chains equal theory.exact's within 4.5
     Monte Carlo standard errors."""
     pb = linear_regression(heterogeneous=True)
-    alg = dgsgld.d_ula(PolynomialDecay(0.01, 0.3), consensus=PolynomialDecay(0.9, 0.1))
+    alg = dgsgld.DULA(PolynomialDecay(0.01, 0.3), consensus=PolynomialDecay(0.9, 0.1))
     stack = permuted_rings(5, 6)
     x = run_chains(alg, pb, stack, 40, 4000, key)
     mean, cov = law_after(alg, pb, stack, 40)
@@ -39,7 +39,7 @@ def test_network_average_targets_the_posterior(graph):
     q = exact_quadratic(pb)
     lam = np.linalg.eigvalsh(q.hessians.sum(0)).max()
     for alpha in (1e-3, 1e-4):
-        st = exact.stationary_moments(dgsgld.d_ula(alpha, 1.0), q, graph(5))
+        st = exact.stationary_moments(dgsgld.DULA(alpha, 1.0), q, graph(5))
         ratio = np.trace(st.average_cov[0]) / np.trace(pb.cov)
         assert abs(ratio - 1) < alpha * lam
         scale = np.sqrt(np.trace(pb.cov))
@@ -50,8 +50,8 @@ def test_network_average_targets_the_posterior(graph):
 def test_optax_schedule_equals_polynomial_decay(key):
     pb = linear_regression(batch_size=2)
     init = jax.random.normal(key, (3, 5, 2))
-    a = dgsgld.sample(dgsgld.d_ula(0.01, consensus=0.5), pb.potential, ring(5), init, key, 8)
-    b = dgsgld.sample(dgsgld.d_ula(optax.constant_schedule(0.01),
+    a = dgsgld.sample(dgsgld.DULA(0.01, consensus=0.5), pb.potential, ring(5), init, key, 8)
+    b = dgsgld.sample(dgsgld.DULA(optax.constant_schedule(0.01),
                                    consensus=PolynomialDecay(0.5, 0.0)), pb.potential, ring(5),
                       init, key, 8)
     np.testing.assert_allclose(a.positions, b.positions, rtol=1e-5, atol=1e-6)
@@ -62,19 +62,19 @@ def test_compiled_once_for_new_schedule_values(key):
     pb = linear_regression()
     pot = dgsgld.Potential(ll, None, pb.potential.data)
     init = jax.random.normal(key, (3, 5, 2))
-    dgsgld.sample(dgsgld.d_ula(PolynomialDecay(0.01, 0.3), PolynomialDecay(0.9, 0.1)), pot,
+    dgsgld.sample(dgsgld.DULA(PolynomialDecay(0.01, 0.3), PolynomialDecay(0.9, 0.1)), pot,
                   ring(5), init, key, 5)
     n = len(calls)
-    dgsgld.sample(dgsgld.d_ula(PolynomialDecay(0.02, 0.4), PolynomialDecay(0.8, 0.2)), pot,
+    dgsgld.sample(dgsgld.DULA(PolynomialDecay(0.02, 0.4), PolynomialDecay(0.8, 0.2)), pot,
                   ring(5), init + 1, jax.random.key(3), 5)
     assert len(calls) - n <= 1  # only the pre-compile shape check traces again
 
 
 def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="consensus"):
-        dgsgld.d_ula(0.01, consensus=1.5)
+        dgsgld.DULA(0.01, consensus=1.5)
     with pytest.raises(ValueError, match="consensus"):
-        dgsgld.d_ula(0.01, consensus=0.0)
+        dgsgld.DULA(0.01, consensus=0.0)
     with pytest.raises(ValueError, match="exponent"):
         PolynomialDecay(0.1, -1.0)
     with pytest.raises(ValueError, match="initial"):

@@ -216,10 +216,10 @@ def test_grid_search_equals_separate_runs_and_flags_divergence():
 
     grid = np.array([1e-3, 1e-2, 1e3], np.float32)  # the last one overflows
     search = ex.grid_search(
-        dgsgld.diging_sgld, grid, potential, mixing, init, key, 20, score_fn=final_mean, mode="max"
+        dgsgld.DIGingSGLD, grid, potential, mixing, init, key, 20, score_fn=final_mean, mode="max"
     )
     for eta, score in zip(grid[:2], search.scores[:2]):
-        trace = dgsgld.sample(dgsgld.diging_sgld(float(eta)), potential, mixing, init, key, 20)
+        trace = dgsgld.sample(dgsgld.DIGingSGLD(float(eta)), potential, mixing, init, key, 20)
         # Same keys, same initial points: the vmapped grid point is this very run (float32
         # reassociation only).
         np.testing.assert_allclose(score, float(final_mean(trace)), rtol=1e-5, atol=1e-6)
@@ -228,7 +228,7 @@ def test_grid_search_equals_separate_runs_and_flags_divergence():
     assert search.best_index == int(np.argmax(search.scores[:2]))
     with pytest.raises(ValueError, match="step_sizes"):
         ex.grid_search(
-            dgsgld.diging_sgld, [-1.0], potential, mixing, init, key, 5, score_fn=final_mean
+            dgsgld.DIGingSGLD, [-1.0], potential, mixing, init, key, 5, score_fn=final_mean
         )
 
 
@@ -249,7 +249,7 @@ def test_gradient_tuning_lands_near_the_grid_optimum():
 
     grid = ex.log_grid(1e-3, 0.3, 31)
     search = ex.grid_search(
-        dgsgld.diging_sgld,
+        dgsgld.DIGingSGLD,
         grid,
         potential,
         mixing,
@@ -261,7 +261,7 @@ def test_gradient_tuning_lands_near_the_grid_optimum():
     )
     assert 0 < search.best_index < grid.size - 1  # an interior optimum
     tuned = ex.tune_step_size_gradient(
-        dgsgld.diging_sgld,
+        dgsgld.DIGingSGLD,
         potential,
         mixing,
         init,

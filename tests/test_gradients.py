@@ -86,7 +86,7 @@ def test_tracking_invariant_with_control_variates(name, key):
         return jnp.stack([jnp.sum(state.tracker, 0), jnp.sum(state.grad, 0)])
 
     init = jax.random.normal(key, (8, 5, 2))
-    alg = dgsgld.diging_sgld(0.02, estimator=ESTIMATORS[name]())
+    alg = dgsgld.DIGingSGLD(0.02, estimator=ESTIMATORS[name]())
     trace = dgsgld.sample(alg, pb.potential, permuted_rings(5, 7), init, key, num_steps=200,
                           output=dgsgld.Output(trace_fn=residual))
     y_sum, g_sum = np.asarray(trace.values[:, :, 0]), np.asarray(trace.values[:, :, 1])
@@ -95,10 +95,10 @@ def test_tracking_invariant_with_control_variates(name, key):
 
 
 @pytest.mark.parametrize("make,name", [
-    (dgsgld.diging_sgld, "svrg"),
-    pytest.param(dgsgld.diging_sgld, "saga", marks=pytest.mark.slow),
-    pytest.param(dgsgld.de_sgld, "svrg", marks=pytest.mark.slow),
-    pytest.param(dgsgld.extra_sgld, "saga", marks=pytest.mark.slow),
+    (dgsgld.DIGingSGLD, "svrg"),
+    pytest.param(dgsgld.DIGingSGLD, "saga", marks=pytest.mark.slow),
+    pytest.param(dgsgld.DESGLD, "svrg", marks=pytest.mark.slow),
+    pytest.param(dgsgld.EXTRASGLD, "saga", marks=pytest.mark.slow),
 ])
 def test_mean_follows_the_full_batch_law(make, name, key):
     """On a linear-Gaussian model every step is affine in the state plus an estimate that is
@@ -121,9 +121,9 @@ def test_compiled_once_for_new_step_size_with_svrg(key):
     pot = dgsgld.Potential(ll, None, pb.potential.data, batch_size=2)
     init = jax.random.normal(key, (3, 5, 2))
     est = gradients.svrg(update_every=5)
-    dgsgld.sample(dgsgld.diging_sgld(0.01, estimator=est), pot, ring(5), init, key, 5)
+    dgsgld.sample(dgsgld.DIGingSGLD(0.01, estimator=est), pot, ring(5), init, key, 5)
     n = len(calls)
-    dgsgld.sample(dgsgld.diging_sgld(0.02, estimator=est), pot, ring(5), init + 1,
+    dgsgld.sample(dgsgld.DIGingSGLD(0.02, estimator=est), pot, ring(5), init + 1,
                   jax.random.key(3), 5)
     assert len(calls) - n <= 1  # only the pre-compile shape check traces again
 
@@ -136,16 +136,16 @@ def test_bad_inputs_raise(key):
     with pytest.raises(ValueError, match="true at count 0"):
         gradients.svrg(update_every=lambda c: c == 3)
     with pytest.raises(ValueError, match="estimator"):
-        dgsgld.diging_sgld(0.1, estimator="svrg")
+        dgsgld.DIGingSGLD(0.1, estimator="svrg")
     full = linear_regression()
     init = jnp.zeros((2, 5, 2))
     with pytest.raises(ValueError, match="batch_size"):
-        dgsgld.sample(dgsgld.de_sgld(0.1, estimator=gradients.saga()), full.potential, ring(5),
+        dgsgld.sample(dgsgld.DESGLD(0.1, estimator=gradients.saga()), full.potential, ring(5),
                       init, key, 2)
     oracle = dgsgld.Potential(None, None, pb.potential.data, batch_size=2,
                               gradient_fn=lambda p, d, k: p)
     with pytest.raises(ValueError, match="log_likelihood"):
-        dgsgld.sample(dgsgld.de_sgld(0.1, estimator=gradients.svrg()), oracle, ring(5), init,
+        dgsgld.sample(dgsgld.DESGLD(0.1, estimator=gradients.svrg()), oracle, ring(5), init,
                       key, 2)
 
 
@@ -164,7 +164,7 @@ def test_svrg_computes_the_full_gradient_only_at_refreshes(monkeypatch, key):
     monkeypatch.setattr(dgsgld.Potential, "full_grad", counted)
     pb = linear_regression(local_size=6, batch_size=2, heterogeneous=True)
     init = jax.random.normal(key, (3, 5, 2))
-    alg = dgsgld.diging_sgld(0.02, estimator=gradients.svrg(update_every=5))
+    alg = dgsgld.DIGingSGLD(0.02, estimator=gradients.svrg(update_every=5))
     trace = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12)
     jax.block_until_ready(trace.positions)
     jax.effects_barrier()

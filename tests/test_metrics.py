@@ -215,7 +215,7 @@ def test_no_two_eigh_calls_of_a_w2_program_can_run_at_once():
             theory.ExactMoments(mean, cov, *[None] * 6),
             target_mean, target_cov),
         "sample with streamed W2": lambda: dgsgld.sample(
-            dgsgld.diging_sgld(0.05), pb.potential, ring(5), jnp.zeros((8, 5, d)),
+            dgsgld.DIGingSGLD(0.05), pb.potential, ring(5), jnp.zeros((8, 5, d)),
             jax.random.key(0), 3, on_divergence="flag",
             output=dgsgld.Output(ensemble_fn=streaming.gaussian_w2(pb.mean, pb.cov))),
     }

@@ -140,7 +140,7 @@ def test_sample_chains_in_one_process_is_dgsgld_sample_with_its_ensemble():
     prob = linear_regression(num_agents=4, dim=2)
     init = jnp.asarray(np.random.default_rng(0).normal(size=(6, 4, 2)), jnp.float32)
     spread = _example().spread
-    args = (dgsgld.diging_sgld(0.05), prob.potential, ring(4), init, jax.random.key(0), 10)
+    args = (dgsgld.DIGingSGLD(0.05), prob.potential, ring(4), init, jax.random.key(0), 10)
     want = dgsgld.sample(*args, output=Output(thin=2, ensemble_fn=spread))
     got = distributed.sample_chains(*args, output=Output(thin=2, ensemble_fn=spread))
     # The same compiled step and draws: equal positions; ensemble_fn applied after the run

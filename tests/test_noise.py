@@ -102,7 +102,7 @@ def test_draws_are_deterministic_under_jit_vmap_and_batching():
 
 def test_default_is_jax_random_normal_bit_for_bit(key):
     position = {"a": jnp.zeros((4, 3)), "b": jnp.zeros((4,))}
-    alg = dgsgld.diging_sgld(0.05)
+    alg = dgsgld.DIGingSGLD(0.05)
     assert alg.normal is jax.random.normal
     leaf_keys = jax.random.split(step_keys(key)[0], 2)
     w = alg.noise(key, position)
@@ -112,7 +112,7 @@ def test_default_is_jax_random_normal_bit_for_bit(key):
 
 def test_every_sampler_draws_its_noise_from_the_generator(key):
     """For every sampler class, leaf ``i`` of ``w`` is ``fast_normal(split(noise_key, 2)[i],
-    shape, dtype)``; the factories' samplers take the generator through
+    shape, dtype)``; a built sampler takes another generator through
     ``dataclasses.replace``; a non-function is refused when the sampler is built."""
     algs = {name: make(normal=dgsgld.fast_normal) for name, make in SAMPLERS.items()}
     x = jax.random.normal(jax.random.key(1), (5, 2))
@@ -146,8 +146,8 @@ def test_step_draws_the_generators_noise(name, key):
     @jax.jit
     def both(key, x):
         state = alg.init(x, pb.potential, key)
-        drawn = alg.step(key, state, pb.potential, mixing)[0].position
-        return drawn, alg.step(key, state, pb.potential, mixing, alg.noise(key, x))[0].position
+        drawn = alg.step(key, state, pb.potential, mixing).position
+        return drawn, alg.step(key, state, pb.potential, mixing, alg.noise(key, x)).position
 
     drawn, passed = both(key, x)
     np.testing.assert_array_equal(drawn, passed)
@@ -251,11 +251,11 @@ def test_resuming_a_checkpoint_with_another_noise_generator_is_refused(tmp_path)
                               chunk_size=5, path=tmp_path)
 
 
-@pytest.mark.parametrize("make", [dgsgld.diging_sgld, dgsgld.de_sgld, dgsgld.extra_sgld,
-                                  dgsgld.sgld, dgsgld.de_sghmc, dgsgld.diging_sghmc,
-                                  dgsgld.d_ula, dgsgld.push_diging_sgld, dgsgld.push_sum_sgld])
+@pytest.mark.parametrize("make", [dgsgld.DIGingSGLD, dgsgld.DESGLD, dgsgld.EXTRASGLD,
+                                  dgsgld.SGLD, dgsgld.DESGHMC, dgsgld.DIGingSGHMC,
+                                  dgsgld.DULA, dgsgld.PushDIGingSGLD, dgsgld.PushSumSGLD])
 def test_every_constructor_takes_the_noise_generator(make):
-    # One constructor per sampler: the function builds the class's sampler with every option.
+    # One constructor per sampler, its class, and `normal` is one of its keyword options.
     fast, default = make(0.01, normal=dgsgld.fast_normal), make(0.01)
     assert fast.normal is dgsgld.fast_normal and default.normal is jax.random.normal
     assert type(fast) is type(default)

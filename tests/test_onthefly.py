@@ -119,7 +119,7 @@ def test_sample_with_on_the_fly_schedule_equals_sample_with_its_materialized_sta
     schedule = onthefly.link_failures_on_the_fly(nx.cycle_graph(8), 0.3, key=7, period=6,
                                                  format="dense")
     init = jnp.asarray(np.random.default_rng(0).normal(size=(2, 8, 2)), jnp.float32)
-    alg, key = dgsgld.diging_sgld(0.05), jax.random.key(8)
+    alg, key = dgsgld.DIGingSGLD(0.05), jax.random.key(8)
     fly = dgsgld.sample(alg, prob.potential, schedule, init, key, 12)
     stacked = dgsgld.sample(alg, prob.potential, schedule.materialize(6).astype(np.float32),
                             init, key, 12)

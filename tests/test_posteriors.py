@@ -221,7 +221,7 @@ def test_streamed_ksd_from_the_agents_gradients_equals_the_ksd_of_the_stored_dra
     potential = target.potential(4, "skew")
     score = lambda x: stein_scores(potential, x[None])[0]
     init = jnp.broadcast_to(target.init(jax.random.key(0), 8)[:, None], (8, 4, target.dim))
-    trace = dgsgld.sample(dgsgld.diging_sgld(2e-3), potential, networks.ring(4), init,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(2e-3), potential, networks.ring(4), init,
                           jax.random.key(1), 20,
                           output=dgsgld.Output(thin=10, positions=True,
                                                ensemble_fn=streaming.ksd(score)))
@@ -643,21 +643,21 @@ def test_sbc_of_the_logistic_posterior_is_uniform_and_miscalibration_is_rejected
 
 @pytest.mark.reliability
 def test_sbc_refuses_bad_input():
-    from dgsgld import diging_sgld, networks, sgld
+    from dgsgld import SGLD, DIGingSGLD, networks
     from dgsgld.posteriors.sbc import rank_uniformity, sbc_ranks, sbc_run
 
     with pytest.raises(ValueError, match="`algorithm` must be a decentralized sampler"):
-        sbc_run("gaussian_linear", sgld(0.01), networks.ring(4), jax.random.key(0))
+        sbc_run("gaussian_linear", SGLD(0.01), networks.ring(4), jax.random.key(0))
     with pytest.raises(ValueError, match="`num_datasets` must be a positive int; got 0"):
-        sbc_run("gaussian_linear", diging_sgld(0.01), networks.ring(4), jax.random.key(0),
+        sbc_run("gaussian_linear", DIGingSGLD(0.01), networks.ring(4), jax.random.key(0),
                 num_datasets=0)
     with pytest.raises(ValueError, match="`target` must be one of"):
-        sbc_run("eight_schools", diging_sgld(0.01), networks.ring(4), jax.random.key(0))
+        sbc_run("eight_schools", DIGingSGLD(0.01), networks.ring(4), jax.random.key(0))
     with pytest.raises(ValueError, match="`algorithm` must be a function h -> sampler"):
-        sbc_run("gaussian_linear", diging_sgld(0.01), networks.ring(4), jax.random.key(0),
+        sbc_run("gaussian_linear", DIGingSGLD(0.01), networks.ring(4), jax.random.key(0),
                 step_sizes=np.ones(100))
     with pytest.raises(ValueError, match="`step_sizes` must be 100 positive finite steps"):
-        sbc_run("gaussian_linear", diging_sgld, networks.ring(4), jax.random.key(0),
+        sbc_run("gaussian_linear", DIGingSGLD, networks.ring(4), jax.random.key(0),
                 step_sizes=np.ones(3))
     with pytest.raises(ValueError, match="must be finite"):
         sbc_ranks(np.full((2, 3, 1), np.nan), np.zeros((2, 1)))
@@ -676,10 +676,10 @@ def test_sbc_shows_the_constant_step_bias_of_diging_sgld():
     # below what 200 data sets detect, and every (agent, coordinate) p-value stays above 1e-4
     # (24 tests: a false alarm <= 2.4e-3); at h = 4.5e-3 up to 1.5 times too wide (sd x 1.23,
     # more with the network's disagreement), and some p-value falls below 1e-4.
-    from dgsgld import diging_sgld, networks
+    from dgsgld import DIGingSGLD, networks
     from dgsgld.posteriors.sbc import sbc_run
 
-    p = {h: sbc_run("gaussian_linear", diging_sgld(h), networks.ring(4), jax.random.key(0),
+    p = {h: sbc_run("gaussian_linear", DIGingSGLD(h), networks.ring(4), jax.random.key(0),
                     num_datasets=200, num_steps=1000)["pvalues"]
          for h in (5e-4, 4.5e-3)}
     assert p[5e-4].shape == (4, 6)
@@ -702,10 +702,10 @@ def test_sbc_of_a_well_tuned_diging_sghmc_on_the_logistic_target():
     # mean are rejected: at S = 100, L = 7 (4 bins of 2 ranks, 25 expected each) about a
     # fifth of the ranks move between bins, chi-square ~ 10-20 on 3 degrees of freedom, so
     # the median (agent, coordinate) p-value falls below 1e-2.
-    from dgsgld import diging_sghmc, networks
+    from dgsgld import DIGingSGHMC, networks
     from dgsgld.posteriors.sbc import rank_uniformity, sbc_ranks, sbc_run
 
-    out = sbc_run("logistic_breast_cancer", diging_sghmc(0.012, 2.0), networks.ring(4),
+    out = sbc_run("logistic_breast_cancer", DIGingSGHMC(0.012, 2.0), networks.ring(4),
                   jax.random.key(0), num_datasets=100, num_draws=7, num_steps=1000)
     ranks, draws = out["ranks"], out["draws"]
     assert ranks.shape == (100, 4, 31) and draws.shape == (100, 7, 4, 31)
@@ -722,13 +722,13 @@ def test_sbc_run_with_one_step_per_data_set_is_the_run_at_that_step():
     # step_sizes all equal to h: the same chains as the sampler built at h (the same keys; the
     # step a traced leaf instead of a constant, so float32 rounding may differ: rtol 1e-4 on
     # draws of size ~1 after 20 steps).
-    from dgsgld import diging_sgld, networks
+    from dgsgld import DIGingSGLD, networks
     from dgsgld.posteriors.sbc import sbc_run
 
     kw = {"num_datasets": 3, "num_draws": 2, "num_steps": 20}
-    fixed = sbc_run("gaussian_linear", diging_sgld(1e-3), networks.ring(4), jax.random.key(0),
+    fixed = sbc_run("gaussian_linear", DIGingSGLD(1e-3), networks.ring(4), jax.random.key(0),
                     **kw)
-    per_set = sbc_run("gaussian_linear", diging_sgld, networks.ring(4), jax.random.key(0),
+    per_set = sbc_run("gaussian_linear", DIGingSGLD, networks.ring(4), jax.random.key(0),
                       step_sizes=lambda y: np.full(len(y), 1e-3), **kw)
     np.testing.assert_allclose(per_set["draws"], fixed["draws"], rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(per_set["step_sizes"], np.full(3, 1e-3))

@@ -195,12 +195,12 @@ def test_diging_sgld_on_a_numpyro_model_matches_nuts():
 
     pot = dgsgld.Potential.from_numpyro(poisson, {"x": x, "y": y})
     init = ppl.init_params(pot, jax.random.key(1), 32, radius=0.5)
-    trace = dgsgld.sample(dgsgld.diging_sgld(2e-3), pot, networks.ring(n_agents), init,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(2e-3), pot, networks.ring(n_agents), init,
                           jax.random.key(2), 6000, output=dgsgld.Output(thin=10, burn_in=1000))
     decentralized = ppl.constrain(pot, diagnostics.network_average(trace.positions))
     # The centralized sampler on the same potential: no agent axis, step η / N.
     init = ppl.init_params(pot, jax.random.key(3), 32, agents=False, radius=0.5)
-    trace = dgsgld.sample(dgsgld.sgld(2e-3 / n_agents), pot, None, init, jax.random.key(4),
+    trace = dgsgld.sample(dgsgld.SGLD(2e-3 / n_agents), pot, None, init, jax.random.key(4),
                           6000, output=dgsgld.Output(thin=10, burn_in=1000))
     centralized = ppl.constrain(pot, trace.positions)
     for draws in (decentralized, centralized):  # leaves (32, 501)

@@ -117,7 +117,7 @@ def log_likelihood(theta, x):
 @functools.cache
 def problem():
     potential = dgsgld.Potential(log_likelihood, None, jnp.zeros((N, 2, D)))
-    return dgsgld.diging_sgld(0.05), potential, jnp.zeros((C, N, D))
+    return dgsgld.DIGingSGLD(0.05), potential, jnp.zeros((C, N, D))
 
 
 has_hook = "progress" in inspect.signature(dgsgld.sample).parameters

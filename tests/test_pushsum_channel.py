@@ -43,7 +43,7 @@ def _states(alg, problem, matrix, steps, key):
     keys = jax.vmap(lambda k: jax.random.fold_in(run_key, k))(jnp.arange(steps))
 
     def body(state, k):
-        new, _ = alg.step(keys[k], state, problem.potential, matrix)
+        new = alg.step(keys[k], state, problem.potential, matrix)
         return new, (state, new)
 
     return *jax.lax.scan(body, state, jnp.arange(steps))[1], keys
@@ -64,7 +64,7 @@ def test_exact_channel_is_no_channel_and_bytes_include_the_weights(key):
     adj = np.asarray(schedule.adjacency)
     out_degree = (adj & ~np.eye(N, dtype=bool)).sum(1)[np.arange(T) % 5].sum(0)   # (N,)
     assert np.ptp(np.asarray(nets.directed.push_sum_weights(schedule, T))) > 0.05
-    for make, messages in ((dgsgld.push_diging_sgld, 2), (dgsgld.push_sum_sgld, 1)):
+    for make, messages in ((dgsgld.PushDIGingSGLD, 2), (dgsgld.PushSumSGLD, 1)):
         plain = dgsgld.sample(make(0.05), problem.potential, schedule, init, key, T)
         channel = C.Channel()
         exact = dgsgld.sample(make(0.05), problem.potential, schedule, init, key, T,
@@ -95,8 +95,8 @@ def test_one_way_drops_and_stragglers_step_by_step(key):
     c, T = jnp.asarray(_dense_digraph()), 6
     active = _PATTERN[np.arange(T) % 3]                                           # (T, N)
     channel = C.Channel(probability=0.5, per_link=True, activity=_PATTERN)
-    samplers = {"push_diging": dgsgld.push_diging_sgld(0.05),
-                "push_sum": dgsgld.push_sum_sgld(0.05)}
+    samplers = {"push_diging": dgsgld.PushDIGingSGLD(0.05),
+                "push_sum": dgsgld.PushSumSGLD(0.05)}
 
     @jax.jit
     def runs(key):
@@ -110,7 +110,7 @@ def test_one_way_drops_and_stragglers_step_by_step(key):
             used = jax.vmap(lambda m, a: C._without_inactive(m, a, keep="columns"))(
                 dropped, jnp.asarray(active))
             plain = jax.vmap(lambda k, s, w, step=step: step(k, s._replace(channel=()),
-                                                             problem.potential, w)[0])(
+                                                             problem.potential, w))(
                 keys, before, used)
             out[name] = before, after, plain, up, used
         return out
@@ -150,12 +150,12 @@ def test_error_feedback_keeps_the_weights_and_the_tracker_sum(key):
     problem = linear_regression(num_agents=N, local_size=3, dim=2, heterogeneous=True)
     schedule = nets.directed_barbell(N, period=4, seed=0)
     init = jax.random.normal(jax.random.key(1), (2, N, 2))
-    plain = dgsgld.sample(dgsgld.push_diging_sgld(0.02), problem.potential, schedule, init,
+    plain = dgsgld.sample(dgsgld.PushDIGingSGLD(0.02), problem.potential, schedule, init,
                           key, 60)
     gaps = []
     for ef in (True, False):
         channel = C.Channel(C.top_k(0.5), error_feedback=ef, consensus=0.5)
-        st = dgsgld.sample(dgsgld.push_diging_sgld(0.02), problem.potential, schedule, init,
+        st = dgsgld.sample(dgsgld.PushDIGingSGLD(0.02), problem.potential, schedule, init,
                            key, 60, channel=channel).state
         np.testing.assert_array_equal(np.asarray(st.weight), np.asarray(plain.state.weight))
         scale = np.abs(np.asarray(st.grad)).sum()
@@ -176,7 +176,7 @@ def test_same_draws_however_chains_are_batched_chunked_or_placed(key, tmp_path):
     init, T = jnp.zeros((3, N, 2)), 6
     channel = C.Channel(C.random_k(0.5), error_feedback=True, consensus=0.5, activity=0.7)
     drops = C.Channel(probability=0.6, per_link=True)
-    for make in (dgsgld.push_diging_sgld, dgsgld.push_sum_sgld):
+    for make in (dgsgld.PushDIGingSGLD, dgsgld.PushSumSGLD):
         for ch in (channel, drops):
             alg = make(0.05, channel=ch)
             all3 = dgsgld.sample(alg, problem.potential, schedule, init, key, T)
@@ -209,7 +209,7 @@ def test_local_steps_leave_masses_and_weights_unmixed(key):
     c = _dense_digraph()
     eye = np.eye(N, dtype=np.float32)
     init = jax.random.normal(jax.random.key(1), (2, N, 2))
-    for make in (dgsgld.push_diging_sgld, dgsgld.push_sum_sgld):
+    for make in (dgsgld.PushDIGingSGLD, dgsgld.PushSumSGLD):
         ref = dgsgld.sample(make(0.02), problem.potential, np.stack([c, eye, eye]), init, key,
                             5, allow_disconnected=True)
         local = dgsgld.sample(make(0.02), problem.potential, c[None], init, key, 5,
@@ -240,7 +240,7 @@ def test_one_way_drops_keep_push_diging_stationary_mean(key):
     problem = linear_regression(num_agents=N, local_size=3, dim=2)
     chains, steps = 2000, 400
     channel = C.Channel(probability=0.5, per_link=True)
-    trace = dgsgld.sample(dgsgld.push_diging_sgld(0.05), problem.potential,
+    trace = dgsgld.sample(dgsgld.PushDIGingSGLD(0.05), problem.potential,
                           _dense_digraph()[None], jnp.zeros((chains, N, 2)), key, steps,
                           channel=channel, output=dgsgld.Output(thin=steps))
     x = np.asarray(trace.state.position, np.float64)                      # (chains, N, d)

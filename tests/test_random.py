@@ -111,7 +111,7 @@ def test_sample_draws_with_the_written_out_hash_for_typed_and_legacy_keys(make_k
     """Legacy ``PRNGKey`` keys take the same path as typed keys: the same trace, every draw
     from ``IMPL`` (not XLA's rolled threefry loop, 2-3x slower at paper size)."""
     pb = linear_regression(batch_size=2)
-    alg, x0 = dgsgld.diging_sgld(0.05), jnp.zeros((3, 5, 2))
+    alg, x0 = dgsgld.DIGingSGLD(0.05), jnp.zeros((3, 5, 2))
 
     def run(key):
         return dgsgld.sample(alg, pb.potential, ring(5), x0, key, 4, on_divergence="flag").positions
@@ -138,5 +138,5 @@ def test_rbg_draws_under_vmap_depend_on_the_batch(impl):
 def test_sample_refuses_keys_whose_draws_depend_on_batching(impl):
     pb = linear_regression(batch_size=2)
     with pytest.raises(ValueError, match=f"`key` is a '{impl}' key.*philox4x32"):
-        dgsgld.sample(dgsgld.diging_sgld(0.05), pb.potential, ring(5), jnp.zeros((3, 5, 2)),
+        dgsgld.sample(dgsgld.DIGingSGLD(0.05), pb.potential, ring(5), jnp.zeros((3, 5, 2)),
                       jax.random.key(0, impl=impl), 2)

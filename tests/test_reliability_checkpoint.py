@@ -101,10 +101,10 @@ W2 = np.array([[0.6, 0.4, 0.0], [0.4, 0.2, 0.4], [0.0, 0.4, 0.6]], np.float32)
 @pytest.mark.parametrize(
     "changes, message",
     [
-        (dict(algorithm=dgsgld.diging_sgld(0.06)),
+        (dict(algorithm=dgsgld.DIGingSGLD(0.06)),
          "`algorithm.step_size` differs from the checkpoint in {path}: 0.05 (float32) "
          "(checkpoint) vs 0.06 (float32) (this call)"),
-        (dict(algorithm=dgsgld.de_sgld(0.05)), "`algorithm` differs"),
+        (dict(algorithm=dgsgld.DESGLD(0.05)), "`algorithm` differs"),
         (dict(potential="data"), "`potential.data` differs"),
         (dict(potential="batch_size"), "`potential.batch_size` differs"),
         (dict(potential="prior"), "`potential.log_prior` differs"),
@@ -345,7 +345,7 @@ def test_second_writer_fails_at_once_and_first_finishes_intact(partial, tmp_path
         real = checkpoint._run._execute_here
         monkeypatch.setattr(checkpoint._run, "_execute_here",
                             lambda *a, **k: ran.append(1) or real(*a, **k))
-        for kwargs in ({}, {"algorithm": dgsgld.diging_sgld(0.07)}):
+        for kwargs in ({}, {"algorithm": dgsgld.DIGingSGLD(0.07)}):
             with pytest.raises(CheckpointError) as err:
                 resume(path, **kwargs)
             assert str(err.value).startswith(
@@ -419,8 +419,8 @@ def test_fuzzed_metadata_is_refused_or_harmless(finished, reference, tmp_path_fa
 
 
 ARGUMENTS = {
-    "algorithm": [None, dgsgld.diging_sgld(0.05), dgsgld.diging_sgld(jnp.float32(0.05)),
-                  dgsgld.diging_sgld(0.0500001), dgsgld.diging_sgld(lambda k: 0.05)],
+    "algorithm": [None, dgsgld.DIGingSGLD(0.05), dgsgld.DIGingSGLD(jnp.float32(0.05)),
+                  dgsgld.DIGingSGLD(0.0500001), dgsgld.DIGingSGLD(lambda k: 0.05)],
     "mixing": [W, W.copy(), jnp.asarray(W), W[None], W2, W.astype(np.float64)],
     "key": [KEY_SEED, KEY_SEED + 1],
     "num_steps": [NUM_STEPS, NUM_STEPS + 2, NUM_STEPS - 4],
@@ -460,7 +460,7 @@ def test_stopped_run_is_committed_consistently_and_read_back(tmp_path):
     import test_divergence as td
 
     potential, init = td.problem()
-    args = (dgsgld.diging_sgld(1.0), potential, jnp.eye(td.N), init, jax.random.key(3),
+    args = (dgsgld.DIGingSGLD(1.0), potential, jnp.eye(td.N), init, jax.random.key(3),
             td.NUM_STEPS)
     kwargs = dict(chunk_size=20, on_divergence="stop", allow_disconnected=True)  # W = I
     got = sample_chunked(*args, path=tmp_path, **kwargs)

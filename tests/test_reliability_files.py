@@ -109,7 +109,7 @@ CHILD = textwrap.dedent(
     results = {{}}
     for case in cases:
         potential = dgsgld.Potential(model.CASES[case], None, data)
-        args = (dgsgld.diging_sgld(0.05), potential, W, init, jax.random.key(7), 4)
+        args = (dgsgld.DIGingSGLD(0.05), potential, W, init, jax.random.key(7), 4)
         kwargs = dict(chunk_size=2, output=dgsgld.Output(thin=2), path=f"{{root}}/{{case}}")
 
         def stop(done, total):
@@ -209,7 +209,7 @@ def _fingerprints(src, cases):
     for case in cases:
         potential = dgsgld.Potential(model.CASES[case], None, data)
         out[case] = checkpoint._fingerprint(
-            dgsgld.diging_sgld(0.05), potential, np.eye(2, dtype=np.float32), init,
+            dgsgld.DIGingSGLD(0.05), potential, np.eye(2, dtype=np.float32), init,
             jax.random.key(7), {}, [], lambda k, p=potential: p.grad(init[0], k))
     for name in ("model", "helpers"):
         sys.modules.pop(name, None)

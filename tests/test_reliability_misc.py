@@ -357,7 +357,7 @@ def test_trace_and_ensemble_functions_must_return_arrays(key):
                             ("trace_fn", lambda s: {"a": object()}, "object <object")):
         with pytest.raises(TypeError, match=f"`output.{field}` must return a pytree of arrays; "
                                             f"got {what}"):
-            dgsgld.sample(dgsgld.diging_sgld(0.01), pot, w, init, key, 2,
+            dgsgld.sample(dgsgld.DIGingSGLD(0.01), pot, w, init, key, 2,
                           output=dgsgld.Output(**{field: fn}))
 
 
@@ -395,8 +395,8 @@ def test_documented_d_ula_stationary_w2_is_exact(row):
     np.testing.assert_allclose(q.target()[0], pb.mean, rtol=1e-12)
     target = [np.asarray(t, np.float64) for t in q.target()]
     alpha, documented = float(rows[row][0]), [float(v) for v in rows[row][1:]]
-    half = exact.stationary_moments(dgsgld.d_ula(alpha, 0.5), q, ring(5))
-    one = exact.stationary_moments(dgsgld.d_ula(alpha, 1.0), q, ring(5))
+    half = exact.stationary_moments(dgsgld.DULA(alpha, 0.5), q, ring(5))
+    one = exact.stationary_moments(dgsgld.DULA(alpha, 1.0), q, ring(5))
     ula = exact.stationary_moments("sgld", q, None, step_size=alpha)
     # One batched float64 W2: the two averages, the five agents, ULA.
     means = np.stack([half.average_mean[0], one.average_mean[0], *half.mean[0], ula.mean[0]])

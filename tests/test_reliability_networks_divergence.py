@@ -182,7 +182,7 @@ def test_every_route_refuses_a_schedule_that_bypassed_its_constructor(fmt):
     bad = sparse.SparseSchedule(eqx.tree_at(lambda s: s.weights, snaps, snaps.weights * 2))
     expected = _dense_message(RING.astype(np.float64) * 2 - np.diag(np.diag(RING)))
     potential, init = _problem()
-    algorithm = dgsgld.diging_sgld(0.01)
+    algorithm = dgsgld.DIGingSGLD(0.01)
     routes = {
         "sample": lambda: dgsgld.sample(algorithm, potential, bad, init, jax.random.key(0), 2),
         "checked_network": lambda: dgsgld.checked_network(bad),
@@ -201,7 +201,7 @@ def test_a_traced_sparse_schedule_is_checked_inside_the_computation(fmt):
     snaps = sparse.from_dense(RING, format=fmt).snapshots
     bad = sparse.SparseSchedule(eqx.tree_at(lambda s: s.weights, snaps, snaps.weights * 2))
     potential, init = _problem()
-    run = jax.jit(lambda m: dgsgld.sample(dgsgld.diging_sgld(0.01), potential, m, init,
+    run = jax.jit(lambda m: dgsgld.sample(dgsgld.DIGingSGLD(0.01), potential, m, init,
                                           jax.random.key(0), 2).state.position)
     with pytest.raises(Exception, match="not doubly stochastic"):
         jax.block_until_ready(run(bad))
@@ -228,7 +228,7 @@ class _BadFromThree(dgsgld.networks.onthefly.OnTheFlySchedule):
 def test_a_plain_object_with_matrix_at_runs_like_its_dense_matrix():
     # It used to fail deep in JAX with a TypeError.
     potential, init = _problem()
-    algorithm = dgsgld.diging_sgld(0.01)
+    algorithm = dgsgld.DIGingSGLD(0.01)
     got = dgsgld.sample(algorithm, potential, _Plain(RING), init + 1, jax.random.key(0), 3)
     want = dgsgld.sample(algorithm, potential, RING, init + 1, jax.random.key(0), 3)
     np.testing.assert_allclose(got.positions, want.positions, rtol=1e-6)
@@ -236,7 +236,7 @@ def test_a_plain_object_with_matrix_at_runs_like_its_dense_matrix():
 
 def test_on_the_fly_and_plain_objects_get_the_dense_checks():
     potential, init = _problem()
-    algorithm = dgsgld.diging_sgld(0.01)
+    algorithm = dgsgld.DIGingSGLD(0.01)
     assert isinstance(dgsgld.checked_network(_Plain(RING)), dgsgld.CheckedNetwork)
     with pytest.raises(ValueError) as err:
         dgsgld.checked_network(_Plain(RING * 2))
@@ -288,7 +288,7 @@ COMPLETE = np.full((2, 2), 0.5, np.float32)
 
 def _sample(step=1.0, **kwargs):
     potential, init = _blowup()
-    return dgsgld.sample(dgsgld.diging_sgld(step), potential, COMPLETE, init,
+    return dgsgld.sample(dgsgld.DIGingSGLD(step), potential, COMPLETE, init,
                          jax.random.key(1), STEPS, **kwargs)
 
 
@@ -391,7 +391,7 @@ def test_a_schedule_leaving_its_range_mid_run_is_named_as_the_cause():
     potential, init = _blowup()
     negative = lambda k: jnp.where((k >= 4) & (k < 8), -1.0, 0.01)  # noqa: E731
     with pytest.raises(dgsgld.DivergenceError) as err:
-        dgsgld.sample(dgsgld.diging_sgld(negative), potential, COMPLETE, init, jax.random.key(1),
+        dgsgld.sample(dgsgld.DIGingSGLD(negative), potential, COMPLETE, init, jax.random.key(1),
                       STEPS)
     assert ("The `step_size` schedule leaves its valid range mid-run: it gives -1 at count 4 "
             "(it must be positive and finite at every iteration; it gives 0.01 at count 0). Fix "
@@ -406,7 +406,7 @@ def test_a_consensus_schedule_leaving_its_range_is_named_as_the_cause():
     with pytest.raises(dgsgld.DivergenceError,
                        match=r"The `consensus` schedule leaves its valid range mid-run: it gives "
                              r"40 at count 2 \(it must be in \(0, 1\] at every iteration"):
-        dgsgld.sample(dgsgld.d_ula(0.001, consensus), potential, COMPLETE, init,
+        dgsgld.sample(dgsgld.DULA(0.001, consensus), potential, COMPLETE, init,
                       jax.random.key(1), STEPS)
 
 
@@ -415,16 +415,16 @@ def test_chunked_and_agent_sharded_runs_flag_like_sample(tmp_path):
     potential, init = _blowup()
     want = np.asarray(_flagged().divergence.iteration)
     assert (want >= 0).all()
-    chunked = sample_chunked(dgsgld.diging_sgld(1.0), potential, COMPLETE, init,
+    chunked = sample_chunked(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
                              jax.random.key(1), STEPS, chunk_size=STEPS, path=tmp_path,
                              on_divergence="flag")
     assert np.asarray(chunked.divergence.iteration).tolist() == want.tolist()
     # sample_agent_sharded is sample(placement=Agents): the same on_divergence, default "raise".
-    sharded = sharding.sample_agent_sharded(dgsgld.diging_sgld(1.0), potential, COMPLETE, init,
+    sharded = sharding.sample_agent_sharded(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
                                             jax.random.key(1), STEPS, on_divergence="flag")
     assert np.asarray(sharded.divergence.iteration).tolist() == want.tolist()
     with pytest.raises(dgsgld.DivergenceError, match=f"{C} of {C} chains diverged"):
-        sharding.sample_agent_sharded(dgsgld.diging_sgld(1.0), potential, COMPLETE, init,
+        sharding.sample_agent_sharded(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
                                       jax.random.key(1), STEPS)
 
 
@@ -435,7 +435,7 @@ def test_raise_raises_under_the_callers_jit_and_vmap():
     potential, init = _blowup()
 
     def final(step, how="raise"):
-        return dgsgld.sample(dgsgld.diging_sgld(step), potential, COMPLETE, init,
+        return dgsgld.sample(dgsgld.DIGingSGLD(step), potential, COMPLETE, init,
                              jax.random.key(1), STEPS, on_divergence=how,
                              output=dgsgld.Output(positions=False)).divergence.iteration
 
@@ -454,7 +454,7 @@ def test_raise_raises_under_jit_vmap_and_grad_alone():
     potential, init = _blowup()
 
     def final(step):
-        return dgsgld.sample(dgsgld.diging_sgld(step), potential, COMPLETE, init,
+        return dgsgld.sample(dgsgld.DIGingSGLD(step), potential, COMPLETE, init,
                              jax.random.key(1), STEPS, output=dgsgld.Output(positions=False))
 
     message = r"dgsgld.sample: chains diverged .* inside the caller's jit/vmap/grad"
@@ -473,7 +473,7 @@ def test_flag_and_warn_under_the_callers_jit_and_vmap():
     potential, init = _blowup()
 
     def final(step, how):
-        return dgsgld.sample(dgsgld.diging_sgld(step), potential, COMPLETE, init,
+        return dgsgld.sample(dgsgld.DIGingSGLD(step), potential, COMPLETE, init,
                              jax.random.key(1), STEPS, on_divergence=how,
                              output=dgsgld.Output(positions=False)).divergence.iteration
     flags = jax.vmap(lambda s: final(s, "flag"))(jnp.array([0.01, -1.0]))

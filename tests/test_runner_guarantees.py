@@ -45,7 +45,7 @@ def run(mixing=None, init=None, num_steps=20, **kwargs):
     """``dgsgld.sample`` on the ring problem; ``Output`` fields may be given as keywords."""
     potential, ring, init0 = problem()
     output = dgsgld.Output(**{k: kwargs.pop(k) for k in list(kwargs) if k in dgsgld.Output._fields})
-    return dgsgld.sample(dgsgld.diging_sgld(0.05), potential, ring if mixing is None else mixing,
+    return dgsgld.sample(dgsgld.DIGingSGLD(0.05), potential, ring if mixing is None else mixing,
                          init0 if init is None else init, KEY, num_steps, output=output, **kwargs)
 
 
@@ -148,7 +148,7 @@ def test_connected_schedules_of_every_kind_are_accepted():
 @functools.cache
 def jitted_run():
     potential, _, init = problem()
-    return jax.jit(lambda w: dgsgld.sample(dgsgld.diging_sgld(0.05), potential, w, init, KEY,
+    return jax.jit(lambda w: dgsgld.sample(dgsgld.DIGingSGLD(0.05), potential, w, init, KEY,
                                            20).positions)
 
 
@@ -166,7 +166,7 @@ def test_a_traced_disconnected_stack_raises_inside_jit():
 def test_a_schedule_with_a_traced_key_is_checked_inside_jit():
     potential, _, init = problem()
     run_with = jax.jit(lambda k: dgsgld.sample(
-        dgsgld.diging_sgld(0.05), potential,
+        dgsgld.DIGingSGLD(0.05), potential,
         onthefly.link_failures_on_the_fly(nx.cycle_graph(N), 1.0, key=k), init, KEY, 2).positions)
     with pytest.raises(Exception, match="not jointly connected.*first 100 snapshots"):
         jax.block_until_ready(run_with(jax.random.key(1)))
@@ -196,7 +196,7 @@ def test_a_checked_network_runs_traced_without_host_callbacks_and_gives_the_same
     # cache refuses to store; a network checked on the host (`checked_network`) carries none.
     # (on_divergence="flag": the default "raise" checks divergence inside the program too.)
     potential, ring, init = problem()
-    fn = lambda w: dgsgld.sample(dgsgld.diging_sgld(0.05), potential, w, init, KEY,  # noqa: E731
+    fn = lambda w: dgsgld.sample(dgsgld.DIGingSGLD(0.05), potential, w, init, KEY,  # noqa: E731
                                  20, on_divergence="flag").positions
     callbacks = lambda w: {p for p in _primitives(jax.make_jaxpr(fn)(w).jaxpr)  # noqa: E731
                            if "callback" in p}
@@ -237,7 +237,7 @@ def test_a_sample_call_on_host_inputs_compiles_one_program(caplog):
     mixing = np.full((3, 3), 1 / 3)                                 # a NumPy float64 matrix
     init = rng.normal(size=(2, 3, 5)).astype(np.float32)
     with caplog.at_level(logging.WARNING), jax.log_compiles():
-        for sampler in (dgsgld.diging_sgld(0.05), dgsgld.de_sghmc(0.05, friction=1.0)):
+        for sampler in (dgsgld.DIGingSGLD(0.05), dgsgld.DESGHMC(0.05, friction=1.0)):
             trace = dgsgld.sample(sampler, potential, mixing, init, KEY, 4)
     compiled = [r.getMessage().split()[1] for r in caplog.records
                 if r.getMessage().startswith("Compiling")]
@@ -250,7 +250,7 @@ def test_the_agent_sharded_runner_takes_a_checked_network_as_sample_does():
     from dgsgld import sharding
 
     potential, ring, init = problem()
-    algorithm = dgsgld.diging_sgld(0.05)
+    algorithm = dgsgld.DIGingSGLD(0.05)
     plain = sharding.sample_agent_sharded(algorithm, potential, ring, init, KEY, 5).positions
     checked = sharding.sample_agent_sharded(algorithm, potential, dgsgld.checked_network(ring),
                                             init, KEY, 5).positions
@@ -289,7 +289,7 @@ def test_a_nan_in_the_model_is_reported_as_such():
 
     potential = dgsgld.Potential(nan_model, None, jnp.full((N, 3, D), 3.0))
     with pytest.raises(dgsgld.DivergenceError) as err:
-        dgsgld.sample(dgsgld.diging_sgld(0.05), potential, problem()[1],
+        dgsgld.sample(dgsgld.DIGingSGLD(0.05), potential, problem()[1],
                       jnp.zeros((2, N, D)), KEY, 100)
     message = str(err.value)
     assert "The model's gradient is already non-finite" in message
@@ -301,7 +301,7 @@ def test_a_too_large_step_is_still_reported_as_one():
     # 3e38 within 20 steps; the last finite positions are far beyond sqrt(3e38).
     potential, ring, init = problem()
     with pytest.raises(dgsgld.DivergenceError, match="Reduce the step size"):
-        dgsgld.sample(dgsgld.diging_sgld(100.0), potential, ring, init, KEY, 20)
+        dgsgld.sample(dgsgld.DIGingSGLD(100.0), potential, ring, init, KEY, 20)
 
 
 # -- 6. arguments that one would silently win over ------------------------------------------
@@ -309,7 +309,7 @@ def test_a_too_large_step_is_still_reported_as_one():
 
 def test_sgld_refuses_a_mixing():
     with pytest.raises(ValueError, match="`mixing` must be None for SGLD"):
-        dgsgld.sample(dgsgld.sgld(0.01), problem()[0], problem()[1], jnp.zeros((2, D)), KEY, 2)
+        dgsgld.sample(dgsgld.SGLD(0.01), problem()[0], problem()[1], jnp.zeros((2, D)), KEY, 2)
 
 
 def test_potential_refuses_both_log_likelihood_and_gradient_fn():
@@ -338,10 +338,10 @@ def test_an_equinox_mlp_passed_directly_matches_the_same_network_written_by_hand
         return -0.5 * jnp.sum((w1 @ jax.nn.relu(w0 @ datum[0] + b0) + b1 - datum[1]) ** 2)
 
     ring = problem()[1]
-    got = dgsgld.sample(dgsgld.diging_sgld(1e-2), dgsgld.Potential(ll_module, None, data), ring,
+    got = dgsgld.sample(dgsgld.DIGingSGLD(1e-2), dgsgld.Potential(ll_module, None, data), ring,
                         mlp, KEY, 10)
     arrays = tuple((layer.weight, layer.bias) for layer in mlp.layers)
-    want = dgsgld.sample(dgsgld.diging_sgld(1e-2), dgsgld.Potential(ll_arrays, None, data), ring,
+    want = dgsgld.sample(dgsgld.DIGingSGLD(1e-2), dgsgld.Potential(ll_arrays, None, data), ring,
                          arrays, KEY, 10)
     assert isinstance(got.positions, eqx.nn.MLP) and got.positions.activation is mlp.activation
     for layer, (w, b) in zip(got.positions.layers, want.positions):
@@ -354,7 +354,7 @@ def test_an_equinox_mlp_passed_directly_matches_the_same_network_written_by_hand
     model = eqx.combine(last, eqx.filter(got.positions, eqx.is_array, inverse=True))
     assert model(jnp.zeros(1)).shape == (1,)
     # Continuing from trace.state (a full module again) runs on.
-    more = dgsgld.sample(dgsgld.diging_sgld(1e-2), dgsgld.Potential(ll_module, None, data), ring,
+    more = dgsgld.sample(dgsgld.DIGingSGLD(1e-2), dgsgld.Potential(ll_module, None, data), ring,
                          got.state, KEY, 2)
     assert isinstance(more.state.position, eqx.nn.MLP)
 
@@ -372,7 +372,7 @@ def test_an_equinox_mlp_runs_through_the_chunked_and_sharded_runners(tmp_path):
     keys = jax.random.split(jax.random.key(0), 2 * N).reshape(2, N)
     mlp = eqx.filter_jit(eqx.filter_vmap(eqx.filter_vmap(
         lambda k: eqx.nn.MLP(1, 1, 4, 1, key=k))))(keys)
-    args = (dgsgld.diging_sgld(1e-2), potential, problem()[1], mlp, KEY, 6)
+    args = (dgsgld.DIGingSGLD(1e-2), potential, problem()[1], mlp, KEY, 6)
     want = dgsgld.sample(*args)
 
     def same(got, exact):
@@ -401,7 +401,7 @@ def test_a_namedtuple_parameter_is_not_taken_for_a_sampler_state():
 
     data = (jnp.ones((N, 3)), jnp.ones((N, 3)))
     init = Line(jnp.zeros((2, N)), jnp.zeros((2, N)))
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.01), dgsgld.Potential(ll, None, data),
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.01), dgsgld.Potential(ll, None, data),
                           problem()[1], init, KEY, 4)
     assert isinstance(trace.positions, Line) and trace.positions.slope.shape == (2, 5, N)
 
@@ -409,7 +409,7 @@ def test_a_namedtuple_parameter_is_not_taken_for_a_sampler_state():
 def test_init_errors_name_the_leaf_path():
     init = {"w": jnp.zeros((2, N, D)), "b": jnp.zeros((2,))}
     with pytest.raises(ValueError, match=r"`init\['b'\]` of shape \(2,\)"):
-        dgsgld.sample(dgsgld.diging_sgld(0.01), problem()[0], problem()[1], init, KEY, 2)
+        dgsgld.sample(dgsgld.DIGingSGLD(0.01), problem()[0], problem()[1], init, KEY, 2)
 
 
 def linear_gaussian(num_local=5, seed=3):
@@ -434,7 +434,7 @@ def test_dict_parameters_reach_the_linear_gaussian_posterior_mean():
 
     chains = 32
     init = {"w": jnp.zeros((chains, N, 2)), "b": jnp.zeros((chains, N))}
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.02), dgsgld.Potential(ll, lp, data),
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.02), dgsgld.Potential(ll, lp, data),
                           problem()[1], init, KEY, 600, output=dgsgld.Output(thin=2, burn_in=200))
     # For a Gaussian target the iterates are linear in the noise and the stationary mean of
     # DIGing-SGLD is the posterior mean exactly (no step-size bias in the mean). Chains are
@@ -452,7 +452,7 @@ def test_a_scalar_parameter_reaches_the_gaussian_posterior_mean():
     # y ~ N(μ, 1), prior N(0, 10): posterior mean Σy / (n + 0.1) over n = 12 data.
     y = np.random.default_rng(4).normal(1.5, 1.0, size=(N, 3))
     chains = 32
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.02),
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.02),
                           dgsgld.Potential(lambda mu, d: -0.5 * (d - mu) ** 2,
                                            lambda mu: -0.05 * mu**2, jnp.asarray(y, jnp.float32)),
                           problem()[1], jnp.zeros((chains, N)), KEY, 400,

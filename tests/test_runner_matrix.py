@@ -109,18 +109,22 @@ DIRECTED = directed.one_way_link_failures(ring() > 0, 0.3, period=STEPS, seed=0)
 PUSH_SUM = ("push_diging_sgld", "push_sum_sgld")
 
 ESTIMATORS = {"minibatch": None, "svrg": gradients.svrg(2), "saga": gradients.saga()}
+CLASSES = {"diging_sgld": dgsgld.DIGingSGLD, "de_sgld": dgsgld.DESGLD,
+           "extra_sgld": dgsgld.EXTRASGLD, "de_sghmc": dgsgld.DESGHMC,
+           "diging_sghmc": dgsgld.DIGingSGHMC, "push_diging_sgld": dgsgld.PushDIGingSGLD,
+           "push_sum_sgld": dgsgld.PushSumSGLD}
 
 
 def algorithm(name: str, estimator: str, step_size=0.05):
     est = ESTIMATORS[estimator]
     if name == "sgld":
         assert estimator == "minibatch"   # the centralized sampler has no estimator option
-        return dgsgld.sgld(step_size)
+        return dgsgld.SGLD(step_size)
     if name == "d_ula":
-        return dgsgld.d_ula(step_size, 0.5, est)
+        return dgsgld.DULA(step_size, 0.5, est)
     if name in ("de_sghmc", "diging_sghmc"):
-        return getattr(dgsgld, name)(step_size, 1.0, est)
-    return getattr(dgsgld, name)(step_size, est)
+        return CLASSES[name](step_size, 1.0, est)
+    return CLASSES[name](step_size, est)
 
 
 OUTPUTS = {

@@ -30,7 +30,7 @@ def final_moments(trace):
 
 
 @pytest.mark.parametrize(
-    "make", [dgsgld.diging_sgld, dgsgld.extra_sgld], ids=["diging", "extra"]
+    "make", [dgsgld.DIGingSGLD, dgsgld.EXTRASGLD], ids=["diging", "extra"]
 )
 def test_agent_moments_match_posterior(make, key):
     """Full batch, complete graph, small step: each agent's law is the posterior up to O(η).
@@ -71,7 +71,7 @@ def test_centralized_sgld_matches_exact_ula_covariance(key):
     chol = np.linalg.cholesky(exact_cov)
     z = np.asarray(jax.random.normal(jax.random.key(3), (CHAINS, 2)))
     init = jnp.asarray(pb.mean + z @ chol.T, jnp.float32)
-    trace = dgsgld.sample(dgsgld.sgld(eta), pb.potential, None, init, key, num_steps=50)
+    trace = dgsgld.sample(dgsgld.SGLD(eta), pb.potential, None, init, key, num_steps=50)
     x = np.asarray(trace.positions[:, -1], np.float64)
     m, s = x.mean(0), np.cov(x.T)
     assert np.all(np.abs(m - pb.mean) <= 4.5 * np.sqrt(np.diag(s) / CHAINS))
@@ -95,7 +95,7 @@ def test_de_sgld_bias_exceeds_diging(stack, key):
     eta, n = 0.05, 5
     init = posterior_init(pb, CHAINS, n)
     bias = {}
-    for name, make in [("diging", dgsgld.diging_sgld), ("de", dgsgld.de_sgld)]:
+    for name, make in [("diging", dgsgld.DIGingSGLD), ("de", dgsgld.DESGLD)]:
         trace = dgsgld.sample(make(eta), pb.potential, stack, init, key, num_steps=200,
                               output=dgsgld.Output(positions=False, trace_fn=lambda s: ()))
         m, _ = final_moments(trace)
@@ -116,7 +116,7 @@ def test_tracking_invariant_with_minibatches(key):
         return jnp.stack([jnp.sum(state.tracker, 0), jnp.sum(state.grad, 0)])
 
     init = jax.random.normal(key, (8, 5, 2))
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.02), pb.potential, permuted_rings(5, 7), init,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.02), pb.potential, permuted_rings(5, 7), init,
                           key, num_steps=200, output=dgsgld.Output(trace_fn=residual))
     y_sum, g_sum = np.asarray(trace.values[:, :, 0]), np.asarray(trace.values[:, :, 1])
     scale = np.abs(np.asarray(trace.state.grad)).max()
@@ -148,7 +148,7 @@ def test_redrawing_the_old_gradient_breaks_the_invariant(key):
 def test_same_key_same_draws_however_batched(key):
     pb = linear_regression(batch_size=2)
     init = jax.random.normal(jax.random.key(1), (6, 5, 2))
-    alg = dgsgld.diging_sgld(0.05)
+    alg = dgsgld.DIGingSGLD(0.05)
     a = dgsgld.sample(alg, pb.potential, permuted_rings(5, 3), init, key, num_steps=20)
     b = dgsgld.sample(alg, pb.potential, permuted_rings(5, 3), init, key, num_steps=20)
     np.testing.assert_array_equal(a.positions, b.positions)
@@ -160,9 +160,9 @@ def test_same_key_same_draws_however_batched(key):
 
 
 @pytest.mark.parametrize("make", [
-    dgsgld.diging_sgld,
-    pytest.param(dgsgld.de_sgld, marks=pytest.mark.slow),  # same runner path as DIGing-SGLD
-    pytest.param(dgsgld.extra_sgld, marks=pytest.mark.slow),
+    dgsgld.DIGingSGLD,
+    pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),  # same runner path as DIGing-SGLD
+    pytest.param(dgsgld.EXTRASGLD, marks=pytest.mark.slow),
 ])
 @pytest.mark.slow  # default run: tests/test_checkpoint.py's chunked run equals one call, bit for bit
 def test_continuing_from_state_is_bit_identical(make, key):
@@ -179,7 +179,7 @@ def test_continuing_from_state_is_bit_identical(make, key):
 def test_thinning_and_trace_fn(key):
     pb = linear_regression()
     init = jax.random.normal(key, (3, 5, 2))
-    alg = dgsgld.de_sgld(0.05)
+    alg = dgsgld.DESGLD(0.05)
     full = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12)
     thin = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12,
                          output=dgsgld.Output(thin=4))
@@ -201,12 +201,12 @@ def test_thinning_and_trace_fn(key):
 def test_optax_schedule_equals_constant(key):
     pb = linear_regression(batch_size=2)
     init = jax.random.normal(key, (3, 5, 2))
-    a = dgsgld.sample(dgsgld.diging_sgld(0.03), pb.potential, ring(5), init, key, num_steps=10)
-    b = dgsgld.sample(dgsgld.diging_sgld(optax.constant_schedule(0.03)), pb.potential, ring(5),
+    a = dgsgld.sample(dgsgld.DIGingSGLD(0.03), pb.potential, ring(5), init, key, num_steps=10)
+    b = dgsgld.sample(dgsgld.DIGingSGLD(optax.constant_schedule(0.03)), pb.potential, ring(5),
                       init, key, num_steps=10)
     np.testing.assert_allclose(a.positions, b.positions, rtol=1e-6, atol=1e-6)
     decay = optax.exponential_decay(0.03, transition_steps=1, decay_rate=0.5)
-    c = dgsgld.sample(dgsgld.diging_sgld(decay), pb.potential, ring(5), init, key, num_steps=10)
+    c = dgsgld.sample(dgsgld.DIGingSGLD(decay), pb.potential, ring(5), init, key, num_steps=10)
     # The first step uses η₀ = 0.03 as the constant run does; later steps differ.
     np.testing.assert_allclose(a.positions[:, 1], c.positions[:, 1], rtol=1e-6, atol=1e-6)
     assert not np.allclose(a.positions[:, -1], c.positions[:, -1])
@@ -231,7 +231,7 @@ def test_pytree_parameters(key):
     np.testing.assert_allclose(g_tree["w"][:, 0], g_flat[:, 0], rtol=1e-5)
     np.testing.assert_allclose(g_tree["b"], g_flat[:, 1], rtol=1e-5)
     init = {"w": jnp.zeros((500, 5, 1)), "b": jnp.zeros((500, 5))}
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.01), pot, complete_graph(5), init, key,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.01), pot, complete_graph(5), init, key,
                           num_steps=400)
     assert trace.positions["w"].shape == (500, 401, 5, 1)
     m = np.array([trace.state.position["w"][:, :, 0].mean(), trace.state.position["b"].mean()])
@@ -250,7 +250,7 @@ def test_gradient_through_sample_matches_finite_differences(key):
         def loss(eta, Z):
             pot = dgsgld.Potential(pb.potential.log_likelihood, pb.potential.log_prior,
                                    (Z, pb.potential.data[1]), batch_size=2)
-            trace = dgsgld.sample(dgsgld.diging_sgld(eta), pot, stack, init, key, num_steps=15)
+            trace = dgsgld.sample(dgsgld.DIGingSGLD(eta), pot, stack, init, key, num_steps=15)
             return jnp.mean(trace.positions[:, -1] ** 2)
 
         Z = pb.potential.data[0]
@@ -276,9 +276,9 @@ def test_compiled_once_for_new_step_size_and_init(key):
     pb = linear_regression()
     pot = dgsgld.Potential(ll, None, pb.potential.data)
     init = jax.random.normal(key, (3, 5, 2))
-    dgsgld.sample(dgsgld.diging_sgld(0.01), pot, ring(5), init, key, num_steps=5)
+    dgsgld.sample(dgsgld.DIGingSGLD(0.01), pot, ring(5), init, key, num_steps=5)
     n = len(calls)
-    dgsgld.sample(dgsgld.diging_sgld(0.02), pot, ring(5), init + 1, jax.random.key(3), num_steps=5)
+    dgsgld.sample(dgsgld.DIGingSGLD(0.02), pot, ring(5), init + 1, jax.random.key(3), num_steps=5)
     # Only the pre-compile shape check (jax.eval_shape) traces again.
     assert len(calls) - n <= 1
 
@@ -290,7 +290,7 @@ def test_vmap_over_step_sizes(key):
     etas = jnp.array([0.01, 0.05])
 
     def final(eta):
-        t = dgsgld.sample(dgsgld.de_sgld(eta), pb.potential, ring(5), init, key, num_steps=10,
+        t = dgsgld.sample(dgsgld.DESGLD(eta), pb.potential, ring(5), init, key, num_steps=10,
                           on_divergence="flag")
         return t.state.position
 
@@ -326,7 +326,7 @@ def test_diging_paper_problem_long_run(key):
     draw = mean + np.asarray(jax.random.normal(key, (2000, 6))) @ chol.T
     init = jnp.asarray(np.repeat(draw[:, None], 20, 1), jnp.float32)
     schedule = permuted_rings(20, 50)
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.002), pot, schedule, init, key,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.002), pot, schedule, init, key,
                           num_steps=2000,
                           output=dgsgld.Output(positions=False, trace_fn=lambda s: ()))
     x = np.asarray(trace.state.position, np.float64)
@@ -336,7 +336,7 @@ def test_diging_paper_problem_long_run(key):
         q = q._replace(hessians=np.asarray(q.hessians, np.float64),
                        shifts=np.asarray(q.shifts, np.float64))
         moments = theory.exact.exact_moments(
-            dgsgld.diging_sgld(0.002), q, np.asarray(schedule, np.float64), mean,
+            dgsgld.DIGingSGLD(0.002), q, np.asarray(schedule, np.float64), mean,
             np.kron(np.ones((20, 20)), cov), 2000)
         exact_w2 = np.asarray(theory.exact.exact_w2(moments, mean, cov))[-1]
     exact = np.asarray(jax.random.normal(jax.random.key(7), (2000, 6))) @ chol.T + mean
@@ -360,7 +360,7 @@ def test_chain_layout_changes_no_number(batch_size, monkeypatch, key):
     init = jax.random.normal(jax.random.key(1), (200, 20, 6))
 
     def run():
-        return dgsgld.sample(dgsgld.diging_sgld(0.01), potential, complete_graph(20), init, key,
+        return dgsgld.sample(dgsgld.DIGingSGLD(0.01), potential, complete_graph(20), init, key,
                              3, output=dgsgld.Output(trace_fn=lambda s: s.grad, positions=True))
 
     trace = run()
@@ -380,7 +380,7 @@ def test_gradient_in_the_loop_is_the_gradient_called_directly(replace):
     pb = linear_regression(batch_size=2, replace=replace)
     key = jax.random.PRNGKey(3)   # a legacy key: the runner converts it, the draws stay
     x0 = jax.random.normal(jax.random.key(1), (3, 5, 2))
-    alg = dgsgld.diging_sgld(0.05)
+    alg = dgsgld.DIGingSGLD(0.05)
     trace = dgsgld.sample(alg, pb.potential, ring(5), x0, key, 1,
                           output=dgsgld.Output(trace_fn=lambda s: s.grad, positions=True))
     for c in range(3):
@@ -393,21 +393,40 @@ def test_gradient_in_the_loop_is_the_gradient_called_directly(replace):
             rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("cls, make", [(dgsgld.DIGingSGLD, dgsgld.diging_sgld),
-                                       (dgsgld.DESGLD, dgsgld.de_sgld),
-                                       (dgsgld.EXTRASGLD, dgsgld.extra_sgld),
-                                       (dgsgld.SGLD, dgsgld.sgld)])
-def test_sampler_class_and_factory_are_the_same(cls, make):
+SAMPLER_CLASSES = [dgsgld.DIGingSGLD, dgsgld.DESGLD, dgsgld.EXTRASGLD, dgsgld.SGLD,
+                   dgsgld.DIGingSGHMC, dgsgld.DESGHMC, dgsgld.DULA, dgsgld.PushDIGingSGLD,
+                   dgsgld.PushSumSGLD]
+# The second positional argument of the samplers that have one before the estimator.
+SECOND = {dgsgld.DIGingSGHMC: "friction", dgsgld.DESGHMC: "friction", dgsgld.DULA: "consensus"}
+
+
+@pytest.mark.parametrize("cls", SAMPLER_CLASSES, ids=lambda cls: cls.__name__)
+def test_sampler_class_is_its_constructor(cls):
     for bad in [-1.0, 0.0, float("nan"), np.ones(2), lambda k: -1.0]:
         with pytest.raises(ValueError, match="step_size"):
             cls(bad)
-        with pytest.raises(ValueError, match="step_size"):
-            make(bad)
-    a, b = cls(0.1), make(0.1)
-    assert type(a) is type(b) is cls
+    a, b = cls(0.1), cls(0.1)
     # Constants are array leaves (a new value reuses the compiled run): equal pytrees.
     assert jax.tree.structure(a) == jax.tree.structure(b)
-    assert isinstance(a.step_size, jax.Array) and float(a.step_size) == float(b.step_size)
+    assert isinstance(a.step_size, jax.Array) and float(a.step_size) == pytest.approx(0.1)
+    if cls is dgsgld.SGLD:
+        with pytest.raises(TypeError):   # no estimator, and `normal` is keyword-only
+            cls(0.1, dgsgld.gradients.svrg(3))
+        return
+    # The estimator is positional after the step size (and friction or consensus).
+    est = dgsgld.gradients.svrg(3)
+    middle = (0.5,) if cls in SECOND else ()
+    built = cls(0.1, *middle, est)
+    assert built.estimator is est
+    if cls in SECOND:
+        assert float(getattr(built, SECOND[cls])) == 0.5
+        assert float(getattr(cls(0.1), SECOND[cls])) == 1.0   # the default
+        with pytest.raises(ValueError, match=SECOND[cls]):
+            cls(0.1, -1.0)
+    with pytest.raises(ValueError, match="estimator"):
+        cls(0.1, *middle, "svrg")
+    with pytest.raises(TypeError):   # `channel` and `normal` are keyword-only
+        cls(0.1, *middle, est, None)
 
 
 @pytest.mark.slow  # default run: tests/test_sparse.py's sparse and circulant traces equal dense
@@ -423,7 +442,7 @@ def test_every_mixing_form_gives_the_same_run(key):
     x0 = jax.random.normal(key, (2, 5, 2))
 
     def run(mixing):
-        return dgsgld.sample(dgsgld.diging_sgld(0.05), pb.potential, mixing, x0, key, 7).positions
+        return dgsgld.sample(dgsgld.DIGingSGLD(0.05), pb.potential, mixing, x0, key, 7).positions
 
     want = run(stack)
     for mixing in [MixingStack(stack), networks.Schedule(stack), sparse.from_dense(stack)]:

@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent(
         prob = linear_regression(num_agents=8, dim=2, batch_size=batch, dtype=np.float64)
         mixing = permuted_rings(8, 3)
         init = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8, 2)))
-        alg = dgsgld.diging_sgld(0.05)
+        alg = dgsgld.DIGingSGLD(0.05)
         ref = dgsgld.sample(alg, prob.potential, mixing, init, key, 20)
         chains = sharding.sample_sharded(alg, prob.potential, mixing, init, key, 20)
         agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
@@ -44,14 +44,14 @@ SCRIPT = textwrap.dedent(
         res = out[str(batch)] = {}
         if batch is not None:
             # D-ULA with SAGA: the estimator's table and the network size on agent blocks.
-            dula = dgsgld.d_ula(0.05, 0.5, dgsgld.gradients.saga())
+            dula = dgsgld.DULA(0.05, 0.5, dgsgld.gradients.saga())
             res["agents_dula_saga_diff"] = float(jnp.abs(
                 sharding.sample_agent_sharded(dula, prob.potential, mixing, init, key, 20)
                 .positions - dgsgld.sample(dula, prob.potential, mixing, init, key, 20)
                 .positions).max())
         if full:
             # Any decentralized sampler's own step runs sharded: DE-SGLD, and a resumed run.
-            de = dgsgld.de_sgld(0.05)
+            de = dgsgld.DESGLD(0.05)
             ref_de = dgsgld.sample(de, prob.potential, mixing, init, key, 20)
             de_agents = sharding.sample_agent_sharded(de, prob.potential, mixing, init, key, 20)
             ref_more = dgsgld.sample(alg, prob.potential, mixing, ref.state, key, 5)
@@ -78,7 +78,7 @@ SCRIPT = textwrap.dedent(
     if full:   # the slow run: divergence and the sparse exchange (more programs)
         # A diverging run: the same first non-finite iteration and agent per chain.
         prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
-        blow = dgsgld.diging_sgld(1e4)   # non-finite after ~72 steps, agents 1 and 5
+        blow = dgsgld.DIGingSGLD(1e4)   # non-finite after ~72 steps, agents 1 and 5
         ref = dgsgld.sample(blow, prob.potential, mixing, init, key, 100, on_divergence="flag",
                             output=dgsgld.Output(positions=False))
         agents = sharding.sample_agent_sharded(blow, prob.potential, mixing, init, key, 100,
@@ -93,7 +93,7 @@ SCRIPT = textwrap.dedent(
         from dgsgld.networks import rows, sparse
         from jax.sharding import PartitionSpec as P
         prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
-        alg = dgsgld.diging_sgld(0.05)
+        alg = dgsgld.DIGingSGLD(0.05)
         x = jnp.asarray(np.random.default_rng(1).normal(size=(8, 3)))
         schedules = {"circulant": sparse.from_dense(ring(8)),
                      "neighbors": sparse.from_dense(mixing, format="neighbors"),
@@ -122,12 +122,12 @@ SCRIPT = textwrap.dedent(
     errors = {}
     prob = linear_regression(num_agents=6, dim=2)
     try:
-        sharding.sample_sharded(dgsgld.diging_sgld(0.05), prob.potential, np.full((6, 6), 1 / 6),
+        sharding.sample_sharded(dgsgld.DIGingSGLD(0.05), prob.potential, np.full((6, 6), 1 / 6),
                                 jnp.zeros((6, 6, 2)), key, 2)
     except ValueError as err:
         errors["chains"] = str(err)
     try:
-        sharding.sample_agent_sharded(dgsgld.diging_sgld(0.05), prob.potential,
+        sharding.sample_agent_sharded(dgsgld.DIGingSGLD(0.05), prob.potential,
                                       np.full((6, 6), 1 / 6), jnp.zeros((4, 6, 2)), key, 2)
     except ValueError as err:
         errors["agents"] = str(err)

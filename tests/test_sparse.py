@@ -45,9 +45,9 @@ def test_products_keep_the_row_sums_conserved():
 
 
 @pytest.mark.parametrize("make", [
-    dgsgld.diging_sgld,
-    pytest.param(dgsgld.de_sgld, marks=pytest.mark.slow),
-    pytest.param(dgsgld.extra_sgld, marks=pytest.mark.slow),
+    dgsgld.DIGingSGLD,
+    pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),
+    pytest.param(dgsgld.EXTRASGLD, marks=pytest.mark.slow),
 ])
 def test_sampler_trace_with_sparse_mixing_equals_dense(make):
     prob = linear_regression(num_agents=12, dim=2, batch_size=2)
@@ -95,8 +95,8 @@ def test_sampler_trace_with_circulant_mixing_equals_dense():
     stack = np.asarray(networks.ring(12).matrices)
     init = jnp.asarray(np.random.default_rng(2).normal(size=(3, 12, 2)), jnp.float32)
     key = jax.random.key(4)
-    dense = dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, stack, init, key, 15)
-    sp = dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential,
+    dense = dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, stack, init, key, 15)
+    sp = dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential,
                        sparse.from_dense(stack, format="circulant"), init, key, 15)
     np.testing.assert_allclose(sp.positions, dense.positions, rtol=1e-5, atol=1e-5)
 
@@ -139,7 +139,7 @@ def test_a_disconnected_circulant_schedule_is_refused_like_its_dense_stack():
     init = jnp.zeros((2, 8, 2), jnp.float32)
     for mixing in (stack, sparse.from_dense(stack, format="circulant")):
         with pytest.raises(ValueError, match="connected"):
-            dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, mixing, init,
+            dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, mixing, init,
                           jax.random.key(0), 2)
 
 

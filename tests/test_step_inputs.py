@@ -8,7 +8,7 @@ import pytest
 import dgsgld
 from _problems import linear_regression, ring
 
-SAMPLERS = [dgsgld.diging_sgld, dgsgld.de_sgld, dgsgld.extra_sgld, dgsgld.sgld]
+SAMPLERS = [dgsgld.DIGingSGLD, dgsgld.DESGLD, dgsgld.EXTRASGLD, dgsgld.SGLD]
 
 
 def _start(make, pb, key):
@@ -25,8 +25,8 @@ def test_passing_the_drawn_noise_changes_nothing(make, key):
     alg, state = _start(make, pb, key)
     W = ring(5)
     k = jax.random.key(5)
-    drawn, _ = alg.step(k, state, pb.potential, W)
-    passed, _ = alg.step(k, state, pb.potential, W, alg.noise(k, state.position))
+    drawn = alg.step(k, state, pb.potential, W)
+    passed = alg.step(k, state, pb.potential, W, alg.noise(k, state.position))
     for a, b in zip(jax.tree.leaves(drawn), jax.tree.leaves(passed)):
         np.testing.assert_array_equal(a, b)
 
@@ -57,7 +57,7 @@ def test_flat_noise_gives_the_same_step_bit_for_bit(name, key):
     W = jnp.asarray(ring(5)) if alg.decentralized else None
     k = jax.random.key(5)
     w = alg.noise(k, state.position)
-    step = jax.jit(lambda noise: alg.step(k, state, pb.potential, W, noise)[0])
+    step = jax.jit(lambda noise: alg.step(k, state, pb.potential, W, noise))
     shaped, flat = step(w), step(jax.tree.map(jnp.ravel, w))
     assert jax.tree.structure(shaped) == jax.tree.structure(flat)
     for a, b in zip(jax.tree.leaves(shaped), jax.tree.leaves(flat)):
@@ -73,36 +73,36 @@ def test_shared_noise_couples_two_samplers(key):
     pb = linear_regression()
     x0 = jax.random.normal(key, (5, 2))
     W = ring(5)
-    de, diging = dgsgld.de_sgld(0.05), dgsgld.diging_sgld(0.05)
+    de, diging = dgsgld.DESGLD(0.05), dgsgld.DIGingSGLD(0.05)
     s_de, s_dg = de.init(x0, pb.potential, key), diging.init(x0, pb.potential, key)
     w = de.noise(jax.random.key(1), x0)
-    a, _ = de.step(jax.random.key(2), s_de, pb.potential, W, w)
-    b, _ = diging.step(jax.random.key(3), s_dg, pb.potential, W, w)
+    a = de.step(jax.random.key(2), s_de, pb.potential, W, w)
+    b = diging.step(jax.random.key(3), s_dg, pb.potential, W, w)
     np.testing.assert_allclose(a.position, b.position, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("make", [dgsgld.de_sgld, dgsgld.extra_sgld, dgsgld.sgld])
+@pytest.mark.parametrize("make", [dgsgld.DESGLD, dgsgld.EXTRASGLD, dgsgld.SGLD])
 def test_kept_gradient_is_the_gradient_at_the_position(make, key):
     """Full batches: after any number of steps the state's gradient is ∇F at its position."""
     pb = linear_regression()
     alg, state = _start(make, pb, key)
     for k in range(3):
-        state, _ = alg.step(jax.random.key(k), state, pb.potential, ring(5))
+        state = alg.step(jax.random.key(k), state, pb.potential, ring(5))
     pot = pb.potential
     exact = (pot.full_grad(state.position) if alg.decentralized
              else pot.pooled_grad(state.position, jax.random.key(0)))
     np.testing.assert_allclose(state.grad, exact, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("make", [dgsgld.de_sgld, dgsgld.extra_sgld, dgsgld.sgld])
+@pytest.mark.parametrize("make", [dgsgld.DESGLD, dgsgld.EXTRASGLD, dgsgld.SGLD])
 def test_state_without_kept_gradient_draws_it(make, key):
     """A state built by hand without ``grad`` (older code) steps like one with it."""
     pb = linear_regression()
     alg, state = _start(make, pb, key)
     bare = state._replace(grad=None)
     k = jax.random.key(4)
-    a, _ = alg.step(k, state, pb.potential, ring(5))
-    b, _ = alg.step(k, bare, pb.potential, ring(5))
+    a = alg.step(k, state, pb.potential, ring(5))
+    b = alg.step(k, bare, pb.potential, ring(5))
     np.testing.assert_allclose(a.position, b.position, rtol=1e-6, atol=1e-6)
 
 
@@ -110,7 +110,7 @@ def test_runner_matches_a_python_loop_of_steps(key):
     """``dgsgld.sample`` (chains-last loop, noise drawn outside the vmapped step) equals the
     documented key scheme run step by step in Python, to float32 rounding."""
     pb = linear_regression(batch_size=2)
-    alg = dgsgld.diging_sgld(0.05)
+    alg = dgsgld.DIGingSGLD(0.05)
     init = jax.random.normal(key, (6, 5, 2))
     run_key = jax.random.key(9)
     trace = dgsgld.sample(alg, pb.potential, ring(5), init, run_key, 8)
@@ -118,7 +118,7 @@ def test_runner_matches_a_python_loop_of_steps(key):
         init_key, chain_run = jax.random.split(jax.random.fold_in(run_key, c))
         state = alg.init(init[c], pb.potential, init_key)
         for k in range(8):
-            state, _ = alg.step(jax.random.fold_in(chain_run, k), state, pb.potential, ring(5))
+            state = alg.step(jax.random.fold_in(chain_run, k), state, pb.potential, ring(5))
             np.testing.assert_allclose(trace.positions[c, k + 1], state.position,
                                        rtol=2e-5, atol=2e-5)
     assert jnp.all(jnp.isfinite(trace.positions))

@@ -65,14 +65,14 @@ def test_local_curvature_is_the_largest_hessian_eigenvalue():
     # The proposer takes it for a centralized sampler on the agents' potential (it measured
     # a (1, D) point against N agents before, and failed).
     init = jnp.asarray(rng.standard_normal((8, D)), jnp.float32)
-    report = stepsize.propose_step_size(dgsgld.sgld, potential(), None, init,
+    report = stepsize.propose_step_size(dgsgld.SGLD, potential(), None, init,
                                         jax.random.key(1), num_steps=20, num_step_sizes=3)
     np.testing.assert_allclose(report.step_sizes[-1], 3.0 / pooled, rtol=1e-4)
 
 
 def test_proposal_lies_in_the_stable_range_and_warnings_fire_outside():
     init = jnp.asarray(rng.standard_normal((16, N, D)), jnp.float32)
-    report = stepsize.propose_step_size(dgsgld.diging_sgld, potential(), networks.ring(N),
+    report = stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
                                         init, jax.random.key(1), num_steps=100,
                                         num_step_sizes=9)
     low, high = report.accurate_range
@@ -93,13 +93,13 @@ def test_proposal_lies_in_the_stable_range_and_warnings_fire_outside():
 def test_bad_arguments():
     init = jnp.zeros((2, N, D))
     with pytest.raises(ValueError, match="at least 4 chains"):
-        stepsize.propose_step_size(dgsgld.diging_sgld, potential(), networks.ring(N), init,
+        stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N), init,
                                    jax.random.key(0))
     with pytest.raises(ValueError, match="`num_steps` must be an even integer"):
-        stepsize.propose_step_size(dgsgld.diging_sgld, potential(), networks.ring(N),
+        stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
                                    jnp.zeros((4, N, D)), jax.random.key(0), num_steps=3)
     with pytest.raises(ValueError, match="`spread_tolerance`"):
-        stepsize.propose_step_size(dgsgld.diging_sgld, potential(), networks.ring(N),
+        stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
                                    jnp.zeros((4, N, D)), jax.random.key(0), spread_tolerance=1)
 
 
@@ -112,11 +112,11 @@ def test_score_is_the_users_criterion_on_the_pilots_final_samples():
     key = jax.random.key(3)
     target = jnp.asarray([[[0.3, -0.2]]], jnp.float32)  # (1, 1, D)
     score = lambda x: -jnp.mean(jnp.sum((x - target) ** 2, -1), -1)  # noqa: E731  (C,)
-    report = stepsize.propose_step_size(dgsgld.diging_sgld, potential(), networks.ring(N), init,
+    report = stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N), init,
                                         key, num_steps=40, num_step_sizes=7, score_fn=score)
     i = int(np.argmax(np.where(report.stable, report.score, -np.inf)))
     assert report.step_size == report.step_sizes[i]
-    trace = dgsgld.sample(dgsgld.diging_sgld(jnp.float32(report.step_size)), potential(),
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(jnp.float32(report.step_size)), potential(),
                           networks.ring(N), init, jax.random.split(key)[1], 40)
     per_chain = np.asarray(score(trace.state.position))
     np.testing.assert_allclose(report.score[i], per_chain.mean(), rtol=1e-4)
@@ -132,7 +132,7 @@ def test_score_is_the_users_criterion_on_the_pilots_final_samples():
     assert "score" in report.explain()
     assert_explained(report)
     with pytest.raises(ValueError, match=r"shape \(8,\) for the pilot's 8 chains; got \(8, 4\)"):
-        stepsize.propose_step_size(dgsgld.diging_sgld, potential(), networks.ring(N), init,
+        stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N), init,
                                    key, score_fn=lambda x: x[..., 0])
 
 
@@ -190,7 +190,7 @@ def test_a_score_preferring_unconverged_chains_is_explained_against_the_spread()
     # which check_step_size accepts while it warns about the proposal.
     init = jnp.asarray(np.random.default_rng(0).standard_normal((8, N, D)), jnp.float32)
     report = stepsize.propose_step_size(
-        dgsgld.diging_sgld, potential(), networks.ring(N), init, jax.random.key(3),
+        dgsgld.DIGingSGLD, potential(), networks.ring(N), init, jax.random.key(3),
         num_steps=40, num_step_sizes=7, score_fn=lambda x: jnp.mean(jnp.abs(x), axis=(1, 2)))
     assert report.step_size < report.accurate_range[0]
     assert_explained(report)
@@ -216,7 +216,7 @@ def test_grid_continues_upwards_while_the_best_score_is_at_its_stable_top():
     pot = dgsgld.Potential(lambda x, d: d[1] * (d[0] @ x) - jax.nn.softplus(d[0] @ x),
                            None, (z, y))
     init = jnp.asarray(own.standard_normal((16, N, 1)), jnp.float32)
-    report = stepsize.propose_step_size(dgsgld.diging_sgld, pot, networks.ring(N), init,
+    report = stepsize.propose_step_size(dgsgld.DIGingSGLD, pot, networks.ring(N), init,
                                         jax.random.key(4), num_steps=20, num_step_sizes=4,
                                         score_fn=lambda x: jnp.mean(jnp.abs(x)))
     lmax = report.curvature.max()
@@ -228,7 +228,7 @@ def test_grid_continues_upwards_while_the_best_score_is_at_its_stable_top():
     assert report.stable[:k].all() and 8 < k < 12, report.stable  # cut in the last extension
     assert report.step_size == report.step_sizes[k - 1]  # the best score at the stable top
     # The pilot's verdict is sample's with its defaults: the proposal runs, the next step raises.
-    run = lambda eta: dgsgld.sample(dgsgld.diging_sgld(float(eta)), pot,  # noqa: E731
+    run = lambda eta: dgsgld.sample(dgsgld.DIGingSGLD(float(eta)), pot,  # noqa: E731
                                     networks.ring(N), init, jax.random.key(5), 20)
     assert not np.asarray(run(report.step_size).diverged).any()
     with pytest.raises(dgsgld.DivergenceError, match="divergence_threshold = 1e"):

@@ -44,7 +44,7 @@ def run():
         ce=streaming.consensus_error(per_chain=True),
         acc=streaming.accuracy(predict, TEST_INPUTS, TEST_LABELS, per_chain=True),
     )
-    trace = dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, mixing, init,
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, mixing, init,
                           jax.random.key(1), T,
                           output=dgsgld.Output(thin=2, ensemble_fn=ensemble, trace_fn=per_chain,
                                                positions=True))
@@ -111,7 +111,7 @@ def test_w2_of_a_point_mass_is_the_root_trace_of_the_target_covariance():
     # W2(δ_m, N(m, S))² = tr S: every chain at the target mean gives zero sample covariance.
     mean, cov = np.array([1.0, -2.0]), np.array([[2.0, 0.3], [0.3, 0.5]])
     states = dgsgld.DESGLDState(jnp.broadcast_to(jnp.asarray(mean, jnp.float32), (5, 3, 2)),
-                                jnp.zeros((5,), jnp.int32))
+                                None, jnp.zeros((5,), jnp.int32))
     w2 = streaming.gaussian_w2(mean, cov)(states)
     np.testing.assert_allclose(w2, np.full(3, np.sqrt(np.trace(cov))), rtol=1e-5)
 
@@ -129,7 +129,7 @@ def test_streaming_stores_no_positions_and_thinning_keeps_every_thin_th_iteratio
     w2 = streaming.gaussian_w2(prob.mean, prob.cov)
 
     def run(init):
-        return dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, permuted_rings(N, 2),
+        return dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, permuted_rings(N, 2),
                              init, jax.random.key(0), 20,
                              output=dgsgld.Output(thin=5, ensemble_fn=w2))
 
@@ -141,7 +141,7 @@ def test_streaming_stores_no_positions_and_thinning_keeps_every_thin_th_iteratio
 
 def test_pytree_positions_need_flatten():
     states = dgsgld.DESGLDState({"a": jnp.zeros((3, 2, 1)), "b": jnp.ones((3, 2, 1))},
-                                jnp.zeros((3,), jnp.int32))
+                                None, jnp.zeros((3,), jnp.int32))
     with pytest.raises(ValueError, match="flatten"):
         streaming.moments()(states)
     def flatten(p):
@@ -169,7 +169,7 @@ def test_bad_arguments_are_named():
         streaming.consensus_error(per_chain="yes")
     with pytest.raises(TypeError, match="`flatten` must be a function"):
         streaming.moments(flatten=3)
-    states = dgsgld.DESGLDState(jnp.zeros((1, 2, 2)), jnp.zeros((1,), jnp.int32))
+    states = dgsgld.DESGLDState(jnp.zeros((1, 2, 2)), None, jnp.zeros((1,), jnp.int32))
     with pytest.raises(ValueError, match="at least 2 chains"):
         streaming.moments()(states)
 
@@ -267,7 +267,7 @@ def test_sample_with_a_new_target_of_the_same_shape_reuses_the_compiled_run(capl
     with caplog.at_level(logging.WARNING), jax.log_compiles():
         for mean, cov in targets:
             traces.append(dgsgld.sample(
-                dgsgld.diging_sgld(0.05), prob.potential, permuted_rings(3, 2), init,
+                dgsgld.DIGingSGLD(0.05), prob.potential, permuted_rings(3, 2), init,
                 jax.random.key(0), 6, output=dgsgld.Output(
                     thin=2, positions=True, ensemble_fn=streaming.gaussian_w2(mean, cov))))
     compiled = [r.getMessage().split()[1] for r in caplog.records
@@ -284,7 +284,7 @@ def test_output_refuses_a_metric_of_the_other_kind():
     init = jnp.zeros((2, N, D))
 
     def sample(**output):
-        return dgsgld.sample(dgsgld.diging_sgld(0.05), prob.potential, permuted_rings(N, 2),
+        return dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, permuted_rings(N, 2),
                              init, jax.random.key(0), 2, output=dgsgld.Output(**output))
 
     with pytest.raises(ValueError, match="`output.trace_fn` is an ensemble metric"):

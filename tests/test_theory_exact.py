@@ -33,7 +33,7 @@ def test_ula_matches_closed_forms():
     q = small_quadratic()
     A, b = q.hessians.sum(0), q.shifts.sum(0)
     eta, S0, m0 = 0.05, 0.3 * np.eye(2), np.array([1.0, -1.0])
-    out = th.exact_moments(dgsgld.sgld(eta), q, None, m0, S0, 400)
+    out = th.exact_moments(dgsgld.SGLD(eta), q, None, m0, S0, 400)
     M = np.eye(2) - eta * A
     for k in (1, 2, 7):
         Mk = np.linalg.matrix_power(M, k)
@@ -90,9 +90,9 @@ def test_conserved_direction_has_unit_eigenvalues(kind):
 
 
 # Default run: DIGing-SGLD (DE- and EXTRA-SGLD's exact laws also meet Monte Carlo in the slow set).
-@pytest.mark.parametrize("make", [dgsgld.diging_sgld,
-                                  pytest.param(dgsgld.de_sgld, marks=pytest.mark.slow),
-                                  pytest.param(dgsgld.extra_sgld, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("make", [dgsgld.DIGingSGLD,
+                                  pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),
+                                  pytest.param(dgsgld.EXTRASGLD, marks=pytest.mark.slow)])
 def test_recursion_matrix_matches_the_engine_step(make):
     # Same key, two states: the noise is identical, so the difference of the engine's next
     # states is exactly M (s₁ − s₂), with no Monte Carlo error.
@@ -126,8 +126,8 @@ def test_recursion_matrix_matches_the_engine_step(make):
 
     s1, s2 = random_state(), random_state()
     step = jax.jit(lambda k, s, p, w: algo.step(k, s, p, w))
-    n1, _ = step(key, s1, prob.potential, jnp.asarray(W))
-    n2, _ = step(key, s2, prob.potential, jnp.asarray(W))
+    n1 = step(key, s1, prob.potential, jnp.asarray(W))
+    n2 = step(key, s2, prob.potential, jnp.asarray(W))
     np.testing.assert_allclose(flat(n1) - flat(n2), rec.matrix @ (flat(s1) - flat(s2)), atol=1e-10)
 
 
@@ -152,13 +152,13 @@ def test_host_inputs_compile_one_program_each(caplog):
     stack = np.asarray(permuted_rings(3, 2), np.float64)
     with caplog.at_level(logging.WARNING), jax.log_compiles():
         q = th.quadratic_from_potential(prob.potential, np.zeros((3, 4)))
-        out = th.exact_moments(dgsgld.diging_sgld(0.03), q, stack, np.zeros(4), np.eye(4), 7)
+        out = th.exact_moments(dgsgld.DIGingSGLD(0.03), q, stack, np.zeros(4), np.eye(4), 7)
     compiled = [r.getMessage().split()[1] for r in caplog.records
                 if r.getMessage().startswith("Compiling")]
     assert compiled == ["jit(_quadratic_parts)", "jit(_propagate)"], compiled
     np.testing.assert_allclose(q.hessians, prob.hessians, rtol=1e-12)
     # The host path equals the traced one (jnp preparation inside the caller's jit).
-    traced = jax.jit(lambda m: th.exact_moments(dgsgld.diging_sgld(0.03), q, stack, m,
+    traced = jax.jit(lambda m: th.exact_moments(dgsgld.DIGingSGLD(0.03), q, stack, m,
                                                 np.eye(4), 7).cov)(np.zeros(4))
     np.testing.assert_allclose(out.cov, traced, rtol=1e-12, atol=1e-14)
 
@@ -182,7 +182,7 @@ def test_exact_moments_is_jittable_and_vmaps_over_steps():
     etas = jnp.asarray([0.01, 0.02, 0.04])
 
     def final_cov(eta):
-        return th.exact_moments(dgsgld.diging_sgld(eta), q, W, jnp.zeros(2), jnp.eye(2), 12).cov[-1]
+        return th.exact_moments(dgsgld.DIGingSGLD(eta), q, W, jnp.zeros(2), jnp.eye(2), 12).cov[-1]
 
     batched = jax.jit(jax.vmap(final_cov))(etas)
     for i, eta in enumerate(etas):
@@ -195,7 +195,7 @@ def test_step_size_schedule():
     q = small_quadratic()
     W = ring(4)
     sched = lambda k: jnp.where(k < 5, 0.01, 0.03)
-    out = th.exact_moments(dgsgld.de_sgld(sched), q, W, np.zeros(2), np.eye(2), 10)
+    out = th.exact_moments(dgsgld.DESGLD(sched), q, W, np.zeros(2), np.eye(2), 10)
     first = th.exact_moments("de", q, W, np.zeros(2), np.eye(2), 5, step_size=0.01)
     full = np.asarray(first.mean[-1])
     cov0 = np.zeros((8, 8))

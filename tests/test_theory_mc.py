@@ -34,9 +34,9 @@ def x64():
 @pytest.mark.parametrize(
     # Default run: DIGing-SGLD (the other samplers' exact laws are checked against their
     # engine steps in tests/test_theory_exact.py, and centralized SGLD in test_samplers.py).
-    "make", [dgsgld.diging_sgld, pytest.param(dgsgld.de_sgld, marks=pytest.mark.slow),
-             pytest.param(dgsgld.extra_sgld, marks=pytest.mark.slow),
-             pytest.param(dgsgld.sgld, marks=pytest.mark.slow)]
+    "make", [dgsgld.DIGingSGLD, pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),
+             pytest.param(dgsgld.EXTRASGLD, marks=pytest.mark.slow),
+             pytest.param(dgsgld.SGLD, marks=pytest.mark.slow)]
 )
 def test_exact_moments_match_monte_carlo(make):
     prob = linear_regression(
@@ -69,7 +69,7 @@ def test_network_average_and_consensus_match_monte_carlo():
 
     init = jax.random.normal(jax.random.key(3), (NUM_CHAINS, 4, 2), jnp.float64)
     trace = dgsgld.sample(
-        dgsgld.diging_sgld(eta),
+        dgsgld.DIGingSGLD(eta),
         prob.potential,
         schedule,
         init,

@@ -129,7 +129,7 @@ def test_a_loaded_state_continues_the_run_exactly(tmp_path):
     data = jnp.asarray(rng.standard_normal((3, 4, 2)), jnp.float32)
     potential = dgsgld.Potential(log_likelihood, lambda p: -0.5 * jnp.sum(p["w"] ** 2), data)
     init = {"w": jnp.zeros((2, 3, 2)), "b": jnp.zeros((2, 3))}
-    algorithm, mixing = dgsgld.diging_sgld(0.05), dgsgld.networks.ring(3)
+    algorithm, mixing = dgsgld.DIGingSGLD(0.05), dgsgld.networks.ring(3)
     trace = dgsgld.sample(algorithm, potential, mixing, init, jax.random.key(0), 10)
     loaded = traceio.load_trace(traceio.save_trace(tmp_path / "run.npz", trace))
     assert_same(loaded, trace)
@@ -147,7 +147,7 @@ def test_an_mlp_run_saves_loads_and_continues(tmp_path):
                         if eqx.is_array(a) else a, mlp)
     data = (jnp.ones((3, 4)), jnp.zeros((3, 4)))
     potential = dgsgld.Potential(lambda m, d: -0.5 * (m(d[0][None]) - d[1]) ** 2, None, data)
-    algorithm, mixing = dgsgld.diging_sgld(0.01), dgsgld.networks.ring(3)
+    algorithm, mixing = dgsgld.DIGingSGLD(0.01), dgsgld.networks.ring(3)
     trace = dgsgld.sample(algorithm, potential, mixing, init, jax.random.key(1), 4)
     path = traceio.save_trace(tmp_path / "mlp.npz", trace)
     with pytest.raises(ValueError, match=r"`trace.positions` holds a equinox.*pass like="):

@@ -37,13 +37,13 @@ def test_every_grid_point_and_split_is_a_plain_run_with_the_same_draws():
     stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *pots)
     init = jnp.asarray(np.random.default_rng(1).standard_normal((3, N, D)), jnp.float32)
     key, network, grid = jax.random.key(2), networks.ring(N), [0.005, 0.02, 50.0]
-    out = tuning.grid_run(dgsgld.diging_sgld, grid, stacked, network, init, key, 6,
+    out = tuning.grid_run(dgsgld.DIGingSGLD, grid, stacked, network, init, key, 6,
                           score_fn=_final_mean, stacked=True)
     assert out.score.shape == (2, 3, D) and out.ensemble is None
     np.testing.assert_array_equal(out.diverged, [[False, False, True]] * 2)
     for s, pot in enumerate(pots):
         for g, eta in enumerate(grid[:2]):
-            trace = dgsgld.sample(dgsgld.diging_sgld(jnp.float32(eta)), pot, network, init,
+            trace = dgsgld.sample(dgsgld.DIGingSGLD(jnp.float32(eta)), pot, network, init,
                                   key, 6)
             np.testing.assert_allclose(out.score[s, g], _final_mean(trace), rtol=1e-5)
     # The means of the two splits differ (the targets were shifted): the splits are not mixed.

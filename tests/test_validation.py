@@ -42,7 +42,7 @@ def base():
     data = jax.random.normal(jax.random.key(1), (N, N_LOCAL, D))
     potential = dgsgld.Potential(log_likelihood, log_prior, data)
     init = jnp.zeros((C, N, D))
-    return dict(algorithm=dgsgld.diging_sgld(0.05), potential=potential, mixing=W_PATH,
+    return dict(algorithm=dgsgld.DIGingSGLD(0.05), potential=potential, mixing=W_PATH,
                 init=init, key=jax.random.key(0), num_steps=NUM_STEPS)
 
 
@@ -168,7 +168,7 @@ def test_missing_mixing_for_a_decentralized_sampler():
 
 # -- step sizes -----------------------------------------------------------------------------------
 
-SAMPLERS = [dgsgld.diging_sgld, dgsgld.de_sgld, dgsgld.extra_sgld, dgsgld.sgld]
+SAMPLERS = [dgsgld.DIGingSGLD, dgsgld.DESGLD, dgsgld.EXTRASGLD, dgsgld.SGLD]
 bad_constants = st.one_of(
     st.floats(max_value=0.0),  # zero, negatives, -inf
     st.just(float("nan")), st.just(float("inf")),
@@ -187,13 +187,13 @@ def test_bad_constant_step_size_is_refused_by_every_sampler(make, step_size):
 def test_schedule_that_reaches_zero_within_the_run_is_refused(start, zero_at):
     # Linear decay hitting zero at iteration `zero_at` < NUM_STEPS: fine at count 0, so the
     # sampler accepts it; sample() checks the last count it will run and refuses.
-    algorithm = dgsgld.diging_sgld(lambda k: start * (1.0 - k / zero_at))
+    algorithm = dgsgld.DIGingSGLD(lambda k: start * (1.0 - k / zero_at))
     assert_names(lambda: sample(algorithm=algorithm), "step_size", f"count {NUM_STEPS - 1}")
 
 
 def test_schedule_that_is_nan_or_not_scalar_is_refused():
-    assert_names(lambda: dgsgld.diging_sgld(lambda k: jnp.nan * k), "step_size")
-    assert_names(lambda: dgsgld.diging_sgld(lambda k: jnp.full(2, 0.1)), "step_size", "scalar")
+    assert_names(lambda: dgsgld.DIGingSGLD(lambda k: jnp.nan * k), "step_size")
+    assert_names(lambda: dgsgld.DIGingSGLD(lambda k: jnp.full(2, 0.1)), "step_size", "scalar")
 
 
 # -- the potential: data, batch size, mask --------------------------------------------------------
@@ -373,7 +373,7 @@ def test_gradient_oracle_must_match_init_shape_and_dtype():
 
 def test_resume_state_must_come_from_the_same_sampler():
     state = valid_trace().state
-    assert_names(lambda: sample(algorithm=dgsgld.de_sgld(0.05), init=state), "init",
+    assert_names(lambda: sample(algorithm=dgsgld.DESGLD(0.05), init=state), "init",
                  "DIGingState", "DESGLDState")
     mixed = state._replace(count=jnp.array([10, 3], jnp.int32))
     assert_names(lambda: sample(init=mixed), "init.count", "[10, 3]")

@@ -53,7 +53,7 @@ from .. import metrics
 from .. import networks as nets
 from ..plots import pyplot
 from ..run import Output, sample
-from ..samplers import de_sgld, diging_sgld
+from ..samplers import DESGLD, DIGingSGLD
 from .problems import linear_regression_problem, logistic_regression_problem, split_potentials
 
 __all__ = ["GROUPS", "channels", "communication_experiment", "compressors", "plot_communication",
@@ -65,7 +65,7 @@ GROUPS = 8
 CLOCK = dict(compute=(5.0,) + (1.0,) * 19, jitter=0.5, latency=0.1)
 #: The deadline row's deadline, seconds: the slow agent is done in time in about 18 % of steps.
 DEADLINE = 3.0
-METHODS = {"DIGing-SGLD": diging_sgld, "DE-SGLD": de_sgld}
+METHODS = {"DIGing-SGLD": DIGingSGLD, "DE-SGLD": DESGLD}
 
 
 def compressors(small: bool) -> dict:

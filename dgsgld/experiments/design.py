@@ -59,7 +59,7 @@ import numpy as np
 
 from .. import metrics
 from .. import networks as nets
-from ..samplers import de_sgld, diging_sgld
+from ..samplers import DESGLD, DIGingSGLD
 from ..theory import exact
 from ..tuning import grid_run
 from .configs import figure_config
@@ -71,7 +71,7 @@ __all__ = ["FIGURES", "SAMPLERS", "SCORES", "design_experiment", "design_table",
 
 #: Sampler label -> (exact-law kind, the step size ``reproduce fig2a`` and ``fig2c`` tune for it).
 SAMPLERS = {"DIGing-SGLD": ("diging", 0.00825), "DE-SGLD": ("de", 0.01)}
-_ALGORITHMS = {"diging": diging_sgld, "de": de_sgld}
+_ALGORITHMS = {"diging": DIGingSGLD, "de": DESGLD}
 #: The figures whose set-up is run.
 FIGURES = ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b")
 #: Each figure's W2 score.

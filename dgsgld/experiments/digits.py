@@ -51,7 +51,7 @@ from .. import data as dd
 from .. import networks, predictive
 from ..potential import Potential, stack_potentials
 from ..run import Output
-from ..samplers import de_sgld, diging_sgld, sgld
+from ..samplers import DESGLD, SGLD, DIGingSGLD
 from ..tuning import grid_run
 
 __all__ = ["BenchmarkConfig", "DIGITS", "DIGITS_SMALL", "DIABETES", "DIABETES_SMALL",
@@ -452,9 +452,9 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
     classify = scorer.classify
 
     methods = [(f"{name} ({net})", make, nets[net], init_net, potentials, grid)
-               for name, make in (("DIGing-SGLD", diging_sgld), ("DE-SGLD", de_sgld))
+               for name, make in (("DIGing-SGLD", DIGingSGLD), ("DE-SGLD", DESGLD))
                for net in nets]
-    methods.append(("SGLD (centralized)", sgld, None, chains, pooled, sgld_grid))
+    methods.append(("SGLD (centralized)", SGLD, None, chains, pooled, sgld_grid))
 
     results = {s: {} for s in split_names}
     tuning, curves, calibration, timings = {}, {s: {} for s in split_names}, {}, {}
@@ -463,7 +463,7 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
         # every split (outer axis) x step size x chain x agent x kept iteration, in one call
         ens, _, diverged = grid_run(
             make, etas, pots, mixing, init, run_key, config.num_steps, stacked=True,
-            output=Output(thin=config.thin, ensemble_fn=_ensemble_fn(task, make is not sgld)))
+            output=Output(thin=config.thin, ensemble_fn=_ensemble_fn(task, make is not SGLD)))
         ens = jax.tree.map(np.asarray, ens)
         diverged = np.asarray(diverged)
         timings[label] = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}

@@ -43,7 +43,7 @@ import numpy as np
 
 from .. import networks as nets
 from ..networks import directed as dnets
-from ..samplers import diging_sgld, push_diging_sgld, push_sum_sgld
+from ..samplers import DIGingSGLD, PushDIGingSGLD, PushSumSGLD
 from ..theory import exact
 from ..tuning import grid_search
 from .figures import _stream
@@ -74,9 +74,9 @@ _LOGISTIC = {
 
 #: Method label -> ``step_size -> sampler`` (the same objects across calls: compiled once).
 _MAKERS = {
-    "Push-DIGing-SGLD": push_diging_sgld,
-    "push-sum SGLD [35]": push_sum_sgld,
-    "DIGing-SGLD (symmetrized)": diging_sgld,
+    "Push-DIGing-SGLD": PushDIGingSGLD,
+    "push-sum SGLD [35]": PushSumSGLD,
+    "DIGing-SGLD (symmetrized)": DIGingSGLD,
 }
 
 

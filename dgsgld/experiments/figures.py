@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import metrics, networks, run, streaming
-from ..samplers import de_sgld, diging_sgld, sgld
+from ..samplers import DESGLD, SGLD, DIGingSGLD
 from ..tuning import GradientTuning, grid_search, tune_step_size_gradient
 from .configs import (
     FIGURE_TITLES,
@@ -65,9 +65,9 @@ __all__ = [
 
 #: Display name -> sampler factory, in plotting order. The last one is the centralized reference.
 ALGORITHMS: dict[str, Callable] = {
-    "DIGing-SGLD": diging_sgld,
-    "DE-SGLD": de_sgld,
-    "SGLD (centralized)": sgld,
+    "DIGing-SGLD": DIGingSGLD,
+    "DE-SGLD": DESGLD,
+    "SGLD (centralized)": SGLD,
 }
 CENTRALIZED = "SGLD (centralized)"
 

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import gradients
-from ..samplers import PolynomialDecay, d_ula, de_sghmc, de_sgld, diging_sghmc, diging_sgld
+from ..samplers import DESGHMC, DESGLD, DULA, DIGingSGHMC, DIGingSGLD, PolynomialDecay
 from ..tuning import grid_search
 from .configs import apply_overrides, figure_config
 from .figures import (
@@ -69,8 +69,8 @@ METHODS: dict[str, tuple[str, str, str]] = {
     "DIGing-SGLD (full batch)": ("diging", "minibatch", "full"),
 }
 
-#: Panel -> (figure, overrides), the panels of the issue's expectation first (a long sweep
-#: writes its files after every panel).
+#: Panel -> (figure, overrides), in the order they run: fig2b at b = 1 and the two fig3a
+#: panels first (a long sweep writes its files after every panel).
 PANELS: dict[str, tuple[str, dict]] = {
     "fig2b (b=1)": ("fig2b", {"batch_size": 1}),
     "fig3a (random)": ("fig3a", {"partition": "random"}),
@@ -97,12 +97,12 @@ def _factory(kind: str, estimator: str, friction_product: float | None) -> Calla
     """``step -> sampler``; one object per setting, so compiled grid runs are reused."""
     est = _estimator(estimator)
     if kind == "diging":
-        return lambda step: diging_sgld(step, estimator=est)
+        return lambda step: DIGingSGLD(step, estimator=est)
     if kind == "de":
-        return lambda step: de_sgld(step, estimator=est)
+        return lambda step: DESGLD(step, estimator=est)
     if kind == "d_ula":
-        return lambda step: d_ula(PolynomialDecay(step, 0.3), PolynomialDecay(1.0, 0.1), est)
-    make = de_sghmc if kind == "de_sghmc" else diging_sghmc
+        return lambda step: DULA(PolynomialDecay(step, 0.3), PolynomialDecay(1.0, 0.1), est)
+    make = DESGHMC if kind == "de_sghmc" else DIGingSGHMC
     return lambda step: make(step, friction_product / step, est)
 
 

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import metrics, tuning
-from ..samplers import de_sgld, diging_sgld
+from ..samplers import DESGLD, DIGingSGLD
 from .configs import figure_config
 from .figures import _logistic_problem, _sampling_setup, derive_seeds
 from .problems import linear_regression_problem, logistic_labels
@@ -36,7 +36,7 @@ from .problems import linear_regression_problem, logistic_labels
 __all__ = ["ValidationAccuracy", "paper_case", "compare", "table"]
 
 FIGURES = ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fig3c")
-SAMPLERS = {"DIGing-SGLD": diging_sgld, "DE-SGLD": de_sgld}
+SAMPLERS = {"DIGing-SGLD": DIGingSGLD, "DE-SGLD": DESGLD}
 _DOCS = Path(__file__).resolve().parents[2] / "docs" / "figures"
 
 

@@ -126,7 +126,7 @@ def _compute(seed, num_chains, num_steps, epsilon, num_tuning_steps, num_station
         }
     }
     init = jax.random.normal(jax.random.key(seed), (num_chains, N, p), jnp.float64)
-    for kind, make in (("diging", dgsgld.diging_sgld), ("de", dgsgld.de_sgld)):
+    for kind, make in (("diging", dgsgld.DIGingSGLD), ("de", dgsgld.DESGLD)):
         eta, values = _tune(kind, quad, stack, init_cov, grid, num_steps, target)
         mom = exact_moments(kind, quad, stack, np.zeros(p), init_cov, num_steps, step_size=eta)
         exact = np.asarray(exact_w2(mom, *target)).mean(axis=1)

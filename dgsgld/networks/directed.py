@@ -231,7 +231,7 @@ def network_for(algorithm: Any, mixing: Any) -> Any:
         raise ValueError(
             f"`mixing` is a directed (column-stochastic) network, but {type(algorithm).__name__} "
             "needs symmetric, doubly stochastic mixing matrices. Use a push-sum sampler, "
-            "dgsgld.push_diging_sgld or dgsgld.push_sum_sgld, or symmetrize the graph."
+            "dgsgld.PushDIGingSGLD or dgsgld.PushSumSGLD, or symmetrize the graph."
         )
     return mixing
 

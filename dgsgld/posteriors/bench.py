@@ -49,14 +49,14 @@ from .. import communication, gradients, networks, stepsize
 from ..plots import pyplot
 from ..run import Output, sample
 from ..samplers import (
+    DESGHMC,
+    DESGLD,
+    DULA,
+    EXTRASGLD,
+    SGLD,
+    DIGingSGHMC,
+    DIGingSGLD,
     PolynomialDecay,
-    d_ula,
-    de_sghmc,
-    de_sgld,
-    diging_sghmc,
-    diging_sgld,
-    extra_sgld,
-    sgld,
 )
 from . import sbc
 from .references import available, load_reference
@@ -95,37 +95,37 @@ class Method(NamedTuple):
 
 def _diging_sghmc(h):
     eta = jnp.sqrt(h)
-    return diging_sghmc(eta, FRICTION_PRODUCT / eta)
+    return DIGingSGHMC(eta, FRICTION_PRODUCT / eta)
 
 
 def _de_sghmc(h):
     eta = jnp.sqrt(h)
-    return de_sghmc(eta, FRICTION_PRODUCT / eta)
+    return DESGHMC(eta, FRICTION_PRODUCT / eta)
 
 
 def _d_ula(h, num_agents):
-    return d_ula(PolynomialDecay(h / num_agents, 0.3), PolynomialDecay(1.0, 0.1))
+    return DULA(PolynomialDecay(h / num_agents, 0.3), PolynomialDecay(1.0, 0.1))
 
 
 def _diging_svrg(h):
-    return diging_sgld(h, estimator=gradients.svrg(update_every=SVRG_PERIOD))
+    return DIGingSGLD(h, estimator=gradients.svrg(update_every=SVRG_PERIOD))
 
 
 def _diging_saga(h):
-    return diging_sgld(h, estimator=gradients.saga())
+    return DIGingSGLD(h, estimator=gradients.saga())
 
 
 #: name -> :class:`Method`.
 SAMPLERS = {
-    "DIGing-SGLD": Method(diging_sgld),
-    "DE-SGLD": Method(de_sgld),
-    "EXTRA-SGLD": Method(extra_sgld),
+    "DIGing-SGLD": Method(DIGingSGLD),
+    "DE-SGLD": Method(DESGLD),
+    "EXTRA-SGLD": Method(EXTRASGLD),
     "DIGing-SGHMC": Method(_diging_sghmc),
     "DE-SGHMC": Method(_de_sghmc),
     "D-ULA": Method(_d_ula, takes_num_agents=True),
     "DIGing-SGLD+SVRG": Method(_diging_svrg, control_variate=True),
     "DIGing-SGLD+SAGA": Method(_diging_saga, control_variate=True),
-    "SGLD (centralized)": Method(sgld),
+    "SGLD (centralized)": Method(SGLD),
 }
 NETWORKS = {"ring": networks.ring, "complete": networks.complete}
 

@@ -184,8 +184,8 @@ def sbc_run(target: str, algorithm, mixing, key, *, num_datasets: int = 100,
 
     Args:
         target: one of :data:`SIMULATED`.
-        algorithm: a decentralized sampler (e.g. ``dgsgld.diging_sgld(0.003)``); with
-            ``step_sizes``, a function ``h -> sampler`` (e.g. ``dgsgld.diging_sgld``).
+        algorithm: a decentralized sampler (e.g. ``dgsgld.DIGingSGLD(0.003)``); with
+            ``step_sizes``, a function ``h -> sampler`` (e.g. ``dgsgld.DIGingSGLD``).
         mixing: the network, as in :func:`dgsgld.sample`.
         key: the runs' key (data set ``s`` runs with ``jax.random.fold_in(key, s)``).
         num_datasets: ``S``.

@@ -1,39 +1,23 @@
-"""The samplers: each an ``init``/``step`` pair over NamedTuple state."""
+"""The samplers: each an ``eqx.Module`` whose class is its constructor, with ``init``/``step``
+over NamedTuple state."""
 
 from .base import SamplingAlgorithm as SamplingAlgorithm
 from .de import DESGLD as DESGLD
-from .de import DESGLDInfo as DESGLDInfo
 from .de import DESGLDState as DESGLDState
-from .de import de_sgld as de_sgld
-from .diging import DIGingInfo as DIGingInfo
 from .diging import DIGingSGLD as DIGingSGLD
 from .diging import DIGingState as DIGingState
-from .diging import diging_sgld as diging_sgld
-from .extra import EXTRAInfo as EXTRAInfo
+from .dula import DULA as DULA
+from .dula import DULAState as DULAState
+from .dula import PolynomialDecay as PolynomialDecay
 from .extra import EXTRASGLD as EXTRASGLD
 from .extra import EXTRAState as EXTRAState
-from .extra import extra_sgld as extra_sgld
-from .sgld import SGLD as SGLD
-from .sgld import SGLDInfo as SGLDInfo
-from .sgld import SGLDState as SGLDState
-from .sgld import sgld as sgld
+from .pushsum import PushDIGingSGLD as PushDIGingSGLD
+from .pushsum import PushDIGingState as PushDIGingState
+from .pushsum import PushSumSGLD as PushSumSGLD
+from .pushsum import PushSumState as PushSumState
 from .sghmc import DESGHMC as DESGHMC
 from .sghmc import DESGHMCState as DESGHMCState
 from .sghmc import DIGingSGHMC as DIGingSGHMC
 from .sghmc import DIGingSGHMCState as DIGingSGHMCState
-from .sghmc import SGHMCInfo as SGHMCInfo
-from .sghmc import de_sghmc as de_sghmc
-from .sghmc import diging_sghmc as diging_sghmc
-from .dula import DULA as DULA
-from .dula import DULAInfo as DULAInfo
-from .dula import DULAState as DULAState
-from .dula import PolynomialDecay as PolynomialDecay
-from .dula import d_ula as d_ula
-from .pushsum import PushDIGingInfo as PushDIGingInfo
-from .pushsum import PushDIGingSGLD as PushDIGingSGLD
-from .pushsum import PushDIGingState as PushDIGingState
-from .pushsum import PushSumInfo as PushSumInfo
-from .pushsum import PushSumSGLD as PushSumSGLD
-from .pushsum import PushSumState as PushSumState
-from .pushsum import push_diging_sgld as push_diging_sgld
-from .pushsum import push_sum_sgld as push_sum_sgld
+from .sgld import SGLD as SGLD
+from .sgld import SGLDState as SGLDState

@@ -45,10 +45,21 @@ def _normal(normal: Callable) -> Callable:
 class SamplingAlgorithm(eqx.Module):
     """Interface of the samplers (documentation and ``isinstance`` only).
 
+    The class of a sampler is its constructor: ``DIGingSGLD(0.05)``,
+    ``DIGingSGLD(0.05, estimator, channel=...)``. Its protocol:
+
+    - ``init(position, potential, key) -> State``: the state at ``count = 0``;
+    - ``step(key, state, potential, mixing_matrix, noise=None) -> State``: one iteration.
+
+    Every ``State`` is a NamedTuple with the fields ``position``, then the sampler's own
+    variables among ``velocity``, ``tracker``, ``dual``, ``weight`` (in this order), then
+    ``grad``, ``count``, ``estimator`` and ``channel``.
+
     Attributes:
         step_size: a positive constant or a schedule ``count -> step size``; checked when the
-            sampler is built (``DIGingSGLD(-1.0)`` raises like ``diging_sgld(-1.0)``), and a
-            constant is stored as an array so that changing it reuses compiled runs.
+            sampler is built (``DIGingSGLD(-1.0)`` raises a ``ValueError`` naming
+            ``step_size``), and a constant is stored as an array so that changing it reuses
+            compiled runs.
         normal: keyword-only; ``(key, shape, dtype) -> standard normals``, the generator of
             the noise ``w`` (default ``jax.random.normal``; :func:`dgsgld.fast_normal` is the
             faster table transform of the same bits), called with each leaf's flat shape

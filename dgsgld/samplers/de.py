@@ -11,40 +11,38 @@ Same algorithm; keeping every input of the position update in the state lets
 ``dgsgld.sample`` run it in one memory layout (2x faster at paper size).
 """
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import equinox as eqx
-
-import jax
 import jax.numpy as jnp
 
 from .. import _tree
+from .._types import Array, PRNGKey, PyTree
 from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
-from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
 
-__all__ = ["DESGLDState", "DESGLDInfo", "DESGLD", "de_sgld"]
+__all__ = ["DESGLDState", "DESGLD"]
 
 
 class DESGLDState(NamedTuple):
-    """``position`` leaves ``(N, *param_shape)``; ``count`` the iteration number; ``grad``
-    the stochastic gradient ``∇̃F(position)`` the next step uses (``None``: drawn there);
-    ``channel`` the channel state of the message ``position`` (:mod:`dgsgld.communication`)."""
+    """``position`` leaves ``(N, *param_shape)``; ``grad`` the stochastic gradient
+    ``∇̃F(position)`` the next step uses (``None``: drawn there); ``count`` the iteration
+    number; ``estimator`` the gradient estimator's state; ``channel`` the channel state of the
+    message ``position`` (:mod:`dgsgld.communication`)."""
 
     position: PyTree
+    grad: PyTree
     count: Array
-    grad: PyTree = None
     estimator: PyTree = ()
     channel: PyTree = ()
 
 
-class DESGLDInfo(NamedTuple):
-    step_size: Array
-
-
 class DESGLD(SamplingAlgorithm):
-    """DE-SGLD; ``DESGLD(step_size)`` is the same as :func:`de_sgld`."""
+    """DE-SGLD: ``DESGLD(step_size, estimator=None, *, normal=jax.random.normal,
+    channel=None)``, with ``step_size`` a constant or a schedule ``count -> η``, ``estimator``
+    from :mod:`dgsgld.gradients` (default: plain mini-batches) and ``channel`` a
+    :class:`dgsgld.communication.Channel` (default: exact mixing)."""
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
@@ -52,25 +50,17 @@ class DESGLD(SamplingAlgorithm):
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGLDState:
         grad, est = self.estimator.start(potential, position, key)
         channel = init_states(self.channel, position=position)
-        return DESGLDState(position, jnp.zeros((), jnp.int32), grad, est, channel)
+        return DESGLDState(position, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(
         self, key: PRNGKey, state: DESGLDState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
-    ) -> tuple[DESGLDState, DESGLDInfo]:
+    ) -> DESGLDState:
         eta, grad_key, grad, noise = self._step_inputs(
             key, state, noise, self.estimator.gradient(state.estimator, potential))
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
                               state.position, state.count)
         position = _tree.langevin_update(mixed, grad, noise, eta)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        new = DESGLDState(position, state.count + 1, new_grad, est, channel)
-        return hold(self.channel, key, state, new), DESGLDInfo(eta)
-
-
-def de_sgld(step_size: StepSize, estimator: GradientEstimator | None = None, *,
-            normal: Callable = jax.random.normal, channel: Channel | None = None) -> DESGLD:
-    """DE-SGLD with a constant step size or a schedule ``count -> η``; ``estimator`` from
-    :mod:`dgsgld.gradients` (default: plain mini-batches); ``channel`` a
-    :class:`dgsgld.communication.Channel` (default: exact mixing)."""
-    return DESGLD(step_size, estimator, normal=normal, channel=channel)
+        new = DESGLDState(position, new_grad, state.count + 1, est, channel)
+        return hold(self.channel, key, state, new)

@@ -9,20 +9,18 @@ every iteration up to rounding; re-drawing a mini-batch for the old point would 
 let the average tracker random-walk.
 """
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import equinox as eqx
-
-import jax
 import jax.numpy as jnp
 
 from .. import _tree
+from .._types import Array, PRNGKey, PyTree
 from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
-from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
 
-__all__ = ["DIGingState", "DIGingInfo", "DIGingSGLD", "diging_sgld"]
+__all__ = ["DIGingState", "DIGingSGLD"]
 
 
 class DIGingState(NamedTuple):
@@ -46,15 +44,14 @@ class DIGingState(NamedTuple):
     channel: PyTree = ()
 
 
-class DIGingInfo(NamedTuple):
-    """Per-step diagnostics (dropped by the compiler when unused)."""
-
-    step_size: Array
-
-
 class DIGingSGLD(SamplingAlgorithm):
-    """DIGing-SGLD over a time-varying network; ``DIGingSGLD(step_size)`` equals
-    :func:`diging_sgld`."""
+    """DIGing-SGLD over a time-varying network: ``DIGingSGLD(step_size, estimator=None, *,
+    normal=jax.random.normal, channel=None)``.
+
+    ``step_size`` a constant or a schedule ``count -> η`` (e.g. from optax); ``estimator``
+    from :mod:`dgsgld.gradients` (default: plain mini-batches); ``channel`` a
+    :class:`dgsgld.communication.Channel` (default: exact mixing).
+    """
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
@@ -68,7 +65,7 @@ class DIGingSGLD(SamplingAlgorithm):
     def step(
         self, key: PRNGKey, state: DIGingState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
-    ) -> tuple[DIGingState, DIGingInfo]:
+    ) -> DIGingState:
         """One iteration with mixing matrix ``W⁽ᵏ⁾`` of shape ``(N, N)``.
 
         ``noise``, if given, is the ``w`` of this step (default ``self.noise(key, position)``).
@@ -83,13 +80,4 @@ class DIGingSGLD(SamplingAlgorithm):
         tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
         new = DIGingState(position, tracker, grad, state.count + 1, est, channel)
         new = hold(self.channel, key, state, new)
-        return new, DIGingInfo(eta)
-
-
-def diging_sgld(step_size: StepSize, estimator: GradientEstimator | None = None, *,
-                normal: Callable = jax.random.normal,
-                channel: Channel | None = None) -> DIGingSGLD:
-    """DIGing-SGLD with a constant step size or a schedule ``count -> η`` (e.g. from optax);
-    ``estimator`` from :mod:`dgsgld.gradients` (default: plain mini-batches); ``channel`` a
-    :class:`dgsgld.communication.Channel` (default: exact mixing)."""
-    return DIGingSGLD(step_size, estimator, normal=normal, channel=channel)
+        return new

@@ -18,16 +18,16 @@ tests' 5-agent linear regression on a ring, ``β = 0.5``): stationary W2 of the 
 at ``α = 0.005`` and 0.0146 at ``α = 0.0025``, against 0.00362 and 0.00180 for ULA
 (``docs/samplers.md``). The consensus weight ``β_k`` and the step ``α_k`` decay as schedules.
 
-Sources. The form above is the one consistent with three public sources: the authors' code
+References. The authors' code
 (github.com/AParayil/AParayil-Distribued-Learning-via-Bayesian-Inferencing and
-pkgurram/d-ula: ``optimizers/dist_SGLD_toy.py`` steps ``x_i − β Σ_{j∈N_i}(x_i − x_j)`` then
-``− α ∇f_i + √(2α) w`` with ``f_i`` the local likelihood plus ``1/N`` of the prior, which is the
-form above with ``α = Nα_k``; its logistic-regression script ``dist_SGLD_a9a.py`` instead uses
-``N ∇f_i`` with ``√(2α) w``, which samples ``exp(−N f)``), an independent re-implementation
-(sisl/Distributed_ADMM_Sampler: ``− α_k N ∇f_i + √(2α_k) N(0, N I)``), and the NeurIPS review's
-summary of the result quoted above. The authors' schedules are ``α_k = α₀/(1 + k/230)^0.55``
-and ``β_k = β₀/(1 + k/230)^0.05`` (``β`` decaying slower than ``α``), see
-:class:`PolynomialDecay` for ``a/(k+1)^δ``.
+pkgurram/d-ula: ``optimizers/dist_SGLD_toy.py``) steps ``x_i − β Σ_{j∈N_i}(x_i − x_j)`` then
+``− α ∇f_i + √(2α) w`` with ``f_i`` the local likelihood plus ``1/N`` of the prior: the form
+above with ``α = Nα_k`` (its logistic-regression script
+``dist_SGLD_a9a.py`` uses ``N ∇f_i`` with ``√(2α) w`` instead, which samples ``exp(−N f)``).
+The re-implementation sisl/Distributed_ADMM_Sampler steps ``− α_k N ∇f_i + √(2α_k) N(0, N I)``,
+the form above. The authors' schedules are ``α_k = α₀/(1 + k/230)^0.55`` and
+``β_k = β₀/(1 + k/230)^0.05`` (``β`` decaying slower than ``α``), see :class:`PolynomialDecay`
+for ``a/(k+1)^δ``.
 
 Difference from the paper, on purpose: the paper's ``L`` is the graph Laplacian of unit edge
 weights (``β₀ = 1.01/λ_max(L)`` in the authors' code); here ``L = I − W`` is the Laplacian
@@ -36,7 +36,7 @@ the same time-varying ``W⁽ᵏ⁾`` as the other samplers and ``(1 − β) I + 
 stochastic for ``β ∈ (0, 1]``.
 """
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -48,7 +48,7 @@ from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm
 
-__all__ = ["DULA", "DULAInfo", "DULAState", "PolynomialDecay", "d_ula"]
+__all__ = ["DULA", "DULAState", "PolynomialDecay"]
 
 
 class PolynomialDecay(eqx.Module):
@@ -80,38 +80,41 @@ def _consensus(consensus) -> StepSize:
 
 
 class DULAState(NamedTuple):
-    """``position`` and ``grad = ∇̃F(position)`` leaves ``(N, *param_shape)``; ``count`` the
-    iteration; ``estimator`` the gradient estimator's state; ``channel`` that of the message
-    ``position`` (:mod:`dgsgld.communication`)."""
+    """``position`` and ``grad = ∇̃F(position)`` leaves ``(N, *param_shape)`` (``grad``
+    ``None``: drawn by the next step); ``count`` the iteration; ``estimator`` the gradient
+    estimator's state; ``channel`` that of the message ``position``
+    (:mod:`dgsgld.communication`)."""
 
     position: PyTree
+    grad: PyTree
     count: Array
-    grad: PyTree = None
     estimator: PyTree = ()
     channel: PyTree = ()
 
 
-class DULAInfo(NamedTuple):
-    step_size: Array
-    consensus: Array
-
-
 class DULA(SamplingAlgorithm):
-    """D-ULA. Build with :func:`d_ula`. ``step_size`` is ``α``, ``consensus`` is ``β``."""
+    """D-ULA: ``DULA(step_size, consensus=1.0, estimator=None, *, normal=jax.random.normal,
+    channel=None)``.
 
-    consensus: StepSize = eqx.field(converter=_consensus)
+    ``step_size`` is ``α_k`` and ``consensus`` the consensus weight ``β_k``, each a constant or
+    a schedule ``count -> value`` (e.g. :class:`PolynomialDecay` or an optax schedule); a
+    constant ``consensus`` must lie in ``(0, 1]``. ``estimator`` from :mod:`dgsgld.gradients`
+    (default: plain mini-batches).
+    """
+
+    consensus: StepSize = eqx.field(default=1.0, converter=_consensus)
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DULAState:
         grad, est = self.estimator.start(potential, position, key)
         channel = init_states(self.channel, position=position)
-        return DULAState(position, jnp.zeros((), jnp.int32), grad, est, channel)
+        return DULAState(position, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(
         self, key: PRNGKey, state: DULAState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
-    ) -> tuple[DULAState, DULAInfo]:
+    ) -> DULAState:
         alpha, grad_key, grad, noise = self._step_inputs(
             key, state, noise, self.estimator.gradient(state.estimator, potential))
         beta = _tree.resolve_step_size(self.consensus, state.count)
@@ -123,16 +126,5 @@ class DULA(SamplingAlgorithm):
         # α N ∇̃F with noise √(2Nα): the Langevin step at Nα (module docstring)
         position = _tree.langevin_update(base, grad, noise, potential.num_agents * alpha)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        new = DULAState(position, state.count + 1, new_grad, est, channel)
-        new = hold(self.channel, key, state, new)
-        return new, DULAInfo(alpha, beta)
-
-
-def d_ula(
-    step_size: StepSize, consensus: StepSize = 1.0, estimator: GradientEstimator | None = None,
-    *, normal: Callable = jax.random.normal, channel: Channel | None = None,
-) -> DULA:
-    """D-ULA with step ``α_k`` and consensus weight ``β_k`` (each a constant or a schedule
-    ``count -> value``, e.g. :class:`PolynomialDecay` or an optax schedule); a constant
-    ``consensus`` must lie in ``(0, 1]``."""
-    return DULA(step_size, consensus, estimator, normal=normal, channel=channel)
+        new = DULAState(position, new_grad, state.count + 1, est, channel)
+        return hold(self.channel, key, state, new)

@@ -18,42 +18,41 @@ the bias correction and the theory of [31] assume a static ``W``; use DIGing-SGL
 The state keeps ``∇̃F(x)`` like DE-SGLD's (see :mod:`dgsgld.samplers.de`).
 """
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import equinox as eqx
-
 import jax
 import jax.numpy as jnp
 
 from .. import _tree
+from .._types import Array, PRNGKey, PyTree
 from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
-from .._types import Array, PRNGKey, PyTree, StepSize
 from .base import SamplingAlgorithm
 
-__all__ = ["EXTRAState", "EXTRAInfo", "EXTRASGLD", "extra_sgld"]
+__all__ = ["EXTRAState", "EXTRASGLD"]
 
 
 class EXTRAState(NamedTuple):
-    """``position`` and ``dual`` (``z``) leaves ``(N, *param_shape)``; ``count`` the iteration;
-    ``grad`` the stochastic gradient at ``position`` the next step uses (``None``: drawn there);
-    ``channel`` the channel states of the messages ``position`` (``x⁽ᵏ⁾`` mixed for ``W̃ x``)
-    and ``next_position`` (``x⁽ᵏ⁺¹⁾`` mixed for ``z⁺``)."""
+    """``position`` and ``dual`` (``z``) leaves ``(N, *param_shape)``; ``grad`` the stochastic
+    gradient at ``position`` the next step uses (``None``: drawn there); ``count`` the
+    iteration; ``estimator`` the gradient estimator's state; ``channel`` the channel states of
+    the messages ``position`` (``x⁽ᵏ⁾`` mixed for ``W̃ x``) and ``next_position`` (``x⁽ᵏ⁺¹⁾``
+    mixed for ``z⁺``)."""
 
     position: PyTree
     dual: PyTree
+    grad: PyTree
     count: Array
-    grad: PyTree = None
     estimator: PyTree = ()
     channel: PyTree = ()
 
 
-class EXTRAInfo(NamedTuple):
-    step_size: Array
-
-
 class EXTRASGLD(SamplingAlgorithm):
-    """EXTRA-SGLD; ``EXTRASGLD(step_size)`` is the same as :func:`extra_sgld`."""
+    """EXTRA-SGLD: ``EXTRASGLD(step_size, estimator=None, *, normal=jax.random.normal,
+    channel=None)``, with ``step_size`` a constant or a schedule ``count -> η``, ``estimator``
+    from :mod:`dgsgld.gradients` (default: plain mini-batches) and ``channel`` a
+    :class:`dgsgld.communication.Channel` (default: exact mixing)."""
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
@@ -62,12 +61,12 @@ class EXTRASGLD(SamplingAlgorithm):
         dual = jax.tree.map(jnp.zeros_like, position)
         grad, est = self.estimator.start(potential, position, key)
         channel = init_states(self.channel, position=position, next_position=position)
-        return EXTRAState(position, dual, jnp.zeros((), jnp.int32), grad, est, channel)
+        return EXTRAState(position, dual, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(
         self, key: PRNGKey, state: EXTRAState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
-    ) -> tuple[EXTRAState, EXTRAInfo]:
+    ) -> EXTRAState:
         eta, grad_key, grad, noise = self._step_inputs(
             key, state, noise, self.estimator.gradient(state.estimator, potential))
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
@@ -79,15 +78,5 @@ class EXTRASGLD(SamplingAlgorithm):
                                   position, state.count)
         dual = jax.tree.map(lambda z, x, wx: z + 0.5 * (x - wx), state.dual, position, mixed_new)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        new = EXTRAState(position, dual, state.count + 1, new_grad, est, channel)
-        new = hold(self.channel, key, state, new)
-        return new, EXTRAInfo(eta)
-
-
-def extra_sgld(step_size: StepSize, estimator: GradientEstimator | None = None, *,
-               normal: Callable = jax.random.normal,
-               channel: Channel | None = None) -> EXTRASGLD:
-    """EXTRA-SGLD with a constant step size or a schedule ``count -> η``; ``estimator`` from
-    :mod:`dgsgld.gradients` (default: plain mini-batches); ``channel`` a
-    :class:`dgsgld.communication.Channel` (default: exact mixing)."""
-    return EXTRASGLD(step_size, estimator, normal=normal, channel=channel)
+        new = EXTRAState(position, dual, new_grad, state.count + 1, est, channel)
+        return hold(self.channel, key, state, new)

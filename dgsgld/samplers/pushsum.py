@@ -8,7 +8,7 @@ and the tracker's ``Σ_i y_i``, and pushes ``u`` towards ``v · (Σ_i u_i / N)``
 approaches the network average ``ū = Σ_i u_i / N``. With ``s_i`` the noise scale of agent ``i``:
 
 Push-DIGing-SGLD (Push-DIGing of Nedić, Olshevsky & Shi 2017 in the combine-then-adapt order of
-DIGing-SGLD, eqs. 3.2-3.3), state ``(x, y, ∇̃F(x), v)``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``::
+DIGing-SGLD, eqs. 3.2-3.3), state ``(x, y, v, ∇̃F(x))``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``::
 
     v⁺ = C v,    u⁺ = C (v ⊙ x) − η y + s ⊙ w,    x⁺ = u⁺ / v⁺,
     y⁺ = C y + ∇̃F(x⁺) − ∇̃F(x).
@@ -27,15 +27,16 @@ with a decaying step ``α_k`` (any schedule ``count -> α``, e.g. from optax; a 
 too). On a doubly stochastic schedule it is DE-SGLD in adapt-then-combine order,
 ``x⁺ = W (x − α ∇̃F(x) + √(2α) w)``.
 
-Where the noise enters (``noise="mass"``, the default): ``s_i = √(2η v_i)`` with the weight
-``v_i`` that the noise is added with (``v⁺`` for Push-DIGing-SGLD, ``v`` for push-sum SGLD).
+Where the noise enters (``noise_rule="mass"``, the default): ``s_i = √(2η v_i)`` with the
+weight ``v_i`` that the noise is added with (``v⁺`` for Push-DIGing-SGLD, ``v`` for push-sum
+SGLD).
 
-1. Exactness of the average. Summing the ``u``-update, ``ū⁺ = ū − (η/N) Σ_i g_i + (1/N) Σ_i s_i w_i``
-   with ``Σ_i g_i = Σ_i y_i`` (or the gradients themselves): ULA on ``f = Σ_i f_i`` at step
-   ``η/N`` — the chain whose law tends to the posterior ``∝ exp(−f)`` as ``η → 0`` — if and only
-   if ``Σ_i s_i² = 2ηN``. Any other total leaves a variance bias that does not vanish with
-   ``η``: ``√(2η)`` on every *position* (``s_i = √(2η) v_i``) inflates the posterior variance
-   by ``mean(v²) ≥ 1``.
+1. Exactness of the average. Summing the ``u``-update,
+   ``ū⁺ = ū − (η/N) Σ_i g_i + (1/N) Σ_i s_i w_i`` with ``Σ_i g_i = Σ_i y_i`` (or the gradients
+   themselves): ULA on ``f = Σ_i f_i`` at step ``η/N`` — the chain whose law tends to the
+   posterior ``∝ exp(−f)`` as ``η → 0`` — if and only if ``Σ_i s_i² = 2ηN``. Any other total
+   leaves a variance bias that does not vanish with ``η``: ``√(2η)`` on every *position*
+   (``s_i = √(2η) v_i``) inflates the posterior variance by ``mean(v²) ≥ 1``.
 2. Locality. ``s_i`` may depend only on what agent ``i`` knows (``η``, ``v_i``). For
    ``Σ_i s(v_i)² = 2ηN`` to hold for every weight vector (``v ≥ 0``, ``Σ v = N``), ``s²`` must be
    affine: ``s(v)² = 2η (1 + a (v − 1))`` with ``a ∈ [−1/(N−1), 1]``. ``a = 0`` is the uniform
@@ -64,32 +65,28 @@ column stochastic: ``Σ_i v_i = N`` and, with exact or error-feedback messages,
 ``Σ_i y_i = Σ_i ∇̃f_i(x_i)`` still hold. Between rounds (``every``, ``probability``) neither
 ``u`` nor ``v`` is mixed, and an agent's step is a local Langevin step at ``η / v_i``.
 
-``noise="uniform"`` gives ``s_i = √(2η)`` (``a = 0``, the update as printed in [35]). Both are
+``noise_rule="uniform"`` gives ``s_i = √(2η)`` (``a = 0``, the update as printed in [35]). Both are
 exact for the average; they differ in the agents' spread around it, most where ``v`` is uneven
 (``tests/test_pushsum.py`` compares their exact laws).
 """
 
-from typing import Callable, ClassVar, Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from .. import _tree
-from .._types import Array, PRNGKey, PyTree, StepSize
+from .._types import Array, PRNGKey, PyTree
 from ..communication import Channel, as_channel, hold, init_states, send, send_mass
 from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm
 
 __all__ = [
-    "PushDIGingInfo",
     "PushDIGingSGLD",
     "PushDIGingState",
-    "PushSumInfo",
     "PushSumSGLD",
     "PushSumState",
-    "push_diging_sgld",
-    "push_sum_sgld",
 ]
 
 NoiseRule = Literal["mass", "uniform"]
@@ -97,7 +94,7 @@ NoiseRule = Literal["mass", "uniform"]
 
 def _noise_rule(rule) -> str:
     if rule not in ("mass", "uniform"):
-        raise ValueError(f"`noise` must be 'mass' or 'uniform'; got {rule!r}.")
+        raise ValueError(f"`noise_rule` must be 'mass' or 'uniform'; got {rule!r}.")
     return rule
 
 
@@ -143,8 +140,8 @@ class PushDIGingState(NamedTuple):
     Attributes:
         position: ``x⁽ᵏ⁾ = u⁽ᵏ⁾ / v⁽ᵏ⁾``.
         tracker: ``y⁽ᵏ⁾`` (a mass: ``y_i ≈ v_i`` times the network-average gradient).
-        grad: ``∇̃F(x⁽ᵏ⁾)``, the stochastic gradient drawn at ``x⁽ᵏ⁾``.
         weight: ``v⁽ᵏ⁾``, ``(N, 1)``, the push-sum weights (sum ``N``).
+        grad: ``∇̃F(x⁽ᵏ⁾)``, the stochastic gradient drawn at ``x⁽ᵏ⁾``.
         count: iteration number ``k`` (scalar int).
         estimator: the gradient estimator's state (``()`` for plain mini-batches).
         channel: the channel states of the messages ``position`` (the mass ``u``, sent with
@@ -153,19 +150,24 @@ class PushDIGingState(NamedTuple):
 
     position: PyTree
     tracker: PyTree
-    grad: PyTree
     weight: Array
+    grad: PyTree
     count: Array
     estimator: PyTree = ()
     channel: PyTree = ()
 
 
-class PushDIGingInfo(NamedTuple):
-    step_size: Array
-
-
 class PushDIGingSGLD(SamplingAlgorithm):
-    """Push-DIGing-SGLD (module docstring); build with :func:`push_diging_sgld`."""
+    """Push-DIGing-SGLD (module docstring): ``PushDIGingSGLD(step_size, estimator=None, *,
+    noise_rule="mass", normal=jax.random.normal, channel=None)``.
+
+    Over a directed (column-stochastic) schedule, with a constant step or a schedule
+    ``count -> η``; ``estimator`` from :mod:`dgsgld.gradients`; ``noise_rule`` where the
+    Langevin noise enters (``"mass"``: ``√(2η v_i)``, derived in :mod:`dgsgld.samplers.pushsum`;
+    ``"uniform"``: ``√(2η)``); ``channel`` a :class:`dgsgld.communication.Channel` for the
+    mass and tracker messages (the weights go exact beside the masses:
+    :func:`dgsgld.communication.send_mass`).
+    """
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     noise_rule: str = eqx.field(default="mass", converter=_noise_rule, static=True,
@@ -177,11 +179,11 @@ class PushDIGingSGLD(SamplingAlgorithm):
         """``v⁽⁰⁾ = 1``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``."""
         grad, est = self.estimator.start(potential, position, key)
         channel = init_states(self.channel, position=position, tracker=grad)
-        return PushDIGingState(position, grad, grad, _initial_weight(position),
+        return PushDIGingState(position, grad, _initial_weight(position), grad,
                                jnp.zeros((), jnp.int32), est, channel)
 
     def step(self, key: PRNGKey, state: PushDIGingState, potential, mixing_matrix: Array,
-             noise: PyTree | None = None) -> tuple[PushDIGingState, PushDIGingInfo]:
+             noise: PyTree | None = None) -> PushDIGingState:
         """One iteration with the column-stochastic ``C⁽ᵏ⁾ (N, N)``."""
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
         u = jax.tree.map(jnp.multiply, _per_agent(state.weight, state.position), state.position)
@@ -201,31 +203,33 @@ class PushDIGingSGLD(SamplingAlgorithm):
         mixed_tracker, channel = send(self.channel, key, channel, "tracker", mixing_matrix,
                                       state.tracker, state.count, directed=True)
         tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
-        new = PushDIGingState(position, tracker, grad, weight, state.count + 1, est, channel)
-        return hold(self.channel, key, state, new), PushDIGingInfo(eta)
+        new = PushDIGingState(position, tracker, weight, grad, state.count + 1, est, channel)
+        return hold(self.channel, key, state, new)
 
 
 class PushSumState(NamedTuple):
-    """Network state of push-sum SGLD: ``position`` ``x = u / v`` and ``grad = ∇̃F(x)`` leaves
-    ``(N, *param_shape)``; ``weight`` ``v (N, 1)``; ``count``; the estimator's state; the
-    channel state of the message ``position`` (the mass ``u`` with the weight; ``()`` without
-    a channel)."""
+    """Network state of push-sum SGLD: ``position`` ``x = u / v`` leaves
+    ``(N, *param_shape)``; ``weight`` ``v (N, 1)``; ``grad = ∇̃F(x)`` like ``position``
+    (``None``: drawn by the next step); ``count``; the estimator's state; the channel state of
+    the message ``position`` (the mass ``u`` with the weight; ``()`` without a channel)."""
 
     position: PyTree
     weight: Array
+    grad: PyTree
     count: Array
-    grad: PyTree = None
     estimator: PyTree = ()
     channel: PyTree = ()
 
 
-class PushSumInfo(NamedTuple):
-    step_size: Array
-
-
 class PushSumSGLD(SamplingAlgorithm):
-    """Push-sum SGLD, the baseline of Kolesov & Kungurtsev (module docstring); build with
-    :func:`push_sum_sgld`."""
+    """Push-sum SGLD, the baseline of Kolesov & Kungurtsev (module docstring):
+    ``PushSumSGLD(step_size, estimator=None, *, noise_rule="mass", normal=jax.random.normal,
+    channel=None)``.
+
+    ``step_size`` is ``α_k``: a decaying schedule ``count -> α`` as there (e.g.
+    ``optax.polynomial_schedule`` or :class:`dgsgld.samplers.PolynomialDecay`) or a constant;
+    ``estimator``, ``noise_rule`` and ``channel`` as for :class:`PushDIGingSGLD`.
+    """
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     noise_rule: str = eqx.field(default="mass", converter=_noise_rule, static=True,
@@ -235,11 +239,11 @@ class PushSumSGLD(SamplingAlgorithm):
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> PushSumState:
         grad, est = self.estimator.start(potential, position, key)
-        return PushSumState(position, _initial_weight(position), jnp.zeros((), jnp.int32),
-                            grad, est, init_states(self.channel, position=position))
+        return PushSumState(position, _initial_weight(position), grad, jnp.zeros((), jnp.int32),
+                            est, init_states(self.channel, position=position))
 
     def step(self, key: PRNGKey, state: PushSumState, potential, mixing_matrix: Array,
-             noise: PyTree | None = None) -> tuple[PushSumState, PushSumInfo]:
+             noise: PyTree | None = None) -> PushSumState:
         alpha, grad_key, grad, noise = self._step_inputs(
             key, state, noise, self.estimator.gradient(state.estimator, potential))
         scale2 = 2.0 * alpha
@@ -256,28 +260,5 @@ class PushSumSGLD(SamplingAlgorithm):
                                            mixing_matrix, u, state.weight, state.count)
         position = jax.tree.map(jnp.multiply, mixed, _per_agent(_reciprocal(weight), mixed))
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
-        new = PushSumState(position, weight, state.count + 1, new_grad, est, channel)
-        return hold(self.channel, key, state, new), PushSumInfo(alpha)
-
-
-def push_diging_sgld(step_size: StepSize, estimator: GradientEstimator | None = None, *,
-                     noise: NoiseRule = "mass", normal: Callable = jax.random.normal,
-                     channel: Channel | None = None) -> PushDIGingSGLD:
-    """Push-DIGing-SGLD over a directed (column-stochastic) schedule, with a constant step or
-    a schedule ``count -> η``; ``estimator`` from :mod:`dgsgld.gradients`; ``noise`` where the
-    Langevin noise enters (``"mass"``: ``√(2η v_i)``, derived in :mod:`dgsgld.samplers.pushsum`;
-    ``"uniform"``: ``√(2η)``); ``channel`` a :class:`dgsgld.communication.Channel` for the
-    mass and tracker messages (the weights go exact beside the masses:
-    :func:`dgsgld.communication.send_mass`)."""
-    return PushDIGingSGLD(step_size, estimator, noise_rule=noise, normal=normal,
-                          channel=channel)
-
-
-def push_sum_sgld(step_size: StepSize, estimator: GradientEstimator | None = None, *,
-                  noise: NoiseRule = "mass", normal: Callable = jax.random.normal,
-                  channel: Channel | None = None) -> PushSumSGLD:
-    """Push-sum SGLD of Kolesov & Kungurtsev with a step ``α_k`` (a decaying schedule
-    ``count -> α`` as there, e.g. ``optax.polynomial_schedule`` or
-    :class:`dgsgld.samplers.PolynomialDecay`, or a constant); ``estimator``, ``noise`` and
-    ``channel`` as for :func:`push_diging_sgld`."""
-    return PushSumSGLD(step_size, estimator, noise_rule=noise, normal=normal, channel=channel)
+        new = PushSumState(position, weight, new_grad, state.count + 1, est, channel)
+        return hold(self.channel, key, state, new)

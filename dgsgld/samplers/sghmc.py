@@ -32,15 +32,14 @@ With ``γη = 1`` the velocity forgets itself each step and ``x⁺ = W x − η�
 with step ``η²``. Both samplers take the estimator of :mod:`dgsgld.gradients`.
 """
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import equinox as eqx
-
 import jax
 import jax.numpy as jnp
 
 from .. import _tree, _validation
-from .._types import Array, PRNGKey, PyTree, StepSize
+from .._types import Array, PRNGKey, PyTree
 from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm
@@ -50,9 +49,6 @@ __all__ = [
     "DESGHMCState",
     "DIGingSGHMC",
     "DIGingSGHMCState",
-    "SGHMCInfo",
-    "de_sghmc",
-    "diging_sghmc",
 ]
 
 
@@ -82,10 +78,6 @@ class DIGingSGHMCState(NamedTuple):
     channel: PyTree = ()
 
 
-class SGHMCInfo(NamedTuple):
-    step_size: Array
-
-
 def _velocity_update(velocity, drift, noise, eta, friction):
     """``(1 − ηγ) v − η drift + √(2γη) w`` leaf by leaf (``noise`` leaves shaped like the
     velocity or flat: :func:`dgsgld._tree.in_noise_shape`)."""
@@ -109,9 +101,12 @@ def _friction(friction) -> Array:
 
 
 class DESGHMC(SamplingAlgorithm):
-    """DE-SGHMC. Build with :func:`de_sghmc`."""
+    """DE-SGHMC: ``DESGHMC(step_size, friction=1.0, estimator=None, *,
+    normal=jax.random.normal, channel=None)``, with step ``η`` (a constant or a schedule),
+    friction ``γ > 0`` (a constant) and an estimator from :mod:`dgsgld.gradients` (default:
+    plain mini-batches)."""
 
-    friction: Array = eqx.field(converter=_friction)
+    friction: Array = eqx.field(default=1.0, converter=_friction)
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
 
@@ -125,7 +120,7 @@ class DESGHMC(SamplingAlgorithm):
     def step(
         self, key: PRNGKey, state: DESGHMCState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
-    ) -> tuple[DESGHMCState, SGHMCInfo]:
+    ) -> DESGHMCState:
         eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
         velocity = _velocity_update(state.velocity, grad, noise, eta, self.friction)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
@@ -133,14 +128,14 @@ class DESGHMC(SamplingAlgorithm):
         position = _position_update(mixed, velocity, eta)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = DESGHMCState(position, velocity, new_grad, state.count + 1, est, channel)
-        new = hold(self.channel, key, state, new)
-        return new, SGHMCInfo(eta)
+        return hold(self.channel, key, state, new)
 
 
 class DIGingSGHMC(SamplingAlgorithm):
-    """DIGing-SGHMC. Build with :func:`diging_sghmc`."""
+    """DIGing-SGHMC: ``DIGingSGHMC(step_size, friction=1.0, estimator=None, *,
+    normal=jax.random.normal, channel=None)``, arguments as for :class:`DESGHMC`."""
 
-    friction: Array = eqx.field(converter=_friction)
+    friction: Array = eqx.field(default=1.0, converter=_friction)
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
 
@@ -155,7 +150,7 @@ class DIGingSGHMC(SamplingAlgorithm):
     def step(
         self, key: PRNGKey, state: DIGingSGHMCState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
-    ) -> tuple[DIGingSGHMCState, SGHMCInfo]:
+    ) -> DIGingSGHMCState:
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
         velocity = _velocity_update(state.velocity, state.tracker, noise, eta, self.friction)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
@@ -166,24 +161,4 @@ class DIGingSGHMC(SamplingAlgorithm):
                                       state.tracker, state.count)
         tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
         new = DIGingSGHMCState(position, velocity, tracker, grad, state.count + 1, est, channel)
-        new = hold(self.channel, key, state, new)
-        return new, SGHMCInfo(eta)
-
-
-def de_sghmc(
-    step_size: StepSize, friction: float = 1.0, estimator: GradientEstimator | None = None, *,
-    normal: Callable = jax.random.normal, channel: Channel | None = None,
-) -> DESGHMC:
-    """DE-SGHMC with step ``η`` (constant or schedule), friction ``γ > 0`` and an estimator
-    from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DESGHMC(step_size, friction, estimator, normal=normal, channel=channel)
-
-
-def diging_sghmc(
-    step_size: StepSize, friction: float = 1.0, estimator: GradientEstimator | None = None, *,
-    normal: Callable = jax.random.normal, channel: Channel | None = None,
-) -> DIGingSGHMC:
-    """DIGing-SGHMC with step ``η`` (constant or schedule), friction ``γ > 0`` and an estimator
-    from :mod:`dgsgld.gradients` (default: plain mini-batches)."""
-    return DIGingSGHMC(step_size, friction, estimator, normal=normal, channel=channel)
-
+        return hold(self.channel, key, state, new)

@@ -12,52 +12,42 @@ on ``f / N`` with noise ``√(2η/N)``, i.e. like this sampler with step ``η / 
 The state keeps ``∇̃f(x)`` like DE-SGLD's (see :mod:`dgsgld.samplers.de`).
 """
 
-from typing import Callable, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 from .. import _tree
-from .._types import Array, PRNGKey, PyTree, StepSize
+from .._types import Array, PRNGKey, PyTree
 from .base import SamplingAlgorithm
 
-__all__ = ["SGLDState", "SGLDInfo", "SGLD", "sgld"]
+__all__ = ["SGLDState", "SGLD"]
 
 
 class SGLDState(NamedTuple):
-    """``position`` leaves ``(*param_shape)``; ``count`` the iteration number; ``grad`` the
-    stochastic gradient at ``position`` the next step uses (``None``: drawn there)."""
+    """``position`` leaves ``(*param_shape)``; ``grad`` the stochastic gradient at
+    ``position`` the next step uses (``None``: drawn there); ``count`` the iteration number."""
 
     position: PyTree
+    grad: PyTree
     count: Array
-    grad: PyTree = None
-
-
-class SGLDInfo(NamedTuple):
-    step_size: Array
 
 
 class SGLD(SamplingAlgorithm):
-    """Centralized SGLD (``SGLD(step_size)`` equals :func:`sgld`). ``step`` ignores
-    ``mixing_matrix`` (the samplers' common signature); :func:`dgsgld.sample` refuses a
-    ``mixing`` for it."""
+    """Centralized SGLD: ``SGLD(step_size, *, normal=jax.random.normal)``, with ``step_size``
+    a constant or a schedule ``count -> η``. ``step`` ignores ``mixing_matrix`` (the samplers'
+    common signature); :func:`dgsgld.sample` refuses a ``mixing`` for it."""
 
     decentralized: ClassVar[bool] = False
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> SGLDState:
-        return SGLDState(position, jnp.zeros((), jnp.int32), potential.pooled_grad(position, key))
+        return SGLDState(position, potential.pooled_grad(position, key), jnp.zeros((), jnp.int32))
 
     def step(
         self, key: PRNGKey, state: SGLDState, potential, mixing_matrix: Array | None = None,
         noise: PyTree | None = None,
-    ) -> tuple[SGLDState, SGLDInfo]:
+    ) -> SGLDState:
         del mixing_matrix
         eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.pooled_grad)
         position = _tree.langevin_update(state.position, grad, noise, eta)
         new_grad = potential.pooled_grad(position, grad_key)
-        return SGLDState(position, state.count + 1, new_grad), SGLDInfo(eta)
-
-
-def sgld(step_size: StepSize, *, normal: Callable = jax.random.normal) -> SGLD:
-    """Centralized SGLD with a constant step size or a schedule ``count -> η``."""
-    return SGLD(step_size, normal=normal)
+        return SGLDState(position, new_grad, state.count + 1)

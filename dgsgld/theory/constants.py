@@ -223,7 +223,7 @@ def bound_inputs(
     ``μ, L`` from :func:`estimate_mu_L` at the initial positions (and ``curvature_points``);
     ``σ²`` from :func:`estimate_sigma2` there unless given; ``δ`` from the schedule; the initial
     moments and the consensus errors of ``x`` and ``y`` over the first ``B`` iterations are
-    averages over the chains of one ``dgsgld.sample`` run of ``dgsgld.diging_sgld(step_size)``.
+    averages over the chains of one ``dgsgld.sample`` run of ``dgsgld.DIGingSGLD(step_size)``.
 
     Args:
         potential: a ``dgsgld.Potential`` with flat ``(d,)`` parameters.
@@ -269,7 +269,7 @@ def bound_inputs(
         return sq(state.position), sq(state.tracker)
 
     trace = run.sample(
-        samplers.diging_sgld(step_size),
+        samplers.DIGingSGLD(step_size),
         potential,
         mixing,
         init,

@@ -295,8 +295,8 @@ def _kind(algorithm) -> tuple[str, object]:
             suffix = "" if algorithm.noise_rule == "mass" else "_uniform"
             return kind + suffix, algorithm.step_size
     raise TypeError(
-        "`algorithm` must be a dgsgld sampler (diging_sgld, de_sgld, extra_sgld, sgld, de_sghmc, "
-        "diging_sghmc, d_ula, push_diging_sgld, push_sum_sgld) or one of "
+        "`algorithm` must be a dgsgld sampler (DIGingSGLD, DESGLD, EXTRASGLD, SGLD, DESGHMC, "
+        "DIGingSGHMC, DULA, PushDIGingSGLD, PushSumSGLD) or one of "
         f"{KINDS}; got {type(algorithm).__name__}."
     )
 
@@ -428,7 +428,7 @@ def _initial_state(kind, quadratic, mean0, cov0, xp=jnp):
 
 
 def _stacked_init(kind, quadratic, init_mean, init_cov, xp=jnp):
-    """Flatten the initial moments: ``(Nd,)`` and ``(Nd, Nd)`` (``(d,)``, ``(d, d)`` for sgld),
+    """Flatten the initial moments: ``(Nd,)`` and ``(Nd, Nd)`` (``(d,)``, ``(d, d)`` for SGLD),
     in JAX's dtype for them (float32 unless x64 is on) whether ``xp`` is NumPy or jnp."""
     d = quadratic.dim
     mean = xp.asarray(init_mean)
@@ -552,7 +552,7 @@ def exact_moments(
     sampler's step size (a constant or a schedule). Jittable; ``vmap`` over step sizes works.
 
     Args:
-        algorithm: ``dgsgld.diging_sgld(η)``, ``de_sgld``, ``extra_sgld``, ``sgld``, the
+        algorithm: ``dgsgld.DIGingSGLD(η)``, ``DESGLD``, ``EXTRASGLD``, ``SGLD``, the
             push-sum samplers, ..., or a kind of :data:`KINDS` with ``step_size``.
         quadratic: the agents' quadratic potentials (:func:`quadratic_from_potential`).
         mixing: ``(P, N, N)`` stack, one ``(N, N)`` matrix, or a schedule with ``.matrices``;
