@@ -243,7 +243,7 @@ def test_a_metric_is_a_pytree_of_its_targets_arrays_so_a_new_target_does_not_rec
         return metric(states)
 
     rng = np.random.default_rng(2)
-    states = dgsgld.DESGLDState(jnp.asarray(rng.normal(size=(5, 3, D)), jnp.float32),
+    states = dgsgld.DESGLDState(jnp.asarray(rng.normal(size=(5, 3, D)), jnp.float32), None,
                                 jnp.zeros((5,), jnp.int32))
     if first.per_chain:
         states = jax.tree.map(lambda a: a[0], states)
