@@ -22,8 +22,9 @@ allocate more than its own size), and every entry must have the SHA-256 recorded
 written. Nothing in the directory is opened through a link: a directory holding a symbolic
 link, or one of the names below that is not a regular file, is refused.
 
-On-disk format (version 3): a directory of NumPy ``.npz`` archives (uncompressed zip files
-readable with ``numpy.load(..., allow_pickle=False)``; nothing is pickled):
+On-disk format (version 4; version 3 held the same entries with the state's leaves in an older
+field order): a directory of NumPy ``.npz`` archives (uncompressed zip files readable with
+``numpy.load(..., allow_pickle=False)``; nothing is pickled):
 
 ``path/state.npz``
     the commit record, rewritten after every chunk: ``meta`` (a 0-d unicode array holding a JSON
@@ -86,7 +87,7 @@ __all__ = ["sample_chunked", "read_checkpoint", "CheckpointDir", "CheckpointErro
            "FORMAT_VERSION"]
 
 FORMAT = "dgsgld-checkpoint"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 _STATE = "state.npz"
 _LOCK = ".lock"
 _TMP_PREFIX = ".tmp-"

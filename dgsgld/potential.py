@@ -12,18 +12,14 @@ mini-batch ``S`` of ``b`` local data inside the compiled loop and returns the un
 
 Mini-batches without replacement are uniform over the ``C(n_i, b)`` subsets. When these are few
 (``_MAX_SUBSET_ENTRIES``), they are tabulated once and a step draws one 32-bit word per agent,
-``subset = word mod C(n_i, b)``: a paper-size step (4000 agent-chains, n = 5, b = 3) then costs
-3x less than ranking n uniforms with ``top_k``. Otherwise :func:`distinct_batch` runs Floyd's
-algorithm on ``b`` words, whatever ``n_i`` and ``b <= n_i``: ``b`` compares per slot and one
-pass of a ``b``-gather (a few when taken slots chain). It replaced two exact draws that cost
-more on CPU (DIGing-SGLD, 4 agents, 8 chains, b = 32; ``python -m benchmarks.datasize``):
-redrawing repeats until none is left (a ``while_loop`` round of ``b`` fresh words, entered under
-``vmap`` whenever any chain or agent drew a repeat: the step took 2.59x the step with
-replacement at n_i = 100, 2.19x at 10³, ``benchmarks/datasize_quiet.md``; with Floyd's, 0.96x
-and 0.76x, ``benchmarks/datasize.md``), and for ``b > n_i / 2`` the ``b`` smallest of ``n_i``
-uniforms (``top_k``: 2.1x Floyd's draw alone at n_i = 33, 8.2x at 64). With replacement each
-index is ``word mod n_i``. (``mod`` favours some values by at most ``count / 2**32`` relative
-probability, far below Monte Carlo error.)
+``subset = word mod C(n_i, b)``, cheaper at paper size than any ranking of the ``n_i`` data.
+Otherwise :func:`distinct_batch` runs Floyd's algorithm on ``b`` words, whatever ``n_i`` and
+``b <= n_i``: ``b`` compares per slot and one pass of a ``b``-gather (a few when taken slots
+chain), so a step costs what a step with replacement costs at every ``n_i`` (measured in
+``benchmarks/datasize.md``). Redrawing repeats in a ``while_loop`` would run under ``vmap``
+whenever any chain or agent drew one, and ranking ``n_i`` uniforms (``top_k``) costs O(n_i).
+With replacement each index is ``word mod n_i``. (``mod`` favours some values by at most
+``count / 2**32`` relative probability, far below Monte Carlo error.)
 """
 
 import itertools
@@ -45,7 +41,7 @@ __all__ = ["Potential", "distinct_batch", "first_occurrences", "pad_agent_data",
 _MAX_SUBSET_ENTRIES = 2**18
 
 #: Largest ``b`` whose repeats are found by comparing every slot with every earlier one
-#: (``b - 1`` shifted compares, fused; on CPU faster than a sort up to b = 256, equal at 512);
+#: (``b - 1`` shifted compares, fused; on CPU no slower than a sort up to this size);
 #: larger batches sort ``(value, slot)`` pairs.
 _COMPARE_MAX = 256
 

@@ -275,7 +275,9 @@ def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume
             )
     # Trace the model once on one chain's shapes so that shape/pytree mistakes in the user's
     # log-likelihood surface here, with context, rather than deep inside the compiled scan.
-    one = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(jnp.shape(leaf)[1:], jnp.result_type(leaf)), positions)
+    one = jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct(jnp.shape(leaf)[1:], jnp.result_type(leaf)), positions
+    )
     if not algorithm.decentralized:
         one = jax.tree.map(
             lambda s: jax.ShapeDtypeStruct((potential.num_agents, *s.shape), s.dtype), one
@@ -285,7 +287,7 @@ def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume
 
 
 #: Signatures (model, data shapes, parameter shapes) whose gradient has been checked: tracing
-#: the model again on every call costs ~25 ms, more than a paper-size run on a GPU.
+#: the model again on every call would cost more than a paper-size run on a GPU.
 _CHECKED_MODELS: dict = {}
 
 
@@ -640,7 +642,7 @@ def _divergence_under_trace(trace: Trace, how: str, threshold: float) -> Trace:
 
 
 def _chains_last() -> bool:
-    """Whether the loop keeps small leaves' chain axis last: on XLA:CPU (see :func:`_chain_axes`)."""
+    """Whether the loop keeps small leaves' chain axis last: on XLA:CPU (:func:`_chain_axes`)."""
     return jax.default_backend() == "cpu"
 
 

@@ -234,7 +234,8 @@ def test_on_disk_format_is_plain_numpy(tmp_path, reference):
     with np.load(path / "state.npz", allow_pickle=False) as record:
         meta = json.loads(str(record["meta"]))
         state_leaves = [record[f"state/{i}"] for i in range(len(meta["specs"]["state"]))]
-    assert meta["format"] == "dgsgld-checkpoint" and meta["version"] == 3
+    assert meta["format"] == "dgsgld-checkpoint"
+    assert meta["version"] == checkpoint.FORMAT_VERSION == 4
     fingerprint = dict(meta["fingerprint"])
     assert fingerprint["algorithm"] == "dgsgld.samplers.diging.DIGingSGLD"
     assert fingerprint["algorithm.step_size"] == "0.05 (float32)"

@@ -184,7 +184,7 @@ def meta_of(file):
         (lambda m: {k: v for k, v in m.items() if k != "run"}, "metadata `run` is None"),
         (lambda m: {**m, "run": {**m["run"], "thin": 1}}, "metadata `thin` (1) disagrees"),
         (lambda m: {**m, "version": 2},
-         "version 2; this dgsgld reads 'dgsgld-checkpoint' version 3"),
+         "version 2; this dgsgld reads 'dgsgld-checkpoint' version 4"),
         (lambda m: "{not json", "has `meta` that is not valid JSON"),
         (lambda m: [1, 2], "has `meta` that is not a JSON object"),
     ],
