@@ -1204,6 +1204,28 @@ def test_exact_moments_with_random_rounds_feedback_and_deadlines_match_monte_car
     np.testing.assert_array_equal(a.cov, b.cov)
 
 
+def _channel_grid():
+    """``(options, channel)`` for every :class:`C.Channel` built from one or two of its
+    options (values below; pairs the constructor refuses are left out)."""
+    options = [("compressor", C.top_k(0.5)), ("compressor", C.quantize(4)),
+               ("compressor", C.sign()), ("compressor", C.random_k(0.5)),
+               ("error_feedback", True), ("every", 2), ("probability", 0.5),
+               ("per_link", True), ("threshold", 0.0), ("threshold", 0.1),
+               ("threshold", {"tracker": 0.5}), ("activity", 0.5), ("activity", _PATTERN),
+               ("gossip", "edge"), ("gossip", "matching"),
+               ("clock", C.Clock(compute=(1, 1, 1, 3), deadline=2.0)),
+               ("clock", C.Clock(latency=1.0))]
+    grid = [dict([a]) for a in options] + [
+        dict([a, b]) for i, a in enumerate(options) for b in options[i + 1:] if a[0] != b[0]]
+    out = []
+    for kwargs in grid:
+        try:
+            out.append((kwargs, C.Channel(**kwargs)))
+        except ValueError:              # not a channel (e.g. gossip with error feedback)
+            pass
+    return out
+
+
 def test_exact_moments_refuses_other_channels_naming_channel_and_why():
     """Every channel of a grid over :class:`C.Channel`'s options (each option alone and every
     pair the constructor accepts) and every kind is either propagated by ``exact_moments``
@@ -1217,16 +1239,6 @@ def test_exact_moments_refuses_other_channels_naming_channel_and_why():
 
     problem = exact_quadratic(linear_regression(num_agents=N, local_size=3, dim=2))
     W = np.asarray(ring(N), np.float64)
-    options = [("compressor", C.top_k(0.5)), ("compressor", C.quantize(4)),
-               ("compressor", C.sign()), ("compressor", C.random_k(0.5)),
-               ("error_feedback", True), ("every", 2), ("probability", 0.5),
-               ("per_link", True), ("threshold", 0.0), ("threshold", 0.1),
-               ("threshold", {"tracker": 0.5}), ("activity", 0.5), ("activity", _PATTERN),
-               ("gossip", "edge"), ("gossip", "matching"),
-               ("clock", C.Clock(compute=(1, 1, 1, 3), deadline=2.0)),
-               ("clock", C.Clock(latency=1.0))]
-    grid = [dict([a]) for a in options] + [
-        dict([a, b]) for i, a in enumerate(options) for b in options[i + 1:] if a[0] != b[0]]
 
     def refusal(channel, kind, quadratic=problem, mixing=W):
         try:
@@ -1239,11 +1251,7 @@ def test_exact_moments_refuses_other_channels_naming_channel_and_why():
         return None
 
     refused = 0
-    for kwargs in grid:
-        try:
-            channel = C.Channel(**kwargs)
-        except ValueError:              # not a channel (e.g. gossip with error feedback)
-            continue
+    for kwargs, channel in _channel_grid():
         for kind in exact.KINDS:
             message = refusal(channel, kind)
             if message is not None:
@@ -1295,3 +1303,37 @@ def test_exact_moments_refuses_other_channels_naming_channel_and_why():
         jax.jit(lambda m: exact.exact_moments("de", problem, m, np.zeros(2), np.eye(2), 1,
                                               step_size=0.1, channel=C.Channel(gossip="edge"))
                 .mean)(W)
+
+
+@pytest.mark.slow  # fast twins: test_exact_moments_refuses_other_channels_naming_channel_and_why
+# (which channels are accepted) and the Monte Carlo tests above (their laws)
+def test_exact_moments_propagates_every_accepted_channel():
+    """Every channel of :func:`_channel_grid` that ``exact_moments`` accepts, for DE-SGLD,
+    DIGing-SGLD, EXTRA-SGLD and Push-DIGing-SGLD (on the directed ring), runs and gives a
+    law: over 4 steps from N(0, I) finite means, symmetric covariances with eigenvalues
+    ``≥ −1e-10`` (float64), and at ``k = 1`` every agent's covariance at least ``2η I``: given
+    the channel's draws an active agent's ``x⁽¹⁾`` has the step's noise ``√(2η) w``
+    (independent of the rest) and a held one keeps ``x⁽⁰⁾`` (covariance ``I ≥ 2η I``), so by
+    the law of total covariance so has the mixture (to ``1e-10``)."""
+    from dgsgld.theory import exact
+    from tests._moments import exact_quadratic
+
+    problem = exact_quadratic(linear_regression(num_agents=N, local_size=3, dim=2))
+    eta, propagated = 0.1, 0
+    for _, channel in _channel_grid():
+        for kind in ("de", "diging", "extra", "push_diging"):
+            try:
+                exact._channel_law(channel, kind, N)
+            except ValueError:
+                continue
+            mixing = _directed_ring() if kind == "push_diging" else np.asarray(ring(N))
+            with jax.enable_x64(True):
+                law = exact.exact_moments(kind, problem, mixing, np.zeros(2), np.eye(2), 4,
+                                          step_size=eta, channel=channel)
+                cov = np.asarray(law.cov)
+            propagated += 1
+            assert np.isfinite(np.asarray(law.mean)).all(), (kind, channel)
+            np.testing.assert_allclose(cov, np.swapaxes(cov, -1, -2), atol=1e-12)
+            assert np.linalg.eigvalsh(cov).min() >= -1e-10, (kind, channel)
+            assert np.linalg.eigvalsh(cov[1]).min() >= 2 * eta - 1e-10, (kind, channel)
+    assert propagated > 100, propagated
