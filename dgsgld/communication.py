@@ -36,7 +36,8 @@ When messages are sent (each composes with the modes above):
   ``δ = 0`` sends whenever the message moved, which is always-on mixing;
 - ``gossip="edge"`` or ``"matching"``: randomized gossip, one random link or a random
   matching of the snapshot's links carries the round, each pair averaging
-  (:func:`gossip_matrix`);
+  (:func:`gossip_matrix`; :func:`gossip_outcomes` lists its outcomes with their
+  probabilities);
 - ``clock=Clock(...)``: simulated time. Per-agent compute times each step, a latency per
   round, and an optional deadline past which slow agents are stragglers as with
   ``activity`` (:class:`Clock`, :func:`elapsed_time`);
@@ -110,6 +111,7 @@ __all__ = [
     "drop_links",
     "elapsed_time",
     "gossip_matrix",
+    "gossip_outcomes",
     "hold",
     "identity",
     "init_states",
@@ -728,8 +730,59 @@ def gossip_matrix(key: PRNGKey, matrix, mode: str = "matching",
             pick = pick & pick.T                                        # mutual proposals
     else:
         raise ValueError(f"`mode` must be 'edge' or 'matching'; got {mode!r}.")
-    half = jnp.where(pick, jnp.asarray(0.5, dense.dtype), jnp.zeros((), dense.dtype))
-    return half + jnp.diag(1 - jnp.sum(half, axis=0))
+    return _halves(jnp, pick, dense.dtype)
+
+
+def _halves(xp, pick, dtype):
+    """The gossip matrix of the picked links ``pick`` (``(..., N, N)`` bool, ``pick[i, j]``:
+    ``j`` sends half its value to ``i``): ``½`` on them, the rest of each column on its
+    diagonal. ``xp``: ``jax.numpy`` or ``numpy``."""
+    half = xp.where(pick, xp.asarray(0.5, dtype), xp.zeros((), dtype))
+    eye = xp.eye(pick.shape[-1], dtype=dtype)
+    return half + eye * (1 - xp.sum(half, axis=-2))[..., None, :]
+
+
+#: Most proposal profiles (``Π_j deg_j``) :func:`gossip_outcomes` enumerates for a matching.
+MAX_GOSSIP_PROFILES = 4096
+
+
+def gossip_outcomes(matrix, mode: str = "matching") -> tuple[np.ndarray, np.ndarray]:
+    """Every gossip matrix :func:`gossip_matrix` can draw on the undirected links of
+    ``matrix`` (a concrete ``(N, N)``), with its probability: ``(matrices (K, N, N) float64,
+    probabilities (K,))``, distinct matrices, probabilities summing to 1.
+
+    ``"edge"``: the ``L`` links, each ``1 / L``. ``"matching"``: the ``Π_j deg_j`` proposal
+    profiles (agent ``j`` proposes to each of its ``deg_j`` neighbours with probability
+    ``1 / deg_j``, independently) are enumerated, at most :data:`MAX_GOSSIP_PROFILES`, and
+    profiles giving the same matching are merged. No links: ``I`` with probability 1."""
+    dense = np.asarray(_dense(matrix))
+    n = dense.shape[0]
+    links = (dense != 0) & ~np.eye(n, dtype=bool)
+    links = links | links.T
+    if mode == "edge":
+        i, j = np.nonzero(np.triu(links, 1))
+        pick = np.zeros((len(i), n, n), bool)
+        pick[np.arange(len(i)), i, j] = pick[np.arange(len(i)), j, i] = True
+    elif mode == "matching":
+        options = [np.flatnonzero(links[:, j]) for j in range(n)]
+        profiles = math.prod(max(len(o), 1) for o in options)
+        if profiles > MAX_GOSSIP_PROFILES:
+            raise ValueError(
+                f"`mode`: a random matching is enumerated over its {profiles} proposal "
+                f"profiles (Π_j deg_j), more than {MAX_GOSSIP_PROFILES}; use mode='edge' or "
+                "a sparser network.")
+        grids = np.meshgrid(*[o if len(o) else np.array([-1]) for o in options],
+                            indexing="ij")
+        choice = np.stack([g.ravel() for g in grids], axis=1)              # (profiles, N)
+        pick = choice[:, None, :] == np.arange(n)[None, :, None]           # [i, j]: j → i
+        pick = pick & pick.transpose(0, 2, 1)
+    else:
+        raise ValueError(f"`mode` must be 'edge' or 'matching'; got {mode!r}.")
+    if len(pick) == 0:
+        pick = np.zeros((1, n, n), bool)
+    unique, counts = np.unique(pick.reshape(len(pick), -1), axis=0, return_counts=True)
+    return (_halves(np, unique.reshape(-1, n, n), np.float64),
+            counts / counts.sum())
 
 
 def drop_links(matrix: Array, up: Array, keep: str = "rows") -> Array:

@@ -2,6 +2,8 @@
 compressors' laws, CHOCO error feedback keeping the network sum, DIGing's tracking invariant
 with and without it, and the front end's errors."""
 
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -890,10 +892,10 @@ def test_exact_moments_under_random_link_drops_match_monte_carlo(key):
             type(alg).__name__, z_mean, z_cov)
         _, z_cov_bar = _data_z(x, np.asarray(mean_only.mean[-1]), np.asarray(mean_only.cov[-1]))
         assert np.abs(z_cov_bar).max() > bound, type(alg).__name__
-    with pytest.raises(ValueError, match="exact moments are propagated for exact messages"):
+    with pytest.raises(ValueError, match="TopK messages are not linear in the message"):
         exact.exact_moments(dgsgld.DESGLD(0.1), exact_quadratic(problem), W, np.zeros(2),
                             np.eye(2), 2, channel=C.Channel(C.top_k(0.5)))
-    with pytest.raises(ValueError, match="link drops and stragglers together"):
+    with pytest.raises(ValueError, match="link drops are propagated alone, not with stragglers"):
         exact.exact_moments(dgsgld.DESGLD(0.1), exact_quadratic(problem), W, np.zeros(2),
                             np.eye(2), 2, channel=C.Channel(probability=0.5, per_link=True,
                                                             activity=0.5))
@@ -1004,6 +1006,334 @@ def test_exact_moments_with_random_k_messages_match_monte_carlo(cells, key):
     with pytest.raises(ValueError, match="random-k messages are propagated .* not for 'extra'"):
         exact.exact_moments(dgsgld.EXTRASGLD(eta), problem2, W, np.zeros(3), np.eye(3), 2,
                             channel=channel)
-    with pytest.raises(ValueError, match="random-k messages without error feedback"):
+    with pytest.raises(ValueError, match="error feedback with a compressor keeps the public"):
         exact.exact_moments(dgsgld.DESGLD(eta), problem2, W, np.zeros(3), np.eye(3), 2,
                             channel=C.Channel(C.random_k(2 / 3), error_feedback=True))
+
+
+
+# -- exact moments under intermittent rounds, gossip, random rounds and deadlines ---------------
+
+
+def _channel_z(alg, channel, problem, mixing, steps, key, *laws, chains=6000):
+    """Chains of ``alg`` with ``channel`` against exact laws: ``chains`` chains, full batches,
+    ``steps`` steps from N(0, I) (the same draws in every test); returns, for
+    ``exact_moments(alg, ..., channel=channel)`` and then for each ``(mixing, channel)`` of
+    ``laws``, the largest |z-score| of the ``N (d + d²)`` means and covariance entries at the
+    last step (standard errors from the chains, :func:`_data_z`)."""
+    from dgsgld.theory import exact
+    from tests._moments import exact_quadratic
+
+    d = problem.Z.shape[-1]
+    init = jax.random.normal(jax.random.key(11), (chains, N, d))
+    trace = dgsgld.sample(alg, problem.potential, mixing, init, key, steps, channel=channel,
+                          output=dgsgld.Output(positions=False, trace_fn=lambda s: ()))
+    x = np.asarray(trace.state.position, np.float64)
+    out = []
+    for law_mixing, law_channel in ((mixing, channel), *laws):
+        with jax.enable_x64(True):
+            law = exact.exact_moments(alg, exact_quadratic(problem), law_mixing, np.zeros(d),
+                                      np.eye(d), steps, channel=law_channel)
+        z_mean, z_cov = _data_z(x, np.asarray(law.mean[-1]), np.asarray(law.cov[-1]))
+        out.append(max(np.abs(z_mean).max(), np.abs(z_cov).max()))
+    return out
+
+
+def _bound(num_runs, dim=2):
+    """Bonferroni bound for ``num_runs`` runs of :func:`_channel_z` (``N (d + d²)`` z-scores
+    each, two-sided, family-wise α = 1e-3)."""
+    from tests._moments import bonferroni
+
+    return bonferroni(num_runs * N * (dim + dim**2))
+
+
+def _directed_ring():
+    """Column-stochastic ring: agent j keeps half and pushes half to j + 1."""
+    return 0.5 * (np.eye(N) + np.roll(np.eye(N), 1, axis=0))
+
+
+def test_gossip_outcomes_are_the_law_of_gossip_matrix():
+    """:func:`C.gossip_outcomes` (what ``exact_moments`` enumerates) against
+    :func:`C.gossip_matrix`, 4000 draws each, on the ring of 5 (``"edge"``, ``"matching"``)
+    and the complete graph of 4 (``"matching"``): every draw is one of the outcomes, and each
+    outcome's frequency is within 5 binomial standard errors ``√(π(1 − π)/4000)`` of its
+    probability π (26 outcomes: a false failure has probability < 2e-5). Exact values: on the
+    ring of 5 a link is matched iff both ends propose it, ``(1/2)² = 1/4``; on the complete
+    graph of 4, ``(1/3)² = 1/9``; ``"edge"`` picks each link w.p. 1/5. A matching on the
+    complete graph of 7 (``6⁷`` proposal profiles) is refused, naming ``mode``."""
+    draws = 4000
+    keys = jax.random.split(jax.random.key(5), draws)
+    for W, mode, link in ((ring(5), "edge", 1 / 5), (ring(5), "matching", 1 / 4),
+                          (complete_graph(4), "matching", 1 / 9)):
+        matrices, probs = C.gossip_outcomes(np.asarray(W), mode)
+        n = matrices.shape[-1]
+        neighbours = (np.asarray(W) != 0) & ~np.eye(n, dtype=bool)
+        assert probs.sum() == pytest.approx(1.0, abs=1e-12)
+        np.testing.assert_allclose(np.einsum("k,kij->ij", probs, matrices != 0)[neighbours],
+                                   link, rtol=1e-12)
+        drawn = np.asarray(jax.vmap(
+            lambda k: C.gossip_matrix(k, jnp.asarray(W, jnp.float32), mode))(keys))  # noqa: B023
+        which = (drawn[:, None] == matrices[None].astype(np.float32)).all((2, 3))   # (draws, K)
+        assert (which.sum(1) == 1).all(), mode
+        freq = which.mean(0)
+        assert (np.abs(freq - probs) <= 5 * np.sqrt(probs * (1 - probs) / draws)).all(), (
+            mode, freq, probs)
+    with pytest.raises(ValueError, match="`mode`: a random matching is enumerated over its "
+                                         "279936 proposal profiles"):
+        C.gossip_outcomes(complete_graph(7), "matching")
+
+
+@pytest.mark.parametrize("cells", ["diging", pytest.param("all", marks=pytest.mark.slow)])
+def test_exact_moments_with_intermittent_rounds_match_monte_carlo(cells, key):
+    """``Channel(every=3)``: between rounds (``k ≡ 0 mod 3``) every message, DIGing's tracker
+    and the push-sum weights too, is mixed with ``I`` (``Channel._mix``'s ``talk``), so
+    ``exact_moments`` with it is ``exact_moments`` over the schedule ``(W, I, I)``: equal to
+    rounding for DIGing-SGLD and Push-DIGing-SGLD (on a directed ring; ``"all"``: every
+    kind). Monte Carlo: DIGing-SGLD (``"all"``: and DE-SGLD, EXTRA-SGLD, D-ULA, DE-SGHMC,
+    DIGing-SGHMC, Push-DIGing-SGLD, and DIGing-SGLD with every = 2 and link drops, DE-SGLD
+    with every = 2 and stragglers) on the ring of 4, 13 steps, 6000 chains: every z-score
+    within the Bonferroni bound over all of them (:func:`_bound`). The law of communicating
+    at every step is rejected for DIGing-SGLD."""
+    from dgsgld.theory import exact
+    from tests._moments import exact_quadratic
+
+    problem = linear_regression(num_agents=N, local_size=3, dim=2)
+    W, eta = np.asarray(ring(N), np.float64), 0.1
+    channel = C.Channel(every=3)
+    algs = [dgsgld.DIGingSGLD(eta), dgsgld.PushDIGingSGLD(eta)]
+    if cells == "all":
+        algs += [dgsgld.DESGLD(eta), dgsgld.EXTRASGLD(eta), dgsgld.DULA(eta / N, 0.5),
+                 dgsgld.DESGHMC(eta, 2.0), dgsgld.DIGingSGHMC(eta, 2.0),
+                 dgsgld.PushSumSGLD(eta)]
+    for alg in algs:
+        mixing = _directed_ring() if isinstance(
+            alg, (dgsgld.PushDIGingSGLD, dgsgld.PushSumSGLD)) else W
+        with jax.enable_x64(True):
+            a = exact.exact_moments(alg, exact_quadratic(problem), mixing, np.zeros(2),
+                                    np.eye(2), 7, channel=channel)
+            b = exact.exact_moments(alg, exact_quadratic(problem),
+                                    np.stack([mixing, np.eye(N), np.eye(N)]), np.zeros(2),
+                                    np.eye(2), 7)
+        np.testing.assert_allclose(a.cov, b.cov, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12, atol=1e-14)
+    runs = [(dgsgld.DIGingSGLD(eta), channel, W)]
+    if cells == "all":
+        runs += [(alg, channel, W) for alg in algs[2:7]]
+        runs += [(dgsgld.PushDIGingSGLD(eta), channel, _directed_ring()),
+                 (dgsgld.DIGingSGLD(eta), C.Channel(every=2, probability=0.5, per_link=True), W),
+                 (dgsgld.DESGLD(eta), C.Channel(every=2, activity=0.6), W)]
+    bound = _bound(len(runs))
+    for alg, ch, mixing in runs:
+        laws = ((mixing, None),) if ch is channel and isinstance(alg, dgsgld.DIGingSGLD) else ()
+        z, *rejected = _channel_z(alg, ch, problem, mixing, 13, key, *laws)
+        assert z <= bound, (type(alg).__name__, ch, z)
+        assert all(r > bound for r in rejected), (type(alg).__name__, rejected)
+
+
+@pytest.mark.parametrize("cells", ["diging", pytest.param("all", marks=pytest.mark.slow)])
+def test_exact_moments_with_gossip_match_monte_carlo(cells, key):
+    """Randomized gossip in ``exact_moments``: given the step's gossip matrix ``G`` the step
+    is linear, so the moments are the mixture over :func:`C.gossip_outcomes` (module
+    docstring of dgsgld.theory.exact). DIGing-SGLD with ``gossip="edge"`` and
+    ``"matching"`` (``"all"``: DE-SGLD, EXTRA-SGLD, D-ULA, DE-SGHMC, DIGing-SGHMC with a
+    matching, DIGing-SGLD with a matching composed with random rounds, stragglers and every
+    = 2, and with ``"edge"`` on the schedule (ring, complete graph)) on the ring of 4, 12
+    steps, 6000 chains: every z-score within the Bonferroni bound (:func:`_bound`). Rejected
+    for the fast cells: the law of exact mixing, and the law propagated with the mean matrix
+    ``E[G]`` alone (the mean is the same, the covariances too small)."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2)
+    W, eta = np.asarray(ring(N), np.float64), 0.1
+
+    def mean_matrix(mode):
+        matrices, probs = C.gossip_outcomes(W, mode)
+        return np.einsum("k,kij->ij", probs, matrices)
+
+    runs = [(dgsgld.DIGingSGLD(eta), mode, W) for mode in ("edge", "matching")]
+    if cells == "all":
+        runs += [(alg, "matching", W) for alg in (
+            dgsgld.DESGLD(eta), dgsgld.EXTRASGLD(eta), dgsgld.DULA(eta / N, 0.5),
+            dgsgld.DESGHMC(eta, 2.0), dgsgld.DIGingSGHMC(eta, 2.0))]
+        runs += [(dgsgld.DIGingSGLD(eta), C.Channel(gossip="matching", probability=0.7,
+                                                    activity=0.8, every=2), W),
+                 (dgsgld.DIGingSGLD(eta), "edge", np.stack([W, complete_graph(N)]))]
+    bound = _bound(len(runs))
+    for alg, mode, mixing in runs[:2]:
+        z, plain, mean_only = _channel_z(alg, C.Channel(gossip=mode), problem, mixing, 12, key,
+                                         (mixing, None), (mean_matrix(mode), None))
+        assert z <= bound < min(plain, mean_only), (mode, z, plain, mean_only)
+    for alg, mode, mixing in runs[2:]:
+        channel = mode if isinstance(mode, C.Channel) else C.Channel(gossip=mode)
+        (z,) = _channel_z(alg, channel, problem, mixing, 12, key)
+        assert z <= bound, (type(alg).__name__, channel, z)
+
+
+@pytest.mark.parametrize("cells", ["diging", pytest.param("all", marks=pytest.mark.slow)])
+def test_exact_moments_with_random_rounds_feedback_and_deadlines_match_monte_carlo(cells, key):
+    """The other channels whose step is linear given its randomness, in ``exact_moments``:
+    rounds for all agents at once (``probability=0.5``: a mixture of ``W`` and ``I``), error
+    feedback with exact messages (``x̂ = x`` after a round, so the step mixes with
+    ``(1 − γ) I + γ W``, γ = 0.5), and a clock's deadline (compute times ``c = (1, 1, 1, 3)``
+    with jitter 0.5 and deadline 2: agent ``i`` active w.p. ``1 − exp(−(2/c_i − 0.5)/0.5)``,
+    0.95 and 0.28, the active sets enumerated). DIGing-SGLD (``"all"``: and DE-SGLD,
+    EXTRA-SGLD) on the ring of 4, 12 steps, 6000 chains: every z-score within the
+    Bonferroni bound (:func:`_bound`), and the law of exact mixing rejected for each. An
+    event trigger with threshold 0 sends whenever the message moved, so its neighbours mix
+    the sent values themselves: the chains are those of exact messages bit for bit, and so
+    are the exact moments."""
+    from dgsgld.theory import exact
+    from tests._moments import exact_quadratic
+
+    problem = linear_regression(num_agents=N, local_size=3, dim=2)
+    W, eta = np.asarray(ring(N), np.float64), 0.1
+    channels = (C.Channel(probability=0.5), C.Channel(error_feedback=True, consensus=0.5),
+                C.Channel(clock=C.Clock(compute=(1, 1, 1, 3), jitter=0.5, deadline=2.0)))
+    algs = (dgsgld.DIGingSGLD(eta),) + ((dgsgld.DESGLD(eta), dgsgld.EXTRASGLD(eta))
+                                        if cells == "all" else ())
+    bound = _bound(len(algs) * len(channels))
+    for alg in algs:
+        for channel in channels:
+            z, plain = _channel_z(alg, channel, problem, W, 12, key, (W, None))
+            assert z <= bound < plain, (type(alg).__name__, channel, z, plain)
+    alg, init = dgsgld.DIGingSGLD(eta), jax.random.normal(jax.random.key(2), (50, N, 2))
+    triggered, sent = (dgsgld.sample(alg, problem.potential, W, init, key, 5, channel=ch)
+                       for ch in (C.Channel(threshold=0.0), C.Channel()))
+    np.testing.assert_array_equal(triggered.positions, sent.positions)
+    with jax.enable_x64(True):
+        a, b = (exact.exact_moments(alg, exact_quadratic(problem), W, np.zeros(2), np.eye(2), 5,
+                                    channel=ch) for ch in (C.Channel(threshold=0.0), None))
+    np.testing.assert_array_equal(a.cov, b.cov)
+
+
+def _channel_grid():
+    """``(options, channel)`` for every :class:`C.Channel` built from one or two of its
+    options (values below; pairs the constructor refuses are left out)."""
+    options = [("compressor", C.top_k(0.5)), ("compressor", C.quantize(4)),
+               ("compressor", C.sign()), ("compressor", C.random_k(0.5)),
+               ("error_feedback", True), ("every", 2), ("probability", 0.5),
+               ("per_link", True), ("threshold", 0.0), ("threshold", 0.1),
+               ("threshold", {"tracker": 0.5}), ("activity", 0.5), ("activity", _PATTERN),
+               ("gossip", "edge"), ("gossip", "matching"),
+               ("clock", C.Clock(compute=(1, 1, 1, 3), deadline=2.0)),
+               ("clock", C.Clock(latency=1.0))]
+    grid = [dict([a]) for a in options] + [
+        dict([a, b]) for i, a in enumerate(options) for b in options[i + 1:] if a[0] != b[0]]
+    out = []
+    for kwargs in grid:
+        try:
+            out.append((kwargs, C.Channel(**kwargs)))
+        except ValueError:              # not a channel (e.g. gossip with error feedback)
+            pass
+    return out
+
+
+def test_exact_moments_refuses_other_channels_naming_channel_and_why():
+    """Every channel of a grid over :class:`C.Channel`'s options (each option alone and every
+    pair the constructor accepts) and every kind is either propagated by ``exact_moments``
+    or refused before anything is computed with a ``ValueError`` that starts with
+    ``"`channel`"`` and says why, the channel quoted. Then each family of refusals with its
+    reason: compressors that are not linear in the message, error feedback's own state, event
+    triggers that depend on the state, combinations and kinds not propagated, enumerations
+    too large, patterns of the wrong size and gossip over a traced ``mixing``."""
+    from dgsgld.theory import exact
+    from tests._moments import exact_quadratic
+
+    problem = exact_quadratic(linear_regression(num_agents=N, local_size=3, dim=2))
+    W = np.asarray(ring(N), np.float64)
+
+    def refusal(channel, kind, quadratic=problem, mixing=W):
+        try:
+            exact._channel_law(channel, kind, N)
+        except ValueError:
+            with pytest.raises(ValueError) as error:
+                exact.exact_moments(kind, quadratic, mixing, np.zeros(2), np.eye(2), 1,
+                                    step_size=0.1, parameter=0.5, channel=channel)
+            return str(error.value)
+        return None
+
+    refused = 0
+    for kwargs, channel in _channel_grid():
+        for kind in exact.KINDS:
+            message = refusal(channel, kind)
+            if message is not None:
+                refused += 1
+                assert message.startswith("`channel`: ") and message.endswith(
+                    f"; got {channel!r}."), (kwargs, kind, message)
+                why = message[len("`channel`: "):-len(f"; got {channel!r}.")]
+                assert len(why.split()) >= 5, (kwargs, kind, message)     # a reason, not a tag
+    assert refused > 100, refused
+    reasons = [
+        (C.Channel(C.top_k(0.5)), "de", "TopK messages are not linear in the message"),
+        (C.Channel(C.quantize(4)), "diging", "Quantize messages are not linear"),
+        (C.Channel(C.random_k(0.5), error_feedback=True), "de",
+         "error feedback with a compressor keeps the public copies x̂ as state of their own"),
+        (C.Channel(threshold=0.1), "de", "a function of the state, so the recursion is not "
+                                         "linear"),
+        (C.Channel(threshold={"tracker": 0.5}), "diging", "a function of the state"),
+        (C.Channel(probability=0.5, per_link=True, activity=0.5), "de",
+         "link drops are propagated alone, not with stragglers"),
+        (C.Channel(C.random_k(0.5), gossip="edge"), "diging",
+         "random-k messages are propagated over a fixed matrix only, not with gossip"),
+        (C.Channel(probability=0.5, per_link=True), "extra",
+         "random link drops are propagated for the kinds whose offset and noise do not "
+         "depend on W, not for 'extra'"),
+        (C.Channel(gossip="edge"), "push_sum", "only exact messages and every=τ are "
+                                               "propagated"),
+        (C.Channel(), "sgld", "centralized ULA .* sends no messages"),
+        (C.Channel(activity=np.ones((2, 3))), "de", "`activity` pattern has 3 agents per "
+                                                    "row; the quadratic has 4"),
+    ]
+    for channel, kind, why in reasons:
+        message = refusal(channel, kind)
+        assert message is not None and re.search(why, message), (channel, kind, message)
+    with pytest.raises(ValueError, match="`channel` must be None or a dgsgld.communication"):
+        exact.exact_moments("de", problem, W, np.zeros(2), np.eye(2), 1, step_size=0.1,
+                            channel="drop")
+    many = exact_quadratic(linear_regression(num_agents=13, local_size=2, dim=2))
+    with pytest.raises(ValueError, match=r"`channel`: random stragglers enumerate the 2\^N "
+                                         r"active sets; N = 13 > 12"):
+        exact.exact_moments("de", many, np.full((13, 13), 1 / 13), np.zeros(2), np.eye(2), 1,
+                            step_size=0.1, channel=C.Channel(activity=0.5))
+    seven = exact_quadratic(linear_regression(num_agents=7, local_size=2, dim=2))
+    with pytest.raises(ValueError, match="`channel`: gossip='matching' is not enumerable "
+                                         "here: `mode`: .* 279936 proposal profiles"):
+        exact.exact_moments("de", seven, complete_graph(7), np.zeros(2), np.eye(2), 1,
+                            step_size=0.1, channel=C.Channel(gossip="matching"))
+    with pytest.raises(ValueError, match="`channel`: gossip's outcomes are enumerated from the "
+                                         "links of `mixing`, which must then be concrete"):
+        jax.jit(lambda m: exact.exact_moments("de", problem, m, np.zeros(2), np.eye(2), 1,
+                                              step_size=0.1, channel=C.Channel(gossip="edge"))
+                .mean)(W)
+
+
+@pytest.mark.slow  # fast twins: test_exact_moments_refuses_other_channels_naming_channel_and_why
+# (which channels are accepted) and the Monte Carlo tests above (their laws)
+def test_exact_moments_propagates_every_accepted_channel():
+    """Every channel of :func:`_channel_grid` that ``exact_moments`` accepts, for DE-SGLD,
+    DIGing-SGLD, EXTRA-SGLD and Push-DIGing-SGLD (on the directed ring), runs and gives a
+    law: over 4 steps from N(0, I) finite means, symmetric covariances with eigenvalues
+    ``≥ −1e-10`` (float64), and at ``k = 1`` every agent's covariance at least ``2η I``: given
+    the channel's draws an active agent's ``x⁽¹⁾`` has the step's noise ``√(2η) w``
+    (independent of the rest) and a held one keeps ``x⁽⁰⁾`` (covariance ``I ≥ 2η I``), so by
+    the law of total covariance so has the mixture (to ``1e-10``)."""
+    from dgsgld.theory import exact
+    from tests._moments import exact_quadratic
+
+    problem = exact_quadratic(linear_regression(num_agents=N, local_size=3, dim=2))
+    eta, propagated = 0.1, 0
+    for _, channel in _channel_grid():
+        for kind in ("de", "diging", "extra", "push_diging"):
+            try:
+                exact._channel_law(channel, kind, N)
+            except ValueError:
+                continue
+            mixing = _directed_ring() if kind == "push_diging" else np.asarray(ring(N))
+            with jax.enable_x64(True):
+                law = exact.exact_moments(kind, problem, mixing, np.zeros(2), np.eye(2), 4,
+                                          step_size=eta, channel=channel)
+                cov = np.asarray(law.cov)
+            propagated += 1
+            assert np.isfinite(np.asarray(law.mean)).all(), (kind, channel)
+            np.testing.assert_allclose(cov, np.swapaxes(cov, -1, -2), atol=1e-12)
+            assert np.linalg.eigvalsh(cov).min() >= -1e-10, (kind, channel)
+            assert np.linalg.eigvalsh(cov[1]).min() >= 2 * eta - 1e-10, (kind, channel)
+    assert propagated > 100, propagated

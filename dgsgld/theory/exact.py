@@ -43,14 +43,41 @@ independent of ``s``: ``m⁺ = M̄ m + c``, ``S⁺ = M̄ S M̄ᵀ + p(1 − p) �
 G Gᵀ``. The state is then no longer Gaussian (a mixture over the masks); its mean and
 covariance are exact.
 
-Stragglers (``Channel(activity=q)`` or a ``(P, N)`` pattern): given the active set ``a`` the
-step is ``s⁺ = M_a s + c_a + G_a w`` with ``M_a = Π_a M(W'_a) + I − Π_a``, ``c_a = Π_a c``,
-``G_a = Π_a G``, ``W'_a`` the matrix with the inactive agents cut off and ``Π_a`` the projection
-on the active agents' rows of every block (an inactive agent's state is held). With a pattern
-``a`` is fixed at each step; with ``activity=q`` the ``2^N`` active sets are enumerated with
-probabilities ``q^|a| (1 − q)^(N − |a|)`` (``N ≤`` :data:`MAX_ENUMERATED_AGENTS`), and
+Finite mixtures: stragglers (``Channel(activity=q)`` or a ``(P, N)`` pattern), a
+:class:`~dgsgld.communication.Clock`'s deadline, rounds drawn for all agents at once
+(``Channel(probability=p)``) and randomized gossip (``Channel(gossip=...)``), alone or
+together. Given the step's used matrix ``U`` (``W``; ``I`` when the step is no round; a
+gossip matrix) and active set ``a`` the step is ``s⁺ = M_a s + c_a + G_a w`` with
+``M_a = Π_a M(W'_a) + I − Π_a``, ``c_a = Π_a c``, ``G_a = Π_a G``, ``W'_a`` the matrix ``U``
+with the inactive agents cut off and ``Π_a`` the projection on the active agents' rows of every
+block (an inactive agent's state is held). The outcomes are drawn independently of each other
+and of the state, so each is enumerated with the product of its probabilities: a round w.p.
+``p`` (else ``U = I``); each gossip matrix of
+:func:`dgsgld.communication.gossip_outcomes` (``"edge"``: the ``L`` links, ``1/L`` each;
+``"matching"``: the ``Π_j deg_j`` proposal profiles, at most
+:data:`~dgsgld.communication.MAX_GOSSIP_PROFILES`, merged into their matchings), on the links
+of the step's snapshot; and the active sets: with a pattern ``a`` is fixed at each step; with
+``activity=q`` or a deadline ``D`` agent ``i`` is active w.p. ``r_i = q P(c_i (1 − j + j E)
+≤ D) = q (1 − exp(−(D/c_i − 1 + j) / j))`` (``E ~ Exp(1)``, compute time ``c_i``, jitter
+``j``; ``j = 0``: ``q`` if ``c_i ≤ D``, else 0), independently, and the ``2^N`` sets are
+enumerated with probabilities ``Π_i r_i^{a_i} (1 − r_i)^{1 − a_i}`` (``N ≤``
+:data:`MAX_ENUMERATED_AGENTS`). Then
 ``m⁺ = Σ_a π_a (M_a m + c_a)``, ``E[s⁺s⁺ᵀ] = Σ_a π_a (M_a E[ssᵀ] M_aᵀ + M_a m c_aᵀ +
-c_a mᵀM_aᵀ + c_a c_aᵀ + G_a G_aᵀ)``.
+c_a mᵀM_aᵀ + c_a c_aᵀ + G_a G_aᵀ)`` over all outcomes ``a``.
+
+Intermittent rounds (``Channel(every=τ)``, deterministic): at ``k ≢ 0 (mod τ)`` nothing is
+sent and every message (DIGing's tracker too; the push-sum mass and weight alike) is mixed
+with ``I``, so the step is the recursion with ``W⁽ᵏ⁾`` replaced by ``I``; it composes with
+every channel above and below, and is the one channel propagated for the push-sum samplers.
+Error feedback with exact messages (``Channel(error_feedback=True, consensus=γ)``): after a
+round the public copies are the messages, ``x̂ = x``, so ``mixed = x + γ (U − I) x̂`` is the
+recursion with ``(1 − γ) I + γ U``. An event trigger with ``threshold=0`` sends whenever the
+message moved, and an unmoved message equals its copy: the mixed values are those without
+it. Refused (a ``ValueError`` naming ``channel``): top-k, sign and quantized messages (not
+linear in the message), error feedback with a compressor (the public copies are state of
+their own), a threshold ``> 0`` (sending depends on ``‖x_j − x̂_j‖``, a function of the
+state), and combinations not propagated (link drops or random-k messages with a random matrix;
+anything random for the push-sum samplers, whose recursion divides by the weights).
 
 Random-k messages (``Channel(random_k(f))``, no error feedback): sender ``j`` sends
 ``q_j = m_j ⊙ x_j``, ``m_j`` a scaled mask (``d / k`` on ``k = ⌈f d⌉`` entries drawn uniformly
@@ -564,10 +591,13 @@ def exact_moments(
         parameter: overrides the friction ``γ`` of ``"de_sghmc"``/``"diging_sghmc"`` or the
             consensus weight ``β`` (constant or schedule) of ``"d_ula"``.
         channel: ``None`` (exact mixing), ``Channel()``, random link drops
-            ``Channel(probability=p, per_link=True)``, stragglers ``Channel(activity=...)``
-            or random-k messages ``Channel(random_k(f))`` (module docstring; not for
-            EXTRA-SGLD with link drops or random-k, nor for centralized ULA or the push-sum
-            samplers). Other channels are refused.
+            ``Channel(probability=p, per_link=True)``, random-k messages
+            ``Channel(random_k(f))`` (neither for EXTRA-SGLD), intermittent rounds
+            ``every=τ``, and the finite mixtures of stragglers (``activity``, a clock's
+            deadline), rounds for all agents at once (``probability=p``) and gossip, error
+            feedback with exact messages, ``threshold=0`` (module docstring). Not for
+            centralized ULA; the push-sum samplers take ``every`` only. Other channels are
+            refused with the reason.
 
     Returns:
         :class:`ExactMoments` with ``T + 1`` entries (``k = 0`` first).
@@ -582,7 +612,7 @@ def exact_moments(
     """
     kind, sampler_step = _kind(algorithm)
     extra = _parameter(algorithm, kind, parameter)
-    link_p, activity, fraction = _channel_randomness(channel, kind)
+    law = _channel_law(channel, kind, quadratic.num_agents)
     # Host inputs are prepared by NumPy (an eager jnp operation is a compiled program of its
     # own); traced ones (under the caller's jit or vmap) by jnp.
     host = _validation.is_concrete_tree((quadratic, mixing, init_mean, init_cov, sampler_step,
@@ -596,49 +626,111 @@ def exact_moments(
     A = xp.asarray(quadratic.hessians).astype(mean0.dtype)
     b = xp.asarray(quadratic.shifts).astype(mean0.dtype)
     stack = None if stack is None else stack.astype(mean0.dtype)
-    masks = None if activity is None else _activity_masks(activity, A.shape[0], mean0.dtype)
-    mask_cov = None if fraction is None else _random_k_covariance(fraction, A.shape[-1])
-    return ExactMoments(*_propagate(kind, int(num_steps), link_p, A, b, stack, mean0, cov0, etas,
-                                    extras, masks, mask_cov))
+    mixture = _mixture(law, stack, mixing, mean0.dtype)
+    mask_cov = None if law.fraction is None else _random_k_covariance(law.fraction, A.shape[-1])
+    return ExactMoments(*_propagate(kind, int(num_steps), law.link_p, law.every, law.consensus,
+                                    A, b, stack, mean0, cov0, etas, extras, mixture, mask_cov))
 
 
-def _channel_randomness(channel, kind: str):
-    """``(p, activity, fraction)``: the link probability of ``Channel(probability=p,
-    per_link=True)``, the ``activity`` of ``Channel(activity=...)`` and the fraction of
-    ``Channel(random_k(fraction))`` (``None`` each where absent)."""
+class _ChannelLaw(NamedTuple):
+    """What of a channel :func:`exact_moments` propagates (``None``: absent).
+
+    Attributes:
+        every: ``τ``, rounds at ``k ≡ 0 (mod τ)`` only.
+        link_p: ``p`` of per-link drops.
+        round_p: ``p`` of rounds drawn for all agents at once.
+        gossip: ``"edge"`` or ``"matching"``.
+        activity: ``(P, N)`` float64, each agent's probability of being active at step
+            ``k ≡ p (mod P)`` (``activity`` and a clock's deadline together).
+        fraction: random-k's ``f``.
+        consensus: ``γ`` of error feedback with exact (identity) messages.
+    """
+
+    every: int = 1
+    link_p: float | None = None
+    round_p: float | None = None
+    gossip: str | None = None
+    activity: np.ndarray | None = None
+    fraction: float | None = None
+    consensus: float | None = None
+
+
+def _channel_law(channel, kind: str, num_agents: int) -> _ChannelLaw:
+    """The :class:`_ChannelLaw` of ``channel`` for ``kind``; a ``ValueError`` naming
+    ``channel`` and why for a channel whose recursion is not linear, or not propagated."""
     if channel is None:
-        return None, None, None
-    from ..communication import Channel, RandomK
+        return _ChannelLaw()
+    from ..communication import Channel, Identity, RandomK
 
-    fraction = None
-    if isinstance(channel, Channel) and isinstance(channel.compressor, RandomK):
-        fraction = channel.compressor.fraction
-    if not isinstance(channel, Channel) or channel != (
-            Channel(probability=channel.probability, per_link=channel.per_link,
-                    activity=channel.activity) if fraction is None
-            else Channel(channel.compressor)):
-        raise ValueError(
-            "`channel`: exact moments are propagated for exact messages (Channel()), random "
-            "link drops (Channel(probability=p, per_link=True)), stragglers "
-            "(Channel(activity=...)) and random-k messages without error feedback "
-            f"(Channel(random_k(f))) only; got {channel!r}.")
-    if kind == "sgld" or kind in _PUSH:
-        raise ValueError(f"`channel`: not propagated for {kind!r}.")
-    if fraction is not None and kind == "extra":
-        raise ValueError("`channel`: random-k messages are propagated for the kinds whose "
-                         "offset and noise do not depend on W, not for 'extra'.")
+    if not isinstance(channel, Channel):
+        raise ValueError("`channel` must be None or a dgsgld.communication.Channel; got "
+                         f"{type(channel).__name__}.")
+
+    def refuse(why: str):
+        raise ValueError(f"`channel`: {why}; got {channel!r}.")
+
+    compressor = channel.compressor
+    thresholds = ([v for _, v in channel.threshold] if isinstance(channel.threshold, tuple)
+                  else [channel.threshold])
+    if kind == "sgld":
+        refuse("centralized ULA ('sgld') sends no messages")
+    if not isinstance(compressor, (Identity, RandomK)):
+        refuse(f"{type(compressor).__name__} messages are not linear in the message (exact "
+               "moments need identity or random_k(f) messages)")
+    if channel.error_feedback and not isinstance(compressor, Identity):
+        refuse("error feedback with a compressor keeps the public copies x̂ as state of "
+               "their own, which the recursion does not carry")
+    if any(t is not None and t > 0 for t in thresholds):
+        refuse("an event trigger with threshold > 0 sends when ‖x_j − x̂_j‖ > threshold, a "
+               "function of the state, so the recursion is not linear")
+    fraction = compressor.fraction if isinstance(compressor, RandomK) else None
     p = None if channel.probability == 1.0 else channel.probability
-    if p is not None and not channel.per_link:
-        raise ValueError("`channel`: rounds drawn for all agents at once (per_link=False) are "
-                         "not propagated exactly; use per_link=True.")
-    if p is not None and kind not in ("de", "diging", "d_ula", "de_sghmc", "diging_sghmc"):
-        raise ValueError(f"`channel`: random link drops are propagated for the kinds whose "
-                         f"offset and noise do not depend on W, not for {kind!r}.")
-    activity = None if channel.activity == 1.0 else channel.activity
-    if p is not None and activity is not None:
-        raise ValueError("`channel`: link drops and stragglers together are not propagated "
-                         "exactly; give one of them.")
-    return p, activity, fraction
+    link_p, round_p = (p, None) if channel.per_link else (None, p)
+    activity = _activity_rates(channel, num_agents)
+    random_matrix = {"link drops": link_p, "random rounds": round_p,
+                     "gossip": channel.gossip, "stragglers": activity}
+    drawn = [name for name, value in random_matrix.items() if value is not None]
+    if kind in _PUSH and (drawn or fraction is not None or channel.error_feedback):
+        refuse(f"for the push-sum samplers ({kind!r}) only exact messages and every=τ are "
+               "propagated (a random or compressed push makes the weights v random, and the "
+               "recursion divides by them)")
+    if fraction is not None and drawn:
+        refuse(f"random-k messages are propagated over a fixed matrix only, not with "
+               f"{' and '.join(drawn)}")
+    if link_p is not None and len(drawn) > 1:
+        refuse(f"link drops are propagated alone, not with {' and '.join(drawn[1:])}")
+    if kind == "extra" and (fraction is not None or link_p is not None):
+        refuse(f"{'random-k messages' if link_p is None else 'random link drops'} are "
+               "propagated for the kinds whose offset and noise do not depend on W, not for "
+               "'extra'")
+    return _ChannelLaw(channel.every, link_p, round_p, channel.gossip, activity, fraction,
+                       channel.consensus if channel.error_feedback else None)
+
+
+def _activity_rates(channel, num_agents: int):
+    """``(P, N)`` float64, each agent's probability of being active at step ``k ≡ p (mod P)``:
+    ``activity`` (``q``, or a 0/1 pattern) times, with a :class:`Clock` deadline ``D``, the
+    probability of computing within it, ``P(c_i (1 − j + j E) ≤ D) = 1 − exp(−(D/c_i − 1 +
+    j) / j)`` (``E ~ Exp(1)``; ``j = 0``: ``c_i ≤ D``); ``None`` when every agent always is."""
+    rates = np.atleast_2d(np.asarray(channel.activity, np.float64))
+    if rates.shape[1] not in (1, num_agents):
+        raise ValueError(f"`channel`: its `activity` pattern has {rates.shape[1]} agents per "
+                         f"row; the quadratic has {num_agents}.")
+    rates = np.broadcast_to(rates, (rates.shape[0], num_agents))
+    clock = channel.clock
+    if clock is not None and clock.deadline is not None:
+        compute = np.asarray(clock.compute, np.float64)
+        if compute.ndim and compute.shape[0] != num_agents:
+            raise ValueError(f"`channel`: its clock has {compute.shape[0]} agents' compute "
+                             f"times; the quadratic has {num_agents}.")
+        compute = np.broadcast_to(compute, (num_agents,))
+        if clock.jitter == 0:
+            done = (compute <= clock.deadline).astype(np.float64)
+        else:
+            done = -np.expm1(-np.maximum(
+                (clock.deadline / compute - 1 + clock.jitter) / clock.jitter, 0.0))
+        rates = rates * done
+    return None if (rates == 1).all() else rates
 
 
 def _random_k_covariance(fraction: float, d: int) -> np.ndarray:
@@ -653,22 +745,56 @@ def _random_k_covariance(fraction: float, d: int) -> np.ndarray:
     return np.full((d, d), off) + np.eye(d) * (d / k - 1 - off)
 
 
-def _activity_masks(activity, num_agents: int, dtype):
-    """``(masks (P, K, N), probabilities (P, K))``: the active sets of each step ``k % P``
-    and their probabilities (a pattern: one set per step; ``q``: all ``2^N``)."""
-    if isinstance(activity, tuple):
-        pattern = np.asarray(activity, np.float64)
-        if pattern.shape[1] != num_agents:
-            raise ValueError(f"`activity` pattern has {pattern.shape[1]} agents per row; the "
-                             f"quadratic has {num_agents}.")
-        return pattern[:, None, :].astype(dtype), np.ones((len(pattern), 1), dtype)
+def _mixture(law: _ChannelLaw, stack, mixing, dtype):
+    """The enumerated randomness of a step, ``(gossip, rounds, activity)`` (each ``None`` when
+    absent), or ``None`` when nothing is enumerated. ``gossip``: ``(matrices (P, K, N, N),
+    probabilities (P, K))`` per phase of the mixing; ``rounds``: ``(2,)`` the probabilities of
+    a round and of none; ``activity``: ``(masks (1 or P, K, N), probabilities (P, K))``."""
+    if law.gossip is None and law.round_p is None and law.activity is None:
+        return None
+    gossip = None
+    if law.gossip is not None:
+        if not _validation.is_concrete_tree(mixing):
+            raise ValueError("`channel`: gossip's outcomes are enumerated from the links of "
+                             "`mixing`, which must then be concrete (not traced).")
+        gossip = _gossip_outcomes(np.asarray(stack), law.gossip, dtype)
+    rounds = None if law.round_p is None else np.array([law.round_p, 1 - law.round_p], dtype)
+    activity = None if law.activity is None else _activity_masks(law.activity, dtype)
+    return gossip, rounds, activity
+
+
+def _gossip_outcomes(stack: np.ndarray, mode: str, dtype):
+    """``(matrices (P, K, N, N), probabilities (P, K))``: each snapshot's gossip matrices
+    (:func:`dgsgld.communication.gossip_outcomes`), padded to one ``K`` with ``I`` of
+    probability 0."""
+    from ..communication import gossip_outcomes
+
+    try:
+        outcomes = [gossip_outcomes(W, mode) for W in stack]
+    except ValueError as error:
+        raise ValueError(f"`channel`: gossip={mode!r} is not enumerable here: {error}") \
+            from error
+    P, N, K = len(stack), stack.shape[-1], max(len(p) for _, p in outcomes)
+    matrices = np.broadcast_to(np.eye(N), (P, K, N, N)).copy()
+    probs = np.zeros((P, K))
+    for phase, (m, p) in enumerate(outcomes):
+        matrices[phase, :len(p)], probs[phase, :len(p)] = m, p
+    return matrices.astype(dtype), probs.astype(dtype)
+
+
+def _activity_masks(rates: np.ndarray, dtype):
+    """``(masks (1 or P, K, N), probabilities (P, K))``: the active sets of each step ``k % P``
+    and their probabilities, from the agents' activity probabilities ``rates (P, N)``: one set
+    per step when they are 0 or 1 (a pattern), else all ``2^N`` sets, agents independent."""
+    num_agents = rates.shape[1]
+    if np.isin(rates, (0.0, 1.0)).all():
+        return rates[:, None, :].astype(dtype), np.ones((len(rates), 1), dtype)
     if num_agents > MAX_ENUMERATED_AGENTS:
-        raise ValueError(f"`channel`: activity=q enumerates the 2^N active sets; N = "
+        raise ValueError(f"`channel`: random stragglers enumerate the 2^N active sets; N = "
                          f"{num_agents} > {MAX_ENUMERATED_AGENTS}.")
     sets = (np.arange(2**num_agents)[:, None] >> np.arange(num_agents)) & 1     # (K, N)
-    k = sets.sum(1)
-    probs = activity**k * (1 - activity) ** (num_agents - k)
-    return sets[None].astype(dtype), probs[None].astype(dtype)
+    probs = np.prod(np.where(sets[None], rates[:, None], 1 - rates[:, None]), axis=-1)
+    return sets[None].astype(dtype), probs.astype(dtype)
 
 
 def _link_directions(W, p):
@@ -684,19 +810,58 @@ def _link_directions(W, p):
     return W - (1 - p) * jnp.sum(E, axis=0), E
 
 
-def _held(kind, q, W, eta, extra, mask, d):
-    """``(M_a, c_a, G_a)`` of the active set ``mask (N,)`` (module docstring)."""
+def _with_consensus(W, consensus):
+    """The matrix error feedback with exact messages mixes with, ``(1 − γ) I + γ W``
+    (``mixed = x + γ (W − I) x̂`` with ``x̂ = x``); ``W`` itself without (``None``)."""
+    if consensus is None:
+        return W
+    return (1 - consensus) * jnp.eye(W.shape[0], dtype=W.dtype) + consensus * W
+
+
+def _held(kind, q, W, eta, extra, mask, d, consensus=None):
+    """``(M_a, c_a, G_a)`` of the used matrix ``W (N, N)`` and active set ``mask (N,)``
+    (module docstring)."""
     from ..communication import _without_inactive
 
-    rec = linear_recursion(kind, q, _without_inactive(W, mask > 0), eta, parameter=extra)
+    used = _with_consensus(_without_inactive(W, mask > 0), consensus)
+    rec = linear_recursion(kind, q, used, eta, parameter=extra)
     rows = jnp.tile(jnp.repeat(mask, d), _BLOCKS[kind])                 # Π_a's diagonal
     M = rows[:, None] * rec.matrix + jnp.diag(1 - rows)
     return M, rows * rec.offset, rows[:, None] * rec.noise
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _propagate(kind, num_steps, link_p, A, b, stack, mean0, cov0, etas, extras, masks=None,
-               mask_cov=None):
+def _components(kind, q, W, talk, eta, extra, k, mixture, consensus, d):
+    """``(M (K, n, n), c (K, n), G (K, n, m), probabilities (K,))`` of step ``k``'s outcomes:
+    every gossip matrix × round or none × active set. ``W``: the step's matrix; ``talk``:
+    whether ``every`` makes it a round (``None``: always)."""
+    gossip, rounds, activity = mixture
+    N = W.shape[0]
+    eye = jnp.eye(N, dtype=W.dtype)
+    if gossip is None:
+        used, probs = W[None], jnp.ones(1, W.dtype)
+    else:
+        used, probs = gossip[0][k % gossip[0].shape[0]], gossip[1][k % gossip[1].shape[0]]
+        if talk is not None:
+            used = jnp.where(talk, used, eye)
+    if rounds is not None:  # no round: every message mixed with I
+        used = jnp.concatenate([used, eye[None]])
+        probs = jnp.concatenate([rounds[0] * probs, rounds[1:]])
+    if activity is None:
+        sets, chance = jnp.ones((1, N), W.dtype), jnp.ones(1, W.dtype)
+    else:
+        sets = activity[0][k % activity[0].shape[0]]
+        chance = activity[1][k % activity[1].shape[0]]
+    num_sets = sets.shape[0]
+    used = jnp.repeat(used, num_sets, axis=0)
+    sets = jnp.tile(sets, (probs.shape[0], 1))
+    probs = (probs[:, None] * chance[None]).reshape(-1)
+    M, c, G = jax.vmap(lambda U, a: _held(kind, q, U, eta, extra, a, d, consensus))(used, sets)
+    return M, c, G, probs
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _propagate(kind, num_steps, link_p, every, consensus, A, b, stack, mean0, cov0, etas, extras,
+               mixture=None, mask_cov=None):
     """The compiled moment recursion (cached across step sizes, data and initial laws)."""
     q = Quadratic(A, b)
     N, d = A.shape[0], A.shape[-1]
@@ -707,6 +872,10 @@ def _propagate(kind, num_steps, link_p, A, b, stack, mean0, cov0, etas, extras, 
         k, eta, extra = xs
         m, S, v = carry
         W = None if stack is None else stack[k % period]
+        talk = None
+        if every > 1:  # local steps between rounds: every message mixed with I
+            talk = k % every == 0
+            W = jnp.where(talk, W, jnp.eye(N, dtype=W.dtype))
         links = 0.0
         if kind in _PUSH:  # the push-sum weights v⁽ᵏ⁾ ride along: v⁽ᵏ⁺¹⁾ = C⁽ᵏ⁾ v⁽ᵏ⁾
             rec, v = push_recursion(kind, q, W, v, eta)
@@ -729,22 +898,22 @@ def _propagate(kind, num_steps, link_p, A, b, stack, mean0, cov0, etas, extras, 
                 part = L[:, block * n:(block + 1) * n] @ off
                 inner = spread * second[block * n:(block + 1) * n, block * n:(block + 1) * n]
                 links = links + part @ inner @ part.T
-        elif masks is not None:  # stragglers: a mixture over the active sets
-            sets, probs = masks[0][k % masks[0].shape[0]], masks[1][k % masks[1].shape[0]]
-            M, c, G = jax.vmap(lambda a: _held(kind, q, W, eta, extra, a, d))(sets)
+        elif mixture is not None:  # a mixture over gossip matrices, rounds and active sets
+            M, c, G, probs = _components(kind, q, W, talk, eta, extra, k, mixture, consensus, d)
             second = S + jnp.outer(m, m)
-            Mm_c = jnp.einsum("kab,b->ka", M, m) + c
-            m_new = probs @ Mm_c
+            Mm = jnp.einsum("kab,b->ka", M, m)
+            m_new = probs @ (Mm + c)
             moment = jnp.einsum("k,kab,bc,kdc->ad", probs, M, second, M) \
-                + jnp.einsum("k,ka,kb->ab", probs, jnp.einsum("kab,b->ka", M, m), c) \
-                + jnp.einsum("k,ka,kb->ab", probs, c, jnp.einsum("kab,b->ka", M, m)) \
+                + jnp.einsum("k,ka,kb->ab", probs, Mm, c) \
+                + jnp.einsum("k,ka,kb->ab", probs, c, Mm) \
                 + jnp.einsum("k,ka,kb->ab", probs, c, c) \
                 + jnp.einsum("k,kab,kcb->ac", probs, G, G)
             S = moment - jnp.outer(m_new, m_new)
             S = 0.5 * (S + S.T)
             return (m_new, S, v), _summaries(kind, N, d, m_new, S)
         else:
-            rec = linear_recursion(kind, q, W, eta, parameter=extra)
+            rec = linear_recursion(kind, q, None if W is None else _with_consensus(W, consensus),
+                                   eta, parameter=extra)
         m = rec.matrix @ m + rec.offset
         S = rec.matrix @ S @ rec.matrix.T + rec.noise @ rec.noise.T + links
         S = 0.5 * (S + S.T)
