@@ -95,6 +95,7 @@ import numpy as np
 
 from . import _tree, _validation
 from ._types import Array, PRNGKey, PyTree
+from .networks import rows
 
 __all__ = [
     "Channel",
@@ -792,17 +793,23 @@ def _by_activity(channel: "Channel | None", key: PRNGKey, count, num_agents: int
         < channel.activity
 
 
-def hold(channel: "Channel | None", key: PRNGKey, old, new):
+def hold(channel: "Channel | None", key: PRNGKey, old, new, matrix=None):
     """The sampler state ``new`` after a step from ``old`` with inactive agents' rows kept
     from ``old``: every leaf with a leading agent axis ``(N, ...)`` of every field but
     ``count`` and ``channel`` (the channel keeps its own: an inactive agent sent nothing).
-    ``new`` itself when every agent is active."""
+    ``new`` itself when every agent is active. ``matrix``: the step's mixing operand; a
+    device's rows of ``W⁽ᵏ⁾`` (placement ``Agents``, state leaves ``(R, ...)``) draws the
+    activity of all ``N`` agents and keeps the device's rows."""
     if channel is None:
         return new
     num_agents = jax.tree.leaves(old.position)[0].shape[0]
-    active = active_agents(channel, key, old.count, num_agents)
+    sharded = rows.is_rows(matrix)
+    total = num_agents * jax.lax.axis_size(matrix.axis_name) if sharded else num_agents
+    active = active_agents(channel, key, old.count, total)
     if active is None:
         return new
+    if sharded:
+        active = rows.own_rows(matrix, active, total)
 
     def keep(a, b):
         if jnp.ndim(a) == 0 or jnp.shape(a)[0] != num_agents:
@@ -905,7 +912,19 @@ def _send(channel: "Channel", key: PRNGKey, states, name: str, matrix, message: 
           count, directed: bool, weight: Array | None = None):
     """The one body of :func:`send` and :func:`send_mass`: ``(mixed, mixed weight or None,
     states)``. The step's activity and compute times are drawn once here and serve the
-    active set, the used matrix and the clock."""
+    active set, the used matrix and the clock.
+
+    ``matrix`` may be a device's rows of ``W⁽ᵏ⁾`` (placement ``Agents``, leaves ``(R, ...)``):
+    then the message, its channel state and the weight are gathered over the devices, sent
+    over the whole snapshot as on one device (every per-agent draw from the same key) and
+    the device's rows kept, so the draws, mixed values and counts are the unsharded run's."""
+    if rows.is_rows(matrix):
+        full = rows.whole(matrix)
+        message, state, weight = rows.gather(matrix, (message, states[name], weight))
+        num_agents = jax.tree.leaves(message)[0].shape[0]
+        out = _send(channel, key, {name: state}, name, full, message, count, directed, weight)
+        mixed, mixed_weight, new = rows.own_rows(matrix, out, num_agents)
+        return mixed, mixed_weight, {**states, **new}
     num_agents = jax.tree.leaves(message)[0].shape[0]
     by_activity = _by_activity(channel, key, count, num_agents)
     times = None if channel.clock is None else channel.clock.times(key, num_agents)

@@ -241,6 +241,9 @@ class Agents:
     product is the only exchange per step. ``trace_fn``/``ensemble_fn`` see the whole network
     (the state is gathered at kept iterations only); ``on_divergence="stop"`` adds one
     reduction per kept iteration. The mesh may span processes (:mod:`dgsgld.distributed`).
+    A communication channel mixes over the whole network on every device (its message and
+    state gathered, the device's rows kept: the single-device draws and counts), and keeps a
+    sparse schedule whole instead of planning its neighbour exchange.
 
     Attributes:
         mesh: a mesh (default :func:`agent_mesh` over all devices); ``N`` must be a multiple of
@@ -266,7 +269,10 @@ class Agents:
         if n % devices:
             raise ValueError(f"the number of agents ({n}) must be a multiple of the number of "
                              f"devices on mesh axis {axis!r} ({devices}).")
-        stack = split_rows(prep.stack, devices)
+        # A channel mixes over the whole snapshot (its draws are per agent of the network):
+        # a sparse schedule stays whole on every device, no neighbour exchange.
+        stack = split_rows(prep.stack, devices,
+                           exchange=getattr(algorithm, "channel", None) is None)
         key = prep.key
         impl = jax.random.key_impl(key) if _is_key(key) else None
         key_data = key if impl is None else jax.random.key_data(key)

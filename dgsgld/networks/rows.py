@@ -16,6 +16,9 @@ Each operand's ``@`` takes the device's ``(R, k)`` rows of ``x`` and returns its
 
 :func:`split_rows` turns a network into the operand whose agent axis the devices split (on the
 host); :func:`rows_at` gives, inside ``shard_map``, the device's operand of ``W⁽ᵏ⁾``.
+:func:`whole`, :func:`gather` and :func:`own_rows` let a computation that needs the whole
+network (a communication channel's per-agent draws, dropped links and public copies) run on
+every device and keep the device's rows.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from .._types import Array
 from . import sparse
 from ._mixing import MixingStack
 
-__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "exchange_plan", "rows_at",
-           "split_rows"]
+__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "exchange_plan", "gather",
+           "is_rows", "own_rows", "rows_at", "split_rows", "whole"]
 
 
 class RowBlock(eqx.Module):
@@ -244,7 +247,7 @@ def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int) -> Exchange
                         tuple(jnp.asarray(s) for s in sends), offsets, ordered)
 
 
-def split_rows(network, num_devices: int):
+def split_rows(network, num_devices: int, exchange: bool = True):
     """``network`` as the operand whose agent axis (axis 1 of every leaf) ``shard_map`` splits
     over ``num_devices`` devices: the ``(P, N, N)`` matrices of a dense stack, the
     :class:`ExchangePlan` of a sparse schedule, or a schedule generated on the fly as it is
@@ -253,13 +256,16 @@ def split_rows(network, num_devices: int):
     Args:
         network: a mixing with ``matrix_at`` (:func:`~dgsgld.networks._mixing.as_mixing`).
         num_devices: ``D``.
+        exchange: plan a sparse schedule's neighbour exchange; ``False`` keeps it whole on
+            every device (:class:`GatheredRows`, whose :func:`whole` snapshot a communication
+            channel mixes with).
 
     Raises:
         ValueError: if ``network`` is a sparse schedule with traced snapshots.
     """
     if isinstance(network, MixingStack):
         return network.matrices
-    if isinstance(network, sparse.SparseSchedule):
+    if isinstance(network, sparse.SparseSchedule) and exchange:
         if not _validation.is_concrete_tree(network):
             raise ValueError("`mixing`: a sparse schedule's snapshots must be concrete (not "
                              "traced) to plan the neighbour exchange of placement=Agents.")
@@ -286,3 +292,41 @@ def rows_at(operand, k, first, size: int, axis_name: str, num_devices: int):
             return RowBlock(jax.lax.dynamic_slice_in_dim(snapshot, first, size), axis_name)
         return GatheredRows(snapshot, first, size, axis_name)
     return RowBlock(operand[k % operand.shape[0]], axis_name)
+
+
+def is_rows(matrix) -> bool:
+    """Whether ``matrix`` is a device's rows of ``W⁽ᵏ⁾`` (inside ``shard_map``), not the whole."""
+    return isinstance(matrix, (RowBlock, GatheredRows, HaloRows))
+
+
+def whole(block):
+    """The whole snapshot ``W⁽ᵏ⁾`` (``N`` rows) on every device, from its rows ``block``: a
+    :class:`RowBlock`'s rows all-gathered (dense ``(N, N)``), a :class:`GatheredRows`' snapshot.
+
+    Raises:
+        ValueError: for :class:`HaloRows`, whose tables hold only the device's neighbourhoods.
+    """
+    if isinstance(block, RowBlock):
+        return jax.lax.all_gather(block.rows, block.axis_name, axis=0, tiled=True)
+    if isinstance(block, GatheredRows):
+        return block.matrix
+    raise ValueError("the whole network is not known to a device of a neighbour exchange "
+                     "(HaloRows); split the network with split_rows(..., exchange=False).")
+
+
+def gather(block, tree):
+    """Every leaf of ``tree`` with an agent axis (``(R, ...)``, ``ndim ≥ 1``) all-gathered to
+    ``(N, ...)`` over ``block``'s mesh axis, in agent order; scalars as they are."""
+    return jax.tree.map(
+        lambda x: jax.lax.all_gather(x, block.axis_name, axis=0, tiled=True)
+        if jnp.ndim(x) else x, tree)
+
+
+def own_rows(block, tree, num_agents: int):
+    """The device's rows ``first : first + R`` (``R = N / D``) of every leaf of ``tree`` with
+    ``num_agents`` = ``N`` rows; other leaves as they are."""
+    size = num_agents // jax.lax.axis_size(block.axis_name)
+    first = jax.lax.axis_index(block.axis_name) * size
+    return jax.tree.map(
+        lambda x: jax.lax.dynamic_slice_in_dim(x, first, size)
+        if jnp.ndim(x) and jnp.shape(x)[0] == num_agents else x, tree)
