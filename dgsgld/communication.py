@@ -977,10 +977,16 @@ def _send(channel: "Channel", key: PRNGKey, states, name: str, matrix, message: 
     states)``. The step's activity and compute times are drawn once here and serve the
     active set, the used matrix and the clock.
 
-    ``matrix`` may be a device's rows of ``W⁽ᵏ⁾`` (placement ``Agents``, leaves ``(R, ...)``):
-    then the message, its channel state and the weight are gathered over the devices, sent
-    over the whole snapshot as on one device (every per-agent draw from the same key) and
-    the device's rows kept, so the draws, mixed values and counts are the unsharded run's."""
+    ``matrix`` may be a device's rows of ``W⁽ᵏ⁾`` (placement ``Agents``, leaves ``(R, ...)``).
+    Over a neighbour exchange (``HaloRows``) the step runs on the device's rows, its draws
+    made for all ``N`` agents, and the compressed payloads travel (:func:`_compress_mix`);
+    otherwise the message, its channel state and the weight are gathered over the devices,
+    sent over the whole snapshot as on one device and the device's rows kept. Either way the
+    draws, mixed values and counts are the unsharded run's."""
+    if isinstance(matrix, rows.HaloRows) and channel.needs_whole_network:
+        raise ValueError("`channel` needs the whole network (Channel.needs_whole_network), "
+                         "which a neighbour exchange does not give a device; split the "
+                         "network with split_rows(..., exchange=False).")
     if rows.is_rows(matrix) and not isinstance(matrix, rows.HaloRows):
         full = rows.whole(matrix)
         message, state, weight = rows.gather(matrix, (message, states[name], weight))
