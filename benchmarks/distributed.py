@@ -6,11 +6,14 @@ gloo's socket writes) after a run of ``S`` steps; ``(bytes(300) - bytes(100)) / 
 process sends per step (start-up, compilation and the final gather cancel). Predicted: the agent
 placement mixes two quantities per DIGing-SGLD step, each ``C F`` float32 numbers per row sent;
 a dense stack all-gathers ``N - N / P`` rows, a sparse schedule sends the rows of its
-:func:`dgsgld.networks.rows.exchange_plan`.
+:func:`dgsgld.networks.rows.exchange_plan`. With a channel (``--channels``: the example's
+``--channel`` over a sparse schedule) each row sent is the channel's message,
+``Channel.message_bytes(F)`` bytes (top-k: values and int32 indices; random-k: values).
 
 Times: the example's ``--repeat 4`` (median of the 2nd-4th runs: compiled) and the whole launch.
 
     python -m benchmarks.distributed --out benchmarks/distributed.json   # ~15 min on 2 cores
+    python -m benchmarks.distributed --channels --skip-bytes --skip-times  # channels only
 """
 
 import argparse
@@ -57,33 +60,46 @@ def _launch(processes: int, args: list[str]) -> tuple[str, float]:
     return proc.stdout, time.perf_counter() - start
 
 
-def _args(network, chains, agents, mixing, steps, out, repeat=1):
+#: (channel, fraction) of the channel rows: over the paper-size ring, sparse, 2 processes.
+CHANNELS = [("exact", 1.0), ("top_k", 0.25), ("random_k", 0.5)]
+
+
+def _args(network, chains, agents, mixing, steps, out, repeat=1, channel="none", fraction=1.0):
     return ["--placement", "agents", "--network", network, "--chains", str(chains), "--agents",
             str(agents), "--mixing", mixing, "--steps", str(steps), "--repeat", str(repeat),
-            "--out", str(out)]
+            "--out", str(out), "--channel", channel, "--fraction", str(fraction)]
 
 
-def predicted_bytes(network, chains, agents, mixing, processes, dim=6, quantities=2) -> int:
+def predicted_bytes(network, chains, agents, mixing, processes, dim=6, quantities=2,
+                    channel="none", fraction=1.0) -> int:
     """Bytes one process sends per step (see the module docstring)."""
+    example = _example()
+    a = example.parse(_args(network, chains, agents, mixing, 1, "x", channel=channel,
+                            fraction=fraction))
     if mixing == "dense":
         rows = agents - agents // processes
     else:
-        import importlib.util
-
         from dgsgld.networks.rows import exchange_plan
 
-        spec = importlib.util.spec_from_file_location("multi_process", EXAMPLE)
-        example = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(example)
-        a = example.parse(_args(network, chains, agents, mixing, 1, "x"))
         rows = exchange_plan(example.setup(a)[1], processes).rows_received
-    return quantities * chains * rows * dim * 4
+    row = dim * 4 if channel == "none" else example.channel(a).message_bytes(dim)
+    return quantities * chains * rows * row
 
 
-def measure_bytes(network, chains, agents, mixing, processes, tmp) -> float:
+def _example():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("multi_process", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def measure_bytes(network, chains, agents, mixing, processes, tmp, **channel) -> float:
     written = {}
     for steps in (100, 300):
-        out, _ = _launch(processes, _args(network, chains, agents, mixing, steps, tmp / "x.npz"))
+        out, _ = _launch(processes, _args(network, chains, agents, mixing, steps, tmp / "x.npz",
+                                          **channel))
         written[steps] = [int(b) for _, b in sorted(re.findall(r"^IO (\d+) (\d+)$", out, re.M))]
     per = [(b - a) / 200 for a, b in zip(written[100], written[300])]
     return float(sum(per) / len(per))
@@ -106,6 +122,8 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=1, help="time rounds (1, 2, 4 alternated)")
     p.add_argument("--skip-bytes", action="store_true")
     p.add_argument("--skip-times", action="store_true")
+    p.add_argument("--channels", action="store_true",
+                   help="also measure the channel rows (CHANNELS)")
     args = p.parse_args(argv)
     import tempfile
 
@@ -125,6 +143,16 @@ def main(argv=None) -> None:
                                      predicted=pred, measured=got))
                     print(rows[-1], flush=True)
         result["bytes"] = rows
+    if args.channels:
+        rows = []
+        for channel, fraction in CHANNELS:
+            cell = dict(network="ring", chains=200, agents=20, processes=2, mixing="sparse")
+            pred = predicted_bytes(**cell, channel=channel, fraction=fraction)
+            got = measure_bytes(**cell, tmp=tmp, channel=channel, fraction=fraction)
+            rows.append(dict(cell, channel=channel, fraction=fraction, predicted=pred,
+                             measured=got))
+            print(rows[-1], flush=True)
+        result["channel_bytes"] = rows
     if not args.skip_times:
         times = {}
         for _ in range(args.rounds):
@@ -143,13 +171,25 @@ def report(result) -> str:
     import numpy as np
 
     lines = ["Written by `python -m benchmarks.distributed` (load average at start: "
-             + ", ".join(f"{x:.1f}" for x in result.get("load_average", ())) + ").", "",
-             "| problem | N | C | processes | mixing | predicted B/step | measured B/step |",
-             "|---|---|---|---|---|---|---|"]
+             + ", ".join(f"{x:.1f}" for x in result.get("load_average", ())) + ")."]
+    if result.get("bytes"):
+        lines += ["", "| problem | N | C | processes | mixing | predicted B/step | "
+                  "measured B/step |", "|---|---|---|---|---|---|---|"]
     for r in result.get("bytes", []):
         lines.append(f"| {r['network']} | {r['agents']} | {r['chains']} | {r['processes']} | "
                      f"{r['mixing']} | {r['predicted']:,} | {r['measured']:,.0f} |"
                      .replace(",", " "))
+    if result.get("channel_bytes"):
+        lines += ["", "| channel | N | C | processes | mixing | predicted B/step | "
+                  "measured B/step |", "|---|---|---|---|---|---|---|"]
+        for r in result["channel_bytes"]:
+            name = r["channel"] if r["channel"] == "exact" else \
+                f"{r['channel']}({r['fraction']})"
+            lines.append(f"| {name} | {r['agents']} | {r['chains']} | {r['processes']} | "
+                         f"{r['mixing']} | {r['predicted']:,} | {r['measured']:,.0f} |"
+                         .replace(",", " "))
+    if not result.get("times"):
+        return "\n".join(lines) + "\n"
     lines += ["", "| problem | N | C | mixing | 1 process | 2 processes | 4 processes |",
               "|---|---|---|---|---|---|---|"]
     for name, network, chains, agents in PROBLEMS:

@@ -96,6 +96,7 @@ import numpy as np
 
 from . import _tree, _validation
 from ._types import Array, PRNGKey, PyTree
+from .networks import rows
 
 __all__ = [
     "Channel",
@@ -250,6 +251,15 @@ class Compressor(eqx.Module):
     def contract(self, key: PRNGKey, v: Array) -> Array:
         return self.compress(key, v)
 
+    def payload(self, key: PRNGKey, v: Array) -> PyTree:
+        """What travels for ``C(v)``, a pytree of arrays (default: ``C(v)`` itself, dense);
+        the receiver rebuilds ``C(v)`` with :meth:`expand` and the same ``key``."""
+        return self.compress(key, v)
+
+    def expand(self, key: PRNGKey, payload: PyTree, dim: int) -> Array:
+        """``C(v)`` of shape ``(dim,)`` from :meth:`payload`'s output."""
+        return payload
+
     def bits(self, dim: int, value_bits: int) -> int:  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -276,8 +286,16 @@ class TopK(Compressor):
         return max(1, math.ceil(self.fraction * dim - 1e-9))
 
     def compress(self, key, v):
+        return self.expand(key, self.payload(key, v), v.shape[0])
+
+    def payload(self, key, v):
+        """``(values (k,), int32 indices (k,))``."""
         _, index = jax.lax.top_k(jnp.abs(v), self.k(v.shape[0]))
-        return jnp.zeros_like(v).at[index].set(v[index])
+        return v[index], index.astype(jnp.int32)
+
+    def expand(self, key, payload, dim):
+        values, index = payload
+        return jnp.zeros((dim,), values.dtype).at[index].set(values)
 
     def bits(self, dim, value_bits):
         return self.k(dim) * (value_bits + 32)
@@ -294,15 +312,23 @@ class RandomK(Compressor):
     def k(self, dim: int) -> int:
         return max(1, math.ceil(self.fraction * dim - 1e-9))
 
+    def _index(self, key, dim: int) -> Array:
+        return jax.random.permutation(key, dim)[:self.k(dim)]
+
     def compress(self, key, v):
-        d = v.shape[0]
-        return self.contract(key, v) * jnp.asarray(d / self.k(d), v.dtype)
+        return self.expand(key, self.payload(key, v), v.shape[0])
 
     def contract(self, key, v):
         """The kept entries unscaled (``δ = k / d``)."""
+        return self.expand(key, v[self._index(key, v.shape[0])], v.shape[0])
+
+    def payload(self, key, v):
+        """The ``k`` kept values scaled, ``(k,)``; the indices follow from ``key``."""
         d = v.shape[0]
-        index = jax.random.permutation(key, d)[:self.k(d)]
-        return jnp.zeros_like(v).at[index].set(v[index])
+        return v[self._index(key, d)] * jnp.asarray(d / self.k(d), v.dtype)
+
+    def expand(self, key, payload, dim):
+        return jnp.zeros((dim,), payload.dtype).at[self._index(key, dim)].set(payload)
 
     def bits(self, dim, value_bits):
         return self.k(dim) * value_bits
@@ -548,6 +574,18 @@ class Channel(eqx.Module):
                 "one partner)."
             )
 
+    @property
+    def needs_whole_network(self) -> bool:
+        """Whether a step needs the whole network's messages, not only a device's neighbours'
+        (placement ``Agents``): public copies (error feedback, an event trigger; their
+        receivers would keep copies of their neighbours'), per-link or gossip draws over all
+        links, or inactive agents (``activity``, a clock's deadline) whose links move their
+        neighbours' weights. Without them a sparse schedule's neighbour exchange carries the
+        compressed payloads (:meth:`Compressor.payload`)."""
+        return (self.error_feedback or self.threshold is not None or self.activity != 1.0
+                or self.per_link or self.gossip is not None
+                or (self.clock is not None and self.clock.deadline is not None))
+
     def threshold_of(self, name: str | None = None) -> float | None:
         """The event trigger's threshold of message ``name`` (``None``: no trigger)."""
         if isinstance(self.threshold, tuple):
@@ -628,8 +666,6 @@ class Channel(eqx.Module):
         exact = isinstance(self.compressor, Identity) and not self._public(name)
         if exact and sends is None:
             return _tree.mix(matrix, message), state._replace(sent=state.sent + degrees)
-        num_agents = jax.tree.leaves(message)[0].shape[0]
-        keys = jax.random.split(key, num_agents)
         fire, heard = sends, state.heard
         if threshold is not None:
             moved = jnp.sqrt(jnp.sum(_flat(_tree.tree_sub(message, state.public)) ** 2, 1))
@@ -639,18 +675,19 @@ class Channel(eqx.Module):
         sent = state.sent + (degrees if fire is None else jnp.where(fire, degrees, 0))
         if not self.error_feedback:
             if exact:
-                q = message
+                q, wq = message, None
             else:
-                q = _unflat(jax.vmap(self.compressor.compress)(keys, _flat(message)), message)
+                q, wq = _compress_mix(self.compressor, key, matrix, message)
             if threshold is not None:               # neighbours hold the last copy received
-                q = _select(fire, q, state.public)
+                q, wq = _select(fire, q, state.public), None
             diag = _diagonal(matrix)
             mixed = jax.tree.map(
                 lambda wq, x, c: wq + _rows(diag, x) * (x - c),
-                _tree.mix(matrix, q), message, q)
+                _tree.mix(matrix, q) if wq is None else wq, message, q)
             public = q if threshold is not None else state.public
             return mixed, state._replace(public=public, sent=sent, heard=heard)
         diff = _tree.tree_sub(message, state.public)
+        keys = jax.random.split(key, jax.tree.leaves(message)[0].shape[0])
         contract = jax.vmap(self.compressor.contract)
         public = _tree.tree_add(state.public, _unflat(contract(keys, _flat(diff)), diff))
         if fire is not None:
@@ -845,17 +882,23 @@ def _by_activity(channel: "Channel | None", key: PRNGKey, count, num_agents: int
         < channel.activity
 
 
-def hold(channel: "Channel | None", key: PRNGKey, old, new):
+def hold(channel: "Channel | None", key: PRNGKey, old, new, matrix=None):
     """The sampler state ``new`` after a step from ``old`` with inactive agents' rows kept
     from ``old``: every leaf with a leading agent axis ``(N, ...)`` of every field but
     ``count`` and ``channel`` (the channel keeps its own: an inactive agent sent nothing).
-    ``new`` itself when every agent is active."""
+    ``new`` itself when every agent is active. ``matrix``: the step's mixing operand; a
+    device's rows of ``W⁽ᵏ⁾`` (placement ``Agents``, state leaves ``(R, ...)``) draws the
+    activity of all ``N`` agents and keeps the device's rows."""
     if channel is None:
         return new
     num_agents = jax.tree.leaves(old.position)[0].shape[0]
-    active = active_agents(channel, key, old.count, num_agents)
+    sharded = rows.is_rows(matrix)
+    total = num_agents * jax.lax.axis_size(matrix.axis_name) if sharded else num_agents
+    active = active_agents(channel, key, old.count, total)
     if active is None:
         return new
+    if sharded:
+        active = rows.own_rows(matrix, active, total)
 
     def keep(a, b):
         if jnp.ndim(a) == 0 or jnp.shape(a)[0] != num_agents:
@@ -886,7 +929,10 @@ def messages_sent(state) -> Array:
 
 
 def out_degrees(matrix) -> Array:
-    """``(N,)`` int32: agent ``j``'s out-neighbours ``#{i ≠ j : W[i, j] ≠ 0}`` in ``matrix``."""
+    """``(N,)`` int32: agent ``j``'s out-neighbours ``#{i ≠ j : W[i, j] ≠ 0}`` in ``matrix``
+    (a device's rows of a neighbour exchange, ``HaloRows``: its agents' ``(R,)``)."""
+    if isinstance(matrix, rows.HaloRows):
+        return matrix.degrees
     links = _dense(matrix) != 0
     return (jnp.sum(links, axis=0) - jnp.diagonal(links)).astype(jnp.int32)
 
@@ -896,7 +942,31 @@ def _dense(matrix) -> Array:
 
 
 def _diagonal(matrix) -> Array:
+    if isinstance(matrix, rows.HaloRows):
+        return matrix.diagonal
     return jnp.diagonal(_dense(matrix))
+
+
+def _compress_mix(compressor: Compressor, key: PRNGKey, matrix, message: PyTree):
+    """``(q, W q)``: every agent's compressed message ``q_j = C(x_j)`` (agent ``j``'s key
+    ``split(key, N)[j]``; leaves like ``message``) and its mix over ``matrix``. Over a
+    neighbour exchange (``HaloRows``: a device's rows under placement ``Agents``) the
+    payloads travel (:meth:`Compressor.payload`), and the receivers expand them with their
+    senders' keys: the same ``q`` as on one device."""
+    flat = _flat(message)
+    if not isinstance(matrix, rows.HaloRows):
+        keys = jax.random.split(key, flat.shape[0])
+        q = _unflat(jax.vmap(compressor.compress)(keys, flat), message)
+        return q, _tree.mix(matrix, q)
+    size, dim = flat.shape
+    total = size * jax.lax.axis_size(matrix.axis_name)
+    keys = jax.random.split(key, total)
+    own = rows.own_rows(matrix, keys, total)
+    expand = jax.vmap(lambda k, p: compressor.expand(k, p, dim))
+    payload = jax.vmap(compressor.payload)(own, flat)
+    q = expand(own, payload)
+    wq = matrix.astype(q.dtype).combine(q, expand(keys[matrix.sources], matrix.receive(payload)))
+    return _unflat(q, message), _unflat(wq, message)
 
 
 def _rows(diag: Array, leaf: Array) -> Array:
@@ -958,8 +1028,28 @@ def _send(channel: "Channel", key: PRNGKey, states, name: str, matrix, message: 
           count, directed: bool, weight: Array | None = None):
     """The one body of :func:`send` and :func:`send_mass`: ``(mixed, mixed weight or None,
     states)``. The step's activity and compute times are drawn once here and serve the
-    active set, the used matrix and the clock."""
+    active set, the used matrix and the clock.
+
+    ``matrix`` may be a device's rows of ``W⁽ᵏ⁾`` (placement ``Agents``, leaves ``(R, ...)``).
+    Over a neighbour exchange (``HaloRows``) the step runs on the device's rows, its draws
+    made for all ``N`` agents, and the compressed payloads travel (:func:`_compress_mix`);
+    otherwise the message, its channel state and the weight are gathered over the devices,
+    sent over the whole snapshot as on one device and the device's rows kept. Either way the
+    draws, mixed values and counts are the unsharded run's."""
+    if isinstance(matrix, rows.HaloRows) and channel.needs_whole_network:
+        raise ValueError("`channel` needs the whole network (Channel.needs_whole_network), "
+                         "which a neighbour exchange does not give a device; split the "
+                         "network with split_rows(..., exchange=False).")
+    if rows.is_rows(matrix) and not isinstance(matrix, rows.HaloRows):
+        full = rows.whole(matrix)
+        message, state, weight = rows.gather(matrix, (message, states[name], weight))
+        num_agents = jax.tree.leaves(message)[0].shape[0]
+        out = _send(channel, key, {name: state}, name, full, message, count, directed, weight)
+        mixed, mixed_weight, new = rows.own_rows(matrix, out, num_agents)
+        return mixed, mixed_weight, {**states, **new}
     num_agents = jax.tree.leaves(message)[0].shape[0]
+    if isinstance(matrix, rows.HaloRows):   # a neighbour exchange: draws for all N agents
+        num_agents *= jax.lax.axis_size(matrix.axis_name)
     by_activity = _by_activity(channel, key, count, num_agents)
     times = None if channel.clock is None else channel.clock.times(key, num_agents)
     active = _with_deadline(channel, by_activity, times)

@@ -422,8 +422,8 @@ def sample(
             (default: the sampler's own, exact mixing unless it was built with one) or a
             :class:`dgsgld.communication.Channel` (compression, error feedback, local steps,
             random rounds or links, event triggers, stragglers; byte counts in
-            ``trace.state.channel``; ``Channel.bytes_sent(trace.state)``). Not yet with
-            ``placement=Agents``.
+            ``trace.state.channel``; ``Channel.bytes_sent(trace.state)``), on every
+            placement with the same draws and counts.
 
     Returns:
         A :class:`Trace`.
@@ -433,8 +433,7 @@ def sample(
                     on_divergence=on_divergence, chain_offset=chain_offset,
                     allow_disconnected=allow_disconnected,
                     connectivity_window=connectivity_window,
-                    divergence_threshold=divergence_threshold, channel=channel,
-                    placement=placement)
+                    divergence_threshold=divergence_threshold, channel=channel)
     return _finish(prep, _execute(prep, placement, progress))
 
 
@@ -472,12 +471,11 @@ class Prepared(NamedTuple):
 def _prepare(algorithm, potential, mixing, init, key, num_steps, *, output=Output(),
              on_divergence="raise", chain_offset=0, allow_disconnected=False,
              connectivity_window=None,
-             divergence_threshold=_divergence.DEFAULT_THRESHOLD, channel=None,
-             placement=None) -> Prepared:
+             divergence_threshold=_divergence.DEFAULT_THRESHOLD, channel=None) -> Prepared:
     """The front end of every runner: validate, split static leaves, check the network, key;
     ``channel`` is installed in the algorithm (:func:`_with_channel`)."""
     _check_on_divergence(on_divergence)
-    algorithm = _with_channel(algorithm, channel, placement)
+    algorithm = _with_channel(algorithm, channel)
     num_steps = _validation.check_positive_int(num_steps, name="num_steps")
     threshold = _divergence.check_threshold(divergence_threshold)
     output = _check_output(output, num_steps)
@@ -506,9 +504,9 @@ def _prepare(algorithm, potential, mixing, init, key, num_steps, *, output=Outpu
                     on_divergence, threshold)
 
 
-def _with_channel(algorithm, channel, placement=None):
+def _with_channel(algorithm, channel):
     """``algorithm`` with ``channel`` as its ``channel`` field (``None``: unchanged), checked
-    against the sampler and the placement."""
+    against the sampler."""
     from . import communication
 
     if channel is not None:
@@ -525,13 +523,6 @@ def _with_channel(algorithm, channel, placement=None):
             )
         algorithm = eqx.tree_at(lambda a: a.channel, algorithm, channel,
                                 is_leaf=lambda x: x is None)
-    from .sharding import Agents
-
-    if getattr(algorithm, "channel", None) is not None and isinstance(placement, Agents):
-        raise ValueError(
-            "`channel` is not supported yet with placement=Agents (compressed messages "
-            "between agent blocks); use placement=None or Chains(mesh)."
-        )
     return algorithm
 
 

@@ -241,6 +241,10 @@ class Agents:
     product is the only exchange per step. ``trace_fn``/``ensemble_fn`` see the whole network
     (the state is gathered at kept iterations only); ``on_divergence="stop"`` adds one
     reduction per kept iteration. The mesh may span processes (:mod:`dgsgld.distributed`).
+    A communication channel makes the single-device draws and counts: over a sparse schedule's
+    neighbour exchange its compressed payloads travel, and one that needs the whole network
+    (``Channel.needs_whole_network``; and any over a dense stack) gathers its message and
+    state and mixes over the whole snapshot on every device, keeping the device's rows.
 
     Attributes:
         mesh: a mesh (default :func:`agent_mesh` over all devices); ``N`` must be a multiple of
@@ -266,7 +270,11 @@ class Agents:
         if n % devices:
             raise ValueError(f"the number of agents ({n}) must be a multiple of the number of "
                              f"devices on mesh axis {axis!r} ({devices}).")
-        stack = split_rows(prep.stack, devices)
+        # A channel that needs the whole network (Channel.needs_whole_network) mixes over the
+        # whole snapshot: a sparse schedule then stays whole on every device.
+        channel = getattr(algorithm, "channel", None)
+        stack = split_rows(prep.stack, devices,
+                           exchange=channel is None or not channel.needs_whole_network)
         key = prep.key
         impl = jax.random.key_impl(key) if _is_key(key) else None
         key_data = key if impl is None else jax.random.key_data(key)

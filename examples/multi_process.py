@@ -10,9 +10,10 @@ Start one copy per process, e.g. two on this machine::
 chains``: each process runs a block of the chains on all the data
 (``dgsgld.distributed.sample_chains``; ``--ensemble`` adds a statistic over all chains);
 ``agents``: each process holds only its agents' data, and the mixing is the only communication
-(all rows each step, or with ``--mixing sparse`` only the rows neighbours need). Process 0 writes
-``positions``, the final positions of all chains ``(chains, agents, d)``, to ``--out``. Without
-``--coordinator`` the script runs in one process (the reference run).
+(all rows each step, or with ``--mixing sparse`` only the rows neighbours need; ``--channel``
+compresses the messages, and over ``--mixing sparse`` the compressed payloads travel). Process 0
+writes ``positions``, the final positions of all chains ``(chains, agents, d)``, to ``--out``.
+Without ``--coordinator`` the script runs in one process (the reference run).
 See docs/scale.md.
 """
 
@@ -34,6 +35,10 @@ def parse(argv=None):
                    help="sparse: dgsgld.networks.sparse snapshots; the agents placement then "
                    "exchanges only the rows neighbours need (ppermute) instead of all-gathering "
                    "them")
+    p.add_argument("--channel", choices=("none", "exact", "top_k", "random_k"), default="none",
+                   help="a dgsgld.communication.Channel on every message: exact, or top-k / "
+                   "random-k with --fraction of the entries")
+    p.add_argument("--fraction", type=float, default=0.25, help="of --channel top_k, random_k")
     p.add_argument("--chains", type=int, default=200, help="trials (200 in the paper)")
     p.add_argument("--agents", type=int, default=20, help="N (20 in the paper)")
     p.add_argument("--steps", type=int, default=100)
@@ -62,6 +67,15 @@ def parse(argv=None):
     return p.parse_args(argv)
 
 
+def channel(args):
+    """The ``--channel`` (``None``: no channel)."""
+    from dgsgld import communication as comm
+
+    return {"none": lambda: None, "exact": comm.Channel,
+            "top_k": lambda: comm.Channel(comm.top_k(args.fraction)),
+            "random_k": lambda: comm.Channel(comm.random_k(args.fraction))}[args.channel]()
+
+
 def setup(args):
     """``(problem, mixing, init (C, N, p), key, algorithm)`` of the Fig. 2(a) run,
     the same on every process (the data of every agent are generated; see ``local`` below)."""
@@ -87,7 +101,7 @@ def setup(args):
         mixing = dgsgld.networks.sparse.from_dense(mixing)
     init = _initial_positions(seeds["init"], config, problem.dim)[0]
     return problem, mixing, init, jax.random.key(seeds["sampling"]), \
-        dgsgld.DIGingSGLD(args.step_size)
+        dgsgld.DIGingSGLD(args.step_size, channel=channel(args))
 
 
 def spread(states):

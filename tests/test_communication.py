@@ -13,7 +13,6 @@ import pytest
 import dgsgld
 from _problems import complete_graph, linear_regression, permuted_rings, ring
 from dgsgld import communication as C
-from dgsgld import sharding
 
 N = 4
 
@@ -269,9 +268,6 @@ def test_channel_errors(key):
     with pytest.raises(ValueError, match="`channel` must be None for SGLD"):
         dgsgld.sample(dgsgld.SGLD(0.1), problem.potential, None, init[:, 0], key, 2,
                       channel=C.Channel())
-    with pytest.raises(ValueError, match="`channel` is not supported yet with placement=Agents"):
-        dgsgld.sample(dgsgld.DIGingSGLD(0.1), problem.potential, W, init, key, 2,
-                      channel=C.Channel(), placement=sharding.Agents())
     with pytest.raises(ValueError, match="`channel` differs from the channel"):
         dgsgld.sample(dgsgld.DIGingSGLD(0.1, channel=C.Channel(C.sign())), problem.potential,
                       W, init, key, 2, channel=C.Channel())

@@ -16,6 +16,9 @@ Each operand's ``@`` takes the device's ``(R, k)`` rows of ``x`` and returns its
 
 :func:`split_rows` turns a network into the operand whose agent axis the devices split (on the
 host); :func:`rows_at` gives, inside ``shard_map``, the device's operand of ``W⁽ᵏ⁾``.
+:func:`whole`, :func:`gather` and :func:`own_rows` let a computation that needs the whole
+network (a communication channel's per-agent draws, dropped links and public copies) run on
+every device and keep the device's rows.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from .._types import Array
 from . import sparse
 from ._mixing import MixingStack
 
-__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "exchange_plan", "rows_at",
-           "split_rows"]
+__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "exchange_plan", "gather",
+           "is_rows", "own_rows", "rows_at", "split_rows", "whole"]
 
 
 class RowBlock(eqx.Module):
@@ -94,6 +97,9 @@ class HaloRows(eqx.Module):
         neighbors: ``(R, K)`` int32 positions in that concatenation.
         weights: ``(R, K)``, ``W[i, neighbour]``; ``diagonal``: ``(R,)``, ``W[i, i]``.
         sends: per offset ``o``, ``(M_o,)`` int32: the local rows device ``+ o`` needs.
+        sources: ``(M,)`` int32, ``M = Σ_o M_o``: the agent (of all ``N``) of each received
+            row, in the concatenation's order (padding: the sender's first agent).
+        degrees: ``(R,)`` int32, the device's agents' out-degrees ``#{i ≠ j : W[i, j] ≠ 0}``.
         offsets: device offsets ``o`` (static): send to ``d + o``, receive from ``d - o``.
         num_devices, axis_name: the mesh axis (static).
         ordered: sum the ``K`` terms one after another, as
@@ -105,6 +111,8 @@ class HaloRows(eqx.Module):
     weights: Array
     diagonal: Array
     sends: tuple[Array, ...]
+    sources: Array
+    degrees: Array
     offsets: tuple[int, ...] = eqx.field(static=True)
     num_devices: int = eqx.field(static=True)
     axis_name: str = eqx.field(static=True)
@@ -114,19 +122,32 @@ class HaloRows(eqx.Module):
         return eqx.tree_at(lambda h: (h.weights, h.diagonal), self,
                            (self.weights.astype(dtype), self.diagonal.astype(dtype)))
 
-    def __matmul__(self, local: Array) -> Array:
-        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
-        parts = [local]
-        for send, offset in zip(self.sends, self.offsets):
-            pairs = [(j, (j + offset) % self.num_devices) for j in range(self.num_devices)]
-            parts.append(jax.lax.ppermute(local[send], self.axis_name, pairs))
-        gathered = jnp.concatenate(parts)[self.neighbors]                  # (R, K, k)
+    def receive(self, local: Any) -> Any:
+        """The rows other devices' agents send this device: every leaf of ``local``
+        (``(R, ...)``) -> ``(M, ...)``, one ``ppermute`` per offset, agents :attr:`sources`."""
+        def one(leaf):
+            parts = []
+            for send, offset in zip(self.sends, self.offsets):
+                pairs = [(j, (j + offset) % self.num_devices) for j in range(self.num_devices)]
+                parts.append(jax.lax.ppermute(leaf[send], self.axis_name, pairs))
+            return jnp.concatenate(parts) if parts else leaf[:0]
+
+        return jax.tree.map(one, local)
+
+    def combine(self, local: Array, received: Array) -> Array:
+        """``(R, k)`` rows of ``W @ x`` from the device's rows ``local`` ``(R, k)`` and the
+        :meth:`receive` d rows ``(M, k)``, in the snapshot format's order."""
+        gathered = jnp.concatenate([local, received])[self.neighbors]      # (R, K, k)
         out = self.diagonal[:, None] * local
         if not self.ordered:
             return out + jnp.einsum("nk,nkf->nf", self.weights, gathered)
         for k in range(self.neighbors.shape[1]):
             out = out + self.weights[:, k, None] * gathered[:, k]
         return out
+
+    def __matmul__(self, local: Array) -> Array:
+        """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
+        return self.combine(local, self.receive(local))
 
 
 class ExchangePlan(eqx.Module):
@@ -139,6 +160,8 @@ class ExchangePlan(eqx.Module):
         neighbors, weights: ``(P, N, K)``; ``diagonal``: ``(P, N)`` (as :class:`HaloRows`, per
             snapshot, rows of all devices stacked).
         sends: per offset, ``(P, D, M_o)`` int32, indexed by the sending device.
+        sources: ``(P, D, M)`` int32, indexed by the receiving device; ``degrees``: ``(P, N)``
+            int32 (as :class:`HaloRows`).
         offsets, ordered: as :class:`HaloRows`.
     """
 
@@ -146,6 +169,8 @@ class ExchangePlan(eqx.Module):
     weights: Array
     diagonal: Array
     sends: tuple[Array, ...]
+    sources: Array
+    degrees: Array
     offsets: tuple[int, ...] = eqx.field(static=True)
     ordered: bool = eqx.field(static=True)
 
@@ -163,8 +188,8 @@ class ExchangePlan(eqx.Module):
         table; ``k`` may be traced)."""
         p = k % self.period
         return HaloRows(self.neighbors[p], self.weights[p], self.diagonal[p],
-                        tuple(s[p, 0] for s in self.sends), self.offsets, num_devices,
-                        axis_name, self.ordered)
+                        tuple(s[p, 0] for s in self.sends), self.sources[p, 0],
+                        self.degrees[p], self.offsets, num_devices, axis_name, self.ordered)
 
 
 def _neighbour_lists(schedule: sparse.SparseSchedule):
@@ -240,11 +265,26 @@ def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int) -> Exchange
                 position[inside] = base + np.searchsorted(rows, block[inside] - e * size)
                 base += widths[o]
             local[p, d * size:(d + 1) * size] = position
+    # sources[p, d]: the agents of the rows device d receives, offset after offset.
+    sources = np.zeros((period, num_devices, sum(widths[o] for o in offsets)), np.int32)
+    for d in range(num_devices):
+        senders = [((d - o) % num_devices) * size + send[:, (d - o) % num_devices]
+                   for o, send in zip(offsets, sends)]
+        if senders:
+            sources[:, d] = np.concatenate(senders, axis=1)
+    # degrees[p, j]: j's out-neighbours, the distinct rows i ≠ j with W[i, j] ≠ 0.
+    degrees = np.zeros((period, n), np.int32)
+    receiver = np.broadcast_to(np.arange(n)[:, None], (n, k))
+    for p in range(period):
+        link = (wts[p] != 0) & (nbr[p] != receiver)
+        pairs = np.unique(receiver[link] * n + nbr[p][link])
+        degrees[p] = np.bincount(pairs % n, minlength=n)
     return ExchangePlan(jnp.asarray(local), jnp.asarray(wts), jnp.asarray(diag),
-                        tuple(jnp.asarray(s) for s in sends), offsets, ordered)
+                        tuple(jnp.asarray(s) for s in sends), jnp.asarray(sources),
+                        jnp.asarray(degrees), offsets, ordered)
 
 
-def split_rows(network, num_devices: int):
+def split_rows(network, num_devices: int, exchange: bool = True):
     """``network`` as the operand whose agent axis (axis 1 of every leaf) ``shard_map`` splits
     over ``num_devices`` devices: the ``(P, N, N)`` matrices of a dense stack, the
     :class:`ExchangePlan` of a sparse schedule, or a schedule generated on the fly as it is
@@ -253,13 +293,16 @@ def split_rows(network, num_devices: int):
     Args:
         network: a mixing with ``matrix_at`` (:func:`~dgsgld.networks._mixing.as_mixing`).
         num_devices: ``D``.
+        exchange: plan a sparse schedule's neighbour exchange; ``False`` keeps it whole on
+            every device (:class:`GatheredRows`, whose :func:`whole` snapshot a communication
+            channel mixes with).
 
     Raises:
         ValueError: if ``network`` is a sparse schedule with traced snapshots.
     """
     if isinstance(network, MixingStack):
         return network.matrices
-    if isinstance(network, sparse.SparseSchedule):
+    if isinstance(network, sparse.SparseSchedule) and exchange:
         if not _validation.is_concrete_tree(network):
             raise ValueError("`mixing`: a sparse schedule's snapshots must be concrete (not "
                              "traced) to plan the neighbour exchange of placement=Agents.")
@@ -286,3 +329,41 @@ def rows_at(operand, k, first, size: int, axis_name: str, num_devices: int):
             return RowBlock(jax.lax.dynamic_slice_in_dim(snapshot, first, size), axis_name)
         return GatheredRows(snapshot, first, size, axis_name)
     return RowBlock(operand[k % operand.shape[0]], axis_name)
+
+
+def is_rows(matrix) -> bool:
+    """Whether ``matrix`` is a device's rows of ``W⁽ᵏ⁾`` (inside ``shard_map``), not the whole."""
+    return isinstance(matrix, (RowBlock, GatheredRows, HaloRows))
+
+
+def whole(block):
+    """The whole snapshot ``W⁽ᵏ⁾`` (``N`` rows) on every device, from its rows ``block``: a
+    :class:`RowBlock`'s rows all-gathered (dense ``(N, N)``), a :class:`GatheredRows`' snapshot.
+
+    Raises:
+        ValueError: for :class:`HaloRows`, whose tables hold only the device's neighbourhoods.
+    """
+    if isinstance(block, RowBlock):
+        return jax.lax.all_gather(block.rows, block.axis_name, axis=0, tiled=True)
+    if isinstance(block, GatheredRows):
+        return block.matrix
+    raise ValueError("the whole network is not known to a device of a neighbour exchange "
+                     "(HaloRows); split the network with split_rows(..., exchange=False).")
+
+
+def gather(block, tree):
+    """Every leaf of ``tree`` with an agent axis (``(R, ...)``, ``ndim ≥ 1``) all-gathered to
+    ``(N, ...)`` over ``block``'s mesh axis, in agent order; scalars as they are."""
+    return jax.tree.map(
+        lambda x: jax.lax.all_gather(x, block.axis_name, axis=0, tiled=True)
+        if jnp.ndim(x) else x, tree)
+
+
+def own_rows(block, tree, num_agents: int):
+    """The device's rows ``first : first + R`` (``R = N / D``) of every leaf of ``tree`` with
+    ``num_agents`` = ``N`` rows; other leaves as they are."""
+    size = num_agents // jax.lax.axis_size(block.axis_name)
+    first = jax.lax.axis_index(block.axis_name) * size
+    return jax.tree.map(
+        lambda x: jax.lax.dynamic_slice_in_dim(x, first, size)
+        if jnp.ndim(x) and jnp.shape(x)[0] == num_agents else x, tree)

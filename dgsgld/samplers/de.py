@@ -63,4 +63,4 @@ class DESGLD(SamplingAlgorithm):
         position = _tree.langevin_update(mixed, grad, noise, eta)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = DESGLDState(position, new_grad, state.count + 1, est, channel)
-        return hold(self.channel, key, state, new)
+        return hold(self.channel, key, state, new, mixing_matrix)

@@ -79,5 +79,5 @@ class DIGingSGLD(SamplingAlgorithm):
                                       state.tracker, state.count)
         tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
         new = DIGingState(position, tracker, grad, state.count + 1, est, channel)
-        new = hold(self.channel, key, state, new)
+        new = hold(self.channel, key, state, new, mixing_matrix)
         return new

@@ -127,4 +127,4 @@ class DULA(SamplingAlgorithm):
         position = _tree.langevin_update(base, grad, noise, potential.num_agents * alpha)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = DULAState(position, new_grad, state.count + 1, est, channel)
-        return hold(self.channel, key, state, new)
+        return hold(self.channel, key, state, new, mixing_matrix)

@@ -79,4 +79,4 @@ class EXTRASGLD(SamplingAlgorithm):
         dual = jax.tree.map(lambda z, x, wx: z + 0.5 * (x - wx), state.dual, position, mixed_new)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = EXTRAState(position, dual, new_grad, state.count + 1, est, channel)
-        return hold(self.channel, key, state, new)
+        return hold(self.channel, key, state, new, mixing_matrix)

@@ -204,7 +204,7 @@ class PushDIGingSGLD(SamplingAlgorithm):
                                       state.tracker, state.count, directed=True)
         tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
         new = PushDIGingState(position, tracker, weight, grad, state.count + 1, est, channel)
-        return hold(self.channel, key, state, new)
+        return hold(self.channel, key, state, new, mixing_matrix)
 
 
 class PushSumState(NamedTuple):
@@ -261,4 +261,4 @@ class PushSumSGLD(SamplingAlgorithm):
         position = jax.tree.map(jnp.multiply, mixed, _per_agent(_reciprocal(weight), mixed))
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = PushSumState(position, weight, new_grad, state.count + 1, est, channel)
-        return hold(self.channel, key, state, new)
+        return hold(self.channel, key, state, new, mixing_matrix)

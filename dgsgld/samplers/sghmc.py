@@ -128,7 +128,7 @@ class DESGHMC(SamplingAlgorithm):
         position = _position_update(mixed, velocity, eta)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = DESGHMCState(position, velocity, new_grad, state.count + 1, est, channel)
-        return hold(self.channel, key, state, new)
+        return hold(self.channel, key, state, new, mixing_matrix)
 
 
 class DIGingSGHMC(SamplingAlgorithm):
@@ -161,4 +161,4 @@ class DIGingSGHMC(SamplingAlgorithm):
                                       state.tracker, state.count)
         tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
         new = DIGingSGHMCState(position, velocity, tracker, grad, state.count + 1, est, channel)
-        return hold(self.channel, key, state, new)
+        return hold(self.channel, key, state, new, mixing_matrix)

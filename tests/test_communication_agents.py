@@ -1,0 +1,220 @@
+"""Communication channels under ``placement=Agents``: the agent-sharded run makes the draws of
+the single-device run with the same key (every per-agent draw is made for all ``N`` agents
+and sliced), so positions agree to float32 rounding and the message counts exactly; over a
+sparse schedule's neighbour exchange the compressed payloads travel, of the accounted size.
+
+Four CPU devices exist only when XLA is told so before JAX starts, hence one subprocess with
+``XLA_FLAGS=--xla_force_host_platform_device_count=4`` that runs every check and prints JSON.
+
+Tolerance: the channel mixes over the whole snapshot on every device with the single-device
+arithmetic; the runs differ only where the agent-sharded loop itself rounds differently (the
+gradient and noise of a device's rows, compiled in another program: an ulp of ``|x|`` per
+step, as without a channel). In float32 that is ``ε |x| = 1.2e-7 |x|`` per step; mixing is
+non-expansive and the gradient step contracts (``η L ≤ 0.05 · 1``), so after ``K = 12`` steps
+the positions differ by at most ``K · N ε |x| = 12 · 8 · 1.2e-7 |x| ≈ 1.2e-5 |x|``: the bound
+``2e-5 · max(1, scale)``. A single differing draw (a compressor's key, a dropped link, an
+inactive agent) moves a position by the message's own scale, ``≳ 1e-2`` (the full run's
+``effect`` checks that each channel changes the run by that much), and a flipped top-k
+selection or trigger by as much.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dgsgld import communication as C
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import jax
+    import jax.numpy as jnp, numpy as np
+    import jax.extend.core as jex
+    from jax.sharding import PartitionSpec as P
+    import dgsgld
+    from dgsgld import networks, sharding
+    from dgsgld import communication as C
+    from dgsgld.networks import rows, sparse
+    sys.path.insert(0, "tests")
+    from _problems import linear_regression, permuted_rings, ring
+
+    full = sys.argv[1] == "full"
+    key = jax.random.key(3)
+    prob = linear_regression(num_agents=8, dim=2, batch_size=2)
+    init = jnp.asarray(np.random.default_rng(0).normal(size=(2, 8, 2)), jnp.float32)
+    dense = permuted_rings(8, 3)
+    directed = networks.directed_one_peer_exponential(8)
+    neighbours = sparse.from_dense(dense, format="neighbors")
+    clock = C.Clock(1.0, jitter=1.0, latency=0.1, deadline=1.5)
+    # (sampler, mixing, channel): by default error feedback, local steps, stragglers, a clock
+    # with a deadline, event triggers, random rounds and the neighbour exchange; the full run
+    # adds every sampler, per-link drops, gossip, activity patterns and every compressor.
+    cells = {
+        "diging_topk_ef_every_activity_clock": (
+            dgsgld.DIGingSGLD(0.05), dense,
+            C.Channel(C.top_k(0.5), error_feedback=True, every=2, activity=0.6, clock=clock)),
+        "de_sparse_quantize_trigger_round": (
+            dgsgld.DESGLD(0.05), neighbours,
+            C.Channel(C.quantize(4), threshold=0.05, probability=0.8)),
+        # The neighbour exchange carries the payloads (Channel.needs_whole_network is False).
+        "diging_exchange_topk_every_clock": (
+            dgsgld.DIGingSGLD(0.05), neighbours,
+            C.Channel(C.top_k(0.5), every=2, clock=C.Clock(1.0, jitter=1.0, latency=0.1))),
+    }
+    if full:
+        cells |= {
+            "diging_randk_per_link": (
+                dgsgld.DIGingSGLD(0.05), dense,
+                C.Channel(C.random_k(0.5), probability=0.7, per_link=True)),
+            "push_diging_sign_gossip_pattern": (
+                dgsgld.PushDIGingSGLD(0.05), directed,
+                C.Channel(C.sign(), gossip="matching", activity=[[1, 0] * 4, [1] * 8])),
+            "extra_randk_ef_activity": (
+                dgsgld.EXTRASGLD(0.05), dense,
+                C.Channel(C.random_k(0.5), error_feedback=True, consensus=0.5, activity=0.7)),
+            "dula_quantize_ef_trigger": (
+                dgsgld.DULA(0.02, 0.5), dense,
+                C.Channel(C.quantize(2), error_feedback=True, threshold=0.02)),
+            "de_sghmc_topk_gossip_edge": (
+                dgsgld.DESGHMC(0.1, 2.0), dense, C.Channel(C.top_k(0.3), gossip="edge")),
+            "diging_sghmc_sign_clock": (
+                dgsgld.DIGingSGHMC(0.1, 2.0), ring(8),
+                C.Channel(C.sign(), clock=C.Clock((1.0,) * 7 + (3.0,), deadline=2.0))),
+            "push_sum_randk_per_link_activity": (
+                dgsgld.PushSumSGLD(0.05), directed,
+                C.Channel(C.random_k(0.5), probability=0.7, per_link=True, activity=0.7)),
+            "de_sghmc_exchange_randk_round": (
+                dgsgld.DESGHMC(0.1, 2.0), sparse.from_dense(dense, format="edges"),
+                C.Channel(C.random_k(0.5), probability=0.7)),
+            "extra_exchange_circulant_sign": (
+                dgsgld.EXTRASGLD(0.05), sparse.from_dense(ring(8)), C.Channel(C.sign())),
+            "diging_on_the_fly_topk_ef": (
+                dgsgld.DIGingSGLD(0.05),
+                networks.onthefly.one_peer_exponential_on_the_fly(8, format="neighbors"),
+                C.Channel(C.top_k(0.5), error_feedback=True)),
+        }
+    agents = sharding.Agents(sharding.agent_mesh(4))
+    out = {"devices": jax.device_count(), "cells": {}}
+    for name, (alg, mixing, channel) in cells.items():
+        ref = dgsgld.sample(alg, prob.potential, mixing, init, key, 12, channel=channel)
+        got = dgsgld.sample(alg, prob.potential, mixing, init, key, 12, channel=channel,
+                            placement=agents)
+        res = out["cells"][name] = {
+            "diff": float(jnp.abs(got.positions - ref.positions).max()),
+            "scale": float(jnp.abs(ref.positions).max()),
+            "bytes": channel.bytes_sent(ref.state).tolist(),
+            "bytes_agents": channel.bytes_sent(got.state).tolist(),
+            "messages_agents": np.asarray(C.messages_sent(got.state)).tolist(),
+            "spec": str(got.positions.sharding.spec),
+        }
+        if full:   # the channel changes the run (an exact channel's run against it)
+            exact = dgsgld.sample(alg, prob.potential, mixing, init, key, 12,
+                                  channel=C.Channel())
+            res["effect"] = float(jnp.abs(exact.positions - ref.positions).max())
+        if channel.clock is not None:
+            res["elapsed"] = np.asarray(C.elapsed_time(ref.state)).tolist()
+            res["elapsed_agents"] = np.asarray(C.elapsed_time(got.state)).tolist()
+
+    # What one device sends over the neighbour exchange for one message of F = 8 entries:
+    # the bytes of every ppermute's operands in the traced mix.
+    def ppermute_bytes(jaxpr):
+        total = 0
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "ppermute":
+                total += sum(v.aval.size * v.aval.dtype.itemsize for v in eqn.invars)
+            total += sum(ppermute_bytes(sub) for sub in jex.jaxprs_in_params(eqn.params))
+        return total
+
+    plan = rows.exchange_plan(neighbours, 4)
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(8, 8)), jnp.float32)
+    specs = (jax.tree.map(lambda _: P(None, "agents"), plan), P("agents"))
+    out["payload"] = {"rows_received": plan.rows_received}
+    for name, compressor in {"identity": C.identity(), "top_k": C.top_k(0.25),
+                             "random_k": C.random_k(0.5), "quantize": C.quantize(4)}.items():
+        mix = jax.shard_map(
+            lambda pl, xl: C._compress_mix(compressor, key, pl.rows(jnp.int32(1), "agents", 4),
+                                           xl)[1],
+            mesh=sharding.agent_mesh(), in_specs=specs, out_specs=P("agents"))
+        out["payload"][name] = {
+            "sent": ppermute_bytes(jax.make_jaxpr(mix)(plan, x).jaxpr),
+            "message_bytes": C.Channel(compressor).message_bytes(8),
+            # The mix itself, against the single-device one (same keys).
+            "diff": float(jnp.abs(mix(plan, x) - C._compress_mix(
+                compressor, key, neighbours.matrix_at(1), x)[1]).max())}
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+def _run(mode: str) -> dict:
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ,
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+               + " --xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu", PYTHONPATH=str(root))
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, mode], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+def _check(result: dict) -> None:
+    assert result["devices"] == 4 and result["cells"]
+    for cell, res in result["cells"].items():
+        assert "agents" in res["spec"], cell                      # really split over devices
+        assert res["scale"] > 0.1, cell                           # a real, moving run
+        assert res.get("effect", 1.0) > 1e-2, cell                # the channel changes the run
+        assert res["diff"] < 2e-5 * max(1.0, res["scale"]), (cell, res["diff"])
+        # Counts are integers from the same draws: equal exactly, and some were sent.
+        assert res["bytes_agents"] == res["bytes"], cell
+        assert sum(map(sum, res["messages_agents"])) > 0, cell
+        if "elapsed" in res:                                      # the same float32 sums
+            assert res["elapsed_agents"] == res["elapsed"], cell
+
+
+def _check_payload(result: dict) -> None:
+    # The neighbour exchange sends each received row's payload: k = 2 values and int32
+    # indices for top-k (16 B, half the dense 32 B), k = 4 values for random-k (16 B), the
+    # dense row for the identity, and quantization's rebuilt dense row (not bit-packed: more
+    # than its 7 accounted bytes). The mix is the single-device one to float32 rounding of a
+    # sum of at most 8 terms of weight ≤ 1 and |q| ≤ 2 max|x| ≈ 8 (random-k scales by
+    # d / k = 2; x standard normal, 64 draws): ≤ 8 · 8 · 1.2e-7 ≈ 8e-6.
+    pay = dict(result["payload"])
+    rows = pay.pop("rows_received")
+    assert rows > 0
+    for name, res in pay.items():
+        per_row = 8 * 4 if name == "quantize" else res["message_bytes"]
+        assert res["sent"] == rows * per_row, name
+        assert res["diff"] < 1e-5, name
+    assert pay["top_k"]["message_bytes"] == 16 and pay["random_k"]["message_bytes"] == 16
+
+
+def test_channels_under_agent_placement_make_the_single_device_draws():
+    result = _run("fast")
+    _check(result)
+    _check_payload(result)
+
+
+def test_which_channels_need_the_whole_network():
+    # Over a neighbour exchange a device knows its neighbours' rows only: public copies,
+    # per-link or gossip draws and inactive agents need the whole network (gathered).
+    local = [C.Channel(), C.Channel(C.top_k(0.1), every=3, probability=0.5),
+             C.Channel(C.random_k(0.2), clock=C.Clock(1.0, jitter=1.0, latency=0.1))]
+    whole = [C.Channel(C.top_k(0.1), error_feedback=True), C.Channel(threshold=0.1),
+             C.Channel(activity=0.5), C.Channel(probability=0.5, per_link=True),
+             C.Channel(gossip="edge"), C.Channel(clock=C.Clock(1.0, deadline=2.0))]
+    assert not any(c.needs_whole_network for c in local)
+    assert all(c.needs_whole_network for c in whole)
+
+
+@pytest.mark.slow  # fast twin: test_channels_under_agent_placement_make_the_single_device_draws
+def test_channels_under_agent_placement_every_sampler():
+    result = _run("full")
+    _check(result)
+    _check_payload(result)
