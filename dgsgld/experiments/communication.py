@@ -296,6 +296,9 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
     return rows
 
 
+#: Top of the figure's NLL axis: twice the uniform predictive's ln 10, so that rows whose NLL
+#: blew up do not squeeze the others.
+NLL_TOP = 2 * np.log(10)
 #: What each metric is, in the tables and on the figure's axes.
 _METRIC_NAMES = {"w2": "W2 to the posterior", "accuracy": "test accuracy",
                  "nll": "test NLL of the predictive"}
@@ -341,6 +344,8 @@ def _cell(row: dict, metric: str) -> str:
                  else (row[metric], row[f"{metric}_se"]))
     if value is None:
         return "diverged"
+    if abs(value) >= 1e4:             # a blown-up row: its size, not its digits
+        return f"{value:.2g} ± {se:.1g}"
     digits = 4 if metric == "w2" else 3
     return f"{value:.{digits}f} ± {se:.{digits}f}"
 
@@ -348,7 +353,8 @@ def _cell(row: dict, metric: str) -> str:
 def plot_communication(rows: list[dict], path: str | Path) -> Path:
     """Per problem, two panels: the metric (± its standard error) against bytes per agent and
     step (top) and against the simulated seconds of the run (bottom), a colour per method,
-    filled markers with error feedback."""
+    filled markers with error feedback. The NLL axis stops at :data:`NLL_TOP` (rows above
+    it are off the plot)."""
     plt = pyplot(headless=True)
     problems = list(dict.fromkeys(r["problem"] for r in rows))
     fig, axes = plt.subplots(2, len(problems), figsize=(5 * len(problems), 8), squeeze=False)
@@ -369,6 +375,8 @@ def plot_communication(rows: list[dict], path: str | Path) -> Path:
         kind = next(r["metric"] for r in rows if r["problem"] == problem)
         ax.set(xscale="log", yscale="linear" if kind == "accuracy" else "log",
                xlabel=xlabel, title=problem, ylabel=_METRIC_NAMES[kind])
+        if kind == "nll":
+            ax.set_ylim(top=NLL_TOP)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
