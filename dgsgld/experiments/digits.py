@@ -112,6 +112,12 @@ class Task(NamedTuple):
     strata: np.ndarray  # labels used by the splitters (classes or target quintiles)
     extra: dict  # task facts recorded in the output
 
+    def potential(self, split: dd.AgentSplit, batch_size: int | None) -> Potential:
+        """The agents' potentials on ``split`` (padding rows masked out), with mini-batches
+        of ``batch_size`` (``None``: full local batches)."""
+        return Potential(self.log_likelihood, self.log_prior, split.data, batch_size,
+                         mask=split.mask)
+
 
 def _standardize(train_x, *others):
     mean, std = train_x.mean(axis=0), train_x.std(axis=0)
@@ -426,10 +432,8 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
     n = config.num_agents
     splits = make_splits(task, config)
     split_names = list(splits)
-    potentials = stack_potentials([
-        Potential(task.log_likelihood, task.log_prior, s.data, config.batch_size, mask=s.mask)
-        for s in splits.values()
-    ])
+    potentials = stack_potentials([task.potential(s, config.batch_size)
+                                   for s in splits.values()])
     pooled = Potential(task.log_likelihood, task.log_prior,
                        jax.tree.map(lambda a: jnp.asarray(a)[None], task.train),
                        None if config.batch_size is None else n * config.batch_size)
