@@ -52,15 +52,12 @@ SCRIPT = textwrap.dedent(
     neighbours = sparse.from_dense(dense, format="neighbors")
     clock = C.Clock(1.0, jitter=1.0, latency=0.1, deadline=1.5)
     # (sampler, mixing, channel): by default error feedback, local steps, stragglers, a clock
-    # with a deadline, event triggers, random rounds and the neighbour exchange; the full run
-    # adds every sampler, per-link drops, gossip, activity patterns and every compressor.
+    # with a deadline and the neighbour exchange; the full run adds every sampler, event
+    # triggers, random rounds, per-link drops, gossip, activity patterns and every compressor.
     cells = {
         "diging_topk_ef_every_activity_clock": (
             dgsgld.DIGingSGLD(0.05), dense,
             C.Channel(C.top_k(0.5), error_feedback=True, every=2, activity=0.6, clock=clock)),
-        "de_sparse_quantize_trigger_round": (
-            dgsgld.DESGLD(0.05), neighbours,
-            C.Channel(C.quantize(4), threshold=0.05, probability=0.8)),
         # The neighbour exchange carries the payloads (Channel.needs_whole_network is False).
         "diging_exchange_topk_every_clock": (
             dgsgld.DIGingSGLD(0.05), neighbours,
@@ -68,6 +65,9 @@ SCRIPT = textwrap.dedent(
     }
     if full:
         cells |= {
+            "de_sparse_quantize_trigger_round": (
+                dgsgld.DESGLD(0.05), neighbours,
+                C.Channel(C.quantize(4), threshold=0.05, probability=0.8)),
             "diging_randk_per_link": (
                 dgsgld.DIGingSGLD(0.05), dense,
                 C.Channel(C.random_k(0.5), probability=0.7, per_link=True)),
@@ -134,8 +134,10 @@ SCRIPT = textwrap.dedent(
     x = jnp.asarray(np.random.default_rng(1).normal(size=(8, 8)), jnp.float32)
     specs = (jax.tree.map(lambda _: P(None, "agents"), plan), P("agents"))
     out["payload"] = {"rows_received": plan.rows_received}
-    for name, compressor in {"identity": C.identity(), "top_k": C.top_k(0.25),
-                             "random_k": C.random_k(0.5), "quantize": C.quantize(4)}.items():
+    compressors = {"top_k": C.top_k(0.25), "random_k": C.random_k(0.5)}
+    if full:
+        compressors |= {"identity": C.identity(), "quantize": C.quantize(4)}
+    for name, compressor in compressors.items():
         mix = jax.shard_map(
             lambda pl, xl: C._compress_mix(compressor, key, pl.rows(jnp.int32(1), "agents", 4),
                                            xl)[1],
