@@ -95,13 +95,21 @@ def _example():
     return example
 
 
-def measure_bytes(network, chains, agents, mixing, processes, tmp, **channel) -> float:
+def bytes_per_process(network, chains, agents, mixing, processes, tmp,
+                      **channel) -> list[float]:
+    """Bytes each process writes per step, in process order (see the module docstring)."""
     written = {}
     for steps in (100, 300):
         out, _ = _launch(processes, _args(network, chains, agents, mixing, steps, tmp / "x.npz",
                                           **channel))
-        written[steps] = [int(b) for _, b in sorted(re.findall(r"^IO (\d+) (\d+)$", out, re.M))]
-    per = [(b - a) / 200 for a, b in zip(written[100], written[300])]
+        found = sorted((int(p), int(b)) for p, b in re.findall(r"^IO (\d+) (\d+)$", out, re.M))
+        written[steps] = [b for _, b in found]
+    return [(b - a) / 200 for a, b in zip(written[100], written[300])]
+
+
+def measure_bytes(network, chains, agents, mixing, processes, tmp, **channel) -> float:
+    """Bytes one process writes per step, the mean over processes."""
+    per = bytes_per_process(network, chains, agents, mixing, processes, tmp, **channel)
     return float(sum(per) / len(per))
 
 

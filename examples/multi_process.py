@@ -12,7 +12,8 @@ chains``: each process runs a block of the chains on all the data
 ``agents``: each process holds only its agents' data, and the mixing is the only communication
 (all rows each step, or with ``--mixing sparse`` only the rows neighbours need; ``--channel``
 compresses the messages, and over ``--mixing sparse`` the compressed payloads travel). Process 0
-writes ``positions``, the final positions of all chains ``(chains, agents, d)``, to ``--out``.
+writes ``positions``, the final positions of all chains ``(chains, agents, d)``, to ``--out``
+(with ``--channel`` also ``bytes_sent``, the bytes each agent sent ``(chains, agents)``).
 Without ``--coordinator`` the script runs in one process (the reference run).
 See docs/scale.md.
 """
@@ -190,6 +191,8 @@ def main(argv=None) -> int:
         distributed.save_process_state(args.save_state, state)
     if jax.process_index() == 0:
         extra = {} if whole.ensemble is None else {"ensemble": np.asarray(whole.ensemble)}
+        if algorithm.channel is not None:
+            extra["bytes_sent"] = algorithm.channel.bytes_sent(whole.state)
         np.savez(args.out, positions=np.asarray(whole.state.position),
                  diverged=np.asarray(whole.divergence.iteration) >= 0, seconds=seconds, **extra)
         print(f"{args.placement}: {jax.process_count()} processes, {args.chains} chains, "

@@ -9,10 +9,11 @@ so positions differ only by rounding: chains across processes run a block of the
 batched products may round differently from the whole batch's (here 4 vs 8 chains differ by
 ~1e-6; 100 vs 200 chains were bit-identical); agents across processes compute ``W @ x`` as row
 blocks times gathered rows (dense) or neighbours' rows (sparse schedules) instead of one
-product, and per-device gradients compile to differently vectorised code. Float32 rounding (~6e-8 relative) per step,
-amplified over 20 steps of a contracting map, stays below 1e-4 times the positions' scale
-(measured: ~5e-6 at 100 steps); one differing draw would move a position by about
-sqrt(2 η) = 0.13.
+product, and per-device gradients compile to differently vectorised code. Float32 rounding
+(~6e-8 relative) per step, amplified over 20 steps of a contracting map, stays below 1e-4 times
+the positions' scale (measured: ~5e-6 at 100 steps; with top-k and random-k payloads over the
+sparse ring, 4.8e-7 and 7.6e-6 at scales 6 and 66, 20 steps); one differing draw would move a
+position by about sqrt(2 η) = 0.13.
 """
 
 import os
@@ -25,8 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dgsgld import distributed
-from dgsgld import Output
+from dgsgld import Output, distributed
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = [sys.executable, str(ROOT / "examples" / "multi_process.py")]
@@ -55,18 +55,22 @@ def _positions(path) -> np.ndarray:
         return f["positions"]
 
 
-def _example():
+def _module(path: Path):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("multi_process", EXAMPLE[1])
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _reference(*extra, ensemble_fn=None):
+def _example():
+    return _module(Path(EXAMPLE[1]))
+
+
+def _reference(*extra, ensemble_fn=None, whole=False):
     """The single-process run: dgsgld.sample on all chains, in this process (final positions,
-    or the trace with ``ensemble_fn``)."""
+    or the trace with ``ensemble_fn`` or ``whole``)."""
     import dgsgld
 
     example = _example()
@@ -74,7 +78,7 @@ def _reference(*extra, ensemble_fn=None):
     problem, mixing, init, key, algorithm = example.setup(args)
     trace = dgsgld.sample(algorithm, problem.potential(args.batch_size), mixing, init, key,
                           args.steps, output=Output(positions=False, ensemble_fn=ensemble_fn))
-    return trace if ensemble_fn is not None else np.asarray(trace.state.position)
+    return trace if ensemble_fn is not None or whole else np.asarray(trace.state.position)
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +137,9 @@ def test_two_processes_saved_and_resumed_equal_single_process_run(reference, tmp
 def test_sample_chains_in_one_process_is_dgsgld_sample_with_its_ensemble():
     import jax
     import jax.numpy as jnp
+    from _problems import linear_regression, ring
 
     import dgsgld
-    from _problems import linear_regression, ring
 
     prob = linear_regression(num_agents=4, dim=2)
     init = jnp.asarray(np.random.default_rng(0).normal(size=(6, 4, 2)), jnp.float32)
@@ -280,6 +284,66 @@ def test_sparse_agents_across_processes_equal_single_process_run(tmp_path, proce
     _run(["--placement", "agents", "--out", str(tmp_path / "s.npz"), *sparse, *SMALL],
          processes=processes)
     assert _close(_positions(tmp_path / "s.npz"), _reference(*sparse))
+
+
+# (channel, fraction): top-k's k = 2 of 6 entries, values and int32 indices, 16 B a message;
+# random-k's k = 3 values, 12 B (the receivers draw its indices from the sender's key).
+CHANNELS = [("top_k", "0.25"), ("random_k", "0.5")]
+ROW_BYTES = {"top_k": 16, "random_k": 12}
+
+
+@pytest.mark.slow  # default run: tests/test_communication_agents.py (the same exchange of
+# payloads on 4 devices in one process)
+@pytest.mark.parametrize("channel,fraction", CHANNELS)
+def test_compressed_payloads_across_two_processes_equal_single_process_run(
+        tmp_path, channel, fraction):
+    # A sparse ring with a channel that needs only neighbours' messages: each process sends
+    # the compressed payloads of its boundary rows and rebuilds C(x_j) from those it
+    # receives, the very floats the sender compressed. The draws (Langevin noise, random-k's
+    # indices) are the single-process run's, so positions differ by the mixing's and
+    # gradients' rounding only: the bound of the sparse runs above, 1e-4 times the scale.
+    # One differing draw would move a position by about sqrt(2 eta) = 0.13, a flipped top-k
+    # selection by a message entry (positions of scale 6, trackers 24 here).
+    from dgsgld import communication as comm
+
+    args = ["--mixing", "sparse", "--network", "ring", "--channel", channel,
+            "--fraction", fraction]
+    _run(["--placement", "agents", "--out", str(tmp_path / "k.npz"), *args, *SMALL],
+         processes=2)
+    want = _reference(*args, whole=True)
+    with np.load(tmp_path / "k.npz") as f:
+        got, sent = f["positions"], f["bytes_sent"]
+    assert _close(got, np.asarray(want.state.position))
+    # Counted as one device counts: 20 steps x 2 messages x 2 ring neighbours per agent, for
+    # every chain and agent.
+    np.testing.assert_array_equal(sent, np.full((8, 20), 20 * 2 * 2 * ROW_BYTES[channel]))
+    reference = comm.Channel(getattr(comm, channel)(float(fraction)))
+    np.testing.assert_array_equal(sent, reference.bytes_sent(want.state))
+
+
+@pytest.mark.slow  # default run: tests/test_communication_agents.py (the traced exchange's
+# ppermute operands are Channel.message_bytes(F) a row)
+@pytest.mark.parametrize("channel,fraction", CHANNELS)
+def test_each_process_writes_the_accounted_payload_bytes_per_step(tmp_path, channel, fraction):
+    # benchmarks/distributed.py's measurement: the bytes each process wrote (/proc/self/io
+    # wchar, which counts gloo's socket writes) after 100 and after 300 steps, differenced per
+    # step (start-up, compilation and the final gather cancel); the paper-size ring, 200
+    # chains. Predicted, for each process: DIGing-SGLD's 2 messages x 200 chains x 2 rows
+    # received x Channel.message_bytes(6).
+    bench = _module(ROOT / "benchmarks" / "distributed.py")
+    cell = dict(network="ring", chains=200, agents=20, mixing="sparse", processes=2)
+    predicted = bench.predicted_bytes(**cell, channel=channel, fraction=float(fraction))
+    assert predicted == 2 * 200 * 2 * ROW_BYTES[channel]
+    measured = np.asarray(bench.bytes_per_process(**cell, tmp=tmp_path, channel=channel,
+                                                  fraction=float(fraction)))
+    assert measured.shape == (2,)
+    # The rest is the transport's own: 144 B per ppermute and step whatever its size (the
+    # uncompressed sparse runs' excess too, benchmarks/distributed.md), bounded by 256 B; one
+    # ppermute per message and payload array (2 processes: one device offset). Rows sent
+    # dense (24 B) would add 2 x 200 x 2 x (24 - row) >= 6400 B, random-k's indices 9600 B.
+    ppermutes = 2 * {"top_k": 2, "random_k": 1}[channel]
+    excess = measured - predicted
+    assert np.all((excess >= 0) & (excess <= 256 * ppermutes)), (measured, predicted)
 
 
 @pytest.mark.slow
