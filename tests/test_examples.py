@@ -35,6 +35,7 @@ def test_examples_are_all_tested():
         "own_model_networkx.py",
         "bnn_equinox.py",
         "numpyro_poisson.py",
+        "compressed_messages.py",
     }
     # multi_process.py runs in tests/test_multiprocess.py (several processes, no --small).
     present = {p.name for p in EXAMPLES.glob("*.py")} - {"theory_report.py", "multi_process.py"}
@@ -132,3 +133,23 @@ def test_theory_report_example_writes_where_asked(tmp_path):
     # The stationary W2 is O(η): the local slope at η ~ 1e-6 is 1 to three decimals.
     slopes = [_numbers(line)[-1] for line in proc.stdout.splitlines() if "local slope" in line]
     assert len(slopes) == 3 and all(abs(s - 1.0) < 0.01 for s in slopes)
+
+
+@pytest.mark.slow
+def test_compressed_messages_example():
+    out = _run("compressed_messages.py")
+    rows = {ln.split(" W2 ")[0].strip(): _numbers(ln.split(" W2 ")[1])
+            for ln in out.splitlines() if " W2 " in ln}
+    (exact, exact_kb), (topk, topk_kb) = rows["exact"], rows["top_k(0.2)"]
+    (fed, fed_kb), (every, every_kb) = rows["top_k(0.2) + error feedback"], \
+        rows["exact, every 5 steps"]
+    # Bytes are exact counts: 400 steps x 2 messages (position, tracker) x 2 ring neighbours
+    # x 40 B (d = 10 float32) = 64.0 kB; top-k keeps 2 of 10 entries as value + int32 index
+    # (16 B); every 5 steps sends a fifth.
+    assert (exact_kb, topk_kb, fed_kb, every_kb) == (64.0, 25.6, 25.6, 12.8)
+    # 40 chains, d = 10, posterior sd 0.056: the 40-chain fit alone is off by about
+    # 0.056 * sqrt(d) * sqrt(d / (2 * 40)) ~ 0.06 in W2, and exact messages stay well below
+    # 0.3. Without error feedback the biased compressor breaks the tracking (W2 above 0.5,
+    # about 10 posterior sds); with it the run is back near the exact one.
+    assert exact < 0.3 and fed < 0.5 < topk
+    assert every < 0.5
