@@ -892,12 +892,11 @@ def hold(channel: "Channel | None", key: PRNGKey, old, new, matrix=None):
     if channel is None:
         return new
     num_agents = jax.tree.leaves(old.position)[0].shape[0]
-    sharded = rows.is_rows(matrix)
-    total = num_agents * jax.lax.axis_size(matrix.axis_name) if sharded else num_agents
+    total = rows.num_agents(matrix, num_agents)
     active = active_agents(channel, key, old.count, total)
     if active is None:
         return new
-    if sharded:
+    if total != num_agents:
         active = rows.own_rows(matrix, active, total)
 
     def keep(a, b):
@@ -958,8 +957,8 @@ def _compress_mix(compressor: Compressor, key: PRNGKey, matrix, message: PyTree)
         keys = jax.random.split(key, flat.shape[0])
         q = _unflat(jax.vmap(compressor.compress)(keys, flat), message)
         return q, _tree.mix(matrix, q)
-    size, dim = flat.shape
-    total = size * jax.lax.axis_size(matrix.axis_name)
+    total = rows.num_agents(matrix, flat.shape[0])
+    dim = flat.shape[1]
     keys = jax.random.split(key, total)
     own = rows.own_rows(matrix, keys, total)
     expand = jax.vmap(lambda k, p: compressor.expand(k, p, dim))
@@ -1047,9 +1046,8 @@ def _send(channel: "Channel", key: PRNGKey, states, name: str, matrix, message: 
         out = _send(channel, key, {name: state}, name, full, message, count, directed, weight)
         mixed, mixed_weight, new = rows.own_rows(matrix, out, num_agents)
         return mixed, mixed_weight, {**states, **new}
-    num_agents = jax.tree.leaves(message)[0].shape[0]
-    if isinstance(matrix, rows.HaloRows):   # a neighbour exchange: draws for all N agents
-        num_agents *= jax.lax.axis_size(matrix.axis_name)
+    # Draws for all N agents (over a neighbour exchange a device holds R of them).
+    num_agents = rows.num_agents(matrix, jax.tree.leaves(message)[0].shape[0])
     by_activity = _by_activity(channel, key, count, num_agents)
     times = None if channel.clock is None else channel.clock.times(key, num_agents)
     active = _with_deadline(channel, by_activity, times)

@@ -36,7 +36,7 @@ from . import sparse
 from ._mixing import MixingStack
 
 __all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "exchange_plan", "gather",
-           "is_rows", "own_rows", "rows_at", "split_rows", "whole"]
+           "is_rows", "num_agents", "own_rows", "rows_at", "split_rows", "whole"]
 
 
 class RowBlock(eqx.Module):
@@ -334,6 +334,12 @@ def rows_at(operand, k, first, size: int, axis_name: str, num_devices: int):
 def is_rows(matrix) -> bool:
     """Whether ``matrix`` is a device's rows of ``W⁽ᵏ⁾`` (inside ``shard_map``), not the whole."""
     return isinstance(matrix, (RowBlock, GatheredRows, HaloRows))
+
+
+def num_agents(matrix, local: int) -> int:
+    """``N``, the network's agents, from a mixing operand and the ``local`` rows a device holds:
+    ``local`` times the devices of a row block's mesh axis, ``local`` itself otherwise."""
+    return local * jax.lax.axis_size(matrix.axis_name) if is_rows(matrix) else local
 
 
 def whole(block):

@@ -27,12 +27,10 @@ Automatic choice (:func:`auto`) from a cost model (:class:`CostModel`, :func:`co
 to whole sampling runs, not a density threshold: the sparse formats' products are cheap at any
 size, but their runs differ outside the product. :class:`CirculantMixing` keeps
 ``dgsgld.sample``'s chains-last loop (its product is one contraction, like the dense one); the
-gathering formats run chains first (with the noise and the updates on flat leaves), about four
-times a dense run's per-agent time outside the product. Measured DIGing-SGLD on a ring, 200
-chains, d = 6, 20 steps, wall ms on a 2-core machine, dense / circulant / neighbours:
-N = 200 82 / 91 / 131; N = 1 000 1 023 / 534 / 818; N = 2 000 3 291 / 1 180 / 1 677
-(``benchmarks/targets.md``); dense / neighbours 0.80, 0.76, 0.95, 1.05, 1.16 and 1.25 at
-N = 200, 300, ..., 700 (``benchmarks/neighbour_crossover.md``).
+gathering formats run chains first (with the noise and the updates on flat leaves), which
+costs more than a dense run's per-agent time outside the product. Where each format wins is
+measured in ``benchmarks/targets.md`` (rings of 200 to 2 000 agents) and
+``benchmarks/neighbour_crossover.md`` (dense against neighbour lists).
 """
 
 from __future__ import annotations
