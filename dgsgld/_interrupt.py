@@ -10,6 +10,8 @@ raised inside a garbage-collection callback (JAX registers one) or a ``__del__``
   watcher thread woken by the signal itself (``signal.set_wakeup_fd``): if the command has not
   finished ``grace`` seconds after Ctrl-C, the watcher prints the error line and ends the
   process (``os._exit``; checkpoints are written atomically, so this is as safe as a kill).
+  A ``KeyboardInterrupt`` that reaches ``sys.unraisablehook`` (raised in a callback, so lost)
+  ends the process at once, with the same line instead of the "Exception ignored" report.
 """
 
 import contextlib
@@ -18,6 +20,7 @@ import signal
 import socket
 import sys
 import threading
+
 
 def _exit(signum, frame) -> None:
     os.write(2, b"error: interrupted\n")
@@ -72,13 +75,20 @@ def stop_on_interrupt(grace: float):
                     os._exit(130)
                 return
 
+    def lost(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _exit(signal.SIGINT, None)  # nothing will unwind: the interrupt was swallowed
+        previous_hook(unraisable)
+
     previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, lost
     watcher = threading.Thread(target=watch, name="dgsgld-interrupt", daemon=True)
     watcher.start()
     try:
         yield interrupted
     finally:
         finished.set()
+        sys.unraisablehook = previous_hook
         signal.set_wakeup_fd(previous)
         with contextlib.suppress(OSError):
             writer.send(b"\0")

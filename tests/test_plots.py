@@ -6,6 +6,8 @@ import pytest
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")  # files only, no display
 
+import matplotlib.pyplot as plt  # noqa: E402
+
 import dgsgld  # noqa: E402
 from dgsgld import networks, plots  # noqa: E402
 
@@ -53,7 +55,7 @@ def test_per_chain_values_are_averaged_and_bytes_count_messages():
     np.testing.assert_allclose(line.get_ydata(), PER_CHAIN.mean(0).mean(1))
     # A ring of N agents: 2N directed messages per iteration, 6 float32 numbers each.
     np.testing.assert_array_equal(line.get_xdata(), np.arange(T) * 2 * N * 6 * 4)
-    matplotlib.pyplot.close(fig)
+    plt.close(fig)
     # A time-varying stack: snapshot k % P's edges are counted at iteration k.
     stack = np.stack([np.eye(3), networks.complete(3).matrices[0]])  # 0 then 6 messages
     np.testing.assert_array_equal(plots.communication_bytes(stack, np.array([0, 1, 2, 3, 5]), 1,
@@ -68,9 +70,9 @@ def test_plots_name_what_is_wrong():
         plots.per_agent(_trace())
     with pytest.raises(ValueError, match=r"must be \(num_kept, num_agents\).*got shape \(6,\)"):
         plots.per_agent(W2[:, 0])
-    fig, ax = matplotlib.pyplot.subplots()
+    fig, ax = plt.subplots()
     with pytest.raises(ValueError, match=r"`x` must have shape \(6,\)"):
         plots.agent_curves(ax, W2, x=np.arange(5))
-    matplotlib.pyplot.close(fig)
+    plt.close(fig)
     with pytest.raises(ValueError, match="`iterations` must be a 1-D array of non-negative"):
         plots.communication_bytes(networks.ring(N), np.array([-1]), 2)

@@ -255,6 +255,25 @@ def test_ctrl_c_while_the_package_imports_stops_with_130(tmp_path):
     assert waited < 5.0
 
 
+def test_a_keyboard_interrupt_lost_in_a_callback_ends_the_command_with_130():
+    # Ctrl-C raised inside a garbage-collection callback or a `__del__` (JAX registers such a
+    # callback) reaches `sys.unraisablehook` instead of the command: it must end the process
+    # with the one error line, not print "Exception ignored" and wait for the watcher.
+    code = ("import gc, time\n"
+            "from dgsgld import _interrupt\n"
+            "class Lost:\n"
+            "    def __del__(self): raise KeyboardInterrupt\n"
+            "with _interrupt.stop_on_interrupt(60.0):\n"
+            "    Lost(); gc.collect(); time.sleep(30)\n"
+            "print('ran on')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "error: interrupted\n", "")
+    assert time.monotonic() - start < 25.0
+
+
 @pytest.mark.slow  # fast twin: test_ctrl_c_while_the_package_imports_stops_with_130
 @pytest.mark.parametrize("delay", [2.0, 5.0, 9.0, 14.0])
 def test_ctrl_c_at_any_point_of_reproduce_stops_within_seconds(tmp_path, delay):
