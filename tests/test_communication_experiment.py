@@ -111,8 +111,8 @@ def test_digits_rows_tiny(tmp_path, monkeypatch):
     monkeypatch.setitem(experiment.DIGITS_SMALL, "num_steps", 10)
     monkeypatch.setattr(experiment, "METHODS", {"DIGing-SGLD": experiment.DIGingSGLD})
     every = experiment.channels
-    monkeypatch.setattr(experiment, "channels", lambda small, consensus: [
-        (label, c) for label, c in every(small, consensus)
+    monkeypatch.setattr(experiment, "channels", lambda small, consensus, noise: [
+        (label, c) for label, c in every(small, consensus, noise)
         if label == "exact, every 5" or (label == "top_k(1/3)" and c.error_feedback)])
     rows = experiment.communication_experiment(tmp_path, small=True, problems=("digits",),
                                                plot=False, logger=None)

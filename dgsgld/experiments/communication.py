@@ -26,7 +26,8 @@ DIGing-SGLD against DE-SGLD, each with exact float32 messages; exact messages ev
 ``τ`` ∈ {2, 5, 10} steps (local steps between); every compressor of
 :mod:`dgsgld.communication` without and with CHOCO error feedback (``consensus`` γ fixed, not
 tuned); event triggers (an agent sends when its message moved more than ``δ`` from the copy its
-neighbours hold); stragglers (each agent active at a step with probability ``q``); randomized
+neighbours hold; ``δ`` one and three times the norm of a step's Langevin noise,
+:func:`channels`); stragglers (each agent active at a step with probability ``q``); randomized
 gossip (a random matching, or one random link, carries each round); and a deadline of
 :data:`DEADLINE` simulated seconds. One step size per problem for every row (not tuned either).
 
@@ -108,9 +109,14 @@ def compressors(small: bool) -> dict:
     return out
 
 
-def channels(small: bool, consensus: float) -> list[tuple[str, comm.Channel]]:
+def channels(small: bool, consensus: float, noise: float = 1.0) -> list[tuple[str, comm.Channel]]:
     """``(label, channel)`` of every row: exact messages every step and every ``τ`` steps,
-    each compressor without and with error feedback, event triggers and stragglers."""
+    each compressor without and with error feedback, event triggers and stragglers.
+
+    The triggers' thresholds are ``δ = c · noise`` for ``c`` ∈ {1, 3}, with ``noise`` the norm
+    ``√(2ηd)`` of one step's Langevin noise in a message of ``d`` entries: one absolute δ
+    never holds a message of the BNN (its noise alone moves it by ``√(2ηd) ≈ 1.6`` a step)
+    and always holds one of a small problem."""
     out = [("exact", comm.Channel())]
     out += [(f"exact, every {tau}", comm.Channel(every=tau)) for tau in (2, 5, 10)]
     for label, compressor in compressors(small).items():
@@ -118,7 +124,7 @@ def channels(small: bool, consensus: float) -> list[tuple[str, comm.Channel]]:
             out += [(label, comm.Channel(compressor)),
                     (label, comm.Channel(compressor, error_feedback=True,
                                          consensus=consensus))]
-    out += [(f"trigger δ={delta:g}", comm.Channel(threshold=delta)) for delta in (0.1, 0.3)]
+    out += [(f"trigger δ={c}·√(2ηd)", comm.Channel(threshold=c * noise)) for c in (1, 3)]
     out += [(f"stragglers q={q:g}", comm.Channel(activity=q)) for q in (0.9, 0.5)]
     out += [("gossip, matching", comm.Channel(gossip="matching")),
             ("gossip, one link", comm.Channel(gossip="edge")),
@@ -263,8 +269,10 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
         steps = problem.num_steps
         keep = Output(thin=steps, positions=True)
         init = problem.init(jax.random.fold_in(key, 1), problem.num_chains, cfg["num_agents"])
+        dim = sum(int(np.prod(leaf.shape[2:])) for leaf in jax.tree.leaves(init))
+        noise = float(np.sqrt(2 * problem.step_size * dim))
         for method, make in METHODS.items():
-            for label, channel in channels(small, cfg["consensus"]):
+            for label, channel in channels(small, cfg["consensus"], noise=noise):
                 ef = channel.error_feedback
                 trace = sample(make(problem.step_size), problem.potential, mixing, init, key,
                                steps, output=keep, channel=channel, on_divergence="flag")
@@ -280,7 +288,8 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
                        "error_feedback": ef, "bytes_per_agent": float(sent.mean()),
                        "bytes_per_agent_step": float(sent.mean()) / steps,
                        "seconds": seconds, "seconds_per_step": seconds / steps, "metric": kind,
-                       "value": scores[kind][0], "se": scores[kind][1], "diverged": diverged}
+                       "value": scores[kind][0], "se": scores[kind][1], "diverged": diverged,
+                       "threshold": channel.threshold}
                 for other in others:
                     row[other], row[f"{other}_se"] = scores[other]
                 rows.append(row)
