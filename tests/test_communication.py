@@ -1002,8 +1002,8 @@ def test_exact_moments_with_random_k_messages_match_monte_carlo(cells, key):
     with pytest.raises(ValueError, match="random-k messages are propagated .* not for 'extra'"):
         exact.exact_moments(dgsgld.EXTRASGLD(eta), problem2, W, np.zeros(3), np.eye(3), 2,
                             channel=channel)
-    with pytest.raises(ValueError, match="error feedback with a compressor keeps the public"):
-        exact.exact_moments(dgsgld.DESGLD(eta), problem2, W, np.zeros(3), np.eye(3), 2,
+    with pytest.raises(ValueError, match="random-k messages are propagated .* not for 'extra'"):
+        exact.exact_moments(dgsgld.EXTRASGLD(eta), problem2, W, np.zeros(3), np.eye(3), 2,
                             channel=C.Channel(C.random_k(2 / 3), error_feedback=True))
 
 
@@ -1015,8 +1015,9 @@ def _channel_z(alg, channel, problem, mixing, steps, key, *laws, chains=6000):
     """Chains of ``alg`` with ``channel`` against exact laws: ``chains`` chains, full batches,
     ``steps`` steps from N(0, I) (the same draws in every test); returns, for
     ``exact_moments(alg, ..., channel=channel)`` and then for each ``(mixing, channel)`` of
-    ``laws``, the largest |z-score| of the ``N (d + d²)`` means and covariance entries at the
-    last step (standard errors from the chains, :func:`_data_z`)."""
+    ``laws`` (or an :class:`~dgsgld.theory.exact.ExactMoments` taken as it is), the largest
+    |z-score| of the ``N (d + d²)`` means and covariance entries at the last step (standard
+    errors from the chains, :func:`_data_z`)."""
     from dgsgld.theory import exact
     from tests._moments import exact_quadratic
 
@@ -1026,10 +1027,11 @@ def _channel_z(alg, channel, problem, mixing, steps, key, *laws, chains=6000):
                           output=dgsgld.Output(positions=False, trace_fn=lambda s: ()))
     x = np.asarray(trace.state.position, np.float64)
     out = []
-    for law_mixing, law_channel in ((mixing, channel), *laws):
-        with jax.enable_x64(True):
-            law = exact.exact_moments(alg, exact_quadratic(problem), law_mixing, np.zeros(d),
-                                      np.eye(d), steps, channel=law_channel)
+    for law in ((mixing, channel), *laws):
+        if not isinstance(law, exact.ExactMoments):
+            with jax.enable_x64(True):
+                law = exact.exact_moments(alg, exact_quadratic(problem), law[0], np.zeros(d),
+                                          np.eye(d), steps, channel=law[1])
         z_mean, z_cov = _data_z(x, np.asarray(law.mean[-1]), np.asarray(law.cov[-1]))
         out.append(max(np.abs(z_mean).max(), np.abs(z_cov).max()))
     return out
@@ -1207,6 +1209,142 @@ def test_exact_moments_with_random_rounds_feedback_and_deadlines_match_monte_car
     np.testing.assert_array_equal(a.cov, b.cov)
 
 
+def _feedback_mixture(kind, quadratic, W, eta, gamma, k, steps, every):
+    """``(mean (N, d), cov (N, d, d))`` of ``x`` after ``steps`` steps of DE-SGLD or DIGing-SGLD
+    (``kind``) with random-k messages (``k`` entries kept) and error feedback (``γ``), full
+    batches from ``x⁽⁰⁾ ~ N(0, I)``, by averaging over every mask outcome of every step
+    (float64 NumPy). The step is written from the samplers' equations (diging.py, de.py) and
+    ``Channel._mix``: public copies ``û⁽⁰⁾ = 0``, ``û⁺ = û + D (u − û)`` with ``D`` a 0/1 mask
+    of ``k`` of each agent's ``d`` entries, uniform and independent over agents and messages,
+    ``mixed = u + γ (W − I) û⁺``; at a step that is no round (``every``) nothing changes
+    but ``mixed = u``. Given the masks it is affine in ``(z, w)``; its matrices are read off
+    by applying it to unit vectors, and ``E[z⁺ z⁺ᵀ]`` averages over the outcomes."""
+    import itertools
+
+    from scipy.linalg import block_diag
+
+    A, b = np.asarray(quadratic.hessians), np.asarray(quadratic.shifts)
+    num, d = b.shape
+    n, sent = num * d, 2 if kind == "diging" else 1
+    Wb, Ab, bb, eye = np.kron(W, np.eye(d)), block_diag(*A), b.reshape(n, 1), np.eye(n)
+
+    def step(z, w, mask, talk):        # z (2 sent n, cols), w (n, cols), mask (sent, n)
+        blocks = np.split(z, 2 * sent)
+        s, hat = blocks[:sent], blocks[sent:]
+        if talk:
+            hat = [h + m[:, None] * (u - h) for u, h, m in zip(s, hat, mask)]
+        mixed = [u + gamma * ((Wb if talk else eye) - eye) @ h for u, h in zip(s, hat)]
+        x = s[0]
+        if kind == "de":
+            return np.concatenate([mixed[0] - eta * (Ab @ x - bb) + np.sqrt(2 * eta) * w, *hat])
+        x_new = mixed[0] - eta * s[1] + np.sqrt(2 * eta) * w
+        return np.concatenate([x_new, mixed[1] + Ab @ (x_new - x), *hat])
+
+    size = 2 * sent * n
+    subsets = [np.isin(np.arange(d), c).astype(float)
+               for c in itertools.combinations(range(d), k)]
+    outcomes = [np.concatenate(p).reshape(sent, n)
+                for p in itertools.product(subsets, repeat=sent * num)]
+    if kind == "diging":  # z⁽⁰⁾ = start x⁽⁰⁾ + offset: y⁽⁰⁾ = 𝐀x⁽⁰⁾ − 𝐛, copies 0
+        start = np.concatenate([eye, Ab, np.zeros((2 * n, n))])
+        offset = np.concatenate([np.zeros(n), -bb[:, 0], np.zeros(2 * n)])
+    else:
+        start, offset = np.concatenate([eye, np.zeros((n, n))]), np.zeros(size)
+    m, E = offset, start @ start.T + np.outer(offset, offset)
+    for t in range(steps):
+        talk = t % every == 0
+        c = step(np.zeros((size, 1)), np.zeros((n, 1)), outcomes[0], talk)[:, 0]
+        G = step(np.zeros((size, n)), eye, outcomes[0], talk) - c[:, None]
+        Ms = [step(np.eye(size), np.zeros((n, size)), o, talk) - c[:, None]
+              for o in (outcomes if talk else outcomes[:1])]
+        M = np.mean(Ms, axis=0)
+        Mm = M @ m
+        E = np.mean([Mo @ E @ Mo.T for Mo in Ms], axis=0) + np.outer(Mm, c) + np.outer(c, Mm) \
+            + np.outer(c, c) + G @ G.T
+        m = Mm + c
+    cov = (E - np.outer(m, m))[:n, :n].reshape(num, d, num, d)
+    return m[:n].reshape(num, d), np.einsum("iaib->iab", cov)
+
+
+def test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture():
+    """Random-k messages with error feedback in ``exact_moments`` (the public copies carried
+    in the state, the masks' spread over ``s − ŝ``: module docstring of
+    dgsgld.theory.exact) against :func:`_feedback_mixture`, which averages the step over
+    every mask outcome: DIGing-SGLD with k = 1 of d = 2 (the 256 masks of x and y of 4
+    agents) and DE-SGLD with k = 2 of d = 3 and every = 2 (81 masks at a round), γ = 0.5, 6
+    steps on the ring of 4. Both are exact in float64: equal to 1e-10 relative. With every
+    entry kept (``random_k(1)``) the copies equal the messages after a round, and the
+    moments are those of error feedback with exact messages to rounding."""
+    from dgsgld.theory import exact
+    from tests._moments import exact_quadratic
+
+    W, eta, gamma, T = np.asarray(ring(N), np.float64), 0.1, 0.5, 6
+    quadratics = {d: exact_quadratic(linear_regression(num_agents=N, local_size=3, dim=d))
+                  for d in (2, 3)}
+    for kind, d, k, every in (("diging", 2, 1, 1), ("de", 3, 2, 2)):
+        q = quadratics[d]
+        channel = C.Channel(C.random_k(k / d), error_feedback=True, consensus=gamma,
+                            every=every)
+        with jax.enable_x64(True):
+            law = exact.exact_moments(kind, q, W, np.zeros(d), np.eye(d), T, step_size=eta,
+                                      channel=channel)
+        mean, cov = _feedback_mixture(kind, q, W, eta, gamma, k, T, every)
+        np.testing.assert_allclose(law.mean[-1], mean, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(law.cov[-1], cov, rtol=1e-10, atol=1e-12)
+    with jax.enable_x64(True):
+        full, exact_messages = (
+            exact.exact_moments("diging", quadratics[2], W, np.zeros(2), np.eye(2), T,
+                                step_size=eta,
+                                channel=C.Channel(c, error_feedback=True, consensus=gamma))
+            for c in (C.random_k(1.0), C.identity()))
+    np.testing.assert_allclose(full.cov, exact_messages.cov, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(full.mean, exact_messages.mean, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("cells", [
+    "diging",
+    pytest.param("all", marks=pytest.mark.slow),  # fast twin: the "diging" cell
+])
+def test_exact_moments_with_random_k_and_error_feedback_match_monte_carlo(cells, key,
+                                                                         monkeypatch):
+    """``Channel(random_k(0.5), error_feedback=True, consensus=0.5)`` (k = 1 of d = 2 kept
+    unscaled, public copies from 0) in ``exact_moments``: DIGing-SGLD (``"all"``: and
+    DE-SGLD, D-ULA, DE-SGHMC, DIGing-SGHMC, and DIGing-SGLD and DE-SGLD with every = 2) on
+    the ring of 4, 10 steps, 6000 chains of ``dgsgld.sample``: every z-score within the
+    Bonferroni bound (:func:`_bound`). Rejected for DIGing-SGLD, each propagated by the same
+    recursion with another mask law (``_random_k_mask``): with the masks' mean ``(k/d) I``
+    alone (the same means; without the masks' spread the covariances are too small), and
+    with every entry sent (``D = I``: the copies equal the messages, their lag ignored; the
+    law of error feedback with exact messages, by
+    test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture)."""
+    from dgsgld.theory import exact
+    from tests._moments import exact_quadratic
+
+    problem = linear_regression(num_agents=N, local_size=3, dim=2)
+    W, eta, T = np.asarray(ring(N), np.float64), 0.1, 10
+    channel = C.Channel(C.random_k(0.5), error_feedback=True, consensus=0.5)
+    runs = [(dgsgld.DIGingSGLD(eta), channel)]
+    if cells == "all":
+        runs += [(alg, channel) for alg in (
+            dgsgld.DESGLD(eta), dgsgld.DULA(eta / N, 0.5), dgsgld.DESGHMC(eta, 2.0),
+            dgsgld.DIGingSGHMC(eta, 2.0))]
+        every = C.Channel(C.random_k(0.5), error_feedback=True, consensus=0.5, every=2)
+        runs += [(dgsgld.DIGingSGLD(eta), every), (dgsgld.DESGLD(eta), every)]
+    bound = _bound(len(runs))
+    alg, wrong = runs[0][0], []
+    for keep in (0.5, 1.0):
+        with monkeypatch.context() as patch, jax.enable_x64(True):
+            patch.setattr(exact, "_random_k_mask",
+                          lambda f, d, keep=keep: (keep, np.zeros((d, d))))
+            wrong.append(exact.exact_moments(alg, exact_quadratic(problem), W, np.zeros(2),
+                                             np.eye(2), T, channel=channel))
+    z, spreadless, copies = _channel_z(alg, channel, problem, W, T, key, *wrong)
+    assert z <= bound < min(spreadless, copies), (z, spreadless, copies)
+    for alg, ch in runs[1:]:
+        (z,) = _channel_z(alg, ch, problem, W, T, key)
+        assert z <= bound, (type(alg).__name__, ch, z)
+
+
 def _channel_grid():
     """``(options, channel)`` for every :class:`C.Channel` built from one or two of its
     options (values below; pairs the constructor refuses are left out)."""
@@ -1234,7 +1372,7 @@ def test_exact_moments_refuses_other_channels_naming_channel_and_why():
     pair the constructor accepts) and every kind is either propagated by ``exact_moments``
     or refused before anything is computed with a ``ValueError`` that starts with
     ``"`channel`"`` and says why, the channel quoted. Then each family of refusals with its
-    reason: compressors that are not linear in the message, error feedback's own state, event
+    reason: compressors that are not linear in the message (with error feedback too), event
     triggers that depend on the state, combinations and kinds not propagated, enumerations
     too large, patterns of the wrong size and gossip over a traced ``mixing``."""
     from dgsgld.theory import exact
@@ -1267,8 +1405,10 @@ def test_exact_moments_refuses_other_channels_naming_channel_and_why():
     reasons = [
         (C.Channel(C.top_k(0.5)), "de", "TopK messages are not linear in the message"),
         (C.Channel(C.quantize(4)), "diging", "Quantize messages are not linear"),
-        (C.Channel(C.random_k(0.5), error_feedback=True), "de",
-         "error feedback with a compressor keeps the public copies x̂ as state of their own"),
+        (C.Channel(C.top_k(0.5), error_feedback=True), "de",
+         "TopK messages are not linear in the message"),
+        (C.Channel(C.random_k(0.5), error_feedback=True, activity=0.5), "diging",
+         "random-k messages are propagated over a fixed matrix only, not with stragglers"),
         (C.Channel(threshold=0.1), "de", "a function of the state, so the recursion is not "
                                          "linear"),
         (C.Channel(threshold={"tracker": 0.5}), "diging", "a function of the state"),

@@ -74,10 +74,10 @@ round the public copies are the messages, ``x̂ = x``, so ``mixed = x + γ (U �
 recursion with ``(1 − γ) I + γ U``. An event trigger with ``threshold=0`` sends whenever the
 message moved, and an unmoved message equals its copy: the mixed values are those without
 it. Refused (a ``ValueError`` naming ``channel``): top-k, sign and quantized messages (not
-linear in the message), error feedback with a compressor (the public copies are state of
-their own), a threshold ``> 0`` (sending depends on ``‖x_j − x̂_j‖``, a function of the
-state), and combinations not propagated (link drops or random-k messages with a random matrix;
-anything random for the push-sum samplers, whose recursion divides by the weights).
+linear in the message, with error feedback or without), a threshold ``> 0`` (sending depends
+on ``‖x_j − x̂_j‖``, a function of the state), and combinations not propagated (link drops or
+random-k messages with a random matrix; anything random for the push-sum samplers, whose
+recursion divides by the weights).
 
 Random-k messages (``Channel(random_k(f))``, no error feedback): sender ``j`` sends
 ``q_j = m_j ⊙ x_j``, ``m_j`` a scaled mask (``d / k`` on ``k = ⌈f d⌉`` entries drawn uniformly
@@ -90,6 +90,19 @@ column block (``x``; the tracker ``y`` of the DIGing kinds), with ``L`` read off
 E[s_msg s_msgᵀ]) 𝒪ᵀ L_msgᵀ``, with ``C_ζ = I_N ⊗ Σ``, ``Σ_rr = d/k − 1`` and
 ``Σ_rs = −(d − k) / (k (d − 1))`` (``r ≠ s``) the covariance of one agent's mask. The law is
 again a mixture (exact mean and covariance, not Gaussian).
+
+Random-k messages with error feedback (``Channel(random_k(f), error_feedback=True,
+consensus=γ)``): each sent block ``u`` of ``s`` (``x``; DIGing's tracker ``y``, the old one)
+has public copies ``û`` (``û⁽⁰⁾ = 0``), ``û⁺ = û + D (u − û)`` with ``D`` the unscaled 0/1
+masks (``k`` entries per agent, drawn as above), and the step mixes ``u + γ (𝒲 − I) û⁺``
+where the recursion has ``𝒲 u``: ``s⁺ = M(I) s + K ŝ⁺ + c + G w``, ``K = γ (M(W) − M(I))``.
+The state ``z = (s, ŝ)`` (``ŝ⁽⁰⁾ = 0``) then steps as ``z⁺ = (M̄ + ρ B diag(ζ) J) z + [c; 0]
++ [G; 0] w`` with ``ρ = k / d``, ``D = ρ (I + diag(ζ))`` (``ρ`` times the scaled mask),
+``M̄ = [[M(I) + ρK, (1 − ρ) K], [ρI, (1 − ρ) I]]``, ``B = [K; I]`` and ``J z = s − ŝ``:
+``m⁺ = M̄ m + c``, ``S⁺ = M̄ S M̄ᵀ + G Gᵀ + ρ² B (C_ζ ⊙ J E[zzᵀ] Jᵀ) Bᵀ``. Without error
+feedback the spread is this term with ``ρB`` replaced by ``L (I ⊗ 𝒪)`` and ``J = I``. A step that
+is no round (``every``) sends nothing: ``D = 0``, the copies kept. Not for EXTRA-SGLD, which
+sends the new ``x⁽ᵏ⁺¹⁾`` and whose offset depends on ``W``.
 
 The second parameter of the momentum samplers (``γ``) and of D-ULA (``β_k``, a schedule too)
 is read off the sampler, or given as ``parameter=`` with a kind string.
@@ -592,8 +605,9 @@ def exact_moments(
             consensus weight ``β`` (constant or schedule) of ``"d_ula"``.
         channel: ``None`` (exact mixing), ``Channel()``, random link drops
             ``Channel(probability=p, per_link=True)``, random-k messages
-            ``Channel(random_k(f))`` (neither for EXTRA-SGLD), intermittent rounds
-            ``every=τ``, and the finite mixtures of stragglers (``activity``, a clock's
+            ``Channel(random_k(f))`` with or without error feedback (neither for
+            EXTRA-SGLD; random-k over a fixed matrix, ``every=τ`` allowed), intermittent
+            rounds ``every=τ``, and the finite mixtures of stragglers (``activity``, a clock's
             deadline), rounds for all agents at once (``probability=p``) and gossip, error
             feedback with exact messages, ``threshold=0`` (module docstring). Not for
             centralized ULA; the push-sum samplers take ``every`` only. Other channels are
@@ -627,9 +641,9 @@ def exact_moments(
     b = xp.asarray(quadratic.shifts).astype(mean0.dtype)
     stack = None if stack is None else stack.astype(mean0.dtype)
     mixture = _mixture(law, stack, mixing, mean0.dtype)
-    mask_cov = None if law.fraction is None else _random_k_covariance(law.fraction, A.shape[-1])
+    mask = None if law.fraction is None else _random_k_mask(law.fraction, A.shape[-1])
     return ExactMoments(*_propagate(kind, int(num_steps), law.link_p, law.every, law.consensus,
-                                    A, b, stack, mean0, cov0, etas, extras, mixture, mask_cov))
+                                    A, b, stack, mean0, cov0, etas, extras, mixture, mask))
 
 
 class _ChannelLaw(NamedTuple):
@@ -643,7 +657,8 @@ class _ChannelLaw(NamedTuple):
         activity: ``(P, N)`` float64, each agent's probability of being active at step
             ``k ≡ p (mod P)`` (``activity`` and a clock's deadline together).
         fraction: random-k's ``f``.
-        consensus: ``γ`` of error feedback with exact (identity) messages.
+        consensus: ``γ`` of error feedback (with random-k messages the public copies ride
+            along in the state).
     """
 
     every: int = 1
@@ -677,9 +692,6 @@ def _channel_law(channel, kind: str, num_agents: int) -> _ChannelLaw:
     if not isinstance(compressor, (Identity, RandomK)):
         refuse(f"{type(compressor).__name__} messages are not linear in the message (exact "
                "moments need identity or random_k(f) messages)")
-    if channel.error_feedback and not isinstance(compressor, Identity):
-        refuse("error feedback with a compressor keeps the public copies x̂ as state of "
-               "their own, which the recursion does not carry")
     if any(t is not None and t > 0 for t in thresholds):
         refuse("an event trigger with threshold > 0 sends when ‖x_j − x̂_j‖ > threshold, a "
                "function of the state, so the recursion is not linear")
@@ -731,6 +743,14 @@ def _activity_rates(channel, num_agents: int):
                 (clock.deadline / compute - 1 + clock.jitter) / clock.jitter, 0.0))
         rates = rates * done
     return None if (rates == 1).all() else rates
+
+
+def _random_k_mask(fraction: float, d: int) -> tuple[float, np.ndarray]:
+    """``(k / d, Σ (d, d))``: one agent's probability of keeping an entry and the covariance of
+    its scaled mask (:func:`_random_k_covariance`)."""
+    from ..communication import RandomK
+
+    return RandomK(fraction).k(d) / d, _random_k_covariance(fraction, d)
 
 
 def _random_k_covariance(fraction: float, d: int) -> np.ndarray:
@@ -859,13 +879,48 @@ def _components(kind, q, W, talk, eta, extra, k, mixture, consensus, d):
     return M, c, G, probs
 
 
+def _masked(kind, q, W, eta, extra, mask, consensus, talk):
+    """``(rec, B, J, C)`` of a step with random-k messages over ``W (N, N)``: given the masks the
+    step is ``z⁺ = (rec.matrix + B diag(ζ) J) z + rec.offset + rec.noise w``, ``ζ`` the masks'
+    deviation from their mean, independent of ``z`` with ``Cov ζ = C`` (module docstring).
+    ``mask``: ``(k / d, Σ (d, d))``, one agent's keep probability and scaled mask covariance.
+    ``consensus``: ``γ`` with error feedback, whose public copies ride along (``z = (s, ŝ)``),
+    ``None`` without (``z = s``). ``talk``: whether the step is a round (``None``: always); a
+    step that is none sends nothing (``W = I`` already; with error feedback ``ŝ`` is kept)."""
+    N, d = q.hessians.shape[0], q.hessians.shape[-1]
+    blocks, dtype = _BLOCKS[kind], W.dtype
+    keep, spread = jnp.asarray(mask[0], dtype), jnp.asarray(mask[1], dtype)
+    if talk is not None:
+        keep, spread = jnp.where(talk, keep, 0), jnp.where(talk, spread, 0)
+    cov = jnp.kron(jnp.eye(blocks * N, dtype=dtype), spread)   # agents and messages independent
+    rec = linear_recursion(kind, q, W, eta, parameter=extra)
+    if consensus is None:  # each message's operator 𝒲 + 𝒪 diag(ζ)
+        L = linear_recursion(kind, q, W + jnp.eye(N, dtype=dtype), eta,
+                             parameter=extra).matrix - rec.matrix
+        off = jnp.kron(W - jnp.diag(jnp.diagonal(W)), jnp.eye(d, dtype=dtype))
+        B = L @ jnp.kron(jnp.eye(blocks, dtype=dtype), off)
+        return rec, B, jnp.eye(B.shape[1], dtype=dtype), cov
+    # error feedback: ŝ⁺ = ŝ + D (s − ŝ), s⁺ = M(I) s + K ŝ⁺ + c + G w, D = keep I + diag(ζ)
+    local = linear_recursion(kind, q, jnp.eye(N, dtype=dtype), eta, parameter=extra).matrix
+    K = consensus * (rec.matrix - local)
+    eye = jnp.eye(K.shape[0], dtype=dtype)
+    M = jnp.block([[local + keep * K, (1 - keep) * K], [keep * eye, (1 - keep) * eye]])
+    lifted = LinearRecursion(M, jnp.concatenate([rec.offset, jnp.zeros_like(rec.offset)]),
+                             jnp.concatenate([rec.noise, jnp.zeros_like(rec.noise)]))
+    # unscaled masks: Cov = (k / d)² Σ
+    return lifted, jnp.concatenate([K, eye]), jnp.concatenate([eye, -eye], 1), keep**2 * cov
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
 def _propagate(kind, num_steps, link_p, every, consensus, A, b, stack, mean0, cov0, etas, extras,
-               mixture=None, mask_cov=None):
+               mixture=None, mask=None):
     """The compiled moment recursion (cached across step sizes, data and initial laws)."""
     q = Quadratic(A, b)
     N, d = A.shape[0], A.shape[-1]
     m, S = _initial_state(kind, q, mean0, cov0)
+    if mask is not None and consensus is not None:  # the public copies ŝ⁽⁰⁾ = 0 ride along
+        m = jnp.concatenate([m, jnp.zeros_like(m)])
+        S = jax.scipy.linalg.block_diag(S, jnp.zeros_like(S))
     period = 1 if stack is None else stack.shape[0]
 
     def step(carry, xs):
@@ -886,18 +941,9 @@ def _propagate(kind, num_steps, link_p, every, consensus, A, b, stack, mean0, co
                          .matrix)(E) - rec.matrix[None]
             links = link_p * (1 - link_p) * jnp.einsum("lab,bc,ldc->ad", F,
                                                        S + jnp.outer(m, m), F)
-        elif mask_cov is not None:  # random-k messages: each message's mask spread
-            rec = linear_recursion(kind, q, W, eta, parameter=extra)
-            L = linear_recursion(kind, q, W + jnp.eye(N, dtype=W.dtype), eta,
-                                 parameter=extra).matrix - rec.matrix
-            off = jnp.kron(W - jnp.diag(jnp.diagonal(W)), jnp.eye(d, dtype=W.dtype))
-            spread = jnp.kron(jnp.eye(N, dtype=W.dtype), jnp.asarray(mask_cov, W.dtype))
-            second = S + jnp.outer(m, m)
-            n = N * d
-            for block in range(_BLOCKS[kind]):   # a block with L = 0 is not sent: adds 0
-                part = L[:, block * n:(block + 1) * n] @ off
-                inner = spread * second[block * n:(block + 1) * n, block * n:(block + 1) * n]
-                links = links + part @ inner @ part.T
+        elif mask is not None:  # random-k messages: the masks' spread
+            rec, B, J, cov = _masked(kind, q, W, eta, extra, mask, consensus, talk)
+            links = B @ (cov * (J @ (S + jnp.outer(m, m)) @ J.T)) @ B.T
         elif mixture is not None:  # a mixture over gossip matrices, rounds and active sets
             M, c, G, probs = _components(kind, q, W, talk, eta, extra, k, mixture, consensus, d)
             second = S + jnp.outer(m, m)
