@@ -336,6 +336,8 @@ def test_channel_errors(key):
         C.top_k(0.0)
     with pytest.raises(ValueError, match="`levels` must be an integer >= 1"):
         C.quantize(0)
+    with pytest.raises(ValueError, match=r"`levels` must be an integer >= 1 and <= 2\*\*24"):
+        C.quantize(2**24 + 1)
     with pytest.raises(ValueError, match="`consensus` must be a number in"):
         C.Channel(error_feedback=True, consensus=1.5)
     with pytest.raises(ValueError, match="`every`"):
