@@ -8,7 +8,8 @@ placement mixes two quantities per DIGing-SGLD step, each ``C F`` float32 number
 a dense stack all-gathers ``N - N / P`` rows, a sparse schedule sends the rows of its
 :func:`dgsgld.networks.rows.exchange_plan`. With a channel (``--channels``: the example's
 ``--channel`` over a sparse schedule) each row sent is the channel's message,
-``Channel.message_bytes(F)`` bytes (top-k: values and int32 indices; random-k: values).
+``Channel.message_bytes(F)`` bytes (top-k: values and int32 indices; random-k: values;
+quantize and sign: bit-packed codes and one norm or scale).
 
 Times: the example's ``--repeat 4`` (median of the 2nd-4th runs: compiled) and the whole launch.
 
@@ -60,22 +61,25 @@ def _launch(processes: int, args: list[str]) -> tuple[str, float]:
     return proc.stdout, time.perf_counter() - start
 
 
-#: (channel, fraction) of the channel rows: over the paper-size ring, sparse, 2 processes.
-CHANNELS = [("exact", 1.0), ("top_k", 0.25), ("random_k", 0.5)]
+#: (channel, its option) of the channel rows: over the paper-size ring, sparse, 2 processes.
+CHANNELS = [("exact", {}), ("top_k", {"fraction": 0.25}), ("random_k", {"fraction": 0.5}),
+            ("quantize", {"levels": 4}), ("sign", {})]
 
 
-def _args(network, chains, agents, mixing, steps, out, repeat=1, channel="none", fraction=1.0):
+def _args(network, chains, agents, mixing, steps, out, repeat=1, channel="none", fraction=1.0,
+          levels=4):
     return ["--placement", "agents", "--network", network, "--chains", str(chains), "--agents",
             str(agents), "--mixing", mixing, "--steps", str(steps), "--repeat", str(repeat),
-            "--out", str(out), "--channel", channel, "--fraction", str(fraction)]
+            "--out", str(out), "--channel", channel, "--fraction", str(fraction),
+            "--levels", str(levels)]
 
 
 def predicted_bytes(network, chains, agents, mixing, processes, dim=6, quantities=2,
-                    channel="none", fraction=1.0) -> int:
-    """Bytes one process sends per step (see the module docstring)."""
+                    channel="none", **option) -> int:
+    """Bytes one process sends per step (see the module docstring); ``option``: the
+    channel's ``fraction`` or ``levels``."""
     example = _example()
-    a = example.parse(_args(network, chains, agents, mixing, 1, "x", channel=channel,
-                            fraction=fraction))
+    a = example.parse(_args(network, chains, agents, mixing, 1, "x", channel=channel, **option))
     if mixing == "dense":
         rows = agents - agents // processes
     else:
@@ -153,12 +157,11 @@ def main(argv=None) -> None:
         result["bytes"] = rows
     if args.channels:
         rows = []
-        for channel, fraction in CHANNELS:
+        for channel, option in CHANNELS:
             cell = dict(network="ring", chains=200, agents=20, processes=2, mixing="sparse")
-            pred = predicted_bytes(**cell, channel=channel, fraction=fraction)
-            got = measure_bytes(**cell, tmp=tmp, channel=channel, fraction=fraction)
-            rows.append(dict(cell, channel=channel, fraction=fraction, predicted=pred,
-                             measured=got))
+            pred = predicted_bytes(**cell, channel=channel, **option)
+            got = measure_bytes(**cell, tmp=tmp, channel=channel, **option)
+            rows.append(dict(cell, channel=channel, **option, predicted=pred, measured=got))
             print(rows[-1], flush=True)
         result["channel_bytes"] = rows
     if not args.skip_times:
@@ -191,8 +194,8 @@ def report(result) -> str:
         lines += ["", "| channel | N | C | processes | mixing | predicted B/step | "
                   "measured B/step |", "|---|---|---|---|---|---|---|"]
         for r in result["channel_bytes"]:
-            name = r["channel"] if r["channel"] == "exact" else \
-                f"{r['channel']}({r['fraction']})"
+            option = [r[k] for k in ("fraction", "levels") if k in r]
+            name = f"{r['channel']}({option[0]})" if option else r["channel"]
             lines.append(f"| {name} | {r['agents']} | {r['chains']} | {r['processes']} | "
                          f"{r['mixing']} | {r['predicted']:,} | {r['measured']:,.0f} |"
                          .replace(",", " "))

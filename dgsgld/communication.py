@@ -75,8 +75,10 @@ row-major, concatenated). Bytes: agent ``j`` sends one message to each out-neigh
 ``sign()``         ``d + b`` bits: one sign bit per entry, one scale
 =================  ================================================================
 
-rounded up to whole bytes per message. :func:`messages_sent` counts the point-to-point
-messages, :meth:`Channel.bytes_sent` turns them into bytes.
+rounded up to whole bytes per message, the bytes of :meth:`Compressor.payload` (quantize's and
+sign's bits packed into uint8), which is what a neighbour exchange sends between devices.
+:func:`messages_sent` counts the point-to-point messages, :meth:`Channel.bytes_sent` turns
+them into bytes.
 
 Randomness: the channel's key of a step is ``fold_in(key, tag of the message)`` of the step's
 key, and agent ``i``'s is ``split(that, N)[i]``; the round and the links that are up are drawn
@@ -334,28 +336,76 @@ class RandomK(Compressor):
         return self.k(dim) * value_bits
 
 
+#: The largest ``levels``: the levels ``ξ ∈ {0, ..., s}`` are integers in float32 exactly.
+MAX_LEVELS = 2**24
+
+
 def _levels(levels) -> int:
-    if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or levels < 1:
-        raise ValueError(f"`levels` must be an integer >= 1; got {levels!r}.")
+    if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or levels < 1 \
+            or levels > MAX_LEVELS:
+        raise ValueError(f"`levels` must be an integer >= 1 and <= 2**24; got {levels!r}.")
     return int(levels)
+
+
+def _pack_bits(bits: Array) -> Array:
+    """``(n,)`` bool -> ``(⌈n / 8⌉,)`` uint8, bit ``i`` of the message in bit ``i mod 8`` of
+    byte ``⌊i / 8⌋`` (the last byte padded with zeros)."""
+    padded = jnp.pad(bits.astype(jnp.uint8), (0, -bits.shape[0] % 8)).reshape(-1, 8)
+    return jnp.sum(padded << jnp.arange(8, dtype=jnp.uint8)[None], axis=1, dtype=jnp.uint8)
+
+
+def _unpack_bits(packed: Array, count: int) -> Array:
+    """The first ``count`` bits of :func:`_pack_bits`'s bytes, ``(count,)`` bool."""
+    bits = (packed[:, None] >> jnp.arange(8, dtype=jnp.uint8)[None]) & 1
+    return bits.reshape(-1)[:count].astype(bool)
+
+
+def _signs(negative: Array, dtype) -> Array:
+    """``(d,)`` ``±1`` of ``dtype`` from the sign bits (``True``: ``−1``)."""
+    return jnp.where(negative, -jnp.ones((), dtype), jnp.ones((), dtype))
 
 
 class Quantize(Compressor):
     """Stochastic quantization to ``s`` = ``levels`` levels (QSGD, Alistarh et al. 2017):
     ``C(v)_i = ‖v‖₂ sign(v_i) ξ_i / s`` with ``ξ_i = ⌊r_i⌋ + Bernoulli(r_i − ⌊r_i⌋)``,
-    ``r_i = s |v_i| / ‖v‖₂`` (unbiased); ``d (1 + ⌈log₂(s + 1)⌉) + b`` bits."""
+    ``r_i = s |v_i| / ‖v‖₂`` (unbiased); ``d (1 + ⌈log₂(s + 1)⌉) + b`` bits: per entry a
+    sign bit and ``ξ_i`` in ``L = ⌈log₂(s + 1)⌉`` bits, packed (:meth:`payload`), and the
+    norm. ``1 <= s <= 2**24``."""
 
     levels: int = eqx.field(converter=_levels, static=True)
     unbiased: ClassVar[bool] = True
 
+    def level_bits(self) -> int:
+        """``L = ⌈log₂(s + 1)⌉`` (``s``'s bit length), the bits of one level ``ξ``."""
+        return self.levels.bit_length()
+
     def compress(self, key, v):
+        return self.expand(key, self.payload(key, v), v.shape[0])
+
+    def payload(self, key, v):
+        """``(codes, norm)``: ``codes`` ``(⌈d (1 + L) / 8⌉,)`` uint8, entry ``i``'s sign bit
+        (set for ``v_i < 0``) then ``ξ_i``'s ``L`` bits, least significant first; ``norm``
+        ``‖v‖₂``, a scalar of ``v``'s dtype."""
+        s = self.levels
         norm = jnp.sqrt(jnp.sum(v * v))
         safe = jnp.where(norm > 0, norm, jnp.ones_like(norm))
-        r = self.levels * jnp.abs(v) / safe
+        # r ≤ s exactly; rounding must not make ξ = s + 1, which L bits may not hold.
+        r = jnp.minimum(s * jnp.abs(v) / safe, jnp.asarray(s, v.dtype))
         low = jnp.floor(r)
         up = jax.random.uniform(key, v.shape, v.dtype) < r - low
-        xi = low + up.astype(v.dtype)
-        return jnp.where(norm > 0, norm * jnp.sign(v) * xi / self.levels, jnp.zeros_like(v))
+        xi = (low + up.astype(v.dtype)).astype(jnp.uint32)
+        levels = (xi[:, None] >> jnp.arange(self.level_bits(), dtype=jnp.uint32)[None]) & 1
+        bits = jnp.concatenate([(v < 0)[:, None], levels.astype(bool)], axis=1)
+        return _pack_bits(bits.reshape(-1)), norm
+
+    def expand(self, key, payload, dim):
+        codes, norm = payload
+        width = 1 + self.level_bits()
+        bits = _unpack_bits(codes, dim * width).reshape(dim, width)
+        weights = jnp.left_shift(jnp.uint32(1), jnp.arange(width - 1, dtype=jnp.uint32))
+        xi = jnp.sum(bits[:, 1:].astype(jnp.uint32) * weights[None], axis=1).astype(norm.dtype)
+        return jnp.where(norm > 0, norm * _signs(bits[:, 0], norm.dtype) * xi / self.levels,
+                         jnp.zeros_like(xi))
 
     def contract(self, key, v):
         """``C(v) / τ`` with ``τ = 1 + min(d / s², √d / s)`` (QSGD's variance bound plus 1)."""
@@ -364,14 +414,26 @@ class Quantize(Compressor):
         return self.compress(key, v) / jnp.asarray(tau, v.dtype)
 
     def bits(self, dim, value_bits):
-        return dim * (1 + math.ceil(math.log2(self.levels + 1))) + value_bits
+        return dim * (1 + self.level_bits()) + value_bits
 
 
 class Sign(Compressor):
-    """Scaled sign, ``C(v) = (‖v‖₁ / d) sign(v)`` (biased); ``d + b`` bits."""
+    """Scaled sign, ``C(v)_i = (‖v‖₁ / d) σ_i`` with ``σ_i = −1`` for ``v_i < 0`` and ``+1``
+    otherwise (biased): one bit per entry carries no third value, so an exact zero is sent as
+    ``+``. A contraction, ``‖C(v) − v‖² = ‖v‖² − ‖v‖₁² / d``; ``d + b`` bits, the packed sign
+    bits and the scale (:meth:`payload`)."""
 
     def compress(self, key, v):
-        return jnp.mean(jnp.abs(v)) * jnp.sign(v)
+        return self.expand(key, self.payload(key, v), v.shape[0])
+
+    def payload(self, key, v):
+        """``(signs, scale)``: ``signs`` ``(⌈d / 8⌉,)`` uint8, bit ``i`` set for ``v_i < 0``;
+        ``scale`` ``‖v‖₁ / d``, a scalar of ``v``'s dtype."""
+        return _pack_bits(v < 0), jnp.mean(jnp.abs(v))
+
+    def expand(self, key, payload, dim):
+        signs, scale = payload
+        return scale * _signs(_unpack_bits(signs, dim), scale.dtype)
 
     def bits(self, dim, value_bits):
         return dim + value_bits

@@ -36,10 +36,13 @@ def parse(argv=None):
                    help="sparse: dgsgld.networks.sparse snapshots; the agents placement then "
                    "exchanges only the rows neighbours need (ppermute) instead of all-gathering "
                    "them")
-    p.add_argument("--channel", choices=("none", "exact", "top_k", "random_k"), default="none",
-                   help="a dgsgld.communication.Channel on every message: exact, or top-k / "
-                   "random-k with --fraction of the entries")
+    p.add_argument("--channel", choices=("none", "exact", "top_k", "random_k", "quantize", "sign"),
+                   default="none",
+                   help="a dgsgld.communication.Channel on every message: exact, top-k / "
+                   "random-k with --fraction of the entries, quantize to --levels levels, or "
+                   "scaled sign")
     p.add_argument("--fraction", type=float, default=0.25, help="of --channel top_k, random_k")
+    p.add_argument("--levels", type=int, default=4, help="of --channel quantize")
     p.add_argument("--chains", type=int, default=200, help="trials (200 in the paper)")
     p.add_argument("--agents", type=int, default=20, help="N (20 in the paper)")
     p.add_argument("--steps", type=int, default=100)
@@ -74,7 +77,9 @@ def channel(args):
 
     return {"none": lambda: None, "exact": comm.Channel,
             "top_k": lambda: comm.Channel(comm.top_k(args.fraction)),
-            "random_k": lambda: comm.Channel(comm.random_k(args.fraction))}[args.channel]()
+            "random_k": lambda: comm.Channel(comm.random_k(args.fraction)),
+            "quantize": lambda: comm.Channel(comm.quantize(args.levels)),
+            "sign": lambda: comm.Channel(comm.sign())}[args.channel]()
 
 
 def setup(args):

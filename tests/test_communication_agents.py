@@ -134,20 +134,23 @@ SCRIPT = textwrap.dedent(
     x = jnp.asarray(np.random.default_rng(1).normal(size=(8, 8)), jnp.float32)
     specs = (jax.tree.map(lambda _: P(None, "agents"), plan), P("agents"))
     out["payload"] = {"rows_received": plan.rows_received}
-    compressors = {"top_k": C.top_k(0.25), "random_k": C.random_k(0.5)}
+    compressors = {"top_k": C.top_k(0.25), "random_k": C.random_k(0.5),
+                   "quantize": C.quantize(4), "sign": C.sign()}
     if full:
-        compressors |= {"identity": C.identity(), "quantize": C.quantize(4)}
+        compressors |= {"identity": C.identity(), "quantize_1": C.quantize(1)}
     for name, compressor in compressors.items():
-        mix = jax.shard_map(
+        # Compiled (one program each, not op by op).
+        mix = jax.jit(jax.shard_map(
             lambda pl, xl: C._compress_mix(compressor, key, pl.rows(jnp.int32(1), "agents", 4),
                                            xl)[1],
-            mesh=sharding.agent_mesh(), in_specs=specs, out_specs=P("agents"))
+            mesh=sharding.agent_mesh(), in_specs=specs, out_specs=P("agents")))
+        one = jax.jit(lambda xl: C._compress_mix(compressor, key, neighbours.matrix_at(1),
+                                                 xl)[1])
         out["payload"][name] = {
             "sent": ppermute_bytes(jax.make_jaxpr(mix)(plan, x).jaxpr),
             "message_bytes": C.Channel(compressor).message_bytes(8),
             # The mix itself, against the single-device one (same keys).
-            "diff": float(jnp.abs(mix(plan, x) - C._compress_mix(
-                compressor, key, neighbours.matrix_at(1), x)[1]).max())}
+            "diff": float(jnp.abs(mix(plan, x) - one(x)).max())}
     print("RESULT" + json.dumps(out))
     """
 )
@@ -181,20 +184,25 @@ def _check(result: dict) -> None:
 
 
 def _check_payload(result: dict) -> None:
-    # The neighbour exchange sends each received row's payload: k = 2 values and int32
-    # indices for top-k (16 B, half the dense 32 B), k = 4 values for random-k (16 B), the
-    # dense row for the identity, and quantization's rebuilt dense row (not bit-packed: more
-    # than its 7 accounted bytes). The mix is the single-device one to float32 rounding of a
-    # sum of at most 8 terms of weight ≤ 1 and |q| ≤ 2 max|x| ≈ 8 (random-k scales by
-    # d / k = 2; x standard normal, 64 draws): ≤ 8 · 8 · 1.2e-7 ≈ 8e-6.
+    # The neighbour exchange sends each received row's payload, Channel.message_bytes(8):
+    # k = 2 values and int32 indices for top-k (16 B, half the dense 32 B), k = 4 values for
+    # random-k (16 B), quantize(4)'s packed sign and 3-bit level per entry and the norm
+    # (4 + 4 B), quantize(1)'s 2 bits per entry and the norm (2 + 4 B), sign's packed bits
+    # and scale (1 + 4 B), the dense row for the identity. The mix is the single-device one
+    # to float32 rounding of a sum of at most 8 terms of weight ≤ 1 and |q| ≤ 8 (random-k
+    # scales by d / k = 2, quantize's entries are at most ‖x_j‖₂; x standard normal, 64
+    # draws): ≤ 8 · 8 · 1.2e-7 ≈ 8e-6.
     pay = dict(result["payload"])
     rows = pay.pop("rows_received")
     assert rows > 0
     for name, res in pay.items():
-        per_row = 8 * 4 if name == "quantize" else res["message_bytes"]
-        assert res["sent"] == rows * per_row, name
+        assert res["sent"] == rows * res["message_bytes"], name
         assert res["diff"] < 1e-5, name
-    assert pay["top_k"]["message_bytes"] == 16 and pay["random_k"]["message_bytes"] == 16
+    sizes = {"top_k": 16, "random_k": 16, "quantize": 8, "sign": 5, "identity": 32,
+             "quantize_1": 6}
+    assert {name: pay[name]["message_bytes"] for name in pay} == {
+        name: size for name, size in sizes.items() if name in pay}
+    assert {"top_k", "random_k", "quantize", "sign"} <= set(pay)
 
 
 def test_channels_under_agent_placement_make_the_single_device_draws():

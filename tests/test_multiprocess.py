@@ -11,9 +11,9 @@ batched products may round differently from the whole batch's (here 4 vs 8 chain
 blocks times gathered rows (dense) or neighbours' rows (sparse schedules) instead of one
 product, and per-device gradients compile to differently vectorised code. Float32 rounding
 (~6e-8 relative) per step, amplified over 20 steps of a contracting map, stays below 1e-4 times
-the positions' scale (measured: ~5e-6 at 100 steps; with top-k and random-k payloads over the
-sparse ring, 4.8e-7 and 7.6e-6 at scales 6 and 66, 20 steps); one differing draw would move a
-position by about sqrt(2 η) = 0.13.
+the positions' scale (measured: ~5e-6 at 100 steps; with top-k, random-k and quantize(4)
+payloads over the sparse ring, 4.8e-7, 7.6e-6 and 1.4e-6 at scales 6, 66 and 7, 20 steps); one
+differing draw would move a position by about sqrt(2 η) = 0.13.
 """
 
 import os
@@ -286,28 +286,31 @@ def test_sparse_agents_across_processes_equal_single_process_run(tmp_path, proce
     assert _close(_positions(tmp_path / "s.npz"), _reference(*sparse))
 
 
-# (channel, fraction): top-k's k = 2 of 6 entries, values and int32 indices, 16 B a message;
-# random-k's k = 3 values, 12 B (the receivers draw its indices from the sender's key).
-CHANNELS = [("top_k", "0.25"), ("random_k", "0.5")]
-ROW_BYTES = {"top_k": 16, "random_k": 12}
+# (channel, option, value): top-k's k = 2 of 6 entries, values and int32 indices, 16 B a
+# message; random-k's k = 3 values, 12 B (the receivers draw its indices from the sender's
+# key); quantize(4)'s sign bit and 3-bit level per entry packed in 3 B, and the norm: 7 B.
+CHANNELS = [("top_k", "fraction", 0.25), ("random_k", "fraction", 0.5),
+            ("quantize", "levels", 4)]
+ROW_BYTES = {"top_k": 16, "random_k": 12, "quantize": 7}
 
 
 @pytest.mark.slow  # default run: tests/test_communication_agents.py (the same exchange of
 # payloads on 4 devices in one process)
-@pytest.mark.parametrize("channel,fraction", CHANNELS)
+@pytest.mark.parametrize("channel,option,value", CHANNELS)
 def test_compressed_payloads_across_two_processes_equal_single_process_run(
-        tmp_path, channel, fraction):
+        tmp_path, channel, option, value):
     # A sparse ring with a channel that needs only neighbours' messages: each process sends
     # the compressed payloads of its boundary rows and rebuilds C(x_j) from those it
     # receives, the very floats the sender compressed. The draws (Langevin noise, random-k's
-    # indices) are the single-process run's, so positions differ by the mixing's and
-    # gradients' rounding only: the bound of the sparse runs above, 1e-4 times the scale.
+    # indices, quantize's levels) are the single-process run's, so positions differ by the
+    # mixing's and gradients' rounding only: the bound of the sparse runs above, 1e-4 times
+    # the scale.
     # One differing draw would move a position by about sqrt(2 eta) = 0.13, a flipped top-k
     # selection by a message entry (positions of scale 6, trackers 24 here).
     from dgsgld import communication as comm
 
     args = ["--mixing", "sparse", "--network", "ring", "--channel", channel,
-            "--fraction", fraction]
+            f"--{option}", str(value)]
     _run(["--placement", "agents", "--out", str(tmp_path / "k.npz"), *args, *SMALL],
          processes=2)
     want = _reference(*args, whole=True)
@@ -317,14 +320,15 @@ def test_compressed_payloads_across_two_processes_equal_single_process_run(
     # Counted as one device counts: 20 steps x 2 messages x 2 ring neighbours per agent, for
     # every chain and agent.
     np.testing.assert_array_equal(sent, np.full((8, 20), 20 * 2 * 2 * ROW_BYTES[channel]))
-    reference = comm.Channel(getattr(comm, channel)(float(fraction)))
+    reference = comm.Channel(getattr(comm, channel)(value))
     np.testing.assert_array_equal(sent, reference.bytes_sent(want.state))
 
 
 @pytest.mark.slow  # default run: tests/test_communication_agents.py (the traced exchange's
 # ppermute operands are Channel.message_bytes(F) a row)
-@pytest.mark.parametrize("channel,fraction", CHANNELS)
-def test_each_process_writes_the_accounted_payload_bytes_per_step(tmp_path, channel, fraction):
+@pytest.mark.parametrize("channel,option,value", CHANNELS)
+def test_each_process_writes_the_accounted_payload_bytes_per_step(tmp_path, channel, option,
+                                                                  value):
     # benchmarks/distributed.py's measurement: the bytes each process wrote (/proc/self/io
     # wchar, which counts gloo's socket writes) after 100 and after 300 steps, differenced per
     # step (start-up, compilation and the final gather cancel); the paper-size ring, 200
@@ -332,16 +336,16 @@ def test_each_process_writes_the_accounted_payload_bytes_per_step(tmp_path, chan
     # received x Channel.message_bytes(6).
     bench = _module(ROOT / "benchmarks" / "distributed.py")
     cell = dict(network="ring", chains=200, agents=20, mixing="sparse", processes=2)
-    predicted = bench.predicted_bytes(**cell, channel=channel, fraction=float(fraction))
+    predicted = bench.predicted_bytes(**cell, channel=channel, **{option: value})
     assert predicted == 2 * 200 * 2 * ROW_BYTES[channel]
     measured = np.asarray(bench.bytes_per_process(**cell, tmp=tmp_path, channel=channel,
-                                                  fraction=float(fraction)))
+                                                  **{option: value}))
     assert measured.shape == (2,)
     # The rest is the transport's own: 144 B per ppermute and step whatever its size (the
     # uncompressed sparse runs' excess too, benchmarks/distributed.md), bounded by 256 B; one
     # ppermute per message and payload array (2 processes: one device offset). Rows sent
     # dense (24 B) would add 2 x 200 x 2 x (24 - row) >= 6400 B, random-k's indices 9600 B.
-    ppermutes = 2 * {"top_k": 2, "random_k": 1}[channel]
+    ppermutes = 2 * {"top_k": 2, "random_k": 1, "quantize": 2}[channel]
     excess = measured - predicted
     assert np.all((excess >= 0) & (excess <= 256 * ppermutes)), (measured, predicted)
 
