@@ -636,17 +636,28 @@ class Channel(eqx.Module):
                 "one partner)."
             )
 
-    @property
-    def needs_whole_network(self) -> bool:
+    def needs_whole_network(self, directed: bool = False) -> bool:
         """Whether a step needs the whole network's messages, not only a device's neighbours'
-        (placement ``Agents``): public copies (error feedback, an event trigger; their
-        receivers would keep copies of their neighbours'), per-link or gossip draws over all
-        links, or inactive agents (``activity``, a clock's deadline) whose links move their
-        neighbours' weights. Without them a sparse schedule's neighbour exchange carries the
-        compressed payloads (:meth:`Compressor.payload`)."""
-        return (self.error_feedback or self.threshold is not None or self.activity != 1.0
-                or self.per_link or self.gossip is not None
+        (placement ``Agents``; ``directed``: a column-stochastic network, push-sum).
+
+        Public copies (error feedback, an event trigger) do: on a time-varying network every
+        agent that may ever listen to ``j`` must know ``x̂_j``, so each device would keep
+        copies of agents it does not hear at this step. Gossip does: its matching is drawn
+        over all links. So do dropped links and inactive agents (``per_link``, ``activity``,
+        a clock's deadline) on a directed network, whose dropped weight stays in the
+        sender's column, held by other devices.
+
+        Otherwise a sparse schedule's neighbour exchange carries the compressed payloads
+        (:meth:`Compressor.payload`). Dropped links and inactive agents of an undirected
+        network are drawn for all ``N`` agents by every device, which rewrites its rows
+        (:meth:`~dgsgld.networks.rows.HaloRows.without`); the exchange still carries every
+        row of the snapshot's support (static shapes: an inactive agent's or a dropped
+        link's payload travels and is weighted 0), while the bytes counted
+        (:func:`messages_sent`) are the single-device run's."""
+        cuts = (self.activity != 1.0 or self.per_link
                 or (self.clock is not None and self.clock.deadline is not None))
+        return (self.error_feedback or self.threshold is not None or self.gossip is not None
+                or (directed and cuts))
 
     def threshold_of(self, name: str | None = None) -> float | None:
         """The event trigger's threshold of message ``name`` (``None``: no trigger)."""
@@ -680,7 +691,8 @@ class Channel(eqx.Module):
         if round_key is None:
             round_key = jax.random.fold_in(key, _ROUND_TAG)
         talk, used, degrees = self.plan(round_key, matrix, count, active, directed)
-        mixed, new = self._mix(key, state, used, message, degrees, active, name)
+        sends = None if active is None else _local(used, active)
+        mixed, new = self._mix(key, state, used, message, degrees, sends, name)
         if talk is None:
             return mixed, new
         return jax.tree.map(lambda a, b: jnp.where(talk, a, b), (mixed, new),
@@ -699,25 +711,27 @@ class Channel(eqx.Module):
             up = jax.random.uniform(key) < self.probability
             talk = up if talk is None else talk & up
         if self.probability < 1 and self.per_link:
-            dense = _dense(matrix)
-            up = link_mask(key, dense.shape[0], self.probability, directed=directed)
-            matrix = drop_links(dense, up, keep="columns" if directed else "rows")
+            matrix = _cuttable(matrix)
+            up = link_mask(key, _size(matrix), self.probability, directed=directed)
+            matrix = drop_links(matrix, up, keep="columns" if directed else "rows")
         return talk, matrix
 
     def plan(self, round_key: PRNGKey, matrix, count=0, active: Array | None = None,
              directed: bool = False):
         """``(talk, used, degrees)`` of a step, shared by all its messages: whether it is a
         round (:meth:`round`), the matrix used (links dropped, inactive agents cut off:
-        ``active`` ``(N,)`` bool or ``None``) and the messages ``(N,)`` each agent sends."""
+        ``active`` ``(N,)`` bool or ``None``) and the messages ``(N,)`` each agent sends.
+        A device's rows of a neighbour exchange (``HaloRows``) give its rows rewritten and
+        its agents' ``(R,)`` messages."""
         talk, used = self.round(round_key, matrix, count, directed)
         if self.gossip is not None:
             used = gossip_matrix(jax.random.fold_in(round_key, _GOSSIP_TAG), used,
                                  self.gossip, directed)
         degrees = out_degrees(used)
         if active is not None:
-            used = _without_inactive(_dense(used), active,
+            used = _without_inactive(_cuttable(used), active,
                                      keep="columns" if directed else "rows")
-            degrees = jnp.where(active, degrees, 0)
+            degrees = jnp.where(_local(used, active), degrees, 0)
         return talk, used, degrees
 
     def _mix(self, key, state, matrix, message, degrees, sends=None, name=None):
@@ -884,30 +898,51 @@ def gossip_outcomes(matrix, mode: str = "matching") -> tuple[np.ndarray, np.ndar
             counts / counts.sum())
 
 
-def drop_links(matrix: Array, up: Array, keep: str = "rows") -> Array:
-    """``matrix`` (dense ``(N, N)``) with the links where ``up`` is False removed and their
-    weight moved to a diagonal. ``keep="rows"``: to the receiver's,
+def drop_links(matrix, up: Array, keep: str = "rows"):
+    """``matrix`` (dense ``(N, N)``) with the links where ``up`` (``(N, N)`` bool) is False
+    removed and their weight moved to a diagonal. ``keep="rows"``: to the receiver's,
     ``W'[i, i] = W[i, i] + Σ_{j: ¬up[i, j]} W[i, j]``, so row sums are kept; with ``W`` and
     ``up`` symmetric ``W'`` is symmetric, hence doubly stochastic when ``W`` is.
     ``keep="columns"``: to the sender's, ``C'[j, j] = C[j, j] + Σ_{i: ¬up[i, j]} C[i, j]``
     (what is not delivered stays where it was), so column sums are kept and a column-stochastic
-    ``C`` stays column stochastic. The two agree when ``W`` and ``up`` are symmetric."""
+    ``C`` stays column stochastic. The two agree when ``W`` and ``up`` are symmetric.
+    ``matrix`` may be a device's rows of a neighbour exchange (``HaloRows``, ``keep="rows"``),
+    rewritten alike (:func:`~dgsgld.networks.rows.cut_links`)."""
+    return _cut(matrix, lambda i, j: up[i, j], None, keep)
+
+
+def _without_inactive(matrix, active: Array, keep: str = "rows"):
+    """``matrix`` (dense, or a device's ``HaloRows`` with ``keep="rows"``) with every link of
+    an inactive agent dropped (:func:`drop_links`) and an inactive agent's row and column
+    exactly ``e_i``: it neither mixes nor sends, and with ``keep="columns"`` nothing is pushed
+    to it (its state is held, so a mass it received would be lost)."""
+    return _cut(matrix, lambda i, j: active[i] & active[j], ~active, keep)
+
+
+def _cut(matrix, link_up, held, keep: str):
+    """The links ``j → i`` of ``matrix`` where ``link_up(i, j)`` is False dropped and the
+    agents of ``held`` (``(N,)`` bool or ``None``) made ``e_i`` by
+    :func:`~dgsgld.networks.rows.cut_links`: on a ``HaloRows`` the device's rows, on a dense
+    ``(N, N)`` its rows (``keep="rows"``) or, transposed, its columns (``"columns"``)."""
     if keep not in ("rows", "columns"):
         raise ValueError(f"`keep` must be 'rows' or 'columns'; got {keep!r}.")
-    kept = jnp.where(up, matrix, jnp.zeros_like(matrix))
-    dropped = jnp.sum(matrix - kept, axis=1 if keep == "rows" else 0)
-    return kept + jnp.diag(dropped)
-
-
-def _without_inactive(matrix: Array, active: Array, keep: str = "rows") -> Array:
-    """``matrix`` (dense) with every link of an inactive agent dropped (:func:`drop_links`)
-    and an inactive agent's row and column exactly ``e_i``: it neither mixes nor sends, and
-    with ``keep="columns"`` nothing is pushed to it (its state is held, so a mass it received
-    would be lost)."""
-    eye = jnp.eye(matrix.shape[0], dtype=bool)
-    both = active[:, None] & active[None, :]
-    used = drop_links(matrix, both | eye, keep)
-    return jnp.where(both, used, eye.astype(used.dtype))
+    if isinstance(matrix, rows.HaloRows):
+        if keep != "rows":
+            raise ValueError("a device's rows of a neighbour exchange (HaloRows) cannot keep "
+                             "dropped weight in the senders' columns (keep='columns'); split "
+                             "the network with split_rows(..., exchange=False).")
+        return matrix.without(link_up, None if held is None else _local(matrix, held))
+    # keep="columns": the rows of the transpose, entry (j, i) the link j → i.
+    dense = matrix if keep == "rows" else matrix.T
+    agents = jnp.arange(dense.shape[0])
+    receivers, senders = agents[:, None], agents[None, :]
+    if keep == "columns":
+        receivers, senders = senders, receivers
+    eye = jnp.eye(dense.shape[0], dtype=bool)
+    weights, diagonal = rows.cut_links(jnp.where(eye, jnp.zeros_like(dense), dense),
+                                       jnp.diagonal(dense), link_up(receivers, senders), held)
+    used = weights + jnp.diag(diagonal)
+    return used if keep == "rows" else used.T
 
 
 def active_agents(channel: "Channel | None", key: PRNGKey, count, num_agents: int):
@@ -1002,6 +1037,25 @@ def _dense(matrix) -> Array:
     return matrix if isinstance(matrix, (jax.Array, np.ndarray)) else matrix.todense()
 
 
+def _cuttable(matrix):
+    """``matrix`` in a form :func:`drop_links` rewrites: a device's ``HaloRows`` as it is,
+    any other dense."""
+    return matrix if isinstance(matrix, rows.HaloRows) else _dense(matrix)
+
+
+def _size(matrix) -> int:
+    """``N``, the network's agents, of a dense matrix or a device's ``HaloRows``."""
+    return rows.num_agents(matrix, _diagonal(matrix).shape[0])
+
+
+def _local(matrix, flags: Array) -> Array:
+    """``flags`` ``(N,)`` of all agents, restricted to a device's rows of a neighbour exchange
+    (``HaloRows``: ``(R,)``); as they are for any other ``matrix``."""
+    if isinstance(matrix, rows.HaloRows):
+        return rows.own_rows(matrix, flags, _size(matrix))
+    return flags
+
+
 def _diagonal(matrix) -> Array:
     if isinstance(matrix, rows.HaloRows):
         return matrix.diagonal
@@ -1093,11 +1147,12 @@ def _send(channel: "Channel", key: PRNGKey, states, name: str, matrix, message: 
 
     ``matrix`` may be a device's rows of ``W⁽ᵏ⁾`` (placement ``Agents``, leaves ``(R, ...)``).
     Over a neighbour exchange (``HaloRows``) the step runs on the device's rows, its draws
-    made for all ``N`` agents, and the compressed payloads travel (:func:`_compress_mix`);
+    made for all ``N`` agents (the active agents and links that are up rewrite the device's
+    rows, :meth:`Channel.plan`), and the compressed payloads travel (:func:`_compress_mix`);
     otherwise the message, its channel state and the weight are gathered over the devices,
     sent over the whole snapshot as on one device and the device's rows kept. Either way the
     draws, mixed values and counts are the unsharded run's."""
-    if isinstance(matrix, rows.HaloRows) and channel.needs_whole_network:
+    if isinstance(matrix, rows.HaloRows) and channel.needs_whole_network(directed):
         raise ValueError("`channel` needs the whole network (Channel.needs_whole_network), "
                          "which a neighbour exchange does not give a device; split the "
                          "network with split_rows(..., exchange=False).")
@@ -1115,8 +1170,9 @@ def _send(channel: "Channel", key: PRNGKey, states, name: str, matrix, message: 
     active = _with_deadline(channel, by_activity, times)
     talk, used, degrees = channel.plan(jax.random.fold_in(key, _ROUND_TAG), matrix, count,
                                        active, directed)
+    sends = None if active is None else _local(used, active)
     mixed, state = channel._mix(jax.random.fold_in(key, _TAGS[name]), states[name], used,
-                                message, degrees, active, name)
+                                message, degrees, sends, name)
     mixed_weight = None if weight is None else _tree.mix(used, weight)
     if talk is not None:
         mixed, state, mixed_weight = jax.tree.map(

@@ -1,4 +1,5 @@
-"""Runs spread over several devices: chains sharded with ``jax.sharding``, agents with ``shard_map``.
+"""Runs spread over several devices: chains sharded with ``jax.sharding``, agents with
+``shard_map``.
 
 **Chains across devices** (:func:`sample_sharded`): the chains of :func:`dgsgld.sample` are
 independent, so their axis is split over a one-axis mesh (``NamedSharding``) and the compiler
@@ -38,14 +39,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-import equinox as eqx
-import numpy as np
-
 from ._types import Array, PRNGKey, PyTree
+from .networks.directed import COLUMN_STOCHASTIC
 from .networks.rows import rows_at, split_rows
 from .potential import Potential
 from .run import Divergence, Prepared, Trace, _execute_here, _loop, chain_keys, sample
@@ -58,7 +59,8 @@ def chain_mesh(num_devices: int | None = None, axis_name: str = "chains") -> Mes
     """A one-axis mesh over the first ``num_devices`` devices (default: all)."""
     n = jax.device_count() if num_devices is None else int(num_devices)
     if not 1 <= n <= jax.device_count():
-        raise ValueError(f"`num_devices` must be between 1 and {jax.device_count()}; got {num_devices!r}.")
+        raise ValueError(f"`num_devices` must be between 1 and {jax.device_count()}; "
+                         f"got {num_devices!r}.")
     return jax.make_mesh((n,), (axis_name,), axis_types=(AxisType.Auto,), devices=jax.devices()[:n])
 
 
@@ -242,7 +244,8 @@ class Agents:
     (the state is gathered at kept iterations only); ``on_divergence="stop"`` adds one
     reduction per kept iteration. The mesh may span processes (:mod:`dgsgld.distributed`).
     A communication channel makes the single-device draws and counts: over a sparse schedule's
-    neighbour exchange its compressed payloads travel, and one that needs the whole network
+    neighbour exchange its compressed payloads travel (inactive agents and dropped links
+    rewrite each device's rows), and one that needs the whole network
     (``Channel.needs_whole_network``; and any over a dense stack) gathers its message and
     state and mixes over the whole snapshot on every device, keeping the device's rows.
 
@@ -273,8 +276,9 @@ class Agents:
         # A channel that needs the whole network (Channel.needs_whole_network) mixes over the
         # whole snapshot: a sparse schedule then stays whole on every device.
         channel = getattr(algorithm, "channel", None)
+        directed = getattr(algorithm, "network_kind", None) == COLUMN_STOCHASTIC
         stack = split_rows(prep.stack, devices,
-                           exchange=channel is None or not channel.needs_whole_network)
+                           exchange=channel is None or not channel.needs_whole_network(directed))
         key = prep.key
         impl = jax.random.key_impl(key) if _is_key(key) else None
         key_data = key if impl is None else jax.random.key_data(key)
@@ -320,8 +324,8 @@ def _agent_in_specs(potential, stack, init, axis):
     (counters, key, mini-batch tables) replicated."""
     n = potential.num_agents
     pot_specs = jax.tree_util.tree_map_with_path(
-        lambda path, _: PartitionSpec(axis) if path[0].name in ("data", "mask", "counts") else PartitionSpec(),
-        potential)
+        lambda path, _: PartitionSpec(axis) if path[0].name in ("data", "mask", "counts")
+        else PartitionSpec(), potential)
     if hasattr(stack, "matrix_at"):     # generated on the fly: whole on every device
         mix_specs = jax.tree.map(lambda _: PartitionSpec(), stack)
     else:                               # dense rows, or an ExchangePlan's per-device tables

@@ -1,15 +1,19 @@
 """Communication channels under ``placement=Agents``: the agent-sharded run makes the draws of
 the single-device run with the same key (every per-agent draw is made for all ``N`` agents
 and sliced), so positions agree to float32 rounding and the message counts exactly; over a
-sparse schedule's neighbour exchange the compressed payloads travel, of the accounted size.
+sparse schedule's neighbour exchange the compressed payloads travel, of the accounted size,
+and stragglers and dropped links rewrite each device's rows without gathering.
 
 Four CPU devices exist only when XLA is told so before JAX starts, hence one subprocess with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` that runs every check and prints JSON.
 
 Tolerance: the channel mixes over the whole snapshot on every device with the single-device
-arithmetic; the runs differ only where the agent-sharded loop itself rounds differently (the
-gradient and noise of a device's rows, compiled in another program: an ulp of ``|x|`` per
-step, as without a channel). In float32 that is ``ε |x| = 1.2e-7 |x|`` per step; mixing is
+arithmetic, or over the neighbour exchange in the snapshot format's order (with stragglers or
+dropped links the single-device run mixes with the dense ``W'``, and a row's dropped weight
+is summed over its ``K`` terms instead of its ``N`` entries: a few ulps of ``|x|`` per step);
+the runs differ only where the agent-sharded loop itself rounds differently (the gradient and
+noise of a device's rows, compiled in another program: an ulp of ``|x|`` per step, as without
+a channel). In float32 that is ``ε |x| = 1.2e-7 |x|`` per step; mixing is
 non-expansive and the gradient step contracts (``η L ≤ 0.05 · 1``), so after ``K = 12`` steps
 the positions differ by at most ``K · N ε |x| = 12 · 8 · 1.2e-7 |x| ≈ 1.2e-5 |x|``: the bound
 ``2e-5 · max(1, scale)``. A single differing draw (a compressor's key, a dropped link, an
@@ -51,6 +55,8 @@ SCRIPT = textwrap.dedent(
     directed = networks.directed_one_peer_exponential(8)
     neighbours = sparse.from_dense(dense, format="neighbors")
     clock = C.Clock(1.0, jitter=1.0, latency=0.1, deadline=1.5)
+    exchanged = C.Channel(C.top_k(0.5), every=2, activity=0.6, probability=0.7, per_link=True,
+                          clock=clock)
     # (sampler, mixing, channel): by default error feedback, local steps, stragglers, a clock
     # with a deadline and the neighbour exchange; the full run adds every sampler, event
     # triggers, random rounds, per-link drops, gossip, activity patterns and every compressor.
@@ -58,10 +64,10 @@ SCRIPT = textwrap.dedent(
         "diging_topk_ef_every_activity_clock": (
             dgsgld.DIGingSGLD(0.05), dense,
             C.Channel(C.top_k(0.5), error_feedback=True, every=2, activity=0.6, clock=clock)),
-        # The neighbour exchange carries the payloads (Channel.needs_whole_network is False).
-        "diging_exchange_topk_every_clock": (
-            dgsgld.DIGingSGLD(0.05), neighbours,
-            C.Channel(C.top_k(0.5), every=2, clock=C.Clock(1.0, jitter=1.0, latency=0.1))),
+        # The neighbour exchange carries the payloads (Channel.needs_whole_network is False),
+        # stragglers and dropped links rewriting each device's rows.
+        "diging_exchange_topk_every_activity_clock_per_link": (
+            dgsgld.DIGingSGLD(0.05), neighbours, exchanged),
     }
     if full:
         cells |= {
@@ -93,18 +99,37 @@ SCRIPT = textwrap.dedent(
                 C.Channel(C.random_k(0.5), probability=0.7)),
             "extra_exchange_circulant_sign": (
                 dgsgld.EXTRASGLD(0.05), sparse.from_dense(ring(8)), C.Channel(C.sign())),
+            "de_exchange_edges_pattern_deadline": (
+                dgsgld.DESGLD(0.05), sparse.from_dense(dense, format="edges"),
+                C.Channel(activity=[[1, 0] * 4, [1] * 8, [0, 1, 1, 1] * 2],
+                          clock=C.Clock((1.0,) * 7 + (3.0,), deadline=2.0))),
+            "extra_exchange_circulant_randk_per_link_activity": (
+                dgsgld.EXTRASGLD(0.05), sparse.from_dense(ring(8)),
+                C.Channel(C.random_k(0.5), probability=0.7, per_link=True, activity=0.7)),
+            "diging_sghmc_exchange_quantize_deadline": (
+                dgsgld.DIGingSGHMC(0.1, 2.0), neighbours,
+                C.Channel(C.quantize(4), clock=C.Clock(1.0, jitter=1.0, deadline=1.2))),
+            "de_sghmc_exchange_per_link": (
+                dgsgld.DESGHMC(0.1, 2.0), neighbours,
+                C.Channel(probability=0.6, per_link=True)),
             "diging_on_the_fly_topk_ef": (
                 dgsgld.DIGingSGLD(0.05),
                 networks.onthefly.one_peer_exponential_on_the_fly(8, format="neighbors"),
                 C.Channel(C.top_k(0.5), error_feedback=True)),
         }
     agents = sharding.Agents(sharding.agent_mesh(4))
+    # Which operand each agent-sharded run mixes with: a neighbour exchange's ExchangePlan,
+    # or the gathered network.
+    operands = []
+    split_rows = sharding.split_rows
+    sharding.split_rows = lambda *a, **k: operands.append(split_rows(*a, **k)) or operands[-1]
     out = {"devices": jax.device_count(), "cells": {}}
     for name, (alg, mixing, channel) in cells.items():
         ref = dgsgld.sample(alg, prob.potential, mixing, init, key, 12, channel=channel)
         got = dgsgld.sample(alg, prob.potential, mixing, init, key, 12, channel=channel,
                             placement=agents)
         res = out["cells"][name] = {
+            "exchange": isinstance(operands[-1], rows.ExchangePlan),
             "diff": float(jnp.abs(got.positions - ref.positions).max()),
             "scale": float(jnp.abs(ref.positions).max()),
             "bytes": channel.bytes_sent(ref.state).tolist(),
@@ -134,6 +159,31 @@ SCRIPT = textwrap.dedent(
     x = jnp.asarray(np.random.default_rng(1).normal(size=(8, 8)), jnp.float32)
     specs = (jax.tree.map(lambda _: P(None, "agents"), plan), P("agents"))
     out["payload"] = {"rows_received": plan.rows_received}
+
+    def count(jaxpr, primitive):
+        return sum((eqn.primitive.name == primitive)
+                   + sum(count(sub, primitive) for sub in jex.jaxprs_in_params(eqn.params))
+                   for eqn in jaxpr.eqns)
+
+    # One send of the exchanged channel at rounds k = 0, 2, 4 (keys 0, 1, 2): over the
+    # exchange (ppermutes, no all_gather) its mix and messages are the single-device ones.
+    def send(pl, xl, step_key, k):
+        sent = C.send(exchanged, step_key, C.init_states(exchanged, position=xl), "position",
+                      pl.rows(k, "agents", 4), xl, k)
+        return sent[0], sent[1]["position"].sent
+    send = jax.shard_map(send, mesh=sharding.agent_mesh(), in_specs=(*specs, P(), P()),
+                         out_specs=(P("agents"), P("agents")))
+    jaxpr = jax.make_jaxpr(send)(plan, x, key, jnp.int32(0)).jaxpr
+    out["send"] = {"ppermute": count(jaxpr, "ppermute"), "all_gather": count(jaxpr, "all_gather"),
+                   "diff": 0.0, "sent": [], "sent_single": []}
+    for i, k in enumerate((0, 2, 4)):
+        step_key, k = jax.random.fold_in(key, i), jnp.int32(k)
+        mixed, sent = send(plan, x, step_key, k)
+        ref, states = C.send(exchanged, step_key, C.init_states(exchanged, position=x),
+                             "position", neighbours.matrix_at(k), x, k)
+        out["send"]["diff"] = max(out["send"]["diff"], float(jnp.abs(mixed - ref).max()))
+        out["send"]["sent"].append(np.asarray(sent).tolist())
+        out["send"]["sent_single"].append(np.asarray(states["position"].sent).tolist())
     compressors = {"top_k": C.top_k(0.25), "random_k": C.random_k(0.5),
                    "quantize": C.quantize(4), "sign": C.sign()}
     if full:
@@ -173,6 +223,7 @@ def _check(result: dict) -> None:
     assert result["devices"] == 4 and result["cells"]
     for cell, res in result["cells"].items():
         assert "agents" in res["spec"], cell                      # really split over devices
+        assert res["exchange"] == ("exchange" in cell), cell      # the path the cell names
         assert res["scale"] > 0.1, cell                           # a real, moving run
         assert res.get("effect", 1.0) > 1e-2, cell                # the channel changes the run
         assert res["diff"] < 2e-5 * max(1.0, res["scale"]), (cell, res["diff"])
@@ -205,22 +256,43 @@ def _check_payload(result: dict) -> None:
     assert {"top_k", "random_k", "quantize", "sign"} <= set(pay)
 
 
+def _check_send(result: dict) -> None:
+    # One send with stragglers and dropped links over the neighbour exchange: no all_gather,
+    # and the single-device mix to float32 rounding. The dropped weight is summed into the
+    # diagonal over a row's K terms here and over its N entries on one device, and the mix
+    # sums at most 8 terms of weight ≤ 1 and |x| ≤ 4 (64 standard normals): at most
+    # 2 · 8 · 4 · 1.2e-7 ≈ 8e-6. A differing draw moves a row by a weight times |x| ≳ 1e-2.
+    send = result["send"]
+    assert send["ppermute"] > 0 and send["all_gather"] == 0, send
+    assert send["diff"] < 1e-5, send["diff"]
+    assert send["sent"] == send["sent_single"]
+    # Some agents sent and some did not (activity 0.6, links up with probability 0.7).
+    sent = [m for step in send["sent"] for m in step]
+    assert 0 in sent and max(sent) > 0, sent
+
+
 def test_channels_under_agent_placement_make_the_single_device_draws():
     result = _run("fast")
     _check(result)
     _check_payload(result)
+    _check_send(result)
 
 
 def test_which_channels_need_the_whole_network():
-    # Over a neighbour exchange a device knows its neighbours' rows only: public copies,
-    # per-link or gossip draws and inactive agents need the whole network (gathered).
+    # Over a neighbour exchange a device knows its neighbours' rows only: public copies and
+    # gossip draws need the whole network (gathered). Inactive agents and dropped links do
+    # on a directed network only (their weight stays in the sender's column).
     local = [C.Channel(), C.Channel(C.top_k(0.1), every=3, probability=0.5),
              C.Channel(C.random_k(0.2), clock=C.Clock(1.0, jitter=1.0, latency=0.1))]
+    cuts = [C.Channel(activity=0.5), C.Channel(activity=[[1, 0]]),
+            C.Channel(C.top_k(0.1), probability=0.5, per_link=True),
+            C.Channel(clock=C.Clock(1.0, deadline=2.0))]
     whole = [C.Channel(C.top_k(0.1), error_feedback=True), C.Channel(threshold=0.1),
-             C.Channel(activity=0.5), C.Channel(probability=0.5, per_link=True),
-             C.Channel(gossip="edge"), C.Channel(clock=C.Clock(1.0, deadline=2.0))]
-    assert not any(c.needs_whole_network for c in local)
-    assert all(c.needs_whole_network for c in whole)
+             C.Channel(gossip="edge"), C.Channel(activity=0.5, gossip="matching")]
+    assert not any(c.needs_whole_network() or c.needs_whole_network(True) for c in local)
+    assert not any(c.needs_whole_network() for c in cuts)
+    assert all(c.needs_whole_network(True) for c in cuts)
+    assert all(c.needs_whole_network() and c.needs_whole_network(True) for c in whole)
 
 
 @pytest.mark.slow  # fast twin: test_channels_under_agent_placement_make_the_single_device_draws
@@ -228,3 +300,4 @@ def test_channels_under_agent_placement_every_sampler():
     result = _run("full")
     _check(result)
     _check_payload(result)
+    _check_send(result)

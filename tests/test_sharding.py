@@ -254,10 +254,17 @@ def test_exchange_plan_rebuilds_every_snapshot_from_the_rows_it_sends(fmt, devic
                 e = (d - o) % devices
                 arrived.append(np.asarray(send)[p, e] + e * size)
             arrived = np.concatenate(arrived)
+            # sources: the agents of the received rows (HaloRows.agents reads them).
+            np.testing.assert_array_equal(np.asarray(plan.sources)[p, d], arrived[size:])
             for i in range(d * size, (d + 1) * size):
                 np.add.at(rebuilt[i], arrived[nbr[p, i]], wts[p, i])
                 rebuilt[i, i] += diag[p, i]
         np.testing.assert_array_equal(rebuilt, dense[p])
+        # listeners: each agent's out-neighbours, the column pattern of the snapshot.
+        listeners = np.asarray(plan.listeners)[p]
+        for j in range(20):
+            heard = set(np.flatnonzero(dense[p, :, j])) - {j}
+            assert set(listeners[j][listeners[j] >= 0]) == heard, (p, j)
     if fmt == "circulant":                               # one row from each side
         assert plan.rows_received == 2
     assert plan.rows_received <= 20 - size               # never more than the all-gather

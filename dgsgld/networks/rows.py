@@ -17,8 +17,10 @@ Each operand's ``@`` takes the device's ``(R, k)`` rows of ``x`` and returns its
 :func:`split_rows` turns a network into the operand whose agent axis the devices split (on the
 host); :func:`rows_at` gives, inside ``shard_map``, the device's operand of ``W⁽ᵏ⁾``.
 :func:`whole`, :func:`gather` and :func:`own_rows` let a computation that needs the whole
-network (a communication channel's per-agent draws, dropped links and public copies) run on
-every device and keep the device's rows.
+network (a communication channel's public copies or gossip) run on every device and keep the
+device's rows. Dropped links and inactive agents need no more than a device's rows:
+:meth:`HaloRows.without` rewrites them from draws every device makes for all ``N`` agents,
+with :func:`cut_links`, the rule the dense matrices use too.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from .._types import Array
 from . import sparse
 from ._mixing import MixingStack
 
-__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "exchange_plan", "gather",
-           "is_rows", "num_agents", "own_rows", "rows_at", "split_rows", "whole"]
+__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "cut_links", "exchange_plan",
+           "gather", "is_rows", "num_agents", "own_rows", "rows_at", "split_rows", "whole"]
 
 
 class RowBlock(eqx.Module):
@@ -99,7 +101,9 @@ class HaloRows(eqx.Module):
         sends: per offset ``o``, ``(M_o,)`` int32: the local rows device ``+ o`` needs.
         sources: ``(M,)`` int32, ``M = Σ_o M_o``: the agent (of all ``N``) of each received
             row, in the concatenation's order (padding: the sender's first agent).
-        degrees: ``(R,)`` int32, the device's agents' out-degrees ``#{i ≠ j : W[i, j] ≠ 0}``.
+        listeners: ``(R, L)`` int32, per agent ``j`` of the device its out-neighbours, the
+            agents ``i ≠ j`` (of all ``N``) with ``W[i, j] ≠ 0``, padded with ``-1``:
+            :attr:`degrees` counts them.
         offsets: device offsets ``o`` (static): send to ``d + o``, receive from ``d - o``.
         num_devices, axis_name: the mesh axis (static).
         ordered: sum the ``K`` terms one after another, as
@@ -112,7 +116,7 @@ class HaloRows(eqx.Module):
     diagonal: Array
     sends: tuple[Array, ...]
     sources: Array
-    degrees: Array
+    listeners: Array
     offsets: tuple[int, ...] = eqx.field(static=True)
     num_devices: int = eqx.field(static=True)
     axis_name: str = eqx.field(static=True)
@@ -121,6 +125,35 @@ class HaloRows(eqx.Module):
     def astype(self, dtype) -> "HaloRows":
         return eqx.tree_at(lambda h: (h.weights, h.diagonal), self,
                            (self.weights.astype(dtype), self.diagonal.astype(dtype)))
+
+    @property
+    def degrees(self) -> Array:
+        """``(R,)`` int32, the device's agents' out-degrees ``#{i ≠ j : W[i, j] ≠ 0}``."""
+        return jnp.sum(self.listeners >= 0, axis=1, dtype=jnp.int32)
+
+    def agents(self) -> tuple[Array, Array]:
+        """``(own (R,), neighbours (R, K))`` int32: the device's agents and the agent (of all
+        ``N``) behind each of their neighbour terms."""
+        size = self.diagonal.shape[0]
+        own = jax.lax.axis_index(self.axis_name) * size + jnp.arange(size, dtype=jnp.int32)
+        return own, jnp.concatenate([own, self.sources])[self.neighbors]
+
+    def without(self, link_up, held: Array | None = None) -> "HaloRows":
+        """These rows with the links ``j → i`` where ``link_up(i, j)`` is False dropped and the
+        rows of ``held`` ``(R,)`` bool made ``e_i`` (:func:`cut_links`), and
+        :attr:`listeners` (the out-degrees) cut alike. ``link_up`` maps broadcastable int32
+        arrays of agents (of all ``N``) to bools; it must hold on ``i = j``. Every device
+        knows the draws of all ``N`` agents, so the rows are rewritten without exchange.
+
+        The neighbour exchange still carries every row of the snapshot's support (its shapes
+        are static): only the weights change, not what :meth:`receive` sends."""
+        own, agents = self.agents()
+        weights, diagonal = cut_links(self.weights, self.diagonal,
+                                      link_up(own[:, None], agents), held)
+        listening = (self.listeners >= 0) & link_up(jnp.maximum(self.listeners, 0),
+                                                    own[:, None])
+        return eqx.tree_at(lambda h: (h.weights, h.diagonal, h.listeners), self,
+                           (weights, diagonal, jnp.where(listening, self.listeners, -1)))
 
     def receive(self, local: Any) -> Any:
         """The rows other devices' agents send this device: every leaf of ``local``
@@ -160,8 +193,8 @@ class ExchangePlan(eqx.Module):
         neighbors, weights: ``(P, N, K)``; ``diagonal``: ``(P, N)`` (as :class:`HaloRows`, per
             snapshot, rows of all devices stacked).
         sends: per offset, ``(P, D, M_o)`` int32, indexed by the sending device.
-        sources: ``(P, D, M)`` int32, indexed by the receiving device; ``degrees``: ``(P, N)``
-            int32 (as :class:`HaloRows`).
+        sources: ``(P, D, M)`` int32, indexed by the receiving device; ``listeners``:
+            ``(P, N, L)`` int32 (as :class:`HaloRows`).
         offsets, ordered: as :class:`HaloRows`.
     """
 
@@ -170,7 +203,7 @@ class ExchangePlan(eqx.Module):
     diagonal: Array
     sends: tuple[Array, ...]
     sources: Array
-    degrees: Array
+    listeners: Array
     offsets: tuple[int, ...] = eqx.field(static=True)
     ordered: bool = eqx.field(static=True)
 
@@ -189,7 +222,7 @@ class ExchangePlan(eqx.Module):
         p = k % self.period
         return HaloRows(self.neighbors[p], self.weights[p], self.diagonal[p],
                         tuple(s[p, 0] for s in self.sends), self.sources[p, 0],
-                        self.degrees[p], self.offsets, num_devices, axis_name, self.ordered)
+                        self.listeners[p], self.offsets, num_devices, axis_name, self.ordered)
 
 
 def _neighbour_lists(schedule: sparse.SparseSchedule):
@@ -272,16 +305,42 @@ def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int) -> Exchange
                    for o, send in zip(offsets, sends)]
         if senders:
             sources[:, d] = np.concatenate(senders, axis=1)
-    # degrees[p, j]: j's out-neighbours, the distinct rows i ≠ j with W[i, j] ≠ 0.
-    degrees = np.zeros((period, n), np.int32)
+    # listeners[p, j]: j's out-neighbours, the distinct rows i ≠ j with W[i, j] ≠ 0, sorted.
     receiver = np.broadcast_to(np.arange(n)[:, None], (n, k))
+    pairs = []
     for p in range(period):
         link = (wts[p] != 0) & (nbr[p] != receiver)
-        pairs = np.unique(receiver[link] * n + nbr[p][link])
-        degrees[p] = np.bincount(pairs % n, minlength=n)
+        pair = np.unique(nbr[p][link] * n + receiver[link])       # sender-major order
+        pairs.append((pair // n, pair % n))
+    width = max([int(np.bincount(j, minlength=n).max()) for j, _ in pairs if j.size] + [0])
+    listeners = np.full((period, n, width), -1, np.int32)
+    for p, (j, i) in enumerate(pairs):
+        listeners[p, j, np.arange(j.size) - np.searchsorted(j, j)] = i
     return ExchangePlan(jnp.asarray(local), jnp.asarray(wts), jnp.asarray(diag),
                         tuple(jnp.asarray(s) for s in sends), jnp.asarray(sources),
-                        jnp.asarray(degrees), offsets, ordered)
+                        jnp.asarray(listeners), offsets, ordered)
+
+
+def cut_links(weights: Array, diagonal: Array, kept: Array,
+              held: Array | None = None) -> tuple[Array, Array]:
+    """The re-weighting of dropped links and inactive agents, row by row (the one rule of
+    :meth:`HaloRows.without` and the dense ``drop_links`` of :mod:`dgsgld.communication`):
+    ``(weights', diagonal')`` with a term's weight zeroed where ``kept`` is False and moved to
+    its row's diagonal, ``diagonal'_i = diagonal_i + Σ_{dropped k} weights[i, k]`` (row sums
+    kept), and a ``held`` row exactly ``e_i`` (weights 0, diagonal 1).
+
+    Args:
+        weights: ``(R, K)`` a row's off-diagonal terms; ``diagonal``: ``(R,)``.
+        kept: ``(R, K)`` bool, the terms whose link is up.
+        held: ``(R,)`` bool or ``None`` (none).
+    """
+    if held is not None:
+        kept = kept & ~held[:, None]
+    cut = jnp.where(kept, weights, jnp.zeros_like(weights))
+    diagonal = diagonal + jnp.sum(weights - cut, axis=-1)
+    if held is not None:
+        diagonal = jnp.where(held, jnp.ones_like(diagonal), diagonal)
+    return cut, diagonal
 
 
 def split_rows(network, num_devices: int, exchange: bool = True):
