@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _problems import complete_graph, linear_regression, permuted_rings, ring
 
 import dgsgld
-from _problems import complete_graph, linear_regression, permuted_rings, ring
 from dgsgld import communication as C
 
 N = 4
@@ -843,7 +843,8 @@ def test_clock_waits_for_the_slowest_agent_or_drops_it_at_the_deadline(key):
     jitter and 0.5 s latency a round. Waiting for everyone: 3.5 s a step; with rounds every 2
     steps only 3 of the 6 steps pay the latency (6 · 3 + 3 · 0.5 = 19.5 s). With a 2 s
     deadline agent 3 is never done in time: it takes no step and sends nothing (its position
-    stays its start, exactly), each step lasts 2 + 0.5 s, and it counts no message. ``elapsed_time`` traced per iteration is 0, 3.5, 7, ..."""
+    stays its start, exactly), each step lasts 2 + 0.5 s, and it counts no message.
+    ``elapsed_time`` traced per iteration is 0, 3.5, 7, ..."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     alg, T = dgsgld.DESGLD(0.05), 6
     slow = C.Clock(compute=(1, 1, 1, 3), latency=0.5)

@@ -24,9 +24,9 @@ so a Gaussian initialization stays Gaussian and its mean and covariance propagat
   ``M = (1 − β)I + β𝒲 − ηN𝐀``, ``c = ηN𝐛``, ``G = √(2Nη) I``.
 * The push-sum samplers over column-stochastic ``C⁽ᵏ⁾`` (:mod:`dgsgld.samplers.pushsum`): their
   weights ``v⁽ᵏ⁺¹⁾ = C⁽ᵏ⁾v⁽ᵏ⁾``, ``v⁽⁰⁾ = 1``, do not depend on the state, so given them the
-  recursion is linear. With ``𝒱 = diag(v⁽ᵏ⁾) ⊗ I_d``, ``𝒱⁺ = diag(v⁽ᵏ⁺¹⁾) ⊗ I_d``, ``𝒞 = C⁽ᵏ⁾ ⊗ I_d``
-  and ``𝒟 = diag(√(2η m)) ⊗ I_d`` (``m = v⁽ᵏ⁺¹⁾`` for Push-DIGing-SGLD, ``v⁽ᵏ⁾`` for push-sum
-  SGLD, ``1`` with ``noise="uniform"``):
+  recursion is linear. With ``𝒱 = diag(v⁽ᵏ⁾) ⊗ I_d``, ``𝒱⁺ = diag(v⁽ᵏ⁺¹⁾) ⊗ I_d``,
+  ``𝒞 = C⁽ᵏ⁾ ⊗ I_d`` and ``𝒟 = diag(√(2η m)) ⊗ I_d`` (``m = v⁽ᵏ⁺¹⁾`` for Push-DIGing-SGLD,
+  ``v⁽ᵏ⁾`` for push-sum SGLD, ``1`` with ``noise="uniform"``):
   Push-DIGing-SGLD, ``s = (x, y)``, ``𝒫 = 𝒱⁺⁻¹𝒞𝒱``:
   ``M = [[𝒫, −η𝒱⁺⁻¹], [𝐀(𝒫 − I), 𝒞 − η𝐀𝒱⁺⁻¹]]``, ``c = 0``, ``G = [𝒱⁺⁻¹𝒟; 𝐀𝒱⁺⁻¹𝒟]``;
   push-sum SGLD, ``s = x``: ``M = 𝒱⁺⁻¹𝒞(𝒱 − η𝐀)``, ``c = η𝒱⁺⁻¹𝒞𝐛``, ``G = 𝒱⁺⁻¹𝒞𝒟``.
@@ -123,8 +123,17 @@ import scipy.linalg
 
 from .. import _tree, _validation, metrics
 from .._types import Array, ArrayLike
-from ..samplers import (DESGHMC, DESGLD, DULA, EXTRASGLD, SGLD, DIGingSGHMC, DIGingSGLD,
-                        PushDIGingSGLD, PushSumSGLD)
+from ..samplers import (
+    DESGHMC,
+    DESGLD,
+    DULA,
+    EXTRASGLD,
+    SGLD,
+    DIGingSGHMC,
+    DIGingSGLD,
+    PushDIGingSGLD,
+    PushSumSGLD,
+)
 
 __all__ = [
     "ExactMoments",
@@ -181,7 +190,8 @@ class Quadratic(NamedTuple):
         return int(np.shape(self.hessians)[-1])
 
     def target(self) -> tuple[np.ndarray, np.ndarray]:
-        """The target ``π ∝ exp(−Σ_i f_i) = N(A⁻¹b, A⁻¹)``, ``A = Σ A_i``, ``b = Σ b_i`` (float64)."""
+        """The target ``π ∝ exp(−Σ_i f_i) = N(A⁻¹b, A⁻¹)``, ``A = Σ A_i``, ``b = Σ b_i``
+        (float64)."""
         A = np.sum(np.asarray(self.hessians, dtype=np.float64), axis=0)
         b = np.sum(np.asarray(self.shifts, dtype=np.float64), axis=0)
         cov = np.linalg.inv(A)
@@ -312,7 +322,8 @@ def _quadratic_parts(potential, x):
 
 
 class LinearRecursion(NamedTuple):
-    """``s⁺ = matrix @ s + offset + noise @ w`` with ``w ~ N(0, I)``; ``(n, n)``, ``(n,)``, ``(n, m)``."""
+    """``s⁺ = matrix @ s + offset + noise @ w`` with ``w ~ N(0, I)``; ``(n, n)``, ``(n,)``,
+    ``(n, m)``."""
 
     matrix: Array
     offset: Array
@@ -360,7 +371,8 @@ def _block_diag(xp, A):
 def linear_recursion(
     kind: str, quadratic: Quadratic, W, eta, xp=jnp, parameter=None
 ) -> LinearRecursion:
-    """The one-step recursion of ``kind`` (module docstring) with mixing ``W (N, N)`` and step ``η``.
+    """The one-step recursion of ``kind`` (module docstring) with mixing ``W (N, N)`` and
+    step ``η``.
 
     ``xp`` is ``jax.numpy`` (jittable) or ``numpy``. ``W`` is ignored for ``"sgld"``.
     ``parameter`` is the friction ``γ`` (SGHMC kinds) or the consensus weight ``β`` (D-ULA).
