@@ -43,6 +43,9 @@ def parse(argv=None):
                    "scaled sign")
     p.add_argument("--fraction", type=float, default=0.25, help="of --channel top_k, random_k")
     p.add_argument("--levels", type=int, default=4, help="of --channel quantize")
+    p.add_argument("--activity", type=float, default=1.0,
+                   help="of --channel: each agent active at a step with this probability "
+                   "(stragglers; over a sparse exchange each process draws every agent's flag)")
     p.add_argument("--chains", type=int, default=200, help="trials (200 in the paper)")
     p.add_argument("--agents", type=int, default=20, help="N (20 in the paper)")
     p.add_argument("--steps", type=int, default=100)
@@ -75,11 +78,14 @@ def channel(args):
     """The ``--channel`` (``None``: no channel)."""
     from dgsgld import communication as comm
 
-    return {"none": lambda: None, "exact": comm.Channel,
-            "top_k": lambda: comm.Channel(comm.top_k(args.fraction)),
-            "random_k": lambda: comm.Channel(comm.random_k(args.fraction)),
-            "quantize": lambda: comm.Channel(comm.quantize(args.levels)),
-            "sign": lambda: comm.Channel(comm.sign())}[args.channel]()
+    compressor = {"exact": comm.identity, "top_k": lambda: comm.top_k(args.fraction),
+                  "random_k": lambda: comm.random_k(args.fraction),
+                  "quantize": lambda: comm.quantize(args.levels), "sign": comm.sign}
+    if args.channel == "none":
+        if args.activity != 1.0:
+            raise SystemExit("--activity needs a --channel")
+        return None
+    return comm.Channel(compressor[args.channel](), activity=args.activity)
 
 
 def setup(args):

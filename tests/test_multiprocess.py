@@ -324,6 +324,31 @@ def test_compressed_payloads_across_two_processes_equal_single_process_run(
     np.testing.assert_array_equal(sent, reference.bytes_sent(want.state))
 
 
+@pytest.mark.slow  # default run: tests/test_communication_agents.py (stragglers over the
+# exchange of 4 devices in one process)
+def test_stragglers_over_the_exchange_across_two_processes_equal_single_process_run(tmp_path):
+    # Each process draws every agent's activity from the step's shared key and cuts its own
+    # rows (an inactive agent's row becomes e_i, its neighbours' weight on it moves to their
+    # diagonals), so the draws are the single-process run's: the tolerance of the sparse
+    # runs above. An agent is active w.p. 0.7 at each step, so it sends in 0.7 of the
+    # 20 steps on average: the counts equal the single-process run's exactly and fall short of
+    # every-step sending (20 steps x 2 messages x 2 neighbours x 16 B).
+    from dgsgld import communication as comm
+
+    args = ["--mixing", "sparse", "--network", "ring", "--channel", "top_k",
+            "--fraction", "0.25", "--activity", "0.7"]
+    _run(["--placement", "agents", "--out", str(tmp_path / "a.npz"), *args, *SMALL],
+         processes=2)
+    want = _reference(*args, whole=True)
+    with np.load(tmp_path / "a.npz") as f:
+        got, sent = f["positions"], f["bytes_sent"]
+    assert _close(got, np.asarray(want.state.position))
+    reference = comm.Channel(comm.top_k(0.25), activity=0.7)
+    np.testing.assert_array_equal(sent, reference.bytes_sent(want.state))
+    every_step = 20 * 2 * 2 * ROW_BYTES["top_k"]
+    assert 0 < sent.mean() < 0.9 * every_step and sent.max() <= every_step
+
+
 @pytest.mark.slow  # default run: tests/test_communication_agents.py (the traced exchange's
 # ppermute operands are Channel.message_bytes(F) a row)
 @pytest.mark.parametrize("channel,option,value", CHANNELS)
