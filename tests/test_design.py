@@ -126,6 +126,8 @@ def test_multi_iteration_objective_gradient_matches_finite_differences():
         assert np.all(np.asarray(grad)[np.asarray(par.mask) == 0] == 0)
 
 
+@pytest.mark.slow  # fast twin: test_learn_weights_recovers_two_node_optimum (the objective
+# at one iteration); this one compiles six learn_weights programs
 def test_learn_weights_single_iteration_sequence_is_the_single_iteration_objective():
     sched = nets.barbell(6, period=3, seed=2)
     rng = np.random.default_rng(3)
