@@ -294,6 +294,20 @@ CHANNELS = [("top_k", "fraction", 0.25), ("random_k", "fraction", 0.5),
 ROW_BYTES = {"top_k": 16, "random_k": 12, "quantize": 7}
 
 
+def _channel_across_two_processes(tmp_path, *channel):
+    """``(bytes_sent, reference trace)``: the example on the sparse ring with the ``channel``
+    options, agents across 2 processes, after asserting that its final positions are the
+    single-process run's (:func:`_close`)."""
+    args = ["--mixing", "sparse", "--network", "ring", *channel]
+    _run(["--placement", "agents", "--out", str(tmp_path / "c.npz"), *args, *SMALL],
+         processes=2)
+    want = _reference(*args, whole=True)
+    with np.load(tmp_path / "c.npz") as f:
+        got, sent = f["positions"], f["bytes_sent"]
+    assert _close(got, np.asarray(want.state.position))
+    return sent, want
+
+
 @pytest.mark.slow  # default run: tests/test_communication_agents.py (the same exchange of
 # payloads on 4 devices in one process)
 @pytest.mark.parametrize("channel,option,value", CHANNELS)
@@ -309,14 +323,8 @@ def test_compressed_payloads_across_two_processes_equal_single_process_run(
     # selection by a message entry (positions of scale 6, trackers 24 here).
     from dgsgld import communication as comm
 
-    args = ["--mixing", "sparse", "--network", "ring", "--channel", channel,
-            f"--{option}", str(value)]
-    _run(["--placement", "agents", "--out", str(tmp_path / "k.npz"), *args, *SMALL],
-         processes=2)
-    want = _reference(*args, whole=True)
-    with np.load(tmp_path / "k.npz") as f:
-        got, sent = f["positions"], f["bytes_sent"]
-    assert _close(got, np.asarray(want.state.position))
+    sent, want = _channel_across_two_processes(
+        tmp_path, "--channel", channel, f"--{option}", str(value))
     # Counted as one device counts: 20 steps x 2 messages x 2 ring neighbours per agent, for
     # every chain and agent.
     np.testing.assert_array_equal(sent, np.full((8, 20), 20 * 2 * 2 * ROW_BYTES[channel]))
@@ -335,14 +343,8 @@ def test_stragglers_over_the_exchange_across_two_processes_equal_single_process_
     # every-step sending (20 steps x 2 messages x 2 neighbours x 16 B).
     from dgsgld import communication as comm
 
-    args = ["--mixing", "sparse", "--network", "ring", "--channel", "top_k",
-            "--fraction", "0.25", "--activity", "0.7"]
-    _run(["--placement", "agents", "--out", str(tmp_path / "a.npz"), *args, *SMALL],
-         processes=2)
-    want = _reference(*args, whole=True)
-    with np.load(tmp_path / "a.npz") as f:
-        got, sent = f["positions"], f["bytes_sent"]
-    assert _close(got, np.asarray(want.state.position))
+    sent, want = _channel_across_two_processes(
+        tmp_path, "--channel", "top_k", "--fraction", "0.25", "--activity", "0.7")
     reference = comm.Channel(comm.top_k(0.25), activity=0.7)
     np.testing.assert_array_equal(sent, reference.bytes_sent(want.state))
     every_step = 20 * 2 * 2 * ROW_BYTES["top_k"]
