@@ -77,6 +77,12 @@ row-major, concatenated). Bytes: agent ``j`` sends one message to each out-neigh
 
 rounded up to whole bytes per message, the bytes of :meth:`Compressor.payload` (quantize's and
 sign's bits packed into uint8), which is what a neighbour exchange sends between devices.
+
+A message with public copies (error feedback, an event trigger) goes instead to every agent
+that keeps a copy of ``x̂_j``: on a time-varying network that is every agent that ever listens
+to ``j`` (``W⁽ᵏ⁾[i, j] ≠ 0`` at some ``k``, :func:`listener_counts`), as each update of the
+copy must reach them all or the copies part. :func:`dgsgld.sample` sets these counts
+(:attr:`Channel.listeners`) from the network; on a static network they are its out-degrees.
 :func:`messages_sent` counts the point-to-point messages, :meth:`Channel.bytes_sent` turns
 them into bytes.
 
@@ -99,6 +105,7 @@ import numpy as np
 from . import _tree, _validation
 from ._types import Array, PRNGKey, PyTree
 from .networks import rows
+from .networks._mixing import as_mixing
 
 __all__ = [
     "Channel",
@@ -119,6 +126,7 @@ __all__ = [
     "identity",
     "init_states",
     "link_mask",
+    "listener_counts",
     "messages_sent",
     "out_degrees",
     "quantize",
@@ -548,6 +556,18 @@ def _clock(clock):
     return clock
 
 
+def _listeners(listeners):
+    """``None`` or per agent a count ``>= 0`` (kept as a tuple of ints: static and hashable)."""
+    if listeners is None:
+        return None
+    counts = np.asarray(listeners)
+    if counts.ndim != 1 or counts.size == 0 or not np.issubdtype(counts.dtype, np.integer) \
+            or (counts < 0).any():
+        raise ValueError("`listeners` must be None or one count >= 0 per agent, (N,) integers "
+                         f"(listener_counts(network)); got {listeners!r}.")
+    return tuple(int(c) for c in counts)
+
+
 def _compressor(compressor) -> Compressor:
     if not isinstance(compressor, Compressor):
         raise TypeError(
@@ -609,6 +629,12 @@ class Channel(eqx.Module):
             (their public copy needs every neighbour to receive it).
         clock: a :class:`Clock` (``None``: no simulated time): compute times per agent and
             step, the round's latency, and a deadline past which slow agents sit the step out.
+        listeners: ``(N,)`` ints or ``None`` (static): how many agents receive each message of
+            agent ``j`` that has public copies (error feedback, an event trigger), the agents
+            that keep a copy of ``x̂_j``. :func:`dgsgld.sample` sets it to
+            :func:`listener_counts` of its network (every agent that ever listens to ``j``);
+            ``None`` counts the out-neighbours of the step's snapshot. Messages without public
+            copies are always counted over the snapshot's out-neighbours.
     """
 
     compressor: Compressor = eqx.field(default_factory=Identity, converter=_compressor)
@@ -621,6 +647,8 @@ class Channel(eqx.Module):
     activity: Any = eqx.field(default=1.0, static=True, converter=_activity)
     gossip: str | None = eqx.field(default=None, static=True, converter=_gossip)
     clock: Clock | None = eqx.field(default=None, converter=_clock)
+    listeners: tuple[int, ...] | None = eqx.field(default=None, static=True,
+                                                   converter=_listeners)
 
     def __check_init__(self):
         if self.per_link and (self.error_feedback or self.threshold is not None):
@@ -740,6 +768,12 @@ class Channel(eqx.Module):
         ``name`` the message's."""
         threshold = self.threshold_of(name)
         exact = isinstance(self.compressor, Identity) and not self._public(name)
+        if self._public(name) and self.listeners is not None:
+            # Every holder of a public copy receives each update (module docstring).
+            if len(self.listeners) != degrees.shape[0]:
+                raise ValueError(f"`listeners` has {len(self.listeners)} counts for a network "
+                                 f"of {degrees.shape[0]} agents.")
+            degrees = jnp.asarray(self.listeners, jnp.int32)
         if exact and sends is None:
             return _tree.mix(matrix, message), state._replace(sent=state.sent + degrees)
         fire, heard = sends, state.heard
@@ -1031,6 +1065,27 @@ def out_degrees(matrix) -> Array:
         return matrix.degrees
     links = _dense(matrix) != 0
     return (jnp.sum(links, axis=0) - jnp.diagonal(links)).astype(jnp.int32)
+
+
+def listener_counts(mixing) -> tuple[int, ...]:
+    """Per agent ``j``, the agents that ever listen to it: ``#{i ≠ j : W⁽ᵏ⁾[i, j] ≠ 0 for
+    some k}`` over one period of ``mixing`` (any network :func:`dgsgld.sample` takes; a
+    static one: its out-degrees), or ``N − 1`` for every agent when the schedule never
+    repeats (``period=None``: any agent may listen). The :attr:`Channel.listeners` of a run
+    with public copies."""
+    mixing = as_mixing(mixing)
+    first = _dense(mixing.matrix_at(0))
+    n = first.shape[-1]
+    period = getattr(mixing, "period", None)
+    if period is None:
+        return (n - 1,) * n
+
+    def union(k, links):
+        return links | (_dense(mixing.matrix_at(k)) != 0)
+
+    links = jax.jit(lambda: jax.lax.fori_loop(0, period, union, jnp.zeros((n, n), bool)))()
+    links = np.asarray(links) & ~np.eye(n, dtype=bool)
+    return tuple(int(c) for c in links.sum(axis=0))
 
 
 def _dense(matrix) -> Array:

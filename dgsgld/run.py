@@ -28,6 +28,7 @@ one compiled sampling loop, over a network application: :class:`Whole` here, a d
 say where the loop runs; :func:`dgsgld.checkpoint.sample_chunked` runs it chunk by chunk.
 """
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
@@ -39,10 +40,10 @@ import numpy as np
 
 from . import _divergence, _params, _random, _tree, _validation
 from . import progress as _progress
+from ._types import Array, PRNGKey, PyTree
 from .networks._mixing import abstract_matrix, as_mixing
 from .networks.checked import check_mixing_role, check_network, unwrap_checked
 from .networks.directed import network_for
-from ._types import Array, PRNGKey, PyTree
 from .potential import Potential
 from .samplers.base import SamplingAlgorithm
 from .streaming import Metric
@@ -490,6 +491,7 @@ def _prepare(algorithm, potential, mixing, init, key, num_steps, *, output=Outpu
     mixing, prechecked = unwrap_checked(mixing, allow_disconnected, connectivity_window)
     mixing = network_for(algorithm, mixing)  # push-sum samplers take column-stochastic
     stack = as_mixing(mixing)
+    algorithm = _with_listeners(algorithm, stack)
     num_chains = _check_inputs(
         algorithm, potential, stack, positions, key, num_steps, init if resume else None
     )
@@ -524,6 +526,20 @@ def _with_channel(algorithm, channel):
         algorithm = eqx.tree_at(lambda a: a.channel, algorithm, channel,
                                 is_leaf=lambda x: x is None)
     return algorithm
+
+
+def _with_listeners(algorithm, stack):
+    """``algorithm`` whose channel has public copies counting every agent that ever listens
+    (:func:`dgsgld.communication.listener_counts` of the network) as a receiver of each
+    update; unchanged otherwise."""
+    from . import communication
+
+    channel = getattr(algorithm, "channel", None)
+    if (channel is None or stack is None or channel.listeners is not None
+            or not (channel.error_feedback or channel.threshold is not None)):
+        return algorithm
+    channel = dataclasses.replace(channel, listeners=communication.listener_counts(stack))
+    return eqx.tree_at(lambda a: a.channel, algorithm, channel)
 
 
 def _check_on_divergence(on_divergence: str) -> str:

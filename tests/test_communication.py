@@ -13,6 +13,7 @@ from _problems import complete_graph, linear_regression, permuted_rings, ring
 
 import dgsgld
 from dgsgld import communication as C
+from dgsgld.networks import onthefly
 
 N = 4
 
@@ -143,6 +144,44 @@ def test_sample_channel_option_counts_bytes(key):
     np.testing.assert_array_equal(np.asarray(trace.values), np.broadcast_to(expected, (2, 6, N)))
     np.testing.assert_array_equal(channel.bytes_sent(trace.state), 8 * expected[-1][None]
                                   .repeat(2, 0))
+
+
+def _pairs(*pairs):
+    """The matrix where each pair ``(i, j)`` averages and every other agent keeps its value."""
+    w = np.eye(N)
+    for i, j in pairs:
+        w[np.ix_([i, j], [i, j])] = 0.5
+    return w
+
+
+def test_public_copies_are_sent_to_every_agent_that_ever_listens(key):
+    """On a time-varying network every agent that ever listens to ``j`` keeps a copy of
+    ``x̂_j``, so each update of a public copy (error feedback, an event trigger) is sent to all
+    of them: pairs {0, 1}, {2, 3} then {1, 2} give listeners (1, 2, 2, 1), while a message
+    without public copies goes to the snapshot's out-neighbours ((1, 1, 1, 1), then
+    (0, 1, 1, 0)). Under DIGing-SGLD 2 messages a step, over 5 steps; ``threshold=0`` fires
+    at every step (the first always, then whenever the message moved, which continuous noise
+    does almost surely)."""
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    stack = np.stack([_pairs((0, 1), (2, 3)), _pairs((1, 2))])
+    union = np.array([1, 2, 2, 1])
+    assert C.listener_counts(stack) == tuple(union)
+    snapshots = np.array([[1, 1, 1, 1], [0, 1, 1, 0]])[np.arange(5) % 2].sum(0)
+    for channel, per_agent in ((C.Channel(C.top_k(0.5), error_feedback=True), 5 * union),
+                               (C.Channel(threshold=0.0), 5 * union),
+                               (C.Channel(C.top_k(0.5)), snapshots)):
+        trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, stack,
+                              jnp.zeros((2, N, 2)), key, 5, channel=channel)
+        np.testing.assert_array_equal(np.asarray(C.messages_sent(trace.state)),
+                                      np.broadcast_to(2 * per_agent, (2, N)))
+    # A schedule that never repeats may put any agent next to any other.
+    endless = onthefly.link_failures_on_the_fly(complete_graph(N) > 0, 0.5)
+    assert C.listener_counts(endless) == (N - 1,) * N
+    with pytest.raises(ValueError, match="`listeners` must be None or one count"):
+        C.Channel(listeners=[1, -1, 2, 2])
+    with pytest.raises(ValueError, match="`listeners` has 3 counts for a network of 4"):
+        dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, stack, jnp.zeros((1, N, 2)),
+                      key, 1, channel=C.Channel(error_feedback=True, listeners=[1, 2, 2]))
 
 
 @pytest.mark.slow  # fast twins: test_diging_exact_channel_..., test_sample_channel_option_...

@@ -133,6 +133,17 @@ def test_digits_rows_tiny(tmp_path, monkeypatch):
         experiment.communication_experiment(tmp_path, problems=("mnist",))
 
 
+def test_experiment_refuses_unknown_problems_and_channel_labels(tmp_path):
+    """Both are checked before any row runs, naming the argument and the choices."""
+    with pytest.raises(ValueError, match="`problems` must name some of"):
+        experiment.communication_experiment(tmp_path, problems=("mnist",))
+    with pytest.raises(ValueError, match=r"`only` must be .* among \['exact', 'exact, every 2'"):
+        experiment.communication_experiment(tmp_path, small=True, only=("top_k(1/4)",))
+    with pytest.raises(ValueError, match="`only` must be a collection"):
+        experiment.communication_experiment(tmp_path, small=True, only="exact")
+    assert not list(tmp_path.iterdir())
+
+
 def test_jackknife_of_a_mean_is_the_standard_error_of_the_group_means():
     """For the mean, the delete-a-group jackknife is exactly the textbook standard error of the
     G group means, ``sd(group means) / √G`` (``m₋g = (G m̄ − m_g)/(G − 1)``, so

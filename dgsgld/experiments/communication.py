@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from fractions import Fraction
 from functools import partial
 from pathlib import Path
@@ -249,16 +249,23 @@ def _predictive_score(task: digits.Task, final, groups: int) -> dict:
 
 def communication_experiment(out: str | Path, *, small: bool = False, seed: int = 0,
                              plot: bool = True, logger: Callable | None = print,
-                             problems=PROBLEMS) -> list[dict]:
+                             problems=PROBLEMS, only: Collection[str] | None = None) -> list[dict]:
     """Run every row, write ``communication.json``, ``communication.md`` and (``plot``)
     ``communication.png`` into ``out``, and return the rows (dicts: problem, method,
     channel, error_feedback, bytes_per_agent, bytes_per_agent_step, seconds,
     seconds_per_step, metric ("w2", "accuracy" or, for the digits BNN, "nll"), value and se
     (``None`` where a chain diverged), diverged; the digits BNN's rows also hold accuracy
-    and accuracy_se). ``problems``: any of :data:`PROBLEMS`."""
+    and accuracy_se). ``problems``: any of :data:`PROBLEMS`; ``only``: the channel labels to run
+    (as in the tables, e.g. ``"exact"``, ``"top_k(1/3)"`` with and without error feedback;
+    ``None``: all)."""
     unknown = set(problems) - set(PROBLEMS)
     if unknown or not problems:
         raise ValueError(f"`problems` must name some of {PROBLEMS}; got {problems!r}.")
+    if only is not None:
+        labels = list(dict.fromkeys(label for label, _ in channels(small, 1.0, 1.0)))
+        if isinstance(only, str) or not set(only) <= set(labels):
+            raise ValueError(f"`only` must be a collection of channel labels among {labels}; "
+                             f"got {only!r}.")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = _config(small, seed, problems)
@@ -273,6 +280,8 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
         noise = float(np.sqrt(2 * problem.step_size * dim))
         for method, make in METHODS.items():
             for label, channel in channels(small, cfg["consensus"], noise=noise):
+                if only is not None and label not in only:
+                    continue
                 ef = channel.error_feedback
                 trace = sample(make(problem.step_size), problem.potential, mixing, init, key,
                                steps, output=keep, channel=channel, on_divergence="flag")
