@@ -1074,18 +1074,20 @@ def listener_counts(mixing) -> tuple[int, ...]:
     repeats (``period=None``: any agent may listen). The :attr:`Channel.listeners` of a run
     with public copies."""
     mixing = as_mixing(mixing)
-    first = _dense(mixing.matrix_at(0))
-    n = first.shape[-1]
-    period = getattr(mixing, "period", None)
-    if period is None:
+    if getattr(mixing, "period", None) is None:
+        n = _dense(mixing.matrix_at(0)).shape[-1]
         return (n - 1,) * n
+    links = np.asarray(_ever_linked(mixing))
+    return tuple(int(c) for c in (links & ~np.eye(links.shape[0], dtype=bool)).sum(axis=0))
 
-    def union(k, links):
-        return links | (_dense(mixing.matrix_at(k)) != 0)
 
-    links = jax.jit(lambda: jax.lax.fori_loop(0, period, union, jnp.zeros((n, n), bool)))()
-    links = np.asarray(links) & ~np.eye(n, dtype=bool)
-    return tuple(int(c) for c in links.sum(axis=0))
+@eqx.filter_jit
+def _ever_linked(mixing) -> Array:
+    """``(N, N)`` bool: ``W⁽ᵏ⁾[i, j] ≠ 0`` at some ``k`` of the period (compiled once per
+    network structure, as ``sample`` calls it for every run with public copies)."""
+    return jax.lax.fori_loop(1, mixing.period,
+                             lambda k, links: links | (_dense(mixing.matrix_at(k)) != 0),
+                             _dense(mixing.matrix_at(0)) != 0)
 
 
 def _dense(matrix) -> Array:
