@@ -668,9 +668,9 @@ class Channel(eqx.Module):
         """Whether a step needs the whole network's messages, not only a device's neighbours'
         (placement ``Agents``; ``directed``: a column-stochastic network, push-sum).
 
-        Public copies (error feedback, an event trigger) do: on a time-varying network every
-        agent that may ever listen to ``j`` must know ``x̂_j``, so each device would keep
-        copies of agents it does not hear at this step. Gossip does: its matching is drawn
+        Public copies (error feedback, an event trigger) do: a device would keep the copies
+        ``x̂_j`` of every agent its agents ever listen to (:func:`listener_counts`), which its
+        rows of the sampler state do not hold. Gossip does: its matching is drawn
         over all links. So do dropped links and inactive agents (``per_link``, ``activity``,
         a clock's deadline) on a directed network, whose dropped weight stays in the
         sender's column, held by other devices.

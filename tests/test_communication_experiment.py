@@ -1,6 +1,7 @@
 """``dgsgld reproduce communication``: its standard errors and its rows' byte accounting."""
 
 import json
+import sys
 
 import jax
 import numpy as np
@@ -133,14 +134,18 @@ def test_digits_rows_tiny(tmp_path, monkeypatch):
         experiment.communication_experiment(tmp_path, problems=("mnist",))
 
 
-def test_experiment_refuses_unknown_problems_and_channel_labels(tmp_path):
-    """Both are checked before any row runs, naming the argument and the choices."""
+def test_experiment_refuses_unknown_problems_and_channel_labels(tmp_path, monkeypatch):
+    """Both are checked before any row runs, naming the argument and the choices, and so is
+    scikit-learn, which the digits BNN's data come from."""
     with pytest.raises(ValueError, match="`problems` must name some of"):
         experiment.communication_experiment(tmp_path, problems=("mnist",))
     with pytest.raises(ValueError, match=r"`only` must be .* among \['exact', 'exact, every 2'"):
         experiment.communication_experiment(tmp_path, small=True, only=("top_k(1/4)",))
     with pytest.raises(ValueError, match="`only` must be a collection"):
         experiment.communication_experiment(tmp_path, small=True, only="exact")
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)     # as if not installed
+    with pytest.raises(ValueError, match=r"pip install 'dgsgld\[examples\]'"):
+        experiment.communication_experiment(tmp_path, small=True, problems=("linear", "digits"))
     assert not list(tmp_path.iterdir())
 
 

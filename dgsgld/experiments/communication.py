@@ -261,6 +261,8 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
     unknown = set(problems) - set(PROBLEMS)
     if unknown or not problems:
         raise ValueError(f"`problems` must name some of {PROBLEMS}; got {problems!r}.")
+    if "digits" in problems:            # before any row runs, not after the others' minutes
+        digits._sklearn("datasets")
     if only is not None:
         labels = list(dict.fromkeys(label for label, _ in channels(small, 1.0, 1.0)))
         if isinstance(only, str) or not set(only) <= set(labels):
