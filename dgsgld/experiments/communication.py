@@ -270,7 +270,7 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
                              f"got {only!r}.")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = _config(small, seed, problems)
+    cfg = _config(small, seed, problems) | {"only": None if only is None else list(only)}
     mixing = nets.random_regular(cfg["num_agents"], cfg["degree"], seed)
     key = jax.random.key(seed)
     rows, start = [], time.perf_counter()
