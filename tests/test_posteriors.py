@@ -777,3 +777,22 @@ def test_rank_histograms_draw_each_agents_bin_counts():
     assert [np.asarray(line.get_ydata()).tolist() for line in lines] == [[3, 1, 1, 3],
                                                                           [0, 8, 0, 0]]
     plt.close(fig)
+
+
+def test_bench_builds_every_target_before_any_run(tmp_path, monkeypatch):
+    # A target whose data cannot be loaded (scikit-learn missing) stops the command before
+    # the targets listed ahead of it run, and before the output directory is made.
+    import dataclasses
+
+    from dgsgld.posteriors import targets
+    from dgsgld.posteriors.bench import BenchSettings, bench_posteriors
+
+    def missing():
+        raise ImportError("this benchmark target uses a data set bundled with scikit-learn")
+
+    monkeypatch.setitem(targets.TARGETS, "needs_sklearn", missing)
+    settings = dataclasses.replace(BenchSettings.small(),
+                                   targets=("gaussian_linear", "needs_sklearn"), sbc_targets=())
+    with pytest.raises(ImportError, match="scikit-learn"):
+        bench_posteriors(tmp_path / "out", settings, log=lambda *_: None)
+    assert not (tmp_path / "out").exists()
