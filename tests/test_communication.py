@@ -159,16 +159,14 @@ def test_public_copies_are_sent_to_every_agent_that_ever_listens(key):
     ``x̂_j``, so each update of a public copy (error feedback, an event trigger) is sent to all
     of them: pairs {0, 1}, {2, 3} then {1, 2} give listeners (1, 2, 2, 1), while a message
     without public copies goes to the snapshot's out-neighbours ((1, 1, 1, 1), then
-    (0, 1, 1, 0)). Under DIGing-SGLD 2 messages a step, over 5 steps; ``threshold=0`` fires
-    at every step (the first always, then whenever the message moved, which continuous noise
-    does almost surely)."""
+    (0, 1, 1, 0)). Under DIGing-SGLD 2 messages a step, over 5 steps. (An event trigger's
+    copies are counted by the same rule, ``Channel._public``.)"""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     stack = np.stack([_pairs((0, 1), (2, 3)), _pairs((1, 2))])
     union = np.array([1, 2, 2, 1])
     assert C.listener_counts(stack) == tuple(union)
     snapshots = np.array([[1, 1, 1, 1], [0, 1, 1, 0]])[np.arange(5) % 2].sum(0)
     for channel, per_agent in ((C.Channel(C.top_k(0.5), error_feedback=True), 5 * union),
-                               (C.Channel(threshold=0.0), 5 * union),
                                (C.Channel(C.top_k(0.5)), snapshots)):
         trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, stack,
                               jnp.zeros((2, N, 2)), key, 5, channel=channel)
@@ -286,6 +284,9 @@ def _received(keys, payloads, vs):
              for name, c in _PACKED.items()} for pay, v in zip(payloads, vs)]
 
 
+# Fast twins: test_message_bytes_of_each_encoding, and the payload check of
+# test_channels_under_agent_placement_make_the_single_device_draws.
+@pytest.mark.slow
 def test_packed_payloads_rebuild_compress_at_the_accounted_size():
     """Quantize and sign send packed bits: the payload rebuilt in another program is
     ``C(v)`` bit for bit, its bytes are ``Channel.message_bytes(d)``, and the law holds.
@@ -957,6 +958,10 @@ def _data_z(x, mean, cov):
     return z_mean, z_cov
 
 
+# Fast twins: test_exact_moments_with_random_k_and_error_feedback_match_monte_carlo
+# [diging], test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture,
+# test_links_and_stragglers_step_by_step.
+@pytest.mark.slow
 def test_exact_moments_under_random_link_drops_match_monte_carlo(key):
     """DIGing-SGLD and DE-SGLD with full batches on the ring of 4, each link up w.p. 1/2 at
     every step, 15 steps from N(0, I), 6000 chains: the means and covariances of
@@ -1003,6 +1008,10 @@ def test_exact_moments_under_random_link_drops_match_monte_carlo(key):
                             np.eye(2), 2, channel=channel)
 
 
+# Fast twins: test_exact_moments_with_random_k_and_error_feedback_match_monte_carlo
+# [diging], test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture,
+# test_links_and_stragglers_step_by_step.
+@pytest.mark.slow
 @pytest.mark.parametrize("cells", ["diging", pytest.param("all", marks=pytest.mark.slow)])
 def test_exact_moments_with_stragglers_match_monte_carlo(cells, key):
     """Stragglers in ``theory.exact_moments``: DIGing-SGLD (``"all"``: and DE-SGLD and
@@ -1061,6 +1070,10 @@ def test_random_k_mask_covariance_is_the_stated_one():
     np.testing.assert_allclose(np.cov(masks.T), expected, atol=5 * (d / 2) ** 2 / np.sqrt(n))
 
 
+# Fast twins: test_exact_moments_with_random_k_and_error_feedback_match_monte_carlo
+# [diging], test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture,
+# test_links_and_stragglers_step_by_step.
+@pytest.mark.slow
 @pytest.mark.parametrize("cells", ["diging", pytest.param("all", marks=pytest.mark.slow)])
 def test_exact_moments_with_random_k_messages_match_monte_carlo(cells, key):
     """Random-k messages (k = 2 of d = 3, scaled by 3/2, no error feedback) in
@@ -1184,6 +1197,10 @@ def test_gossip_outcomes_are_the_law_of_gossip_matrix():
         C.gossip_outcomes(complete_graph(7), "matching")
 
 
+# Fast twins: test_exact_moments_with_random_k_and_error_feedback_match_monte_carlo
+# [diging], test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture,
+# test_links_and_stragglers_step_by_step.
+@pytest.mark.slow
 @pytest.mark.parametrize("cells", ["diging", pytest.param("all", marks=pytest.mark.slow)])
 def test_exact_moments_with_intermittent_rounds_match_monte_carlo(cells, key):
     """``Channel(every=3)``: between rounds (``k ≡ 0 mod 3``) every message, DIGing's tracker
@@ -1231,6 +1248,10 @@ def test_exact_moments_with_intermittent_rounds_match_monte_carlo(cells, key):
         assert all(r > bound for r in rejected), (type(alg).__name__, rejected)
 
 
+# Fast twins: test_exact_moments_with_random_k_and_error_feedback_match_monte_carlo
+# [diging], test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture,
+# test_links_and_stragglers_step_by_step.
+@pytest.mark.slow
 @pytest.mark.parametrize("cells", ["diging", pytest.param("all", marks=pytest.mark.slow)])
 def test_exact_moments_with_gossip_match_monte_carlo(cells, key):
     """Randomized gossip in ``exact_moments``: given the step's gossip matrix ``G`` the step
@@ -1268,6 +1289,10 @@ def test_exact_moments_with_gossip_match_monte_carlo(cells, key):
         assert z <= bound, (type(alg).__name__, channel, z)
 
 
+# Fast twins: test_exact_moments_with_random_k_and_error_feedback_match_monte_carlo
+# [diging], test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture,
+# test_links_and_stragglers_step_by_step.
+@pytest.mark.slow
 @pytest.mark.parametrize("cells", ["diging", pytest.param("all", marks=pytest.mark.slow)])
 def test_exact_moments_with_random_rounds_feedback_and_deadlines_match_monte_carlo(cells, key):
     """The other channels whose step is linear given its randomness, in ``exact_moments``:

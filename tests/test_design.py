@@ -96,6 +96,7 @@ def test_exact_w2_gradient_matches_finite_differences():
         np.testing.assert_allclose(float(g_eta), float(fd_eta), rtol=1e-6)
 
 
+@pytest.mark.slow  # fast twin: test_exact_w2_gradient_matches_finite_differences
 def test_multi_iteration_objective_gradient_matches_finite_differences():
     # The objective learn_weights differentiates when `num_steps` is a sequence: the mean over
     # the iterations 3..6 of the mean-agent exact W2. Its value against each iteration's W2
