@@ -63,15 +63,16 @@ def _launch(processes: int, args: list[str]) -> tuple[str, float]:
 
 #: (channel, its option) of the channel rows: over the paper-size ring, sparse, 2 processes.
 CHANNELS = [("exact", {}), ("top_k", {"fraction": 0.25}), ("random_k", {"fraction": 0.5}),
-            ("quantize", {"levels": 4}), ("sign", {})]
+            ("quantize", {"levels": 4}), ("sign", {}),
+            ("top_k", {"fraction": 0.25, "error_feedback": True})]
 
 
 def _args(network, chains, agents, mixing, steps, out, repeat=1, channel="none", fraction=1.0,
-          levels=4):
+          levels=4, error_feedback=False):
     return ["--placement", "agents", "--network", network, "--chains", str(chains), "--agents",
             str(agents), "--mixing", mixing, "--steps", str(steps), "--repeat", str(repeat),
             "--out", str(out), "--channel", channel, "--fraction", str(fraction),
-            "--levels", str(levels)]
+            "--levels", str(levels)] + (["--error-feedback"] if error_feedback else [])
 
 
 def predicted_bytes(network, chains, agents, mixing, processes, dim=6, quantities=2,
@@ -85,7 +86,9 @@ def predicted_bytes(network, chains, agents, mixing, processes, dim=6, quantitie
     else:
         from dgsgld.networks.rows import exchange_plan
 
-        rows = exchange_plan(example.setup(a)[1], processes).rows_received
+        plan = exchange_plan(example.setup(a)[1], processes, copies=a.error_feedback)
+        # With public copies the updates travel over the exchange of the period's union.
+        rows = (plan.copies if a.error_feedback else plan).rows_received
     row = dim * 4 if channel == "none" else example.channel(a).message_bytes(dim)
     return quantities * chains * rows * row
 
@@ -196,6 +199,8 @@ def report(result) -> str:
         for r in result["channel_bytes"]:
             option = [r[k] for k in ("fraction", "levels") if k in r]
             name = f"{r['channel']}({option[0]})" if option else r["channel"]
+            if r.get("error_feedback"):
+                name += " with error feedback"
             lines.append(f"| {name} | {r['agents']} | {r['chains']} | {r['processes']} | "
                          f"{r['mixing']} | {r['predicted']:,} | {r['measured']:,.0f} |"
                          .replace(",", " "))

@@ -835,7 +835,8 @@ def sample_chunked(
     # divergences flagged (reported here, once) and, for "stop", frozen.
     stop = _run._check_on_divergence(on_divergence) == "stop"
     prep = _run._prepare(algorithm, potential, mixing, init, key, num_steps,
-                         on_divergence="stop" if stop else "flag", **options)
+                         on_divergence="stop" if stop else "flag", placement=placement,
+                         **options)
     thin, num_steps = prep.output.thin, prep.num_steps
     if chunk_size % thin:
         raise ValueError(

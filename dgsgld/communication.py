@@ -259,7 +259,16 @@ class Compressor(eqx.Module):
         raise NotImplementedError
 
     def contract(self, key: PRNGKey, v: Array) -> Array:
-        return self.compress(key, v)
+        return self.contract_expand(key, self.contract_payload(key, v), v.shape[0])
+
+    def contract_payload(self, key: PRNGKey, v: Array) -> PyTree:
+        """What travels for :meth:`contract` (default: :meth:`payload`)."""
+        return self.payload(key, v)
+
+    def contract_expand(self, key: PRNGKey, payload: PyTree, dim: int) -> Array:
+        """:meth:`contract`'s ``(dim,)`` from :meth:`contract_payload` (default:
+        :meth:`expand`)."""
+        return self.expand(key, payload, dim)
 
     def payload(self, key: PRNGKey, v: Array) -> PyTree:
         """What travels for ``C(v)``, a pytree of arrays (default: ``C(v)`` itself, dense);
@@ -335,9 +344,9 @@ class RandomK(Compressor):
     def compress(self, key, v):
         return self.expand(key, self.payload(key, v), v.shape[0])
 
-    def contract(self, key, v):
-        """The kept entries unscaled (``δ = k / d``)."""
-        return self.expand(key, v[self._index(key, v.shape[0])], v.shape[0])
+    def contract_payload(self, key, v):
+        """The kept entries unscaled (``δ = k / d``), ``(k,)``."""
+        return v[self._index(key, v.shape[0])]
 
     def payload(self, key, v):
         """The ``k`` kept values scaled, ``(k,)``; the indices follow from ``key``."""
@@ -422,11 +431,12 @@ class Quantize(Compressor):
         return jnp.where(norm > 0, norm * _signs(bits[:, 0], norm.dtype) * xi / self.levels,
                          jnp.zeros_like(xi))
 
-    def contract(self, key, v):
+    def contract_expand(self, key, payload, dim):
         """``C(v) / τ`` with ``τ = 1 + min(d / s², √d / s)`` (QSGD's variance bound plus 1)."""
-        d, s = v.shape[0], self.levels
-        tau = 1.0 + min(d / s**2, math.sqrt(d) / s)
-        return self.compress(key, v) / jnp.asarray(tau, v.dtype)
+        s = self.levels
+        tau = 1.0 + min(dim / s**2, math.sqrt(dim) / s)
+        q = self.expand(key, payload, dim)
+        return q / jnp.asarray(tau, q.dtype)
 
     def bits(self, dim, value_bits):
         return dim * (1 + self.level_bits()) + value_bits
@@ -490,12 +500,17 @@ class ChannelState(NamedTuple):
             of it yet (it sends at its first round whatever the threshold); ``()`` without.
         elapsed: float32 scalar, the simulated seconds so far, in the ``position`` message's
             state of a channel with a :class:`Clock`; ``()`` otherwise.
+        copies: ``(N, L, d)`` over a neighbour exchange (``Channel.copy_slots`` ``= L``):
+            agent ``i``'s copies of the flat public copies ``x̂_j`` of the ``L`` agents it ever
+            listens to (:attr:`~dgsgld.networks.rows.HaloRows.copies`), equal to theirs;
+            ``()`` otherwise.
     """
 
     public: PyTree
     sent: Array
     heard: Any = ()
     elapsed: Any = ()
+    copies: Any = ()
 
 
 def _consensus(consensus) -> float:
@@ -508,7 +523,11 @@ def _probability(probability) -> float:
 
 def _threshold(threshold):
     """``None``, a float, or per message a tuple of ``(name, float | None)`` pairs (static and
-    hashable) from a mapping ``{message name: threshold}``."""
+    hashable) from a mapping ``{message name: threshold}`` (or from those pairs again, as
+    ``dataclasses.replace`` passes them)."""
+    if isinstance(threshold, tuple) and all(isinstance(p, tuple) and len(p) == 2
+                                            for p in threshold):
+        threshold = dict(threshold)
     if isinstance(threshold, dict):
         unknown = sorted(set(threshold) - set(_TAGS))
         if unknown:
@@ -573,6 +592,13 @@ def _listeners(listeners):
         raise ValueError("`listeners` must be None or one count >= 0 per agent, (N,) integers "
                          f"(listener_counts(network)); got {listeners!r}.")
     return tuple(int(c) for c in counts)
+
+
+def _copy_slots(slots) -> int:
+    if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 0:
+        raise ValueError("`copy_slots` must be an int >= 0 (the copies of public copies each "
+                         f"agent keeps; dgsgld.sample sets it); got {slots!r}.")
+    return int(slots)
 
 
 def _compressor(compressor) -> Compressor:
@@ -642,6 +668,9 @@ class Channel(eqx.Module):
             :func:`listener_counts` of its network (every agent that ever listens to ``j``);
             ``None`` counts the out-neighbours of the step's snapshot. Messages without public
             copies are always counted over the snapshot's out-neighbours.
+        copy_slots: ``L`` (static), the copies of public copies each agent keeps for a
+            neighbour exchange (:attr:`ChannelState.copies`); placement ``Agents`` sets it
+            over a sparse schedule. 0: none (the whole network's public copies are at hand).
     """
 
     compressor: Compressor = eqx.field(default_factory=Identity, converter=_compressor)
@@ -656,15 +685,16 @@ class Channel(eqx.Module):
     clock: Clock | None = eqx.field(default=None, converter=_clock)
     listeners: tuple[int, ...] | None = eqx.field(default=None, static=True,
                                                    converter=_listeners)
+    copy_slots: int = eqx.field(default=0, static=True, converter=_copy_slots)
 
     def __check_init__(self):
-        if self.per_link and (self.error_feedback or self.threshold is not None):
+        if self.per_link and self.has_public_copies:
             raise ValueError(
                 "`per_link` drops cannot be combined with error feedback or an event trigger "
                 "(one public copy per agent needs every neighbour to receive it); use "
                 "per_link=False (rounds drawn for all agents at once)."
             )
-        if self.gossip is not None and (self.error_feedback or self.threshold is not None):
+        if self.gossip is not None and self.has_public_copies:
             raise ValueError(
                 "`gossip` cannot be combined with error feedback or an event trigger (one "
                 "public copy per agent needs every neighbour to receive it, and gossip reaches "
@@ -675,12 +705,13 @@ class Channel(eqx.Module):
         """Whether a step needs the whole network's messages, not only a device's neighbours'
         (placement ``Agents``; ``directed``: a column-stochastic network, push-sum).
 
-        Public copies (error feedback, an event trigger) do: a device would keep the copies
-        ``x̂_j`` of every agent its agents ever listen to (:func:`listener_counts`), which its
-        rows of the sampler state do not hold. Gossip does: its matching is drawn
-        over all links. So do dropped links and inactive agents (``per_link``, ``activity``,
-        a clock's deadline) on a directed network, whose dropped weight stays in the
-        sender's column, held by other devices.
+        Public copies (error feedback, an event trigger) do not: over a neighbour exchange
+        every agent keeps copies of the public copies ``x̂_j`` of the agents it ever listens
+        to (:attr:`copy_slots`, :attr:`ChannelState.copies`), and each update of ``x̂_j``
+        travels compressed to every device that keeps one. Gossip does: its matching is
+        drawn over all links. So do dropped links and inactive agents (``per_link``,
+        ``activity``, a clock's deadline) on a directed network, whose dropped weight stays in
+        the sender's column, held by other devices.
 
         Otherwise a sparse schedule's neighbour exchange carries the compressed payloads
         (:meth:`Compressor.payload`). Dropped links and inactive agents of an undirected
@@ -691,8 +722,14 @@ class Channel(eqx.Module):
         (:func:`messages_sent`) are the single-device run's."""
         cuts = (self.activity != 1.0 or self.per_link
                 or (self.clock is not None and self.clock.deadline is not None))
-        return (self.error_feedback or self.threshold is not None or self.gossip is not None
-                or (directed and cuts))
+        return self.gossip is not None or (directed and cuts)
+
+    @property
+    def has_public_copies(self) -> bool:
+        """Whether some message keeps public copies ``x̂_j`` that every listener of ``j``
+        holds (error feedback, or an event trigger on any message; :meth:`_public` per
+        message)."""
+        return self.error_feedback or self.threshold is not None
 
     def threshold_of(self, name: str | None = None) -> float | None:
         """The event trigger's threshold of message ``name`` (``None``: no trigger)."""
@@ -711,7 +748,12 @@ class Channel(eqx.Module):
         heard = jnp.zeros((num_agents,), bool) if self.threshold_of(name) is not None else ()
         elapsed = jnp.zeros((), jnp.float32) if self.clock is not None and name == "position" \
             else ()
-        return ChannelState(public, jnp.zeros((num_agents,), jnp.int32), heard, elapsed)
+        copies = ()
+        if self.copy_slots and self._public(name):
+            flat = _flat(message)
+            copies = jnp.zeros((num_agents, self.copy_slots, flat.shape[1]), flat.dtype)
+        return ChannelState(public, jnp.zeros((num_agents,), jnp.int32), heard, elapsed,
+                            copies)
 
     def mix(self, key: PRNGKey, state: ChannelState, matrix, message: PyTree, count=0,
             round_key: PRNGKey | None = None, active: Array | None = None,
@@ -777,10 +819,11 @@ class Channel(eqx.Module):
         exact = isinstance(self.compressor, Identity) and not self._public(name)
         if self._public(name) and self.listeners is not None:
             # Every holder of a public copy receives each update (module docstring).
-            if len(self.listeners) != degrees.shape[0]:
+            total = rows.num_agents(matrix, degrees.shape[0])
+            if len(self.listeners) != total:
                 raise ValueError(f"`listeners` has {len(self.listeners)} counts for a network "
-                                 f"of {degrees.shape[0]} agents.")
-            degrees = jnp.asarray(self.listeners, jnp.int32)
+                                 f"of {total} agents.")
+            degrees = _local(matrix, jnp.asarray(self.listeners, jnp.int32))
         if exact and sends is None:
             return _tree.mix(matrix, message), state._replace(sent=state.sent + degrees)
         fire, heard = sends, state.heard
@@ -790,6 +833,9 @@ class Channel(eqx.Module):
             fire = fire if sends is None else fire & sends
             heard = state.heard | fire
         sent = state.sent + (degrees if fire is None else jnp.where(fire, degrees, 0))
+        if isinstance(matrix, rows.HaloRows) and self._public(name):
+            mixed, public, copies = self._mix_copies(key, state, matrix, message, fire)
+            return mixed, state._replace(public=public, sent=sent, heard=heard, copies=copies)
         if not self.error_feedback:
             if exact:
                 q, wq = message, None
@@ -814,6 +860,72 @@ class Channel(eqx.Module):
             lambda x, wh, h: x + jnp.asarray(gamma, x.dtype) * (wh - h),
             message, _tree.mix(matrix, public), public)
         return mixed, state._replace(public=public, sent=sent, heard=heard)
+
+    def _mix_copies(self, key, state, matrix, message, fire):
+        """``(mixed, public, copies)``: the public-copy modes of :meth:`_mix` over a neighbour
+        exchange (``matrix`` a device's ``HaloRows`` with :attr:`~rows.HaloRows.copies`).
+
+        Each device's agents compress (error feedback: ``x_j − x̂_j`` in the contractive form;
+        an event trigger alone: ``x_j``) and update their ``x̂_j``; the payloads and whether
+        they were sent (``fire`` ``(R,)``, ``None``: all) travel over the union's exchange, and
+        every copy of ``x̂_j`` takes the same update, so the copies stay equal to ``x̂_j`` bit
+        for bit. The snapshot's terms are then read from the copies and summed as the
+        snapshot's format does on one device."""
+        link = matrix.copies
+        if link is None:
+            raise ValueError("public copies over a neighbour exchange need the exchange of "
+                             "copies planned: split_rows(..., copies=True) (dgsgld.sample "
+                             "plans it under placement=Agents).")
+        if isinstance(state.copies, tuple) or state.copies.shape[1] != link.neighbors.shape[1]:
+            raise ValueError(
+                "`state` holds no copies of the public copies for this neighbour exchange "
+                f"(ChannelState.copies: {jax.tree.map(jnp.shape, state.copies)}, "
+                f"{link.neighbors.shape[1]} per agent needed): a state made under another "
+                "placement or network cannot continue here; run it where it was made.")
+        flat, public = _flat(message), _flat(state.public)
+        size, dim = flat.shape
+        total = rows.num_agents(matrix, size)
+        keys = jax.random.split(key, total)
+        own = rows.own_rows(matrix, keys, total)
+        comp = self.compressor
+        if self.error_feedback:
+            payload_fn, expand_fn, v = comp.contract_payload, comp.contract_expand, flat - public
+        else:
+            payload_fn, expand_fn, v = comp.payload, comp.expand, flat
+        expand = jax.vmap(lambda k, p: expand_fn(k, p, dim))
+        payload = jax.vmap(payload_fn)(own, v)
+        if fire is None:                        # every agent sends: no flags travel
+            payload_in = link.receive(payload)
+            fire, fired = jnp.ones((size,), bool), jnp.ones((size, 1, 1), bool)
+        else:                                   # a flag (one byte) per payload: sent or not
+            payload_in, fire_in = link.receive((payload, fire))
+            fired = jnp.concatenate([fire, fire_in])[link.neighbors][..., None]  # (R, L, 1)
+        # Every update expanded in one program, and the owner's x̂_j and its copies updated by
+        # one sum, so that every copy takes the very rounding its owner does (XLA may fuse an
+        # expansion's last product with the sum).
+        expanded = expand(jnp.concatenate([own, keys[link.sources]]),
+                          jax.tree.map(lambda a, b: jnp.concatenate([a, b]), payload, payload_in))
+        update = jnp.concatenate([expanded[:size, None], expanded[link.neighbors]], axis=1)
+        held = jnp.concatenate([public[:, None], state.copies], axis=1)         # (R, 1 + L, d)
+        took = jnp.concatenate([jnp.broadcast_to(fire[:, None, None], (size, 1, 1)),
+                                jnp.broadcast_to(fired, (size, held.shape[1] - 1, 1))], axis=1)
+        if self.error_feedback:
+            held = jnp.where(took, held + update, held)
+        else:                                   # neighbours hold the last message received
+            held = jnp.where(took, update, held)
+        new = held[:, 0]
+        terms = jnp.take_along_axis(held, matrix.slots[:, :, None], axis=1)    # (R, K, d)
+        wnew = _unflat(matrix.astype(new.dtype).combine_terms(new, terms), message)
+        copies, new = held[:, 1:], _unflat(new, message)
+        if self.error_feedback:
+            gamma = self.consensus
+            mixed = jax.tree.map(lambda x, wh, h: x + jnp.asarray(gamma, x.dtype) * (wh - h),
+                                 message, wnew, new)
+        else:
+            diag = _diagonal(matrix)
+            mixed = jax.tree.map(lambda wq, x, c: wq + _rows(diag, x) * (x - c),
+                                 wnew, message, new)
+        return mixed, new, copies
 
     def message_bytes(self, dim: int, dtype=jnp.float32) -> int:
         """Bytes of one message of ``dim`` entries of ``dtype``."""

@@ -434,7 +434,8 @@ def sample(
                     on_divergence=on_divergence, chain_offset=chain_offset,
                     allow_disconnected=allow_disconnected,
                     connectivity_window=connectivity_window,
-                    divergence_threshold=divergence_threshold, channel=channel)
+                    divergence_threshold=divergence_threshold, channel=channel,
+                    placement=placement)
     return _finish(prep, _execute(prep, placement, progress))
 
 
@@ -472,9 +473,12 @@ class Prepared(NamedTuple):
 def _prepare(algorithm, potential, mixing, init, key, num_steps, *, output=Output(),
              on_divergence="raise", chain_offset=0, allow_disconnected=False,
              connectivity_window=None,
-             divergence_threshold=_divergence.DEFAULT_THRESHOLD, channel=None) -> Prepared:
+             divergence_threshold=_divergence.DEFAULT_THRESHOLD, channel=None,
+             placement=None) -> Prepared:
     """The front end of every runner: validate, split static leaves, check the network, key;
-    ``channel`` is installed in the algorithm (:func:`_with_channel`)."""
+    ``channel`` is installed in the algorithm (:func:`_with_channel`), and a ``placement``
+    with a ``configure(algorithm, stack)`` adapts it before the state is checked (e.g.
+    ``Agents``: the copies of public copies its neighbour exchange keeps)."""
     _check_on_divergence(on_divergence)
     algorithm = _with_channel(algorithm, channel)
     num_steps = _validation.check_positive_int(num_steps, name="num_steps")
@@ -492,6 +496,8 @@ def _prepare(algorithm, potential, mixing, init, key, num_steps, *, output=Outpu
     mixing = network_for(algorithm, mixing)  # push-sum samplers take column-stochastic
     stack = as_mixing(mixing)
     algorithm = _with_listeners(algorithm, stack)
+    if hasattr(placement, "configure"):
+        algorithm = placement.configure(algorithm, stack)
     num_chains = _check_inputs(
         algorithm, potential, stack, positions, key, num_steps, init if resume else None
     )
@@ -536,7 +542,7 @@ def _with_listeners(algorithm, stack):
 
     channel = getattr(algorithm, "channel", None)
     if (channel is None or stack is None or channel.listeners is not None
-            or not (channel.error_feedback or channel.threshold is not None)):
+            or not channel.has_public_copies):
         return algorithm
     channel = dataclasses.replace(channel, listeners=communication.listener_counts(stack))
     return eqx.tree_at(lambda a: a.channel, algorithm, channel)

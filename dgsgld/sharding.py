@@ -46,8 +46,10 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from ._types import Array, PRNGKey, PyTree
+from ._validation import is_concrete_tree
 from .networks.directed import COLUMN_STOCHASTIC
-from .networks.rows import rows_at, split_rows
+from .networks.rows import copy_slots, rows_at, split_rows
+from .networks.sparse import SparseSchedule
 from .potential import Potential
 from .run import Divergence, Prepared, Trace, _execute_here, _loop, chain_keys, sample
 
@@ -245,7 +247,8 @@ class Agents:
     reduction per kept iteration. The mesh may span processes (:mod:`dgsgld.distributed`).
     A communication channel makes the single-device draws and counts: over a sparse schedule's
     neighbour exchange its compressed payloads travel (inactive agents and dropped links
-    rewrite each device's rows), and one that needs the whole network
+    rewrite each device's rows; public copies are kept per agent for the agents it listens to,
+    ``Channel.copy_slots``), and one that needs the whole network
     (``Channel.needs_whole_network``; and any over a dense stack) gathers its message and
     state and mixes over the whole snapshot on every device, keeping the device's rows.
 
@@ -257,6 +260,20 @@ class Agents:
 
     mesh: Mesh | None = None
     axis_name: str | None = None
+
+    def configure(self, algorithm, stack):
+        """``algorithm`` as this placement runs it over ``stack`` (before the state is made or
+        checked): a channel with public copies over a sparse schedule's neighbour exchange
+        keeps, per agent, copies of the public copies of the agents it ever listens to
+        (``Channel.copy_slots``, :func:`~dgsgld.networks.rows.copy_slots`)."""
+        channel = getattr(algorithm, "channel", None)
+        directed = getattr(algorithm, "network_kind", None) == COLUMN_STOCHASTIC
+        if (channel is None or not channel.has_public_copies or channel.copy_slots
+                or channel.needs_whole_network(directed)
+                or not isinstance(stack, SparseSchedule) or not is_concrete_tree(stack)):
+            return algorithm
+        channel = dataclasses.replace(channel, copy_slots=copy_slots(stack))
+        return eqx.tree_at(lambda a: a.channel, algorithm, channel)
 
     def execute(self, prep: Prepared, every: int, token) -> Trace:
         algorithm, potential = prep.algorithm, prep.potential
@@ -277,8 +294,13 @@ class Agents:
         # whole snapshot: a sparse schedule then stays whole on every device.
         channel = getattr(algorithm, "channel", None)
         directed = getattr(algorithm, "network_kind", None) == COLUMN_STOCHASTIC
-        stack = split_rows(prep.stack, devices,
+        copies = channel is not None and channel.copy_slots > 0       # set by configure
+        stack = split_rows(prep.stack, devices, copies=copies,
                            exchange=channel is None or not channel.needs_whole_network(directed))
+        if copies and getattr(stack, "copy_slots", None) != channel.copy_slots:
+            raise ValueError(f"`channel.copy_slots` is {channel.copy_slots} but the network's "
+                             f"agents listen to up to {getattr(stack, 'copy_slots', 0)}; let "
+                             "dgsgld.sample set it (copy_slots=0).")
         key = prep.key
         impl = jax.random.key_impl(key) if _is_key(key) else None
         key_data = key if impl is None else jax.random.key_data(key)

@@ -43,6 +43,10 @@ def parse(argv=None):
                    "scaled sign")
     p.add_argument("--fraction", type=float, default=0.25, help="of --channel top_k, random_k")
     p.add_argument("--levels", type=int, default=4, help="of --channel quantize")
+    p.add_argument("--error-feedback", action="store_true",
+                   help="of --channel: CHOCO-style public copies (over a sparse exchange every "
+                   "process keeps copies of the public copies its agents listen to and receives "
+                   "their compressed updates)")
     p.add_argument("--activity", type=float, default=1.0,
                    help="of --channel: each agent active at a step with this probability "
                    "(stragglers; over a sparse exchange each process draws every agent's flag)")
@@ -82,10 +86,11 @@ def channel(args):
                   "random_k": lambda: comm.random_k(args.fraction),
                   "quantize": lambda: comm.quantize(args.levels), "sign": comm.sign}
     if args.channel == "none":
-        if args.activity != 1.0:
-            raise SystemExit("--activity needs a --channel")
+        if args.activity != 1.0 or args.error_feedback:
+            raise SystemExit("--activity and --error-feedback need a --channel")
         return None
-    return comm.Channel(compressor[args.channel](), activity=args.activity)
+    return comm.Channel(compressor[args.channel](), activity=args.activity,
+                        error_feedback=args.error_feedback)
 
 
 def setup(args):

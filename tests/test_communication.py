@@ -177,6 +177,8 @@ def test_public_copies_are_sent_to_every_agent_that_ever_listens(key):
     assert C.listener_counts(endless) == (N - 1,) * N
     with pytest.raises(ValueError, match="`listeners` must be None or one count"):
         C.Channel(listeners=[1, -1, 2, 2])
+    with pytest.raises(ValueError, match="`copy_slots` must be an int >= 0"):
+        C.Channel(copy_slots=-1)
     with pytest.raises(ValueError, match="`listeners` has 3 counts for a network of 4"):
         dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, stack, jnp.zeros((1, N, 2)),
                       key, 1, channel=C.Channel(error_feedback=True, listeners=[1, 2, 2]))
@@ -576,6 +578,49 @@ def test_event_trigger_silent_after_first_round(key):
     np.testing.assert_array_equal(np.asarray(one.channel["tracker"].sent), np.full(N, 10))
     assert one.channel["tracker"].public == () and one.channel["tracker"].heard == ()
     assert C.Channel(threshold={"position": 0.1}).threshold_of("tracker") is None
+
+
+def test_copies_of_public_copies_only_under_agent_placement(key):
+    """Copies of public copies (``ChannelState.copies``) are kept only where a neighbour
+    exchange needs them, placement ``Agents`` over a sparse schedule: on one device, and with
+    chains split over devices, the state holds none and the draws are one device's. The
+    period's union sets how many (``rows.copy_slots``): on 4 agents the 3 permuted rings put
+    every agent next to all 3 others over the period (2 per snapshot)."""
+    from dgsgld.networks import rows, sparse
+
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    schedule = sparse.from_dense(permuted_rings(N, 3), format="neighbors")
+    assert rows.copy_slots(schedule) == 3 == N - 1
+    channel = C.Channel(C.top_k(0.5), error_feedback=True)
+    init = jax.random.normal(jax.random.key(1), (2, N, 2))
+    runs = [dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, schedule, init, key, 4,
+                          channel=channel, placement=placement)
+            for placement in (None, dgsgld.Chains())]
+    for trace in runs:
+        assert trace.state.channel["position"].copies == ()
+    np.testing.assert_array_equal(np.asarray(runs[0].positions), np.asarray(runs[1].positions))
+    configured = dgsgld.Agents().configure(dgsgld.DIGingSGLD(0.05, channel=channel), schedule)
+    assert configured.channel.copy_slots == 3
+
+
+def test_thresholds_by_message_run_through_sample(key):
+    """A per-message threshold survives the copies ``sample`` makes of the channel (its
+    ``listeners`` set with ``dataclasses.replace``, which passes the converted pairs back to
+    the converter): on the ring a huge position threshold sends the position at the first
+    round only (2 links), the tracker at every step (2 links × 3 steps)."""
+    import dataclasses
+
+    problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
+    channel = C.Channel(threshold={"position": 1e30})
+    again = dataclasses.replace(channel, listeners=(2,) * N)
+    assert again.threshold == channel.threshold == (("position", 1e30),)
+    init = jax.random.normal(jax.random.key(1), (2, N, 2))
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, ring(N)[None], init,
+                          key, 3, channel=channel)
+    np.testing.assert_array_equal(np.asarray(trace.state.channel["position"].sent),
+                                  np.full((2, N), 2))
+    np.testing.assert_array_equal(np.asarray(trace.state.channel["tracker"].sent),
+                                  np.full((2, N), 6))
 
 
 def test_event_trigger_mixes_with_last_received_copies():

@@ -68,10 +68,14 @@ SCRIPT = textwrap.dedent(
         # stragglers and dropped links rewriting each device's rows.
         "diging_exchange_topk_every_activity_clock_per_link": (
             dgsgld.DIGingSGLD(0.05), neighbours, exchanged),
+        # Public copies over the exchange of the period's union (copies kept per agent).
+        "diging_exchange_randk_ef_trigger_activity": (
+            dgsgld.DIGingSGLD(0.05), neighbours,
+            C.Channel(C.random_k(0.5), error_feedback=True, threshold=0.02, activity=0.7)),
     }
     if full:
         cells |= {
-            "de_sparse_quantize_trigger_round": (
+            "de_exchange_quantize_trigger_round": (
                 dgsgld.DESGLD(0.05), neighbours,
                 C.Channel(C.quantize(4), threshold=0.05, probability=0.8)),
             "diging_randk_per_link": (
@@ -112,6 +116,18 @@ SCRIPT = textwrap.dedent(
             "de_sghmc_exchange_per_link": (
                 dgsgld.DESGHMC(0.1, 2.0), neighbours,
                 C.Channel(probability=0.6, per_link=True)),
+            "de_exchange_topk_ef_consensus": (
+                dgsgld.DESGLD(0.05), neighbours,
+                C.Channel(C.top_k(0.5), error_feedback=True, consensus=0.5)),
+            "extra_exchange_circulant_sign_trigger": (
+                dgsgld.EXTRASGLD(0.05), sparse.from_dense(ring(8)),
+                C.Channel(C.sign(), threshold=0.05, every=2)),
+            "dula_exchange_edges_quantize_ef": (
+                dgsgld.DULA(0.02, 0.5), sparse.from_dense(dense, format="edges"),
+                C.Channel(C.quantize(2), error_feedback=True, probability=0.8)),
+            "diging_sghmc_exchange_identity_trigger_dict": (
+                dgsgld.DIGingSGHMC(0.1, 2.0), neighbours,
+                C.Channel(threshold={"position": 0.05})),
             "diging_on_the_fly_topk_ef": (
                 dgsgld.DIGingSGLD(0.05),
                 networks.onthefly.one_peer_exponential_on_the_fly(8, format="neighbors"),
@@ -124,10 +140,12 @@ SCRIPT = textwrap.dedent(
     split_rows = sharding.split_rows
     sharding.split_rows = lambda *a, **k: operands.append(split_rows(*a, **k)) or operands[-1]
     out = {"devices": jax.device_count(), "cells": {}}
+    runs = {}
     for name, (alg, mixing, channel) in cells.items():
         ref = dgsgld.sample(alg, prob.potential, mixing, init, key, 12, channel=channel)
         got = dgsgld.sample(alg, prob.potential, mixing, init, key, 12, channel=channel,
                             placement=agents)
+        runs[name] = got, ref
         res = out["cells"][name] = {
             "exchange": isinstance(operands[-1], rows.ExchangePlan),
             "diff": float(jnp.abs(got.positions - ref.positions).max()),
@@ -141,9 +159,35 @@ SCRIPT = textwrap.dedent(
             exact = dgsgld.sample(alg, prob.potential, mixing, init, key, 12,
                                   channel=C.Channel())
             res["effect"] = float(jnp.abs(exact.positions - ref.positions).max())
+        if isinstance(operands[-1], rows.ExchangePlan) and channel.has_public_copies:
+            # Every agent's copies equal the public copies of the agents it listens to (the
+            # period's union), bit for bit: the same updates added in the same order.
+            union, _ = rows._union(rows._neighbour_lists(mixing)[0])
+            st = got.state.channel["position"]
+            public = np.asarray(st.public).reshape(st.copies.shape[0], 8, -1)
+            res["copies_equal"] = bool(np.array_equal(
+                np.asarray(st.copies), public[:, union]))
         if channel.clock is not None:
             res["elapsed"] = np.asarray(C.elapsed_time(ref.state)).tolist()
             res["elapsed_agents"] = np.asarray(C.elapsed_time(got.state)).tolist()
+
+    # Public copies over the exchange: a run continued from its state goes on as one
+    # uninterrupted run (the copies travel in the state); a single-device state, which keeps
+    # no copies, is refused.
+    alg, mixing, ef = cells["diging_exchange_randk_ef_trigger_activity"]
+    whole_run, single = runs["diging_exchange_randk_ef_trigger_activity"]
+    half = dgsgld.sample(alg, prob.potential, mixing, init, key, 6, channel=ef,
+                         placement=agents)
+    rest = dgsgld.sample(alg, prob.potential, mixing, half.state, key, 6, channel=ef,
+                         placement=agents)
+    out["resume"] = {"diff": float(jnp.abs(rest.state.position
+                                           - whole_run.state.position).max())}
+    try:
+        dgsgld.sample(alg, prob.potential, mixing, single.state, key, 6, channel=ef,
+                      placement=agents)
+        out["resume"]["refused"] = ""
+    except ValueError as error:
+        out["resume"]["refused"] = str(error)
 
     # What one device sends over the neighbour exchange for one message of F = 8 entries:
     # the bytes of every ppermute's operands in the traced mix.
@@ -159,11 +203,29 @@ SCRIPT = textwrap.dedent(
     x = jnp.asarray(np.random.default_rng(1).normal(size=(8, 8)), jnp.float32)
     specs = (jax.tree.map(lambda _: P(None, "agents"), plan), P("agents"))
     out["payload"] = {"rows_received": plan.rows_received}
-
     def count(jaxpr, primitive):
         return sum((eqn.primitive.name == primitive)
                    + sum(count(sub, primitive) for sub in jex.jaxprs_in_params(eqn.params))
                    for eqn in jaxpr.eqns)
+
+    # Error feedback over the exchange of copies: one payload per row of the union; with
+    # stragglers a one-byte flag beside each (sent or not).
+    copy_plan = rows.exchange_plan(neighbours, 4, copies=True)
+    copy_specs = jax.tree.map(lambda _: P(None, "agents"), copy_plan)
+    for label, ef in {"ef": C.Channel(C.top_k(0.25), error_feedback=True, copy_slots=5),
+                      "ef_activity": C.Channel(C.top_k(0.25), error_feedback=True,
+                                               activity=0.5, copy_slots=5)}.items():
+        send_ef = jax.jit(jax.shard_map(
+            lambda pl, xl, ch=ef: C.send(ch, key, C.init_states(ch, position=xl), "position",
+                                         pl.rows(jnp.int32(1), "agents", 4), xl, 1)[0],
+            mesh=sharding.agent_mesh(), in_specs=(copy_specs, P("agents")),
+            out_specs=P("agents")))
+        jaxpr = jax.make_jaxpr(send_ef)(copy_plan, x).jaxpr
+        out["payload_copies_" + label] = {
+            "slots": copy_plan.copy_slots, "rows_received": copy_plan.copies.rows_received,
+            "sent": ppermute_bytes(jaxpr), "all_gather": count(jaxpr, "all_gather"),
+            "message_bytes": ef.message_bytes(8)}
+
 
     # One send of the exchanged channel at rounds k = 0, 2, 4 (keys 0, 1, 2): over the
     # exchange (ppermutes, no all_gather) its mix and messages are the single-device ones.
@@ -258,6 +320,24 @@ def _check_payload(result: dict) -> None:
     assert {"top_k", "random_k", "quantize", "sign"} <= set(pay)
 
 
+def _check_copies(result: dict) -> None:
+    # Public copies over the exchange of the period's union: no all_gather, and one payload
+    # per received row (top_k(0.25) of 8 entries: 2 values and 2 int32 indices, 16 B), plus
+    # a one-byte flag per row where stragglers may not send.
+    for label, flags in (("ef", 0), ("ef_activity", 1)):
+        res = result["payload_copies_" + label]
+        assert res["slots"] == 5 and res["rows_received"] > 0, res
+        assert res["all_gather"] == 0, res
+        assert res["message_bytes"] == 16
+        assert res["sent"] == res["rows_received"] * (res["message_bytes"] + flags), res
+    # Continued from its state, the run is the uninterrupted one (the same program, the
+    # same floats); a state without copies is refused, naming the argument.
+    assert result["resume"]["diff"] == 0.0, result["resume"]
+    assert "`init`" in result["resume"]["refused"], result["resume"]
+    checked = [cell for cell, res in result["cells"].items() if "copies_equal" in res]
+    assert checked and all(result["cells"][cell]["copies_equal"] for cell in checked), checked
+
+
 def _check_send(result: dict) -> None:
     # One send with stragglers and dropped links over the neighbour exchange: no all_gather,
     # and the single-device mix to float32 rounding. The dropped weight is summed into the
@@ -277,20 +357,22 @@ def test_channels_under_agent_placement_make_the_single_device_draws():
     result = _run("fast")
     _check(result)
     _check_payload(result)
+    _check_copies(result)
     _check_send(result)
 
 
 def test_which_channels_need_the_whole_network():
-    # Over a neighbour exchange a device knows its neighbours' rows only: public copies and
-    # gossip draws need the whole network (gathered). Inactive agents and dropped links do
-    # on a directed network only (their weight stays in the sender's column).
+    # Over a neighbour exchange a device knows its neighbours' rows only: gossip draws need
+    # the whole network (gathered). Public copies travel over the exchange of the period's
+    # union. Inactive agents and dropped links need the whole network on a directed network
+    # only (their weight stays in the sender's column).
     local = [C.Channel(), C.Channel(C.top_k(0.1), every=3, probability=0.5),
-             C.Channel(C.random_k(0.2), clock=C.Clock(1.0, jitter=1.0, latency=0.1))]
+             C.Channel(C.random_k(0.2), clock=C.Clock(1.0, jitter=1.0, latency=0.1)),
+             C.Channel(C.top_k(0.1), error_feedback=True), C.Channel(threshold=0.1)]
     cuts = [C.Channel(activity=0.5), C.Channel(activity=[[1, 0]]),
             C.Channel(C.top_k(0.1), probability=0.5, per_link=True),
             C.Channel(clock=C.Clock(1.0, deadline=2.0))]
-    whole = [C.Channel(C.top_k(0.1), error_feedback=True), C.Channel(threshold=0.1),
-             C.Channel(gossip="edge"), C.Channel(activity=0.5, gossip="matching")]
+    whole = [C.Channel(gossip="edge"), C.Channel(activity=0.5, gossip="matching")]
     assert not any(c.needs_whole_network() or c.needs_whole_network(True) for c in local)
     assert not any(c.needs_whole_network() for c in cuts)
     assert all(c.needs_whole_network(True) for c in cuts)
@@ -302,4 +384,5 @@ def test_channels_under_agent_placement_every_sampler():
     result = _run("full")
     _check(result)
     _check_payload(result)
+    _check_copies(result)
     _check_send(result)

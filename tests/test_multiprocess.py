@@ -351,6 +351,34 @@ def test_stragglers_over_the_exchange_across_two_processes_equal_single_process_
     assert 0 < sent.mean() < 0.9 * every_step and sent.max() <= every_step
 
 
+@pytest.mark.slow  # default run: tests/test_communication_agents.py (public copies over the
+# exchange of 4 devices in one process, copies equal to the public copies bit for bit)
+def test_error_feedback_over_the_exchange_across_two_processes(tmp_path):
+    # Error feedback: each process keeps copies of the public copies its agents listen to
+    # and receives their compressed updates, so the run is the single-process one (the
+    # tolerance of the sparse runs above) and counts alike. Each process then writes per step
+    # the top-k payload of every row its agents listen to (the ring's 2 boundary rows, 16 B,
+    # for 200 chains and 2 messages), as without error feedback; the transport's excess is
+    # at most 256 B per ppermute (2 messages x 2 payload arrays). Sending the copies dense
+    # would add 2 x 200 x 2 x (24 - 16) = 6400 B.
+    from dgsgld import communication as comm
+
+    sent, want = _channel_across_two_processes(
+        tmp_path, "--channel", "top_k", "--fraction", "0.25", "--error-feedback")
+    reference = comm.Channel(comm.top_k(0.25), error_feedback=True)
+    np.testing.assert_array_equal(sent, reference.bytes_sent(want.state))
+    np.testing.assert_array_equal(sent, np.full((8, 20), 20 * 2 * 2 * ROW_BYTES["top_k"]))
+    bench = _module(ROOT / "benchmarks" / "distributed.py")
+    cell = dict(network="ring", chains=200, agents=20, mixing="sparse", processes=2)
+    predicted = bench.predicted_bytes(**cell, channel="top_k", fraction=0.25,
+                                      error_feedback=True)
+    assert predicted == 2 * 200 * 2 * ROW_BYTES["top_k"]
+    measured = np.asarray(bench.bytes_per_process(**cell, tmp=tmp_path, channel="top_k",
+                                                  fraction=0.25, error_feedback=True))
+    excess = measured - predicted
+    assert np.all((excess >= 0) & (excess <= 256 * 4)), (measured, predicted)
+
+
 @pytest.mark.slow  # default run: tests/test_communication_agents.py (the traced exchange's
 # ppermute operands are Channel.message_bytes(F) a row)
 @pytest.mark.parametrize("channel,option,value", CHANNELS)

@@ -17,10 +17,11 @@ Each operand's ``@`` takes the device's ``(R, k)`` rows of ``x`` and returns its
 :func:`split_rows` turns a network into the operand whose agent axis the devices split (on the
 host); :func:`rows_at` gives, inside ``shard_map``, the device's operand of ``W⁽ᵏ⁾``.
 :func:`whole`, :func:`gather` and :func:`own_rows` let a computation that needs the whole
-network (a communication channel's public copies or gossip) run on every device and keep the
-device's rows. Dropped links and inactive agents need no more than a device's rows:
-:meth:`HaloRows.without` rewrites them from draws every device makes for all ``N`` agents,
-with :func:`cut_links`, the rule the dense matrices use too.
+network (a communication channel's gossip) run on every device and keep the device's rows.
+A channel's public copies travel over an exchange of their own (``exchange_plan(...,
+copies=True)``, :attr:`HaloRows.copies`). Dropped links and inactive agents need no more
+than a device's rows: :meth:`HaloRows.without` rewrites them from draws every device makes
+for all ``N`` agents, with :func:`cut_links`, the rule the dense matrices use too.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from .._types import Array
 from . import sparse
 from ._mixing import MixingStack
 
-__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "cut_links", "exchange_plan",
-           "gather", "is_rows", "num_agents", "own_rows", "rows_at", "split_rows", "whole"]
+__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "copy_slots", "cut_links",
+           "exchange_plan", "gather", "is_rows", "num_agents", "own_rows", "rows_at",
+           "split_rows", "whole"]
 
 
 class RowBlock(eqx.Module):
@@ -109,6 +111,13 @@ class HaloRows(eqx.Module):
         ordered: sum the ``K`` terms one after another, as
             :class:`~dgsgld.networks.sparse.CirculantMixing` does, instead of one contraction
             as ``NeighborMixing``: the single-device arithmetic of the snapshot's format.
+        copies: ``None``, or the exchange of public copies: a ``HaloRows`` of the period's
+            union, row ``i``'s ``L`` neighbours every agent ``j ≠ i`` it ever listens to (its
+            :attr:`neighbors` index ``[own rows; rows received]``), which carries every
+            update of ``x̂_j`` to each device that keeps a copy of it.
+        slots: ``(R, K)`` int32 with :attr:`copies`: where each of this snapshot's terms finds
+            its agent among ``[x̂_i; copies of x̂ of the L union neighbours]`` (0: the agent
+            itself, the padding).
     """
 
     neighbors: Array
@@ -121,6 +130,8 @@ class HaloRows(eqx.Module):
     num_devices: int = eqx.field(static=True)
     axis_name: str = eqx.field(static=True)
     ordered: bool = eqx.field(static=True)
+    copies: "HaloRows | None" = None
+    slots: Array | None = None
 
     def astype(self, dtype) -> "HaloRows":
         return eqx.tree_at(lambda h: (h.weights, h.diagonal), self,
@@ -170,7 +181,12 @@ class HaloRows(eqx.Module):
     def combine(self, local: Array, received: Array) -> Array:
         """``(R, k)`` rows of ``W @ x`` from the device's rows ``local`` ``(R, k)`` and the
         :meth:`receive` d rows ``(M, k)``, in the snapshot format's order."""
-        gathered = jnp.concatenate([local, received])[self.neighbors]      # (R, K, k)
+        return self.combine_terms(local, jnp.concatenate([local, received])[self.neighbors])
+
+    def combine_terms(self, local: Array, gathered: Array) -> Array:
+        """``(R, k)`` rows of ``W @ x`` from the device's rows ``local`` ``(R, k)`` and each
+        row's ``K`` neighbour terms ``gathered`` ``(R, K, k)``, in the snapshot format's
+        order."""
         out = self.diagonal[:, None] * local
         if not self.ordered:
             return out + jnp.einsum("nk,nkf->nf", self.weights, gathered)
@@ -196,6 +212,9 @@ class ExchangePlan(eqx.Module):
         sources: ``(P, D, M)`` int32, indexed by the receiving device; ``listeners``:
             ``(P, N, L)`` int32 (as :class:`HaloRows`).
         offsets, ordered: as :class:`HaloRows`.
+        copies: ``None``, or the plan (``P = 1``) of the union of the period's snapshots,
+            which carries the updates of public copies (:attr:`HaloRows.copies`).
+        slots: ``(P, N, K)`` int32 with :attr:`copies` (:attr:`HaloRows.slots`).
     """
 
     neighbors: Array
@@ -206,6 +225,8 @@ class ExchangePlan(eqx.Module):
     listeners: Array
     offsets: tuple[int, ...] = eqx.field(static=True)
     ordered: bool = eqx.field(static=True)
+    copies: "ExchangePlan | None" = None
+    slots: Array | None = None
 
     @property
     def period(self) -> int:
@@ -220,9 +241,16 @@ class ExchangePlan(eqx.Module):
         """:class:`HaloRows` of ``W⁽ᵏ⁾`` inside ``shard_map`` (this device's block of every
         table; ``k`` may be traced)."""
         p = k % self.period
+        copies = None if self.copies is None else self.copies.rows(0, axis_name, num_devices)
         return HaloRows(self.neighbors[p], self.weights[p], self.diagonal[p],
                         tuple(s[p, 0] for s in self.sends), self.sources[p, 0],
-                        self.listeners[p], self.offsets, num_devices, axis_name, self.ordered)
+                        self.listeners[p], self.offsets, num_devices, axis_name, self.ordered,
+                        copies, None if self.slots is None else self.slots[p])
+
+    @property
+    def copy_slots(self) -> int:
+        """``L``, the copies of public copies each agent keeps (:attr:`copies`; 0 without)."""
+        return 0 if self.copies is None else self.copies.neighbors.shape[-1]
 
 
 def _neighbour_lists(schedule: sparse.SparseSchedule):
@@ -248,18 +276,58 @@ def _neighbour_lists(schedule: sparse.SparseSchedule):
     return nbr, wts, snaps.diagonal, False
 
 
-def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int) -> ExchangePlan:
+def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int,
+                  copies: bool = False) -> ExchangePlan:
     """The :class:`ExchangePlan` of ``schedule`` (concrete snapshots) with its ``N`` agents in
     ``num_devices`` contiguous blocks.
 
     Device ``d`` needs, from device ``e``, the rows of ``e``'s agents that appear in the
     neighbour lists of ``d``'s agents; they travel at offset ``o = (d - e) mod D``, padded to
     the most any device needs at that offset in any snapshot (``M_o`` rows; fixed shapes).
+    ``copies``: also plan the exchange of public copies (:attr:`ExchangePlan.copies`): every
+    agent ``i`` keeps a copy of each agent ``j ≠ i`` in a neighbour list of ``i`` in some
+    snapshot of the period.
 
     Raises:
         ValueError: if ``N`` is not a multiple of ``num_devices``.
     """
     nbr, wts, diag, ordered = _neighbour_lists(schedule)
+    plan = _plan(nbr, wts, diag, ordered, num_devices)
+    if not copies:
+        return plan
+    union, slots = _union(nbr)
+    n = nbr.shape[1]
+    ones = (union != np.arange(n)[:, None]).astype(wts.dtype)
+    listened = _plan(union[None], ones[None], np.zeros((1, n), diag.dtype), False, num_devices)
+    return eqx.tree_at(lambda e: (e.copies, e.slots), plan, (listened, jnp.asarray(slots)),
+                       is_leaf=lambda x: x is None)
+
+
+def copy_slots(schedule: sparse.SparseSchedule) -> int:
+    """``L``, the most agents ``j ≠ i`` one agent ``i`` listens to over the period of
+    ``schedule`` (concrete): the copies of public copies it keeps over a neighbour exchange
+    (:attr:`ExchangePlan.copy_slots`)."""
+    return _union(_neighbour_lists(schedule)[0])[0].shape[1]
+
+
+def _union(nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(union (N, L), slots (P, N, K))`` of neighbour lists ``nbr`` ``(P, N, K)``: per agent
+    ``i`` the sorted agents ``j ≠ i`` of its lists over the period (padding: ``i``), and
+    where each term of each snapshot finds its agent in ``[i; union[i]]`` (0: ``i``)."""
+    period, n, _ = nbr.shape
+    heard = [np.unique(nbr[:, i][nbr[:, i] != i]) for i in range(n)]
+    width = max([h.size for h in heard] + [1])
+    union = np.tile(np.arange(n)[:, None], (1, width))
+    slots = np.zeros(nbr.shape, np.int32)
+    for i, h in enumerate(heard):
+        union[i, :h.size] = h
+        other = nbr[:, i] != i
+        slots[:, i][other] = 1 + np.searchsorted(h, nbr[:, i][other])
+    return union, slots
+
+
+def _plan(nbr, wts, diag, ordered, num_devices: int) -> ExchangePlan:
+    """:func:`exchange_plan` of neighbour lists ``(P, N, K)`` (without copies)."""
     period, n, k = nbr.shape
     if n % num_devices:
         raise ValueError(f"the number of agents ({n}) must be a multiple of the number of "
@@ -343,7 +411,7 @@ def cut_links(weights: Array, diagonal: Array, kept: Array,
     return cut, diagonal
 
 
-def split_rows(network, num_devices: int, exchange: bool = True):
+def split_rows(network, num_devices: int, exchange: bool = True, copies: bool = False):
     """``network`` as the operand whose agent axis (axis 1 of every leaf) ``shard_map`` splits
     over ``num_devices`` devices: the ``(P, N, N)`` matrices of a dense stack, the
     :class:`ExchangePlan` of a sparse schedule, or a schedule generated on the fly as it is
@@ -355,6 +423,7 @@ def split_rows(network, num_devices: int, exchange: bool = True):
         exchange: plan a sparse schedule's neighbour exchange; ``False`` keeps it whole on
             every device (:class:`GatheredRows`, whose :func:`whole` snapshot a communication
             channel mixes with).
+        copies: with the exchange, plan that of public copies too (:func:`exchange_plan`).
 
     Raises:
         ValueError: if ``network`` is a sparse schedule with traced snapshots.
@@ -365,7 +434,7 @@ def split_rows(network, num_devices: int, exchange: bool = True):
         if not _validation.is_concrete_tree(network):
             raise ValueError("`mixing`: a sparse schedule's snapshots must be concrete (not "
                              "traced) to plan the neighbour exchange of placement=Agents.")
-        return exchange_plan(network, num_devices)
+        return exchange_plan(network, num_devices, copies)
     return network
 
 
