@@ -31,15 +31,34 @@ AGENTS, CHAINS, STEPS = 20, 32, 10
 
 
 class _PermutedK(comm.RandomK):
-    """random-k with its indices from a permutation, the earlier draw (the same law)."""
+    """random-k with its entries from a permutation, an earlier draw (the same law)."""
 
-    def _index(self, key, dim):
-        return jax.random.permutation(key, dim)[:self.k(dim)]
+    def _kept(self, key, dim):
+        return jnp.zeros((dim,), bool).at[jax.random.permutation(key, dim)[:self.k(dim)]].set(True)
+
+
+class _SortedTopK(comm.TopK):
+    """top-k with its entries from ``lax.top_k``, the earlier selection (the same set)."""
+
+    def _kept(self, v):
+        index = jax.lax.top_k(jnp.abs(v), self.k(v.shape[0]))[1]
+        return jnp.zeros(v.shape, bool).at[index].set(True)
+
+
+class _SortedRandomK(comm.RandomK):
+    """random-k with its entries from ``lax.top_k`` of the keys, the earlier selection (the
+    same draws)."""
+
+    def _kept(self, key, dim):
+        index = jax.lax.top_k(jax.random.uniform(key, (dim,)), self.k(dim))[1]
+        return jnp.zeros((dim,), bool).at[index].set(True)
 
 
 CHANNELS = {
     "top_k(1/3)": comm.Channel(comm.top_k(1 / 3)),
+    "top_k(1/3), selection by lax.top_k": comm.Channel(_SortedTopK(1 / 3)),
     "random_k(1/3)": comm.Channel(comm.random_k(1 / 3)),
+    "random_k(1/3), selection by lax.top_k": comm.Channel(_SortedRandomK(1 / 3)),
     "random_k(1/3), indices by permutation": comm.Channel(_PermutedK(1 / 3)),
     "quantize(4)": comm.Channel(comm.quantize(4)),
     "sign": comm.Channel(comm.sign()),

@@ -295,22 +295,73 @@ class Identity(Compressor):
         return dim * value_bits
 
 
+def _largest(u: Array, k: int) -> Array:
+    """``(d,)`` bool, the ``k`` largest of the unsigned integers ``u`` ``(d,)``, a tie at the
+    ``k``-th place going to the lower indices (the set ``lax.top_k`` returns).
+
+    A bitwise search for the ``k``-th largest value ``t`` (one count of ``u ≥ candidate``
+    per bit), then, among the entries equal to ``t``, for the index below which enough of
+    them lie (one count per bit of ``d``): ``O(d)`` per pass and no sort, several times
+    cheaper than ``lax.top_k`` on a CPU (``benchmarks/compressor_cost.md``).
+    """
+    width = u.dtype.itemsize * 8
+
+    def value_bit(i, t):
+        candidate = t | jnp.left_shift(jnp.ones((), u.dtype), (width - 1 - i).astype(u.dtype))
+        return jnp.where(jnp.sum(u >= candidate, dtype=jnp.int32) >= k, candidate, t)
+
+    # Loop carries start from `u` and `need` so that they vary along what these vary along
+    # (a shard_map's manual axes, under placement Agents), as the loops' outputs do.
+    t = jax.lax.fori_loop(0, width, value_bit, u[0] & 0)
+    greater = u > t
+    need = k - jnp.sum(greater, dtype=jnp.int32)
+    tied = u == t
+    index = jnp.arange(u.shape[0], dtype=jnp.int32)
+    top = max(1, (u.shape[0] - 1).bit_length())
+
+    # The largest cut with fewer than `need` ties below it: the tie at `cut` is the last kept.
+    def index_bit(i, cut):
+        candidate = cut | jnp.left_shift(1, top - 1 - i)
+        below = jnp.sum(tied & (index < candidate), dtype=jnp.int32)
+        return jnp.where(below < need, candidate, cut)
+
+    cut = jax.lax.fori_loop(0, top, index_bit, need & 0)
+    return greater | (tied & (index <= cut))
+
+
+def _magnitudes(v: Array) -> Array:
+    """``|v|``'s bits as unsigned integers of the same width, ordered as ``|v|``."""
+    return jax.lax.bitcast_convert_type(jnp.abs(v), jnp.dtype(f"uint{v.dtype.itemsize * 8}"))
+
+
+def _positions(mask: Array, k: int) -> Array:
+    """The ``k`` indices where ``mask`` ``(d,)`` holds ``k`` trues, ascending, int32."""
+    return jnp.nonzero(mask, size=k)[0].astype(jnp.int32)
+
+
 class TopK(Compressor):
-    """The ``k = ⌈fraction · d⌉`` entries of largest magnitude, the rest zero (biased);
-    values and int32 indices: ``k (b + 32)`` bits."""
+    """The ``k = ⌈fraction · d⌉`` entries of largest magnitude, the rest zero (biased; a tie
+    at the ``k``-th place keeps the lower indices); values and int32 indices:
+    ``k (b + 32)`` bits."""
 
     fraction: float = eqx.field(converter=_fraction, static=True)
 
     def k(self, dim: int) -> int:
         return max(1, math.ceil(self.fraction * dim - 1e-9))
 
+    def _kept(self, v: Array) -> Array:
+        return _largest(_magnitudes(v), self.k(v.shape[0]))
+
     def compress(self, key, v):
-        return self.expand(key, self.payload(key, v), v.shape[0])
+        return jnp.where(self._kept(v), v, jnp.zeros_like(v))
+
+    def contract(self, key, v):
+        return self.compress(key, v)
 
     def payload(self, key, v):
-        """``(values (k,), int32 indices (k,))``."""
-        _, index = jax.lax.top_k(jnp.abs(v), self.k(v.shape[0]))
-        return v[index], index.astype(jnp.int32)
+        """``(values (k,), int32 indices (k,))``, by ascending index."""
+        index = _positions(self._kept(v), self.k(v.shape[0]))
+        return v[index], index
 
     def expand(self, key, payload, dim):
         values, index = payload
@@ -325,11 +376,11 @@ class RandomK(Compressor):
     (unbiased: each entry is kept with probability ``k / d``); values only, ``k b`` bits (the
     receivers draw the same indices from the shared key).
 
-    The indices are those of the ``k`` largest of ``d`` uniform float32 keys
-    (``lax.top_k``, cheaper than a permutation: ``benchmarks/compressor_cost.md``). Every
-    ``k``-subset is equally likely but for a tie of two keys (23 random bits each) at the
-    ``k``-th place, which has probability about ``d / 2²⁴`` per draw (``3e-4`` at
-    ``d = 4810``) and then keeps the lower index.
+    The kept entries are those of the ``k`` largest of ``d`` uniform float32 keys (cheaper
+    than a permutation: ``benchmarks/compressor_cost.md``). Every ``k``-subset is equally
+    likely but for a tie of two keys (23 random bits each) at the ``k``-th place, which has
+    probability about ``d / 2²⁴`` per draw (``3e-4`` at ``d = 4810``) and then keeps the
+    lower index.
     """
 
     fraction: float = eqx.field(converter=_fraction, static=True)
@@ -338,23 +389,35 @@ class RandomK(Compressor):
     def k(self, dim: int) -> int:
         return max(1, math.ceil(self.fraction * dim - 1e-9))
 
-    def _index(self, key, dim: int) -> Array:
-        return jax.lax.top_k(jax.random.uniform(key, (dim,)), self.k(dim))[1]
+    def _kept(self, key, dim: int) -> Array:
+        uniform = jax.random.uniform(key, (dim,))
+        return _largest(jax.lax.bitcast_convert_type(uniform, jnp.uint32), self.k(dim))
+
+    def _scale(self, dim: int, dtype) -> Array:
+        return jnp.asarray(dim / self.k(dim), dtype)
 
     def compress(self, key, v):
-        return self.expand(key, self.payload(key, v), v.shape[0])
+        d = v.shape[0]
+        return jnp.where(self._kept(key, d), v * self._scale(d, v.dtype), jnp.zeros_like(v))
+
+    def contract(self, key, v):
+        """The kept entries unscaled (``δ = k / d``)."""
+        return jnp.where(self._kept(key, v.shape[0]), v, jnp.zeros_like(v))
 
     def contract_payload(self, key, v):
-        """The kept entries unscaled (``δ = k / d``), ``(k,)``."""
-        return v[self._index(key, v.shape[0])]
+        """:meth:`contract`'s kept entries, ``(k,)`` by ascending index."""
+        d = v.shape[0]
+        return v[_positions(self._kept(key, d), self.k(d))]
 
     def payload(self, key, v):
-        """The ``k`` kept values scaled, ``(k,)``; the indices follow from ``key``."""
+        """The ``k`` kept values scaled, ``(k,)`` by ascending index; the indices follow
+        from ``key``."""
         d = v.shape[0]
-        return v[self._index(key, d)] * jnp.asarray(d / self.k(d), v.dtype)
+        return v[_positions(self._kept(key, d), self.k(d))] * self._scale(d, v.dtype)
 
     def expand(self, key, payload, dim):
-        return jnp.zeros((dim,), payload.dtype).at[self._index(key, dim)].set(payload)
+        index = _positions(self._kept(key, dim), self.k(dim))
+        return jnp.zeros((dim,), payload.dtype).at[index].set(payload)
 
     def bits(self, dim, value_bits):
         return self.k(dim) * value_bits
@@ -404,6 +467,9 @@ class Quantize(Compressor):
         return self.levels.bit_length()
 
     def compress(self, key, v):
+        # Through the payload, as the receivers across devices rebuild it: a formula without
+        # the packing gives the same numbers alone, but XLA rounds the error-feedback update
+        # around it differently, and a run would depend on its placement.
         return self.expand(key, self.payload(key, v), v.shape[0])
 
     def payload(self, key, v):

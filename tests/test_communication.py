@@ -266,6 +266,42 @@ def test_top_k_and_sign_exact():
     assert (kept != 0).sum() == 2 and set(kept[kept != 0]) <= set(V)
 
 
+def _top_k_three_ways(c, v):
+    """``C(v)`` of ``v`` ``(m, d)`` by ``compress``, by ``expand(payload)`` and by
+    ``lax.top_k``'s indices."""
+    d = v.shape[1]
+    index = jax.lax.top_k(jnp.abs(v), c.k(d))[1]
+    return (jax.vmap(lambda x: c.compress(None, x))(v),
+            jax.vmap(lambda x: c.expand(None, c.payload(None, x), d))(v),
+            jax.vmap(lambda x, i: jnp.zeros_like(x).at[i].set(x[i]))(v, index))
+
+
+def test_top_k_selection_is_lax_top_k_ties_included():
+    """The count-based selection keeps the set ``lax.top_k`` keeps, a tie at the k-th place
+    going to the lower indices: on continuous values, on integer values (many ties), on all
+    zeros and in float16, for k = 1, about d/3 and d; the index payload expands to
+    ``compress`` bit for bit, and random-k keeps the k largest of its uniform keys."""
+    rng = np.random.default_rng(0)
+    for d in (1, 5, 97):
+        ties = np.round(2 * rng.normal(size=(8, d)))
+        for v in (np.concatenate([rng.normal(size=(8, d)), ties, np.zeros((1, d))]),
+                  rng.normal(size=(4, d)).astype(np.float16)):
+            for fraction in (1e-6, 0.3, 1.0):
+                got = jax.jit(_top_k_three_ways, static_argnums=0)(C.top_k(fraction),
+                                                                   jnp.asarray(v))
+                for g in got[:2]:
+                    np.testing.assert_array_equal(np.asarray(g).view(np.uint8),
+                                                  np.asarray(got[2]).view(np.uint8),
+                                                  (d, fraction, v.dtype))
+    c, d = C.random_k(0.3), 97
+    keys = jax.random.split(jax.random.key(3), 16)
+    kept = np.asarray(jax.vmap(lambda k: c.contract(k, jnp.ones(d)))(keys)) != 0
+    uniform = jax.vmap(lambda k: jax.random.uniform(k, (d,)))(keys)
+    want = np.zeros((16, d), bool)
+    np.put_along_axis(want, np.asarray(jax.lax.top_k(uniform, c.k(d))[1]), True, axis=1)
+    np.testing.assert_array_equal(kept, want)
+
+
 #: The bit-packed compressors of test_packed_payloads_rebuild_compress_at_the_accounted_size.
 _PACKED = {**{f"quantize({s})": C.quantize(s) for s in (1, 2, 4, 16)}, "sign": C.sign()}
 

@@ -110,16 +110,22 @@ def test_digits_rows_tiny(tmp_path, monkeypatch):
     """The digits BNN rows at a tiny size (DIGing-SGLD, 10 steps, 8 chains, two channels):
     bytes per agent and step exact for messages of 1210 entries, NLL and accuracy with
     positive jackknife standard errors, both in the JSON and the table (every row at the
-    ``--small`` size: the slow test below)."""
+    ``--small`` size: the slow test below); the JSON holds the rows so far after each row."""
     monkeypatch.setitem(experiment.DIGITS_SMALL, "num_steps", 10)
     monkeypatch.setattr(experiment, "METHODS", {"DIGing-SGLD": experiment.DIGingSGLD})
     every = experiment.channels
     monkeypatch.setattr(experiment, "channels", lambda small, consensus, noise: [
         (label, c) for label, c in every(small, consensus, noise)
         if label == "exact, every 5" or (label == "top_k(1/3)" and c.error_feedback)])
+    saved_so_far = []              # the JSON as each row is logged: it holds the rows so far
+
+    def logger(line):
+        saved = json.loads((tmp_path / "communication.json").read_text())
+        saved_so_far.append((len(saved["rows"]), saved["config"]["complete"]))
+
     rows = experiment.communication_experiment(tmp_path, small=True, problems=("digits",),
-                                               plot=False, logger=None)
-    assert len(rows) == 2
+                                               plot=False, logger=logger)
+    assert len(rows) == 2 and saved_so_far == [(1, False), (2, False)]
     for row in rows:
         _check_bytes(row, 10 * 20 * 8)
         assert row["metric"] == "nll" and not row["diverged"], row
@@ -127,6 +133,7 @@ def test_digits_rows_tiny(tmp_path, monkeypatch):
         assert 0 <= row["accuracy"] <= 1, row
     saved = json.loads((tmp_path / "communication.json").read_text())
     assert saved["rows"] == rows and saved["config"]["digits"]["num_steps"] == 10
+    assert saved["config"]["complete"] and not list(tmp_path.glob("*.part"))
     md = (tmp_path / "communication.md").read_text()
     assert "DIGing-SGLD NLL | DIGing-SGLD accuracy" in md
     assert md.count("| top_k(1/3) | yes |") == 1

@@ -250,8 +250,9 @@ def _predictive_score(task: digits.Task, final, groups: int) -> dict:
 def communication_experiment(out: str | Path, *, small: bool = False, seed: int = 0,
                              plot: bool = True, logger: Callable | None = print,
                              problems=PROBLEMS, only: Collection[str] | None = None) -> list[dict]:
-    """Run every row, write ``communication.json``, ``communication.md`` and (``plot``)
-    ``communication.png`` into ``out``, and return the rows (dicts: problem, method,
+    """Run every row, write ``communication.json`` (after every row: ``config["complete"]``
+    is False until the last), ``communication.md`` and (``plot``) ``communication.png`` into
+    ``out``, and return the rows (dicts: problem, method,
     channel, error_feedback, bytes_per_agent, bytes_per_agent_step, seconds,
     seconds_per_step, metric ("w2", "accuracy" or, for the digits BNN, "nll"), value and se
     (``None`` where a chain diverged), diverged; the digits BNN's rows also hold accuracy
@@ -304,18 +305,26 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
                 for other in others:
                     row[other], row[f"{other}_se"] = scores[other]
                 rows.append(row)
+                _save(out, cfg | {"seconds": time.perf_counter() - start, "complete": False},
+                      rows)
                 if logger is not None:
                     logger(f"{problem.name:18s} {method:11s} {label:16s} EF={ef!s:5s} "
                            f"bytes/agent/step {row['bytes_per_agent_step']:7.1f}  "
                            f"s/step {row['seconds_per_step']:5.2f}  "
                            + "  ".join(f"{m} {_cell(row, m)}" for m in problem.metrics))
-    cfg["seconds"] = time.perf_counter() - start
-    (out / "communication.json").write_text(json.dumps({"config": cfg, "rows": rows},
-                                                       indent=1))
+    _save(out, cfg | {"seconds": time.perf_counter() - start, "complete": True}, rows)
     (out / "communication.md").write_text(table(rows))
     if plot:
         plot_communication(rows, out / "communication.png")
     return rows
+
+
+def _save(out: Path, cfg: dict, rows: list[dict]) -> None:
+    """``communication.json`` with the rows so far (after every row, so that a long run
+    stopped midway keeps them; ``config["complete"]`` tells whether every row ran)."""
+    part = out / "communication.json.part"
+    part.write_text(json.dumps({"config": cfg, "rows": rows}, indent=1))
+    part.replace(out / "communication.json")
 
 
 #: Top of the figure's NLL axis: twice the uniform predictive's ln 10, so that rows whose NLL
