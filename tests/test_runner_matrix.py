@@ -182,7 +182,11 @@ def assert_same_trace(got, want, ensemble_rtol=0.0):
 # not. Float32, scale ~1: an ulp (1.2e-7) per step,
 # amplified by at most 1 / min v ~ 3 and the tracker, over 4 steps, stays far below 1e-5; one
 # differing draw moves a position by ~sqrt(2 eta) = 0.3.
-AGENT_ROUNDING = {("push_diging_sgld", "saga", "mlp"): 1e-5}
+# D-ULA with SAGA on NamedTuple parameters is bit for bit under Agents on the CPUs this was
+# first run on, but on a 2-core AMD EPYC with AVX2 and no AVX-512 it is an ulp (1.2e-7) apart
+# in 2 of 48 positions after 4 steps: XLA's code for the two programs rounds differently
+# there (docs/known-issues.md). The same bound: a differing draw moves a position by ~0.3.
+AGENT_ROUNDING = {("push_diging_sgld", "saga", "mlp"): 1e-5, ("d_ula", "saga", "namedtuple"): 1e-5}
 
 
 def assert_close_trace(got, want, atol):
