@@ -30,19 +30,23 @@ from dgsgld.samplers import DIGingSGLD
 AGENTS, CHAINS, STEPS = 20, 32, 10
 
 
+def _mask(index, dim: int):
+    """``(dim,)`` bool, true at ``index``."""
+    return jnp.zeros((dim,), bool).at[index].set(True)
+
+
 class _PermutedK(comm.RandomK):
     """random-k with its entries from a permutation, an earlier draw (the same law)."""
 
     def _kept(self, key, dim):
-        return jnp.zeros((dim,), bool).at[jax.random.permutation(key, dim)[:self.k(dim)]].set(True)
+        return _mask(jax.random.permutation(key, dim)[:self.k(dim)], dim)
 
 
 class _SortedTopK(comm.TopK):
     """top-k with its entries from ``lax.top_k``, the earlier selection (the same set)."""
 
     def _kept(self, v):
-        index = jax.lax.top_k(jnp.abs(v), self.k(v.shape[0]))[1]
-        return jnp.zeros(v.shape, bool).at[index].set(True)
+        return _mask(jax.lax.top_k(jnp.abs(v), self.k(v.shape[0]))[1], v.shape[0])
 
 
 class _SortedRandomK(comm.RandomK):
@@ -50,8 +54,7 @@ class _SortedRandomK(comm.RandomK):
     same draws)."""
 
     def _kept(self, key, dim):
-        index = jax.lax.top_k(jax.random.uniform(key, (dim,)), self.k(dim))[1]
-        return jnp.zeros((dim,), bool).at[index].set(True)
+        return _mask(jax.lax.top_k(jax.random.uniform(key, (dim,)), self.k(dim))[1], dim)
 
 
 CHANNELS = {

@@ -393,6 +393,10 @@ class RandomK(Compressor):
         uniform = jax.random.uniform(key, (dim,))
         return _largest(jax.lax.bitcast_convert_type(uniform, jnp.uint32), self.k(dim))
 
+    def _index(self, key, dim: int) -> Array:
+        """The kept entries' indices, ``(k,)`` ascending."""
+        return _positions(self._kept(key, dim), self.k(dim))
+
     def _scale(self, dim: int, dtype) -> Array:
         return jnp.asarray(dim / self.k(dim), dtype)
 
@@ -406,18 +410,16 @@ class RandomK(Compressor):
 
     def contract_payload(self, key, v):
         """:meth:`contract`'s kept entries, ``(k,)`` by ascending index."""
-        d = v.shape[0]
-        return v[_positions(self._kept(key, d), self.k(d))]
+        return v[self._index(key, v.shape[0])]
 
     def payload(self, key, v):
         """The ``k`` kept values scaled, ``(k,)`` by ascending index; the indices follow
         from ``key``."""
         d = v.shape[0]
-        return v[_positions(self._kept(key, d), self.k(d))] * self._scale(d, v.dtype)
+        return v[self._index(key, d)] * self._scale(d, v.dtype)
 
     def expand(self, key, payload, dim):
-        index = _positions(self._kept(key, dim), self.k(dim))
-        return jnp.zeros((dim,), payload.dtype).at[index].set(payload)
+        return jnp.zeros((dim,), payload.dtype).at[self._index(key, dim)].set(payload)
 
     def bits(self, dim, value_bits):
         return self.k(dim) * value_bits
