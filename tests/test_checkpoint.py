@@ -166,10 +166,13 @@ CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize(
-    # A kill between chunks is also covered in-process above; its subprocess twin is slow-only.
-    "mode", [pytest.param("between", marks=pytest.mark.slow), "mid_write"]
-)
+# A child process imports JAX and compiles a chunk of its own (~6 s): slow-only. Fast twins:
+# test_resume_after_crash_between_chunks (a stop right after a chunk is saved, in-process),
+# test_interrupted_write_keeps_previous_checkpoint (a state record torn half-way) and
+# tests/test_reliability_checkpoint.py::test_partial_temp_file_and_uncommitted_chunk_are_ignored
+# (a torn temporary file and an uncommitted chunk beside the record are ignored on resume).
+@pytest.mark.slow  # fast twins: the three named above
+@pytest.mark.parametrize("mode", ["between", "mid_write"])
 def test_resume_after_sigkill(tmp_path, reference, mode):
     """The child resumes after chunk 0 (saved here, so that it compiles only one chunk), runs
     chunk 1 and is killed: after saving it, or half-way through writing its state record."""

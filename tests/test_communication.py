@@ -154,27 +154,36 @@ def _pairs(*pairs):
     return w
 
 
-def test_public_copies_are_sent_to_every_agent_that_ever_listens(key):
+@pytest.mark.parametrize("cells", [
+    "error_feedback",
+    # fast twin: the "error_feedback" cell; a message without public copies counts the
+    # snapshot's out-neighbours as in test_sample_channel_option_counts_bytes
+    pytest.param("all", marks=pytest.mark.slow),
+])
+@pytest.mark.slow  # fast twin: test_sample_channel_option_counts_bytes
+def test_public_copies_are_sent_to_every_agent_that_ever_listens(cells, key):
     """On a time-varying network every agent that ever listens to ``j`` keeps a copy of
     ``x̂_j``, so each update of a public copy (error feedback, an event trigger) is sent to all
     of them: pairs {0, 1}, {2, 3} then {1, 2} give listeners (1, 2, 2, 1), while a message
-    without public copies goes to the snapshot's out-neighbours ((1, 1, 1, 1), then
-    (0, 1, 1, 0)). Under DIGing-SGLD 2 messages a step, over 5 steps. (An event trigger's
-    copies are counted by the same rule, ``Channel._public``.)"""
+    without public copies (``"all"``) goes to the snapshot's out-neighbours ((1, 1, 1, 1),
+    then (0, 1, 1, 0)). Under DIGing-SGLD 2 messages a step, over 5 steps. (An event
+    trigger's copies are counted by the same rule, ``Channel._public``.) ``"all"``: a schedule
+    that never repeats has every other agent listening."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     stack = np.stack([_pairs((0, 1), (2, 3)), _pairs((1, 2))])
     union = np.array([1, 2, 2, 1])
     assert C.listener_counts(stack) == tuple(union)
     snapshots = np.array([[1, 1, 1, 1], [0, 1, 1, 0]])[np.arange(5) % 2].sum(0)
-    for channel, per_agent in ((C.Channel(C.top_k(0.5), error_feedback=True), 5 * union),
-                               (C.Channel(C.top_k(0.5)), snapshots)):
+    runs = ((C.Channel(C.top_k(0.5), error_feedback=True), 5 * union),
+            (C.Channel(C.top_k(0.5)), snapshots))
+    for channel, per_agent in runs[:1] if cells == "error_feedback" else runs:
         trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, stack,
                               jnp.zeros((2, N, 2)), key, 5, channel=channel)
         np.testing.assert_array_equal(np.asarray(C.messages_sent(trace.state)),
                                       np.broadcast_to(2 * per_agent, (2, N)))
-    # A schedule that never repeats may put any agent next to any other.
-    endless = onthefly.link_failures_on_the_fly(complete_graph(N) > 0, 0.5)
-    assert C.listener_counts(endless) == (N - 1,) * N
+    if cells == "all":   # a schedule that never repeats may put any agent next to any other
+        endless = onthefly.link_failures_on_the_fly(complete_graph(N) > 0, 0.5)
+        assert C.listener_counts(endless) == (N - 1,) * N
     with pytest.raises(ValueError, match="`listeners` must be None or one count"):
         C.Channel(listeners=[1, -1, 2, 2])
     with pytest.raises(ValueError, match="`copy_slots` must be an int >= 0"):
@@ -276,6 +285,35 @@ def _top_k_three_ways(c, v):
             jax.vmap(lambda x, i: jnp.zeros_like(x).at[i].set(x[i]))(v, index))
 
 
+def _top_k_inputs(rng, d):
+    """Continuous values, integer values (many ties) and a row of zeros in float32; continuous
+    values in float16."""
+    ties = np.round(2 * rng.normal(size=(8, d)))
+    return (np.concatenate([rng.normal(size=(8, d)), ties, np.zeros((1, d))]),
+            rng.normal(size=(4, d)).astype(np.float16))
+
+
+def _check_top_k_ways(fraction, v, ways):
+    """``compress`` and the expanded payload equal ``lax.top_k``'s selection bit for bit."""
+    for g in ways[:2]:
+        np.testing.assert_array_equal(np.asarray(g).view(np.uint8),
+                                      np.asarray(ways[2]).view(np.uint8),
+                                      (v.shape[1], fraction, v.dtype))
+
+
+def _check_random_k_keeps_its_largest_uniform_keys():
+    c, d = C.random_k(0.3), 97
+    keys = jax.random.split(jax.random.key(3), 16)
+    kept, largest = jax.jit(lambda keys: (                    # one program, not op by op
+        jax.vmap(lambda k: c.contract(k, jnp.ones(d)))(keys),
+        jax.lax.top_k(jax.vmap(lambda k: jax.random.uniform(k, (d,)))(keys), c.k(d))[1]))(keys)
+    kept = np.asarray(kept) != 0
+    want = np.zeros((16, d), bool)
+    np.put_along_axis(want, np.asarray(largest), True, axis=1)
+    np.testing.assert_array_equal(kept, want)
+
+
+@pytest.mark.slow  # fast twin: test_top_k_selection_in_one_program (three of the cases)
 def test_top_k_selection_is_lax_top_k_ties_included():
     """The count-based selection keeps the set ``lax.top_k`` keeps, a tie at the k-th place
     going to the lower indices: on continuous values, on integer values (many ties), on all
@@ -283,23 +321,29 @@ def test_top_k_selection_is_lax_top_k_ties_included():
     ``compress`` bit for bit, and random-k keeps the k largest of its uniform keys."""
     rng = np.random.default_rng(0)
     for d in (1, 5, 97):
-        ties = np.round(2 * rng.normal(size=(8, d)))
-        for v in (np.concatenate([rng.normal(size=(8, d)), ties, np.zeros((1, d))]),
-                  rng.normal(size=(4, d)).astype(np.float16)):
+        for v in _top_k_inputs(rng, d):
             for fraction in (1e-6, 0.3, 1.0):
                 got = jax.jit(_top_k_three_ways, static_argnums=0)(C.top_k(fraction),
                                                                    jnp.asarray(v))
-                for g in got[:2]:
-                    np.testing.assert_array_equal(np.asarray(g).view(np.uint8),
-                                                  np.asarray(got[2]).view(np.uint8),
-                                                  (d, fraction, v.dtype))
-    c, d = C.random_k(0.3), 97
-    keys = jax.random.split(jax.random.key(3), 16)
-    kept = np.asarray(jax.vmap(lambda k: c.contract(k, jnp.ones(d)))(keys)) != 0
-    uniform = jax.vmap(lambda k: jax.random.uniform(k, (d,)))(keys)
-    want = np.zeros((16, d), bool)
-    np.put_along_axis(want, np.asarray(jax.lax.top_k(uniform, c.k(d))[1]), True, axis=1)
-    np.testing.assert_array_equal(kept, want)
+                _check_top_k_ways(fraction, v, got)
+    _check_random_k_keeps_its_largest_uniform_keys()
+
+
+def test_top_k_selection_in_one_program():
+    """test_top_k_selection_is_lax_top_k_ties_included on three of its cases, compiled as
+    one program: d = 97 with continuous values, ties and zeros in float32 at k = 30 (ties at
+    the k-th place), d = 5 in float16 at k = 1 and the tied float32 values at k = d; and
+    random-k keeps the k largest of its uniform keys."""
+    rng = np.random.default_rng(0)
+    wide, _ = _top_k_inputs(rng, 97)
+    tied, half = _top_k_inputs(rng, 5)
+    cases = ((0.3, wide), (1e-6, half), (1.0, tied))
+    got = jax.jit(lambda vs: [_top_k_three_ways(C.top_k(f), v)
+                              for (f, _), v in zip(cases, vs)])([jnp.asarray(v)
+                                                                for _, v in cases])
+    for (fraction, v), ways in zip(cases, got):
+        _check_top_k_ways(fraction, v, ways)
+    _check_random_k_keeps_its_largest_uniform_keys()
 
 
 #: The bit-packed compressors of test_packed_payloads_rebuild_compress_at_the_accounted_size.
@@ -548,12 +592,20 @@ def _close(a, b):
         np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-5, atol=1e-6)
 
 
-def test_neutral_settings_are_always_on_mixing(key):
-    """DIGing-SGLD with mini-batches on the mixed stack, one compiled program: threshold = 0
-    with an all-ones activity pattern is no channel bit for bit (and counts Channel()'s
-    messages: a message that moved is sent); with top-k and CHOCO error feedback, threshold
-    = 0, an all-ones pattern and probability = 1 are the same channel without them, bit for
-    bit, bytes included. probability = 1 per link returns W⁽ᵏ⁾ itself (the run with it is
+@pytest.mark.parametrize("cells", [
+    "error_feedback",
+    # fast twin: the "error_feedback" cell (threshold 0, an all-ones pattern and probability
+    # 1 change nothing); Channel() is no channel: test_diging_exact_channel_and_tracking_...
+    pytest.param("all", marks=pytest.mark.slow),
+])
+@pytest.mark.slow  # fast twin: test_diging_exact_channel_and_tracking_invariant (Channel() is
+# today's mixing)
+def test_neutral_settings_are_always_on_mixing(cells, key):
+    """DIGing-SGLD with mini-batches on the mixed stack, one compiled program: (``"all"``)
+    threshold = 0 with an all-ones activity pattern is no channel bit for bit (and counts
+    Channel()'s messages: a message that moved is sent); with top-k and CHOCO error feedback,
+    threshold = 0, an all-ones pattern and probability = 1 are the same channel without them,
+    bit for bit, bytes included. probability = 1 per link returns W⁽ᵏ⁾ itself (the run with it is
     in test_probabilistic_rounds_and_links)."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     alg, ones = dgsgld.DIGingSGLD(0.05), np.ones((1, N))
@@ -567,13 +619,16 @@ def test_neutral_settings_are_always_on_mixing(key):
         def run(channel):
             return _run(_with(alg, channel), problem, _mixed_stack(), 4, key)
 
-        return ((run(None), run(C.Channel(threshold=0.0, activity=ones))),
-                (run(C.Channel(C.top_k(0.5), **ef)),
-                 run(C.Channel(C.top_k(0.5), threshold=0.0, activity=ones, probability=1.0,
-                               **ef))))
+        pairs = [(run(C.Channel(C.top_k(0.5), **ef)),
+                  run(C.Channel(C.top_k(0.5), threshold=0.0, activity=ones, probability=1.0,
+                                **ef)))]
+        if cells == "all":
+            pairs.append((run(None), run(C.Channel(threshold=0.0, activity=ones))))
+        return pairs
 
-    (plain, event), (always, both) = runs(key)
-    _check_exact("diging", plain, event)
+    (always, both), *exact = runs(key)
+    for plain, event in exact:
+        _check_exact("diging", plain, event)
     _same(always, both)
     for name in always.channel:
         np.testing.assert_array_equal(np.asarray(always.channel[name].sent),
@@ -616,18 +671,29 @@ def test_event_trigger_silent_after_first_round(key):
     assert C.Channel(threshold={"position": 0.1}).threshold_of("tracker") is None
 
 
-def test_copies_of_public_copies_only_under_agent_placement(key):
+@pytest.mark.parametrize("cells", [
+    "slots",
+    # fast twin: the "slots" cell; the single-device run of this channel and schedule, whose
+    # state (no copies) an Agents run refuses to continue from, and the copies under Agents:
+    # tests/test_communication_agents.py::test_channels_under_agent_placement_make_the_...
+    pytest.param("all", marks=pytest.mark.slow),
+])
+def test_copies_of_public_copies_only_under_agent_placement(cells, key):
     """Copies of public copies (``ChannelState.copies``) are kept only where a neighbour
-    exchange needs them, placement ``Agents`` over a sparse schedule: on one device, and with
-    chains split over devices, the state holds none and the draws are one device's. The
-    period's union sets how many (``rows.copy_slots``): on 4 agents the 3 permuted rings put
-    every agent next to all 3 others over the period (2 per snapshot)."""
+    exchange needs them, placement ``Agents`` over a sparse schedule: (``"all"``) on one
+    device, and with chains split over devices, the state holds none and the draws are one
+    device's. The period's union sets how many (``rows.copy_slots``): on 4 agents the 3
+    permuted rings put every agent next to all 3 others over the period (2 per snapshot)."""
     from dgsgld.networks import rows, sparse
 
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     schedule = sparse.from_dense(permuted_rings(N, 3), format="neighbors")
     assert rows.copy_slots(schedule) == 3 == N - 1
     channel = C.Channel(C.top_k(0.5), error_feedback=True)
+    configured = dgsgld.Agents().configure(dgsgld.DIGingSGLD(0.05, channel=channel), schedule)
+    assert configured.channel.copy_slots == 3
+    if cells == "slots":
+        return
     init = jax.random.normal(jax.random.key(1), (2, N, 2))
     runs = [dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, schedule, init, key, 4,
                           channel=channel, placement=placement)
@@ -635,10 +701,9 @@ def test_copies_of_public_copies_only_under_agent_placement(key):
     for trace in runs:
         assert trace.state.channel["position"].copies == ()
     np.testing.assert_array_equal(np.asarray(runs[0].positions), np.asarray(runs[1].positions))
-    configured = dgsgld.Agents().configure(dgsgld.DIGingSGLD(0.05, channel=channel), schedule)
-    assert configured.channel.copy_slots == 3
 
 
+@pytest.mark.slow  # fast twin: test_event_trigger_silent_after_first_round
 def test_thresholds_by_message_run_through_sample(key):
     """A per-message threshold survives the copies ``sample`` makes of the channel (its
     ``listeners`` set with ``dataclasses.replace``, which passes the converted pairs back to
@@ -883,8 +948,13 @@ def test_gossip_matrices_pick_uniform_links_and_stay_stochastic():
         out[(np.arange(n) + hop) % n, np.arange(n)] = 1 / 3
     out[np.diag_indices(n)] = 1 / 3
     directed_links = (out != 0) & ~eye
-    for mode, probability in (("edge", 1 / 5), ("matching", 1 / 4)):
-        m = np.asarray(jax.vmap(lambda k: C.gossip_matrix(k, W, mode))(keys))   # noqa: B023
+    modes = (("edge", 1 / 5), ("matching", 1 / 4))
+    drawn = jax.jit(lambda keys: [                                  # one program, not op by op
+        (jax.vmap(lambda k: C.gossip_matrix(k, W, mode))(keys),                 # noqa: B023
+         jax.vmap(lambda k: C.gossip_matrix(k, out, mode, directed=True))(keys))  # noqa: B023
+        for mode, _ in modes])(keys)
+    for (mode, probability), (m, d) in zip(modes, drawn):
+        m, d = np.asarray(m), np.asarray(d)
         np.testing.assert_array_equal(m, m.transpose(0, 2, 1))
         np.testing.assert_allclose(m.sum(1), 1.0, atol=0)
         picked = (m != 0) & ~eye
@@ -896,7 +966,6 @@ def test_gossip_matrices_pick_uniform_links_and_stay_stochastic():
         freq = picked[:, neighbours].mean(0)
         assert np.all(np.abs(freq - probability) <= 5 * np.sqrt(probability * (1 - probability)
                                                                  / draws)), (mode, freq)
-        d = np.asarray(jax.vmap(lambda k: C.gossip_matrix(k, out, mode, directed=True))(keys))  # noqa: B023
         np.testing.assert_allclose(d.sum(1), 1.0, atol=0)
         pushed = (d != 0) & ~eye
         assert not (pushed & ~directed_links).any()
@@ -909,6 +978,8 @@ def test_gossip_matrices_pick_uniform_links_and_stay_stochastic():
         assert np.all(np.abs(freq - p_dir) <= 5 * np.sqrt(p_dir * (1 - p_dir) / draws)), freq
 
 
+@pytest.mark.slow  # fast twin: test_gossip_matrices_pick_uniform_links_and_stay_stochastic (the
+# matrices a round mixes with)
 def test_gossip_rounds_step_by_step(key):
     """DIGing-SGLD with ``Channel(gossip="matching")`` on the complete graph of 4, 6 steps, one
     compiled program, equals (to float32 rounding: the programs differ) DIGing-SGLD without
@@ -936,7 +1007,7 @@ def test_gossip_rounds_step_by_step(key):
     assert gap < 1e-5 * np.abs(np.asarray(gossip.grad)).sum(), gap
 
 
-@pytest.mark.slow  # fast twin: test_gossip_rounds_step_by_step
+@pytest.mark.slow  # fast twin: test_gossip_matrices_pick_uniform_links_and_stay_stochastic
 def test_gossip_keeps_diging_stationary_mean(key):
     """Randomized gossip (a random matching of the ring at each step) and DIGing-SGLD with full
     batches on the Gaussian problem: W'ₖ is drawn independently of the state and E[W'] is
@@ -959,13 +1030,19 @@ def test_gossip_keeps_diging_stationary_mean(key):
 # -- the simulated clock ------------------------------------------------------------------------
 
 
-def test_clock_waits_for_the_slowest_agent_or_drops_it_at_the_deadline(key):
+@pytest.mark.parametrize("cells", [
+    "one_program",
+    # fast twin: the "one_program" cell; a trace_fn of the channel state through sample:
+    # test_sample_channel_option_counts_bytes
+    pytest.param("all", marks=pytest.mark.slow),
+])
+def test_clock_waits_for_the_slowest_agent_or_drops_it_at_the_deadline(cells, key):
     """DE-SGLD on the ring, 6 steps, one compiled program, compute times (1, 1, 1, 3) s with no
     jitter and 0.5 s latency a round. Waiting for everyone: 3.5 s a step; with rounds every 2
     steps only 3 of the 6 steps pay the latency (6 · 3 + 3 · 0.5 = 19.5 s). With a 2 s
     deadline agent 3 is never done in time: it takes no step and sends nothing (its position
     stays its start, exactly), each step lasts 2 + 0.5 s, and it counts no message.
-    ``elapsed_time`` traced per iteration is 0, 3.5, 7, ..."""
+    (``"all"``) ``elapsed_time`` traced per iteration through ``sample`` is 0, 3.5, 7, ..."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     alg, T = dgsgld.DESGLD(0.05), 6
     slow = C.Clock(compute=(1, 1, 1, 3), latency=0.5)
@@ -986,12 +1063,15 @@ def test_clock_waits_for_the_slowest_agent_or_drops_it_at_the_deadline(key):
     np.testing.assert_array_equal(np.asarray(cut.channel["position"].sent)[-1],
                                   [2 * T, 2 * T, 2 * T, 0])    # both ring links, as for
     # `activity`: an inactive agent still receives (public copies stay known), sends nothing
+    if cells == "one_program":
+        return
     trace = dgsgld.sample(alg, problem.potential, ring(N), jnp.zeros((2, N, 2)), key, 4,
                           channel=channels[0], output=dgsgld.Output(trace_fn=C.elapsed_time))
     np.testing.assert_allclose(np.asarray(trace.values), [[0, 3.5, 7, 10.5, 14]] * 2,
                                rtol=1e-6)
 
 
+@pytest.mark.slow  # fast twin: test_clock_waits_for_the_slowest_agent_or_drops_it_at_the_deadline
 def test_clock_compute_times_have_the_stated_law():
     """``t_i = c_i (1 − j + j E_i)``, ``E_i ~ Exp(1)``: over 20 000 steps the mean of each
     agent's time is ``c_i`` and its variance ``(j c_i)²`` within 5 standard errors (the
@@ -1000,13 +1080,15 @@ def test_clock_compute_times_have_the_stated_law():
     agents with ``t_i > deadline`` inactive in :func:`C.active_agents`."""
     clock = C.Clock(compute=(1.0, 2.0, 4.0), jitter=0.5, deadline=3.0)
     keys = jax.random.split(jax.random.key(0), 20_000)
-    t = np.asarray(jax.vmap(lambda k: clock.times(k, 3))(keys), np.float64)
+    channel = C.Channel(clock=clock)
+    t, active = jax.jit(lambda keys: (                              # one program, not op by op
+        jax.vmap(lambda k: clock.times(k, 3))(keys),
+        jax.vmap(lambda k: C.active_agents(channel, k, 0, 3))(keys[:200])))(keys)
+    t, active = np.asarray(t, np.float64), np.asarray(active)
     c, j, n = np.array([1.0, 2.0, 4.0]), 0.5, len(keys)
     assert (np.abs(t.mean(0) - c) <= 5 * j * c / np.sqrt(n)).all(), t.mean(0)
     assert (np.abs(t.var(0) - (j * c) ** 2) <= 5 * np.sqrt(8) * (j * c) ** 2 / np.sqrt(n)).all()
     assert (t >= (1 - j) * c).all()
-    channel = C.Channel(clock=clock)
-    active = np.asarray(jax.vmap(lambda k: C.active_agents(channel, k, 0, 3))(keys[:200]))
     np.testing.assert_array_equal(active, t[:200] <= 3.0)
     with pytest.raises(ValueError, match="`jitter` must be a number in"):
         C.Clock(jitter=1.5)
@@ -1143,8 +1225,8 @@ def test_random_k_mask_covariance_is_the_stated_one():
     from dgsgld.theory.exact import _random_k_covariance
 
     d, n = 5, 200_000
-    masks = np.asarray(jax.vmap(lambda k: C.random_k(0.4).compress(k, jnp.ones(d)))(
-        jax.random.split(jax.random.key(3), n)), np.float64)
+    masks = np.asarray(jax.jit(jax.vmap(lambda k: C.random_k(0.4).compress(k, jnp.ones(d))))(
+        jax.random.split(jax.random.key(3), n)), np.float64)        # one program, not op by op
     assert (masks.sum(1) == d).all() and ((masks == 0) | (masks == d / 2)).all()
     expected = _random_k_covariance(0.4, d)
     assert expected[0, 0] == 1.5 and np.isclose(expected[0, 1], -3 / 8)
@@ -1247,6 +1329,7 @@ def _directed_ring():
     return 0.5 * (np.eye(N) + np.roll(np.eye(N), 1, axis=0))
 
 
+@pytest.mark.slow  # fast twin: test_gossip_matrices_pick_uniform_links_and_stay_stochastic
 def test_gossip_outcomes_are_the_law_of_gossip_matrix():
     """:func:`C.gossip_outcomes` (what ``exact_moments`` enumerates) against
     :func:`C.gossip_matrix`, 4000 draws each, on the ring of 5 (``"edge"``, ``"matching"``)
@@ -1258,16 +1341,20 @@ def test_gossip_outcomes_are_the_law_of_gossip_matrix():
     complete graph of 7 (``6⁷`` proposal profiles) is refused, naming ``mode``."""
     draws = 4000
     keys = jax.random.split(jax.random.key(5), draws)
-    for W, mode, link in ((ring(5), "edge", 1 / 5), (ring(5), "matching", 1 / 4),
-                          (complete_graph(4), "matching", 1 / 9)):
+    cases = ((ring(5), "edge", 1 / 5), (ring(5), "matching", 1 / 4),
+             (complete_graph(4), "matching", 1 / 9))
+    every_drawn = jax.jit(lambda keys: [                            # one program, not op by op
+        jax.vmap(lambda k, W=W, mode=mode: C.gossip_matrix(k, jnp.asarray(W, jnp.float32),
+                                                            mode))(keys)
+        for W, mode, _ in cases])(keys)
+    for (W, mode, link), drawn in zip(cases, every_drawn):
         matrices, probs = C.gossip_outcomes(np.asarray(W), mode)
         n = matrices.shape[-1]
         neighbours = (np.asarray(W) != 0) & ~np.eye(n, dtype=bool)
         assert probs.sum() == pytest.approx(1.0, abs=1e-12)
         np.testing.assert_allclose(np.einsum("k,kij->ij", probs, matrices != 0)[neighbours],
                                    link, rtol=1e-12)
-        drawn = np.asarray(jax.vmap(
-            lambda k: C.gossip_matrix(k, jnp.asarray(W, jnp.float32), mode))(keys))  # noqa: B023
+        drawn = np.asarray(drawn)
         which = (drawn[:, None] == matrices[None].astype(np.float32)).all((2, 3))   # (draws, K)
         assert (which.sum(1) == 1).all(), mode
         freq = which.mean(0)
@@ -1478,22 +1565,27 @@ def _feedback_mixture(kind, quadratic, W, eta, gamma, k, steps, every):
     return m[:n].reshape(num, d), np.einsum("iaib->iab", cov)
 
 
-def test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture():
+@pytest.mark.parametrize("cells", [
+    "diging",
+    pytest.param("all", marks=pytest.mark.slow),  # fast twin: the "diging" cell
+])
+def test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture(cells):
     """Random-k messages with error feedback in ``exact_moments`` (the public copies carried
     in the state, the masks' spread over ``s − ŝ``: module docstring of
     dgsgld.theory.exact) against :func:`_feedback_mixture`, which averages the step over
     every mask outcome: DIGing-SGLD with k = 1 of d = 2 (the 256 masks of x and y of 4
-    agents) and DE-SGLD with k = 2 of d = 3 and every = 2 (81 masks at a round), γ = 0.5, 6
-    steps on the ring of 4. Both are exact in float64: equal to 1e-10 relative. With every
-    entry kept (``random_k(1)``) the copies equal the messages after a round, and the
-    moments are those of error feedback with exact messages to rounding."""
+    agents) and (``"all"``) DE-SGLD with k = 2 of d = 3 and every = 2 (81 masks at a round),
+    γ = 0.5, 6 steps on the ring of 4. Both are exact in float64: equal to 1e-10 relative.
+    (``"all"``) With every entry kept (``random_k(1)``) the copies equal the messages after a
+    round, and the moments are those of error feedback with exact messages to rounding."""
     from dgsgld.theory import exact
     from tests._moments import exact_quadratic
 
     W, eta, gamma, T = np.asarray(ring(N), np.float64), 0.1, 0.5, 6
+    kinds = (("diging", 2, 1, 1), ("de", 3, 2, 2))[:1 if cells == "diging" else 2]
     quadratics = {d: exact_quadratic(linear_regression(num_agents=N, local_size=3, dim=d))
-                  for d in (2, 3)}
-    for kind, d, k, every in (("diging", 2, 1, 1), ("de", 3, 2, 2)):
+                  for _, d, _, _ in kinds}
+    for kind, d, k, every in kinds:
         q = quadratics[d]
         channel = C.Channel(C.random_k(k / d), error_feedback=True, consensus=gamma,
                             every=every)
@@ -1503,6 +1595,8 @@ def test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture()
         mean, cov = _feedback_mixture(kind, q, W, eta, gamma, k, T, every)
         np.testing.assert_allclose(law.mean[-1], mean, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(law.cov[-1], cov, rtol=1e-10, atol=1e-12)
+    if cells == "diging":
+        return
     with jax.enable_x64(True):
         full, exact_messages = (
             exact.exact_moments("diging", quadratics[2], W, np.zeros(2), np.eye(2), T,
@@ -1588,9 +1682,15 @@ def test_exact_moments_refuses_other_channels_naming_channel_and_why():
     triggers that depend on the state, combinations and kinds not propagated, enumerations
     too large, patterns of the wrong size and gossip over a traced ``mixing``."""
     from dgsgld.theory import exact
-    from tests._moments import exact_quadratic
 
-    problem = exact_quadratic(linear_regression(num_agents=N, local_size=3, dim=2))
+    def hessians_only(num_agents, local_size=3):
+        # Every call below is refused before anything is computed: the Hessians of
+        # linear_regression with zero shifts (exact_quadratic would compile the gradient).
+        hessians = linear_regression(num_agents=num_agents, local_size=local_size,
+                                     dim=2).hessians
+        return exact.Quadratic(np.asarray(hessians, np.float64), np.zeros((num_agents, 2)))
+
+    problem = hessians_only(N)
     W = np.asarray(ring(N), np.float64)
 
     def refusal(channel, kind, quadratic=problem, mixing=W):
@@ -1643,12 +1743,12 @@ def test_exact_moments_refuses_other_channels_naming_channel_and_why():
     with pytest.raises(ValueError, match="`channel` must be None or a dgsgld.communication"):
         exact.exact_moments("de", problem, W, np.zeros(2), np.eye(2), 1, step_size=0.1,
                             channel="drop")
-    many = exact_quadratic(linear_regression(num_agents=13, local_size=2, dim=2))
+    many = hessians_only(13, 2)
     with pytest.raises(ValueError, match=r"`channel`: random stragglers enumerate the 2\^N "
                                          r"active sets; N = 13 > 12"):
         exact.exact_moments("de", many, np.full((13, 13), 1 / 13), np.zeros(2), np.eye(2), 1,
                             step_size=0.1, channel=C.Channel(activity=0.5))
-    seven = exact_quadratic(linear_regression(num_agents=7, local_size=2, dim=2))
+    seven = hessians_only(7, 2)
     with pytest.raises(ValueError, match="`channel`: gossip='matching' is not enumerable "
                                          "here: `mode`: .* 279936 proposal profiles"):
         exact.exact_moments("de", seven, complete_graph(7), np.zeros(2), np.eye(2), 1,

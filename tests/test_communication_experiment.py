@@ -40,14 +40,18 @@ def task():
     return digits.digits_task(0)
 
 
+@pytest.mark.slow  # fast twin: tests/test_predictive.py (the scores it pools)
 def test_predictive_score_pools_probabilities_over_chains(task):
     """The digits rows' NLL and accuracy are those of each agent's predictive ``p̂ = mean over
     chains of p_c`` (computed here by hand in float64 to float32 rounding), averaged over
     agents; by Jensen the predictive's NLL is below the chains' mean NLL (strictly, as the
     chains differ: averaging log-probabilities instead would give equality). Identical chains
     give a jackknife standard error of exactly zero."""
-    keys = jax.random.split(jax.random.key(0), 16)
-    params = jax.tree.map(lambda a: a.reshape(8, 2, *a.shape[1:]), jax.vmap(task.init)(keys))
+    # 16 draws of the MLP's initial parameters, stacked as 8 chains of 2 agents: each drawn
+    # by the program the task itself compiled for one (vmapping the initializer compiles
+    # another, for 5 s).
+    draws = [task.init(k) for k in jax.random.split(jax.random.key(0), 16)]
+    params = jax.tree.map(lambda *a: np.stack(a).reshape(8, 2, *a[0].shape), *draws)
     scores = experiment._predictive_score(task, params, groups=8)
     log_probs = np.asarray(jax.vmap(jax.vmap(lambda p: task.outputs(p, task.test[0])))(params),
                            np.float64)                                      # (8, 2, P, 10)
@@ -104,8 +108,8 @@ def _check_bytes(row: dict, num_draws: int) -> None:
         assert row["bytes_per_agent_step"] == per * 4 * sizes[name] / tau, row
 
 
-@pytest.mark.slow  # fast twin: test_predictive_score_pools_probabilities_over_chains (the
-# BNN rows' score); every row's bytes: test_communication_experiment_small
+@pytest.mark.slow  # fast twin: tests/test_predictive.py (the BNN rows' scores); every row's
+# bytes: test_sample_channel_option_counts_bytes
 def test_digits_rows_tiny(tmp_path, monkeypatch):
     """The digits BNN rows at a tiny size (DIGing-SGLD, 10 steps, 8 chains, two channels):
     bytes per agent and step exact for messages of 1210 entries, NLL and accuracy with
@@ -172,7 +176,7 @@ def test_jackknife_of_a_mean_is_the_standard_error_of_the_group_means():
 
 
 @pytest.mark.slow  # fast twins: test_sample_channel_option_counts_bytes, the jackknife identity,
-# test_predictive_score_pools_probabilities_over_chains
+# tests/test_predictive.py
 def test_communication_experiment_small(tmp_path):
     """``reproduce communication --small``: every row's bytes per agent and step are exact
     (:func:`_check_bytes`: the encodings of d = 6 and, for the digits BNN, d = 4810 float32

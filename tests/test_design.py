@@ -63,6 +63,8 @@ def _central_differences(f, theta, par, h=1e-5):
     return fd
 
 
+@pytest.mark.slow  # fast twin: test_learn_weights_recovers_two_node_optimum (the exact W2's
+# gradients through the moment recursion drive the learning to the hand-solved optimum)
 def test_exact_w2_gradient_matches_finite_differences():
     # d/dθ and d/dη of the mean exact W2 at T through the moment recursion, against central
     # differences in float64: the truncation error is O(h²) ≈ 1e-10 times third derivatives of
@@ -96,7 +98,8 @@ def test_exact_w2_gradient_matches_finite_differences():
         np.testing.assert_allclose(float(g_eta), float(fd_eta), rtol=1e-6)
 
 
-@pytest.mark.slow  # fast twin: test_exact_w2_gradient_matches_finite_differences
+@pytest.mark.slow  # fast twin: test_learn_weights_recovers_two_node_optimum (the finite-difference
+# check at one iteration: test_exact_w2_gradient_matches_finite_differences, slow)
 def test_multi_iteration_objective_gradient_matches_finite_differences():
     # The objective learn_weights differentiates when `num_steps` is a sequence: the mean over
     # the iterations 3..6 of the mean-agent exact W2. Its value against each iteration's W2
@@ -333,6 +336,8 @@ def test_laplace_quadratic_is_exact_for_linear_and_the_map_for_logistic():
     np.testing.assert_allclose(np.asarray(q.hessians).sum(0), hessian, rtol=1e-6)
 
 
+@pytest.mark.slow  # statistical; the bootstrap serves `reproduce design` only (slow:
+# test_reproduce_design_small); fast twins of the W2 it resamples: tests/test_metrics.py
 def test_sampled_w2_standard_error_matches_independent_repetitions():
     """The bootstrap over chains against the spread of the plug-in W2 over R independent runs
     of C chains: N = 2 independent agents with N(0, I₂) chains, target N(μ, I₂), |μ| = 1.

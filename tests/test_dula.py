@@ -57,6 +57,10 @@ def test_optax_schedule_equals_polynomial_decay(key):
     np.testing.assert_allclose(a.positions, b.positions, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # fast twin:
+# tests/test_samplers.py::test_compiled_once_for_new_step_size_and_init and
+# tests/test_sghmc.py::test_compiled_once_for_new_step_size_and_friction (a sampler's constants are
+# array leaves)
 def test_compiled_once_for_new_schedule_values(key):
     ll, calls = count_traces()
     pb = linear_regression()

@@ -1,7 +1,8 @@
 """The experiments package: problems, configurations, step-size tuning, Figures 2 and 3.
 
-Fast tests run the real figure code at toy sizes and check structure and exact invariants;
-the reduced-size statistical comparisons of the paper's claims are marked ``slow``.
+Fast tests check the problems and configurations; the real figure code at toy sizes
+(structure and exact invariants) and the reduced-size statistical comparisons of the paper's
+claims are marked ``slow``.
 """
 
 import json
@@ -302,6 +303,10 @@ def fig2_toy():
     return ex.fig2("a", trials=12, seed=1, overrides=_TINY2)
 
 
+@pytest.mark.slow  # fast twins (the toy run compiles a grid run per algorithm, ~10 s in all):
+# tests/test_tuning.py::test_every_grid_point_and_split_is_a_plain_run_with_the_same_draws (the
+# figures' grid runner), tests/test_streaming.py (the streamed W2 curves),
+# test_linear_problem_matches_the_closed_form_posterior (the problem and its posterior)
 def test_fig2_toy_run_structure_and_invariants(fig2_toy):
     res = fig2_toy
     assert res.metric == "W2" and set(res.algorithms) == set(ex.ALGORITHMS)
@@ -330,7 +335,7 @@ def test_fig2_toy_run_structure_and_invariants(fig2_toy):
     json.dumps(res.to_dict())  # JSON-ready
 
 
-@pytest.mark.slow  # default run: the Fig. 2 toy run covers the same pipeline
+@pytest.mark.slow  # fast twins: those of the Fig. 2 toy run (above), the same pipeline
 def test_fig3_toy_run_structure_and_invariants():
     tiny = {"num_steps": 10, "num_step_sizes": 3, "step_min": 1e-3, "step_max": 1e-2}
     res = ex.fig3("a", trials=12, seed=1, overrides=tiny)
@@ -357,6 +362,7 @@ def test_run_figure_rejects_bad_names_and_configs():
         ex.fig3("a", config=ex.FIGURES["fig2a"])
 
 
+@pytest.mark.slow  # needs the Fig. 2 toy run; fast twins: those of that run (above)
 def test_save_result_and_summary(fig2_toy, tmp_path):
     res = fig2_toy
     paths = ex.save_result(res, tmp_path, plot=True)
@@ -406,6 +412,8 @@ def test_fig3_accuracies_are_sane_and_diging_leads_on_the_barbell():
     assert res.final("DIGing-SGLD") > res.final("DE-SGLD") + 0.02
 
 
+@pytest.mark.slow  # needs the Fig. 2 toy run; fast twin of the bit-for-bit repeat:
+# tests/test_tuning.py::test_every_grid_point_and_split_is_a_plain_run_with_the_same_draws
 def test_seed_sweep_repeats_the_figure_exactly(fig2_toy, tmp_path):
     cfg = tmp_path / "toy.toml"
     cfg.write_text("\n".join(f"{k} = {str(v).lower()}" for k, v in _TINY2.items()) + "\n")

@@ -20,9 +20,11 @@ def draws(estimator, state, potential, x, num):
     return jax.jit(jax.vmap(lambda k: estimator.grad(state, potential, x, k)[0]))(keys)
 
 
-# Default run: SVRG here and SAGA in the tracking test below (each estimator once); both in
-# both tests in the slow set.
-@pytest.mark.parametrize("name", ["svrg", pytest.param("saga", marks=pytest.mark.slow)])
+# Slow set: SVRG and SAGA.
+@pytest.mark.slow  # fast twin: test_mean_follows_the_full_batch_law[DIGingSGLD-svrg] (SVRG
+# estimates unbiased: the chains' mean is the exact law's); SAGA's state:
+# test_saga_table_holds_the_last_gradient_of_each_drawn_datum
+@pytest.mark.parametrize("name", ["svrg", "saga"])
 def test_first_estimate_is_exact_later_ones_unbiased_and_less_noisy(name):
     """At the anchor / table point the estimate is the full gradient; away from it, the mean
     over K = 4000 independent mini-batches matches the full gradient within 4.5 standard
@@ -42,6 +44,8 @@ def test_first_estimate_is_exact_later_ones_unbiased_and_less_noisy(name):
     assert g.std(0).max() < 0.2 * plain.std(0).max()
 
 
+@pytest.mark.slow  # fast twin: test_svrg_computes_the_full_gradient_only_at_refreshes (refreshes at
+# calls 0, m, 2m inside sample)
 def test_svrg_refreshes_its_anchor_every_m_calls():
     """Calls 0, m, 2m, ... move the anchor to the point and give the exact gradient."""
     pb = linear_regression(local_size=6, batch_size=2, heterogeneous=True)
@@ -75,7 +79,11 @@ def test_saga_table_holds_the_last_gradient_of_each_drawn_datum():
     np.testing.assert_array_equal(changed, expected)
 
 
-@pytest.mark.parametrize("name", [pytest.param("svrg", marks=pytest.mark.slow), "saga"])
+# Slow set: SVRG and SAGA.
+@pytest.mark.slow  # fast twin: tests/test_samplers.py::test_tracking_invariant_with_minibatches
+# (the same invariant with plain mini-batches); SAGA's table:
+# test_saga_table_holds_the_last_gradient_of_each_drawn_datum
+@pytest.mark.parametrize("name", ["svrg", "saga"])
 def test_tracking_invariant_with_control_variates(name, key):
     """Σ_i y_i = Σ_i ∇̃f_i(x_i) at every iteration with SVRG and SAGA estimates, to float32
     rounding: K·N·eps·|g| with K = 200, N = 5 (as for plain mini-batches in

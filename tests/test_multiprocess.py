@@ -135,6 +135,19 @@ def test_two_processes_saved_and_resumed_equal_single_process_run(reference, tmp
 
 
 def test_sample_chains_in_one_process_is_dgsgld_sample_with_its_ensemble():
+    _sample_chains_in_one_process(chain_offset=False)
+
+
+# The chain offset compiles a third program (no ensemble_fn, positions kept): slow-only. Fast
+# twins: the test above (sample_chains in one process) and, for chain offsets,
+# tests/test_runner_guarantees.py::
+# test_chains_run_alone_with_their_offset_equal_those_of_the_full_run
+@pytest.mark.slow  # fast twins: the two named above
+def test_sample_chains_in_one_process_with_its_ensemble_and_a_chain_offset():
+    _sample_chains_in_one_process(chain_offset=True)
+
+
+def _sample_chains_in_one_process(chain_offset: bool):
     import jax
     import jax.numpy as jnp
     from _problems import linear_regression, ring
@@ -153,6 +166,8 @@ def test_sample_chains_in_one_process_is_dgsgld_sample_with_its_ensemble():
     assert got.ensemble.shape == want.ensemble.shape == (6, 2, 4, 2)
     np.testing.assert_allclose(got.ensemble, want.ensemble, rtol=1e-6, atol=1e-7)
     assert got.positions is None and got.values is None
+    if not chain_offset:
+        return
     # A chain offset composes with the process's block: global chains 2 + offset + c.
     np.testing.assert_array_equal(distributed.sample_chains(*args, chain_offset=2).positions,
                                   dgsgld.sample(*args, chain_offset=2).positions)

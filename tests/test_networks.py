@@ -610,6 +610,7 @@ def _generation_cost(gen, n, period):
 JAX_SOURCE = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, jaxlib))
 
 
+@pytest.mark.slow  # a cost check; the schedules' values are tested fast
 def test_generation_work_in_python_does_not_grow_with_the_agents():
     # The speed guarantee of the generators and their checks: every per-agent and per-edge
     # operation is a NumPy array operation, so the Python-level work (function calls) depends
@@ -620,7 +621,8 @@ def test_generation_work_in_python_does_not_grow_with_the_agents():
         assert calls[0] == calls[1], (gen.__name__, calls)
 
 
-@pytest.mark.slow  # fast twin: test_generation_work_in_python_does_not_grow_with_the_agents
+@pytest.mark.slow  # fast twin (the values):
+# test_every_rule_is_symmetric_doubly_stochastic_and_respects_the_graph
 @pytest.mark.parametrize("gen", [nw.barbell, nw.lollipop])
 def test_generation_for_a_thousand_agents_is_array_work_in_bounded_memory(gen):
     # N = 1000, P = 50: the schedule is P N² (4 + 1) bytes (float32 weights, bool graphs), 250 MB.

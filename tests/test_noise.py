@@ -40,6 +40,8 @@ SAMPLERS = {  # every sampler class, built with the fast generator
 # ------------------------------------------------------------------ the normals themselves
 
 
+@pytest.mark.slow  # fast twin: test_moments_and_tails_match_the_standard_normal (the law) and
+# test_numbers_are_close_to_jax_random_normal_but_not_equal (within 2e-5 of JAX's quantile)
 def test_transform_is_the_normal_quantile_on_every_input():
     """Exhaustive, no Monte Carlo: the top 23 bits ``k`` of a word map to ``Φ⁻¹((k + ½)/2²³)``
     within 5e-6 (measured 2.5e-6; jax.random.normal's own transform is within 2.2e-5 of its
@@ -136,7 +138,8 @@ def test_every_sampler_draws_its_noise_from_the_generator(key):
     assert not np.array_equal(default["a"], a)
 
 
-@pytest.mark.parametrize("name", ["diging", "sgld"])
+# Default run: a decentralized sampler; centralized SGLD in the slow set.
+@pytest.mark.parametrize("name", ["diging", pytest.param("sgld", marks=pytest.mark.slow)])
 def test_step_draws_the_generators_noise(name, key):
     alg = SAMPLERS[name](normal=dgsgld.fast_normal)
     pb = linear_regression()
@@ -153,6 +156,9 @@ def test_step_draws_the_generators_noise(name, key):
     np.testing.assert_array_equal(drawn, passed)
 
 
+@pytest.mark.slow  # fast twin:
+# tests/test_samplers.py::test_compiled_once_for_new_step_size_and_init (retrace guard); same run:
+# test_a_shape_dependent_generator_gives_the_same_run_in_either_layout
 def test_same_key_same_run_and_a_new_step_size_reuses_the_compiled_run(key):
     ll, calls = count_traces()
     pb = linear_regression()
@@ -167,6 +173,10 @@ def test_same_key_same_run_and_a_new_step_size_reuses_the_compiled_run(key):
     assert len(calls) - n <= 1  # only the pre-compile shape check (jax.eval_shape) traces
 
 
+@pytest.mark.slow  # fast twin: test_draws_are_deterministic_under_jit_vmap_and_batching
+# (fast_normal batched = alone, runner's key implementation) and
+# test_a_shape_dependent_generator_gives_the_same_run_in_either_layout (8 chains vs 2, whole runs,
+# bit for bit)
 def test_same_noise_however_chains_are_batched(key):
     """The noise of step 0 for chains 6-7 as the runner draws it, 8 chains at once against
     those 2 alone (the runner keeps these in different layouts; whole runs would also compare
@@ -237,6 +247,9 @@ def test_every_sampler_with_fast_noise_matches_the_exact_law(name):
                      thin=10)
 
 
+@pytest.mark.slow  # fast twin:
+# tests/test_reliability_checkpoint.py::test_resume_with_other_settings_is_refused (the fingerprint
+# covers the algorithm's fields)
 @pytest.mark.reliability
 def test_resuming_a_checkpoint_with_another_noise_generator_is_refused(tmp_path):
     # The generator is part of the sampler, so the checkpoint's fingerprint covers it: a run

@@ -32,7 +32,11 @@ def _adjacency(stack):
     onthefly.barbell_on_the_fly(9, key=0),
     # The lollipop's law is tested below (branch lengths and links); its matrices in the slow set.
     pytest.param(onthefly.lollipop_on_the_fly(10, key=1), marks=pytest.mark.slow),
-    onthefly.link_failures_on_the_fly(nx.cycle_graph(8), 0.3, key=2, format="dense"),
+    # The dense link failures compile a generator of their own (~1 s); fast twins: the same
+    # generator's neighbour lists below (the same weight rule) and
+    # test_link_failures_keep_each_edge_with_probability_one_minus_p (dense snapshots' links).
+    pytest.param(onthefly.link_failures_on_the_fly(nx.cycle_graph(8), 0.3, key=2, format="dense"),
+                 marks=pytest.mark.slow),  # fast twins: see above
     onthefly.link_failures_on_the_fly(nx.cycle_graph(80), 0.3, key=2),          # neighbour lists
     onthefly.one_peer_exponential_on_the_fly(64),                                 # neighbour lists
 ], ids=["barbell", "lollipop", "link_failures", "link_failures_sparse", "one_peer_sparse"])
@@ -44,6 +48,8 @@ def test_every_matrix_is_symmetric_doubly_stochastic_with_the_generators_weight_
     np.testing.assert_allclose(stack, weights.metropolis_weights(_adjacency(stack), eps), atol=2e-6)
 
 
+@pytest.mark.slow  # fast twin:
+# test_every_matrix_is_symmetric_doubly_stochastic_with_the_generators_weight_rule
 def test_barbell_bridge_endpoints_are_uniform_like_the_precomputed_generator():
     n, half = 10, 5
     stack = onthefly.barbell_on_the_fly(n, key=3).materialize(K)
@@ -63,6 +69,8 @@ def test_barbell_bridge_endpoints_are_uniform_like_the_precomputed_generator():
     assert stats.chi2_contingency(np.stack([left, pre_left])).pvalue > ALPHA
 
 
+@pytest.mark.slow  # fast twin: test_link_failures_keep_each_edge_with_probability_one_minus_p (a
+# generator's law)
 def test_lollipop_branch_lengths_and_links_follow_the_papers_law():
     n, s = 10, 3
     stack = onthefly.lollipop_on_the_fly(n, key=4).materialize(K)
@@ -99,7 +107,12 @@ def test_link_failures_keep_each_edge_with_probability_one_minus_p():
     assert stats.binomtest(int(both), K, (1 - p) ** 2).pvalue > ALPHA
 
 
-@pytest.mark.parametrize("fmt", ["dense", "neighbors"])
+@pytest.mark.parametrize("fmt", [
+    # Each format compiles its generator; the neighbour lists' materialized snapshots are dense
+    # matrices compared with the precomputed ones just the same.
+    pytest.param("dense", marks=pytest.mark.slow),  # fast twin: [neighbors]
+    "neighbors",
+])
 def test_one_peer_exponential_equals_the_precomputed_schedule(fmt):
     s = onthefly.one_peer_exponential_on_the_fly(16, format=fmt)
     pre = np.asarray(networks.one_peer_exponential(16, period=8).matrices)
@@ -107,6 +120,10 @@ def test_one_peer_exponential_equals_the_precomputed_schedule(fmt):
     assert isinstance(s.matrix_at(0), sparse.NeighborMixing) == (fmt == "neighbors")
 
 
+# Two generators compiled (~2-3 s). Fast twin:
+# test_sample_with_on_the_fly_schedule_equals_sample_with_its_materialized_stack (a period-6
+# schedule over 12 steps gives the draws of its 6 snapshots repeated).
+@pytest.mark.slow  # fast twin: see above
 def test_period_repeats_and_no_period_does_not():
     periodic = onthefly.barbell_on_the_fly(12, key=6, period=5).materialize(15)
     np.testing.assert_array_equal(periodic[:5], periodic[5:10])

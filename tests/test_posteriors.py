@@ -206,6 +206,9 @@ def test_ksd_of_a_shifted_gaussian_matches_quadrature():
     assert exact > 10 * null.std(ddof=1)
 
 
+@pytest.mark.slow  # fast twins: test_gaussian_anchor_score_is_the_closed_form (stein_scores
+# from the agents' gradients), tests/test_streaming.py::test_streamed_ksd_equals_the_ksd_of_the_
+# stored_draws (the streamed KSD is the KSD of the stored draws)
 def test_streamed_ksd_from_the_agents_gradients_equals_the_ksd_of_the_stored_draws():
     # dgsgld.streaming.ksd with the score of stein_scores (minus the sum of the agents' own
     # full gradients, each agent on its own data) streams, per agent and kept iteration, the
@@ -299,8 +302,9 @@ MESSAGES_PER_STEP = {"DIGing-SGLD": 2, "DE-SGLD": 1, "EXTRA-SGLD": 2, "DIGing-SG
                      "SGLD (centralized)": 0}
 
 
-# One compile per sampler (~2 s each): DE-SGHMC and the centralized sampler in the default run.
-@pytest.mark.parametrize("name", [n if n in ("DE-SGHMC", "SGLD (centralized)") else
+# One compile per sampler (~2 s each): DE-SGHMC in the default run; the other samplers (the
+# centralized sampler's zero bytes among them) in the slow set.
+@pytest.mark.parametrize("name", [n if n == "DE-SGHMC" else
                                   pytest.param(n, marks=pytest.mark.slow)
                                   for n in MESSAGES_PER_STEP])
 def test_bench_bytes_are_the_messages_the_samplers_send(name):
@@ -617,6 +621,8 @@ def _logistic_imh_draws(y, num_draws, seed, burn=100, thin=10, df=8.0):
     return np.stack(kept, 1)
 
 
+@pytest.mark.slow  # fast twin: test_sbc_of_the_exact_posterior_is_uniform_and_... (the same
+# rank-uniformity and rejection checks, on exact draws of the Gaussian anchor)
 def test_sbc_of_the_logistic_posterior_is_uniform_and_miscalibration_is_rejected():
     # Exact-in-the-limit draws (independence Metropolis-Hastings, about 32 % acceptance, so
     # kept states 10 steps apart have autocorrelation about 0.68^10 = 0.02): each of the 31
@@ -687,7 +693,8 @@ def test_sbc_shows_the_constant_step_bias_of_diging_sgld():
     assert p[4.5e-3].min() < 1e-4
 
 
-@pytest.mark.slow  # fast twin: test_sbc_of_the_logistic_posterior_is_uniform_and_...
+@pytest.mark.slow  # fast twin: test_sbc_of_the_exact_posterior_is_uniform_and_... (and the
+# logistic target's exact-in-the-limit draws: test_sbc_of_the_logistic_posterior_..., slow)
 def test_sbc_of_a_well_tuned_diging_sghmc_on_the_logistic_target():
     # The logistic posterior is ill-conditioned: curvature from about 1 (the prior, along
     # directions the standardized, correlated features barely see) to at most
@@ -717,7 +724,8 @@ def test_sbc_of_a_well_tuned_diging_sghmc_on_the_logistic_target():
     assert np.median(p) < 1e-2, np.sort(p.ravel())
 
 
-@pytest.mark.slow  # fast twin: test_bench_writes_the_sbc_cells (per-data-set steps run there)
+@pytest.mark.slow  # fast twin: test_bench_writes_the_sbc_cells_without_matplotlib (per-data-set
+# steps run there)
 def test_sbc_run_with_one_step_per_data_set_is_the_run_at_that_step():
     # step_sizes all equal to h: the same chains as the sampler built at h (the same keys; the
     # step a traced leaf instead of a constant, so float32 rounding may differ: rtol 1e-4 on
@@ -734,10 +742,10 @@ def test_sbc_run_with_one_step_per_data_set_is_the_run_at_that_step():
     np.testing.assert_array_equal(per_set["step_sizes"], np.full(3, 1e-3))
 
 
-def test_bench_writes_the_sbc_cells(tmp_path):
-    # No leaderboard targets, SBC on the Gaussian anchor only: the exact cell and DIGing-SGLD's
-    # at h = 0.1 / lambda_max of the posterior precision, their p-values in the JSON and the
-    # Markdown, the ranks and their figure in files. (Calibration itself: the SBC tests above.)
+def _bench_sbc_cells(out, log):
+    """The bench with no leaderboard targets, SBC on the Gaussian anchor only: the exact cell
+    and DIGing-SGLD's at h = 0.1 / lambda_max of the posterior precision, their p-values in
+    the JSON and the Markdown, the ranks in a file. (Calibration itself: the SBC tests above.)"""
     import dataclasses
 
     from dgsgld.posteriors.bench import BenchSettings, bench_posteriors
@@ -746,7 +754,7 @@ def test_bench_writes_the_sbc_cells(tmp_path):
     settings = dataclasses.replace(
         BenchSettings.small(), targets=(), sbc_targets=("gaussian_linear",),
         sbc_samplers=("DIGing-SGLD",), sbc_datasets=12, sbc_draws=3, sbc_steps=10)
-    result = bench_posteriors(tmp_path, settings, log=lambda *_: None)
+    result = bench_posteriors(out, settings, log=log)
     exact, diging = result["sbc"]
     assert (exact["sampler"], diging["sampler"]) == ("exact", "DIGing-SGLD")
     assert np.asarray(exact["pvalues"]).shape == (1, 6)
@@ -754,13 +762,38 @@ def test_bench_writes_the_sbc_cells(tmp_path):
     h = 0.1 / curvature_scale("gaussian_linear", simulate("gaussian_linear", 0, 2)[1])[0]
     assert diging["h_min"] == diging["h_max"] == pytest.approx(h, rel=1e-12)
     assert diging["min_p"] == pytest.approx(min(map(min, diging["pvalues"])))
-    assert json.loads((tmp_path / "leaderboard.json").read_text())["sbc"] == result["sbc"]
-    ranks = json.loads((tmp_path / "sbc_ranks.json").read_text())
+    assert json.loads((out / "leaderboard.json").read_text())["sbc"] == result["sbc"]
+    ranks = json.loads((out / "sbc_ranks.json").read_text())
     assert np.asarray(ranks[1]["ranks"]).shape == (12, 4, 6)
     assert "| gaussian_linear | ring | DIGing-SGLD | 12 x 3 | 10 |" in (
-        tmp_path / "leaderboard.md").read_text()
+        out / "leaderboard.md").read_text()
+
+
+@pytest.mark.slow  # fast twin: test_bench_writes_the_sbc_cells_without_matplotlib (all but the
+# figures; the figures' contents: test_rank_histograms_... and test_leaderboard_figure_...)
+def test_bench_writes_the_sbc_cells(tmp_path):
+    # The cells (_bench_sbc_cells), and the ranks' histograms in a figure (with matplotlib).
+    _bench_sbc_cells(tmp_path, log=lambda *_: None)
     if (tmp_path / "sbc_ranks.png").exists():  # with matplotlib
         assert (tmp_path / "sbc_ranks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_writes_the_sbc_cells_without_matplotlib(tmp_path, monkeypatch):
+    # The same cells (_bench_sbc_cells) where matplotlib (the optional plots extra) is missing:
+    # the JSON, Markdown and ranks are written, each figure is skipped with a log line.
+    from dgsgld.posteriors import bench
+
+    def no_matplotlib(*args, **kwargs):
+        raise ImportError("no module named 'matplotlib'")
+
+    monkeypatch.setattr(bench, "leaderboard_figure", no_matplotlib)
+    monkeypatch.setattr(bench, "sbc_figure", no_matplotlib)
+    lines = []
+    _bench_sbc_cells(tmp_path, log=lines.append)
+    assert not list(tmp_path.glob("*.png"))
+    assert [line for line in lines if line.startswith("no ")] == [
+        "no leaderboard.png: no module named 'matplotlib'",
+        "no sbc_ranks.png: no module named 'matplotlib'"]
 
 
 def test_rank_histograms_draw_each_agents_bin_counts():

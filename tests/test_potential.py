@@ -14,8 +14,11 @@ from dgsgld import potential as potential_module
 from _problems import linear_regression, log_likelihood
 
 
-# Default run: with replacement (without: the subset-table tests below, and the slow set).
-@pytest.mark.parametrize("replace", [pytest.param(False, marks=pytest.mark.slow), True])
+# Slow set: with and without replacement.
+@pytest.mark.slow  # fast twin: test_uneven_data_with_mask (a mini-batch estimate's mean is the full
+# gradient) and test_with_replacement_indices_stay_in_range_and_cover_the_data (with-replacement
+# indices uniform)
+@pytest.mark.parametrize("replace", [False, True])
 def test_minibatch_estimator_is_unbiased(replace):
     """Mean of K estimates vs the exact gradient: each coordinate's estimate averages K i.i.d.
     draws, so |mean − exact| ≤ 5 · sd / √K fails with probability < 6e-7 per coordinate."""
@@ -113,7 +116,9 @@ def test_bad_data():
         dgsgld.Potential(None, None, (jnp.ones((5, 4, 2)),))
 
 
-@pytest.mark.parametrize("tabulate", [True, False])
+# Default run: the table path; Floyd's path in the slow set (fast twin: Floyd's draw is uniform
+# in test_floyd_draws_are_uniform_subsets_chi_squared[5-sizes1], b > n_i / 2 as here).
+@pytest.mark.parametrize("tabulate", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_subsets_are_uniform_in_both_selection_paths(tabulate, monkeypatch):
     """Without replacement every b-subset of an agent's data is equally likely.
 
@@ -143,7 +148,9 @@ def test_subsets_are_uniform_in_both_selection_paths(tabulate, monkeypatch):
         assert np.all(np.abs(counts - K / 10) <= 5 * np.sqrt(K * 0.09))
 
 
-@pytest.mark.parametrize("b, sizes", [(3, (8, 7, 10)), (5, (8, 7, 6))])
+# Default run: b = 5 (chains of taken slots); b = 3 in the slow set.
+@pytest.mark.parametrize("b, sizes", [pytest.param(3, (8, 7, 10), marks=pytest.mark.slow),
+                                      (5, (8, 7, 6))])
 def test_floyd_draws_are_uniform_subsets_chi_squared(b, sizes, monkeypatch):
     """Floyd's draw (:func:`dgsgld.potential.distinct_batch`) gives every b-subset the same
     probability, also for uneven agents (a mask; each agent draws among its own n_i data), for
@@ -195,7 +202,13 @@ def _floyd_sequential(words, n, b):
     return taken
 
 
-@pytest.mark.parametrize("n, b", [(5, 5), (9, 8), (40, 32), (100, 32), (10_000, 32), (700, 300)])
+# Default run: long chains (b close to n); the rest, b > 256 included, in the slow set (the sort
+# path of b > 256: test_first_occurrences_marks_the_first_copy_of_each_value[300]).
+@pytest.mark.parametrize("n, b", [pytest.param(5, 5, marks=pytest.mark.slow),
+                                  pytest.param(9, 8, marks=pytest.mark.slow), (40, 32),
+                                  pytest.param(100, 32, marks=pytest.mark.slow),
+                                  pytest.param(10_000, 32, marks=pytest.mark.slow),
+                                  pytest.param(700, 300, marks=pytest.mark.slow)])
 def test_floyd_draw_is_the_sequential_algorithm(n, b):
     """The vectorized draw (all words at once, taken slots settled by passes over the links)
     returns exactly what Floyd's slot-by-slot algorithm returns on the same words, including
@@ -220,8 +233,13 @@ def test_first_occurrences_marks_the_first_copy_of_each_value(b):
                                   expected)
 
 
-@pytest.mark.parametrize("n, b, tabulated", [(5, 3, True), (20, 4, True), (100, 32, False),
-                                             (40, 32, False), (10**5, 32, False)])
+# Default run: both tabulated cases (Floyd's draw at n = 40, b = 32:
+# test_floyd_draw_is_the_sequential_algorithm[40-32]); Floyd's three in the slow set.
+@pytest.mark.parametrize("n, b, tabulated", [(5, 3, True), (20, 4, True),
+                                             pytest.param(100, 32, False, marks=pytest.mark.slow),
+                                             pytest.param(40, 32, False, marks=pytest.mark.slow),
+                                             pytest.param(10**5, 32, False,
+                                                          marks=pytest.mark.slow)])
 def test_the_draw_without_replacement_is_chosen_from_the_sizes(n, b, tabulated):
     """The table when ``N · C(n, b) · b <= _MAX_SUBSET_ENTRIES`` (5 agents: C(20, 4) = 4845
     gives 96 900 entries), Floyd's draw otherwise: then ``batch_indices`` is
@@ -321,6 +339,8 @@ def test_equinox_mlp_passed_directly_to_every_method():
         pot.full_grad(bad)
 
 
+@pytest.mark.slow  # fast twin:
+# tests/test_runner_guarantees.py::test_dict_parameters_reach_the_linear_gaussian_posterior_mean
 def test_dict_parameters_called_directly():
     pot = dgsgld.Potential(lambda p, d: -0.5 * (d[0] @ p["w"] + p["b"] - d[1]) ** 2,
                            lambda p: -0.5 * LAM * _sum_sq(p), (ZP, YP))

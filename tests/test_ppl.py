@@ -54,7 +54,8 @@ def potentials():
 
 def test_numpyro_potential_equals_the_model_written_by_hand(potentials):
     auto, hand, data = potentials
-    init = ppl.init_params(auto, jax.random.key(0), 1)
+    # 3 chains, as test_constrain_maps_draws_back_like_numpyro draws: the same init programs.
+    init = ppl.init_params(auto, jax.random.key(0), 3)
     x = jax.tree.map(lambda leaf: leaf[0], init)  # (N, ...) one point per agent
     point = jax.tree.map(lambda leaf: leaf[0], x)
     pooled = {k: v.reshape(NUM_AGENTS * LOCAL, *v.shape[2:]) for k, v in data.items()}

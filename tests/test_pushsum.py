@@ -134,6 +134,9 @@ def _dyadic_ring(n=4):
     return 0.5 * np.eye(n) + 0.25 * (np.roll(np.eye(n), 1, 1) + np.roll(np.eye(n), -1, 1))
 
 
+@pytest.mark.slow  # fast twin: test_push_recursion_reduces_to_diging_and_adapt_then_combine_de (the
+# reduction, exactly) with test_exact_moments_match_monte_carlo[PushDIGingSGLD] (the engine is that
+# recursion); tracker sum: test_tracker_sum_equals_the_gradient_sum_with_every_estimator[minibatch]
 def test_push_diging_equals_diging_on_doubly_stochastic_schedules(key):
     prob = linear_regression(num_agents=4, local_size=4, dim=2, batch_size=2, heterogeneous=True)
     init = jax.random.normal(jax.random.key(1), (3, 4, 2))
@@ -160,7 +163,8 @@ def test_push_diging_equals_diging_on_doubly_stochastic_schedules(key):
     assert np.max(np.abs(out["push", "mh"].state.weight - 1)) <= 20 * 4 * 2**-24
 
 
-@pytest.mark.slow  # fast twin: test_push_diging_equals_diging_on_doubly_stochastic_schedules
+@pytest.mark.slow  # fast twin: test_push_recursion_reduces_to_diging_and_adapt_then_combine_de (the
+# same reduction in the exact recursion)
 def test_push_diging_equals_diging_bit_for_bit_step(key):
     prob = linear_regression(num_agents=4, local_size=4, dim=2, batch_size=2, heterogeneous=True)
     W = jnp.asarray(_dyadic_ring(), jnp.float32)
@@ -188,8 +192,9 @@ def test_push_sum_sgld_on_doubly_stochastic_is_adapt_then_combine_de_sgld(key):
     np.testing.assert_array_equal(new.weight, 1.0)
 
 
-@pytest.mark.slow  # fast twin: the final-state check in test_push_diging_equals_diging_...
-@pytest.mark.parametrize("estimator", ["minibatch", "svrg", "saga"])
+# Default run: plain mini-batches; SVRG and SAGA (fast twin: [minibatch]) in the slow set.
+@pytest.mark.parametrize("estimator", ["minibatch", pytest.param("svrg", marks=pytest.mark.slow),
+                                       pytest.param("saga", marks=pytest.mark.slow)])
 def test_tracker_sum_equals_the_gradient_sum_with_every_estimator(estimator, key):
     # Σ_i y_i = Σ_i ∇̃f_i(x_i) at every iteration (eq. 3.5 reuse of the stochastic gradient):
     # column-stochastic mixing preserves Σ y and each step adds Σ(g⁺ − g). Float32: each step
@@ -265,6 +270,8 @@ def test_exact_law_reduces_to_diging_and_tends_to_the_stationary_law():
             np.testing.assert_allclose(run.mean[-1], st.mean[0], atol=1e-9)
 
 
+@pytest.mark.slow  # fast twin: test_push_recursion_reduces_to_diging_and_adapt_then_combine_de (the
+# mass rule's noise keeps the average exact ULA noise)
 def test_mass_noise_beats_uniform_noise_where_weights_are_uneven():
     # The derivation in dgsgld.samplers.pushsum: s_i² = 2η v_i keeps the average exact and
     # gives the lightest agents the least noise; with v far from 1 (one-way failures at 0.6,

@@ -52,11 +52,16 @@ def _states(alg, problem, matrix, steps, key):
 _PATTERN = np.array([[1, 1, 1, 1], [1, 0, 1, 1], [0, 1, 1, 0]], bool)
 
 
-def test_exact_channel_is_no_channel_and_bytes_include_the_weights(key):
+@pytest.mark.parametrize("cells", [
+    "push_diging",
+    pytest.param("all", marks=pytest.mark.slow),  # fast twin: the "push_diging" cell
+])
+def test_exact_channel_is_no_channel_and_bytes_include_the_weights(cells, key):
     """Through ``sample`` on a directed schedule (one-way failures of a ring: uneven weights),
-    ``Channel()`` gives the channel-free draws bit for bit for both push-sum samplers. Each
-    agent sends per step, to each out-neighbour of that snapshot, the mass with its weight
-    (4 d + 4 bytes, float32) and, for Push-DIGing-SGLD, the tracker (4 d bytes)."""
+    ``Channel()`` gives the channel-free draws bit for bit for Push-DIGing-SGLD (``"all"``:
+    and push-sum SGLD). Each agent sends per step, to each out-neighbour of that snapshot, the
+    mass with its weight (4 d + 4 bytes, float32) and, for Push-DIGing-SGLD, the tracker (4 d
+    bytes)."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     ring = np.asarray(nets.ring(N).adjacency[0])
     schedule = nets.one_way_link_failures(ring, 0.3, period=5, seed=0)
@@ -64,7 +69,8 @@ def test_exact_channel_is_no_channel_and_bytes_include_the_weights(key):
     adj = np.asarray(schedule.adjacency)
     out_degree = (adj & ~np.eye(N, dtype=bool)).sum(1)[np.arange(T) % 5].sum(0)   # (N,)
     assert np.ptp(np.asarray(nets.directed.push_sum_weights(schedule, T))) > 0.05
-    for make, messages in ((dgsgld.PushDIGingSGLD, 2), (dgsgld.PushSumSGLD, 1)):
+    samplers = ((dgsgld.PushDIGingSGLD, 2), (dgsgld.PushSumSGLD, 1))
+    for make, messages in samplers[:1] if cells == "push_diging" else samplers:
         plain = dgsgld.sample(make(0.05), problem.potential, schedule, init, key, T)
         channel = C.Channel()
         exact = dgsgld.sample(make(0.05), problem.potential, schedule, init, key, T,
@@ -79,24 +85,31 @@ def test_exact_channel_is_no_channel_and_bytes_include_the_weights(key):
                                       np.broadcast_to(out_degree * (messages * 8 + 4), (3, N)))
 
 
-def test_one_way_drops_and_stragglers_step_by_step(key):
-    """Both push-sum samplers with mini-batches on a dense directed matrix C, each one-way link
-    up w.p. 1/2 and the activity pattern (all, all but 1, only 1 and 2), 6 steps, one compiled
-    program. The used matrices C'ₖ, recomputed from the run's keys (one-way links dropped by
-    link_mask(round key, directed) with their weight left on the sender's diagonal, then the
-    inactive agents cut off), are nonnegative and column stochastic, with links up one way
-    and down the other. At every step an inactive agent's whole state (position, weight,
-    gradient, tracker) is kept exactly; every active agent's row equals (to float32 rounding:
-    the reference is batched over steps) a step without channel over C'ₖ from the same state
-    and key, so the mass, the weight and the tracker go over the same links; Σ v = N and
-    Σ y = Σ ∇̃f to rounding; an agent counts, per message at the steps it is active, its
-    up out-links."""
+@pytest.mark.parametrize("cells", [
+    "push_diging",
+    pytest.param("all", marks=pytest.mark.slow),  # fast twin: the "push_diging" cell
+])
+@pytest.mark.slow  # fast twins: test_exact_channel_is_no_channel_and_bytes_include_the_weights,
+# tests/test_communication.py::test_links_and_stragglers_step_by_step
+def test_one_way_drops_and_stragglers_step_by_step(cells, key):
+    """Push-DIGing-SGLD (``"all"``: and push-sum SGLD) with mini-batches on a dense directed
+    matrix C, each one-way link up w.p. 1/2 and the activity pattern (all, all but 1, only 1
+    and 2), 6 steps, one compiled program. The used matrices C'ₖ, recomputed from the run's
+    keys (one-way links dropped by link_mask(round key, directed) with their weight left on the
+    sender's diagonal, then the inactive agents cut off), are nonnegative and column
+    stochastic, with links up one way and down the other. At every step an inactive agent's
+    whole state (position, weight, gradient, tracker) is kept exactly; every active agent's row
+    equals (to float32 rounding: the reference is batched over steps) a step without channel
+    over C'ₖ from the same state and key, so the mass, the weight and the tracker go over the
+    same links; Σ v = N and Σ y = Σ ∇̃f to rounding; an agent counts, per message at the steps
+    it is active, its up out-links."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     c, T = jnp.asarray(_dense_digraph()), 6
     active = _PATTERN[np.arange(T) % 3]                                           # (T, N)
     channel = C.Channel(probability=0.5, per_link=True, activity=_PATTERN)
-    samplers = {"push_diging": dgsgld.PushDIGingSGLD(0.05),
-                "push_sum": dgsgld.PushSumSGLD(0.05)}
+    samplers = {"push_diging": dgsgld.PushDIGingSGLD(0.05)}
+    if cells == "all":
+        samplers["push_sum"] = dgsgld.PushSumSGLD(0.05)
 
     @jax.jit
     def runs(key):
@@ -140,6 +153,12 @@ def test_one_way_drops_and_stragglers_step_by_step(key):
             np.testing.assert_array_equal(np.asarray(state.sent)[-1], degrees.sum(0))
 
 
+# Fast twins: tests/test_communication.py::test_diging_exact_channel_and_tracking_invariant
+# (CHOCO error feedback keeps DIGing's tracker sum under top-k, and breaks without it);
+# test_exact_channel_is_no_channel_and_bytes_include_the_weights (the weights travel exact
+# beside the masses, their 4 bytes counted); test_one_way_drops_and_stragglers_step_by_step
+# (Σ v = N and Σ y = Σ ∇̃f under one-way drops).
+@pytest.mark.slow
 def test_error_feedback_keeps_the_weights_and_the_tracker_sum(key):
     """Push-DIGing-SGLD, heterogeneous agents, the directed barbell, 60 steps, top-k(0.5) of
     d = 2: with CHOCO error feedback on the masses (the weights exact beside them) Σ_i v_i = N
@@ -198,7 +217,7 @@ def test_same_draws_however_chains_are_batched_chunked_or_placed(key, tmp_path):
                                               ch.bytes_sent(other.state))
 
 
-@pytest.mark.slow  # fast twin: test_one_way_drops_and_stragglers_step_by_step
+@pytest.mark.slow  # fast twin: test_exact_channel_is_no_channel_and_bytes_include_the_weights
 def test_local_steps_leave_masses_and_weights_unmixed(key):
     """``Channel(every=3)`` on a static digraph is no channel on the stack (C, I, I): between
     rounds neither the mass nor the weight is mixed. Two programs that mix or select first may
@@ -220,7 +239,7 @@ def test_local_steps_leave_masses_and_weights_unmixed(key):
                                    np.asarray(ref.state.weight), rtol=0, atol=2e-6)
 
 
-@pytest.mark.slow  # fast twin: test_one_way_drops_and_stragglers_step_by_step
+@pytest.mark.slow  # fast twin: test_exact_channel_is_no_channel_and_bytes_include_the_weights
 def test_one_way_drops_keep_push_diging_stationary_mean(key):
     """Each one-way link of the dense digraph up w.p. 1/2 at every step, Push-DIGing-SGLD with
     full batches on the Gaussian problem. Given the realized matrices C'ₖ (drawn independently

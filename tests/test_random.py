@@ -19,8 +19,12 @@ def _data(keys):
     return np.asarray(jax.random.key_data(keys))
 
 
-# Default run: seed 0; the largest seed in the slow set.
-@pytest.mark.parametrize("seed", [0, pytest.param(2**31 - 1, marks=pytest.mark.slow)])
+# Slow set: seed 0 and the largest seed.
+@pytest.mark.slow  # fast twin:
+# tests/test_step_inputs.py::test_runner_matches_a_python_loop_of_steps (sample's IMPL keys, folded
+# in and split, give the draws of JAX's threefry keys: a different key is an O(1) difference),
+# test_fast_key_converts_threefry_and_legacy_keys_only (the key data)
+@pytest.mark.parametrize("seed", [0, 2**31 - 1])
 def test_keys_equal_threefry(seed):
     key = jax.random.key(seed)
     fast = _random.fast_key(key)
@@ -34,9 +38,11 @@ def test_keys_equal_threefry(seed):
                                       _data(jax.random.split(key, num)))
 
 
-# Default run: seed 0 at every shape; the largest seed in the slow set.
+# Default run: seed 0 at shapes () and (7,) (several axes: the vmap/jit/scan test below); the
+# shape (3, 4, 5) and the largest seed in the slow set.
 @pytest.mark.parametrize("seed", [0, pytest.param(2**31 - 1, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1],
+                                   pytest.param(SHAPES[2], marks=pytest.mark.slow)])
 def test_draws_equal_threefry(seed, shape):
     key = jax.random.key(seed)
     fast = _random.fast_key(key)
@@ -65,18 +71,20 @@ def test_draws_equal_threefry_under_vmap_jit_and_in_a_scan():
     np.testing.assert_array_equal(jax.jit(loop)(_random.fast_key(keys[0])), loop(keys[0]))
 
 
-def test_float64_draws_equal_threefry():
+# Default run: shape (7,); the scalar shape in the slow set.
+@pytest.mark.parametrize("shape", [pytest.param((), marks=pytest.mark.slow), (7,)])
+def test_float64_draws_equal_threefry(shape):
     with jax.enable_x64(True):
         key = jax.random.key(3)
         fast = _random.fast_key(key)
-        for shape in [(), (7,)]:
-            ours, theirs = jax.random.normal(fast, shape, jnp.float64), jax.random.normal(key, shape, jnp.float64)
-            assert ours.dtype == theirs.dtype == jnp.float64
-            np.testing.assert_array_equal(ours, theirs)
-            np.testing.assert_array_equal(jax.random.uniform(fast, shape, jnp.float64),
-                                          jax.random.uniform(key, shape, jnp.float64))
-            np.testing.assert_array_equal(jax.random.bits(fast, shape, jnp.uint64),
-                                          jax.random.bits(key, shape, jnp.uint64))
+        ours = jax.random.normal(fast, shape, jnp.float64)
+        theirs = jax.random.normal(key, shape, jnp.float64)
+        assert ours.dtype == theirs.dtype == jnp.float64
+        np.testing.assert_array_equal(ours, theirs)
+        np.testing.assert_array_equal(jax.random.uniform(fast, shape, jnp.float64),
+                                      jax.random.uniform(key, shape, jnp.float64))
+        np.testing.assert_array_equal(jax.random.bits(fast, shape, jnp.uint64),
+                                      jax.random.bits(key, shape, jnp.uint64))
 
 
 def test_fast_key_converts_threefry_and_legacy_keys_only():
@@ -106,7 +114,9 @@ def _key_types(jaxpr) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("make_key", [jax.random.key, jax.random.PRNGKey], ids=["typed", "legacy"])
+# Default run: legacy keys (run against the typed key's run); typed keys alone in the slow set.
+@pytest.mark.parametrize("make_key", [pytest.param(jax.random.key, marks=pytest.mark.slow),
+                                      jax.random.PRNGKey], ids=["typed", "legacy"])
 def test_sample_draws_with_the_written_out_hash_for_typed_and_legacy_keys(make_key):
     """Legacy ``PRNGKey`` keys take the same path as typed keys: the same trace, every draw
     from ``IMPL`` (not XLA's rolled threefry loop, 2-3x slower at paper size)."""

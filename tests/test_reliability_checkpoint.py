@@ -323,6 +323,11 @@ HOLDER = textwrap.dedent(
 )
 
 
+# A second process imports JAX and compiles a chunk (~9 s): slow-only. Fast twins:
+# test_lock_is_per_directory_in_one_process_too (a second writer of a held directory fails at
+# once, naming the holder) and test_a_linked_lock_file_is_refused_by_sample_chunked
+# (sample_chunked takes the lock before it writes).
+@pytest.mark.slow  # fast twins: the two named above
 def test_second_writer_fails_at_once_and_first_finishes_intact(partial, tmp_path, reference,
                                                               monkeypatch):
     """The holder resumes a checkpoint and is stopped half-way through saving its last chunk;
@@ -393,10 +398,29 @@ def _mutations():
     )
 
 
-@hypothesis.settings(max_examples=40, deadline=None,
-                     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+def _fuzz_settings(max_examples):
+    return hypothesis.settings(
+        max_examples=max_examples, deadline=None,
+        suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+
+
+# Each example copies a checkpoint and resumes it (a trace for shapes at least): the default
+# run draws 10 examples of the same strategies, the slow run 40.
+@_fuzz_settings(10)
 @hypothesis.given(mutation=_mutations())
 def test_fuzzed_metadata_is_refused_or_harmless(finished, reference, tmp_path_factory, mutation):
+    _fuzz_metadata(finished, reference, tmp_path_factory, mutation)
+
+
+@pytest.mark.slow  # fast twin: test_fuzzed_metadata_is_refused_or_harmless (10 examples)
+@_fuzz_settings(40)
+@hypothesis.given(mutation=_mutations())
+def test_fuzzed_metadata_is_refused_or_harmless_40(finished, reference, tmp_path_factory,
+                                                   mutation):
+    _fuzz_metadata(finished, reference, tmp_path_factory, mutation)
+
+
+def _fuzz_metadata(finished, reference, tmp_path_factory, mutation):
     path = copy(finished, tmp_path_factory.mktemp("fuzz"))
     state = path / "state.npz"
     meta = meta_of(state)
@@ -432,12 +456,26 @@ ARGUMENTS = {
 }
 
 
-@hypothesis.settings(max_examples=40, deadline=None,
-                     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
-@hypothesis.given(choice=st.fixed_dictionaries(
-    {name: st.sampled_from(range(len(options))) for name, options in ARGUMENTS.items()}))
+_CHOICES = st.fixed_dictionaries(
+    {name: st.sampled_from(range(len(options))) for name, options in ARGUMENTS.items()})
+
+
+@_fuzz_settings(10)  # as the metadata fuzzing: 10 examples by default, 40 in the slow run
+@hypothesis.given(choice=_CHOICES)
 def test_fuzzed_arguments_on_resume_are_refused_or_identical(partial, reference, tmp_path_factory,
                                                              choice):
+    _fuzz_arguments(partial, reference, tmp_path_factory, choice)
+
+
+@pytest.mark.slow  # fast twin: test_fuzzed_arguments_on_resume_are_refused_or_identical
+@_fuzz_settings(40)
+@hypothesis.given(choice=_CHOICES)
+def test_fuzzed_arguments_on_resume_are_refused_or_identical_40(partial, reference,
+                                                                tmp_path_factory, choice):
+    _fuzz_arguments(partial, reference, tmp_path_factory, choice)
+
+
+def _fuzz_arguments(partial, reference, tmp_path_factory, choice):
     path = copy(partial, tmp_path_factory.mktemp("fuzz"))
     args = {name: ARGUMENTS[name][i] for name, i in choice.items()}
     try:
@@ -453,6 +491,11 @@ def test_fuzzed_arguments_on_resume_are_refused_or_identical(partial, reference,
 # -- resumes that must be accepted ----------------------------------------------------------------
 
 
+# Compiles the chunks of another problem (test_divergence's) with on_divergence="stop". Fast
+# twins: tests/test_divergence.py::test_on_divergence_stop_freezes_every_chain (a stopped run's
+# frozen count and divergence record) and test_edited_metadata_is_refused_naming_the_file (the
+# metadata's `stopped` flag is cross-checked).
+@pytest.mark.slow  # fast twins: the two named above
 def test_stopped_run_is_committed_consistently_and_read_back(tmp_path):
     """A run frozen by a divergence: its checkpoint passes the cross-checks (stopped flag, frozen
     count, divergence record) and reads back bit for bit. (That it equals one ``sample`` call
@@ -478,6 +521,8 @@ def test_stopped_run_is_committed_consistently_and_read_back(tmp_path):
         sample_chunked(*args, path=tmp_path, **kwargs)
 
 
+@pytest.mark.slow  # fast twin:
+# tests/test_traceio.py::test_a_loaded_state_continues_the_run_exactly
 def test_run_continued_from_a_state_resumes(partial, tmp_path):
     """``init`` a state with ``count`` 20: the counts in the checkpoint start there."""
     alg, potential, _ = problem()

@@ -102,7 +102,13 @@ DISCONNECTED = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(DISCONNECTED))
+@pytest.mark.parametrize("case", [
+    # The on-the-fly case compiles the generation of its snapshots (~2 s); fast twins: the
+    # same network precomputed ([link_failures_p1], the same message) and
+    # tests/test_reliability_networks_divergence.py::
+    # test_on_the_fly_and_plain_objects_get_the_dense_checks.
+    pytest.param(case, marks=pytest.mark.slow) if case == "on_the_fly" else case
+    for case in sorted(DISCONNECTED)])
 def test_a_network_that_never_connects_is_refused(case):
     make, components = DISCONNECTED[case]
     with pytest.raises(ValueError, match="not jointly connected") as err:
@@ -136,6 +142,12 @@ def test_connectivity_window_checks_every_cyclic_window():
         run(mixing=pair_swaps(), num_steps=3, connectivity_window=2)
 
 
+# Compiles the on-the-fly generation of 100 snapshots. Fast twins: every default sampling run
+# passes this check first: tests/test_onthefly.py::
+# test_sample_with_on_the_fly_schedule_equals_sample_with_its_materialized_stack
+# (on the fly), tests/test_sparse.py::test_sampler_trace_with_sparse_mixing_equals_dense
+# (sparse) and the dense runs of this module.
+@pytest.mark.slow  # fast twins: see above
 def test_connected_schedules_of_every_kind_are_accepted():
     for mixing in (networks.barbell(N, period=5), sparse.from_dense(networks.ring(N)),
                    onthefly.link_failures_on_the_fly(nx.cycle_graph(N), 0.5, key=1)):
@@ -163,6 +175,9 @@ def test_a_traced_disconnected_stack_raises_inside_jit():
         jax.block_until_ready(jitted_run()(jnp.eye(N)[None]))
 
 
+# Compiles a run that generates its on-the-fly snapshots and checks them inside the program.
+@pytest.mark.slow  # fast twin: test_a_traced_disconnected_stack_raises_inside_jit (the traced
+# check)
 def test_a_schedule_with_a_traced_key_is_checked_inside_jit():
     potential, _, init = problem()
     run_with = jax.jit(lambda k: dgsgld.sample(
@@ -227,7 +242,12 @@ def test_checked_network_runs_samples_checks_on_the_host():
         run(mixing=alone, allow_disconnected=True)
 
 
-def test_a_sample_call_on_host_inputs_compiles_one_program(caplog):
+@pytest.mark.parametrize("sampler", [
+    "DIGingSGLD",
+    # One compilation per sampler: the second sampler (with its friction constant) is slow-only.
+    pytest.param("DESGHMC", marks=pytest.mark.slow),  # fast twin: [DIGingSGLD]
+])
+def test_a_sample_call_on_host_inputs_compiles_one_program(caplog, sampler):
     # The host-side work of a call (sampler constants, the dense stack, the keys) runs no
     # eager JAX operation: each would be a program of its own, compiled on first use. Shapes
     # (3 agents, d = 5) that no other test of this worker compiles.
@@ -236,15 +256,22 @@ def test_a_sample_call_on_host_inputs_compiles_one_program(caplog):
     potential = dgsgld.Potential(log_likelihood, lambda t: -0.5 * t @ t, data)
     mixing = np.full((3, 3), 1 / 3)                                 # a NumPy float64 matrix
     init = rng.normal(size=(2, 3, 5)).astype(np.float32)
+    algorithm = {"DIGingSGLD": lambda: dgsgld.DIGingSGLD(0.05),
+                 "DESGHMC": lambda: dgsgld.DESGHMC(0.05, friction=1.0)}[sampler]()
     with caplog.at_level(logging.WARNING), jax.log_compiles():
-        for sampler in (dgsgld.DIGingSGLD(0.05), dgsgld.DESGHMC(0.05, friction=1.0)):
-            trace = dgsgld.sample(sampler, potential, mixing, init, KEY, 4)
+        trace = dgsgld.sample(algorithm, potential, mixing, init, KEY, 4)
     compiled = [r.getMessage().split()[1] for r in caplog.records
                 if r.getMessage().startswith("Compiling")]
-    assert compiled == ["jit(_run)"] * 2, compiled
+    assert compiled == ["jit(_run)"], compiled
     assert np.all(np.isfinite(np.asarray(trace.positions)))
 
 
+# Compiles the agent placement's program. Fast twins:
+# test_a_checked_network_runs_traced_without_host_callbacks_and_gives_the_same_draws (a checked
+# network through sample, whose front end placement=Agents shares) and
+# tests/test_runner_matrix.py::test_every_runner_refuses_a_mistake_with_the_same_message
+# (a disconnected network refused alike by every runner, the agent placement's included).
+@pytest.mark.slow  # fast twins: the two named above
 def test_the_agent_sharded_runner_takes_a_checked_network_as_sample_does():
     # Run as it was checked, without checking again (one device here: the same code path).
     from dgsgld import sharding
@@ -448,6 +475,7 @@ def test_dict_parameters_reach_the_linear_gaussian_posterior_mean():
                                                                               mean, error)
 
 
+@pytest.mark.slow  # fast twin: test_dict_parameters_reach_the_linear_gaussian_posterior_mean
 def test_a_scalar_parameter_reaches_the_gaussian_posterior_mean():
     # y ~ N(μ, 1), prior N(0, 10): posterior mean Σy / (n + 0.1) over n = 12 data.
     y = np.random.default_rng(4).normal(1.5, 1.0, size=(N, 3))
@@ -465,6 +493,8 @@ def test_a_scalar_parameter_reaches_the_gaussian_posterior_mean():
 # -- 8. burn-in -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # fast twin:
+# tests/test_samplers.py::test_thinning_trace_fn_and_ensemble_fn_in_one_run (what a run keeps)
 def test_burn_in_drops_the_first_iterations_only():
     kwargs = dict(num_steps=12, thin=2, trace_fn=lambda s: s.position[:, 0],
                   ensemble_fn=lambda s: jnp.mean(s.position), positions=True)

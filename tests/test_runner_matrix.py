@@ -219,13 +219,18 @@ def check_cell(sampler, estimator, kind, output, runners=tuple(RUNNERS)):
                           ensemble_rtol=3e-7 if name == "processes" else 0.0)
 
 
-# Default cells: the cases, each through the runner it broke, against dgsgld.sample
-# (a tuple of parameters through sample_chunked, on sample's own compiled program; a NamedTuple
-# with D-ULA, SAGA and every output option through the agent placement). Their slow twin,
-# test_every_runner_makes_the_same_draws_slow, runs every runner.
+# The cases, each through the runner it broke, against dgsgld.sample (a tuple of
+# parameters through sample_chunked, on sample's own compiled program; a NamedTuple with D-ULA,
+# SAGA and every output option through the agent placement). Their slow twin,
+# test_every_runner_makes_the_same_draws_slow, runs every runner. By default only the last
+# cell runs: it goes through both runners of these cells (sample_chunked's front end on
+# sample's program, and the agent placement); the other two compile programs of their own
+# (~3 s and ~9 s) and are slow.
 DEFAULT_CELLS = [
-    (("diging_sgld", "minibatch", "tuple", "positions"), ("chunked_whole",)),
-    (("d_ula", "saga", "namedtuple", "everything"), ("agents",)),
+    pytest.param(("diging_sgld", "minibatch", "tuple", "positions"), ("chunked_whole",),
+                 marks=pytest.mark.slow),  # fast twin: the push_diging_sgld cell (chunked_whole)
+    pytest.param(("d_ula", "saga", "namedtuple", "everything"), ("agents",),
+                 marks=pytest.mark.slow),  # fast twin: the push_diging_sgld cell (agents)
     # Push-DIGing-SGLD on the directed schedule through the agent placement and
     # sample_chunked: its read-out x = u / v, where XLA rounded a division by the broadcast
     # weights apart from one device's (pushsum._reciprocal). Push-sum SGLD, with the same
@@ -315,11 +320,18 @@ def test_every_runner_refuses_a_mistake_with_the_same_message(mistake):
     assert expect in message, message
 
 
-def _divergence_records(runners, stop=False) -> tuple[set, set]:
-    # A step size that overflows within two steps, on a default cell's compiled programs (a
-    # new step size reuses them): the messages and flags of every runner.
-    args = arguments("d_ula", "saga", "namedtuple", step_size=1e30)
-    output = OUTPUTS["everything"]
+#: The cells whose programs the divergence tests reuse (a new step size reuses them): the
+#: default cell, and D-ULA with SAGA and every output option for the slow test.
+DIVERGENCE_CELL = ("push_diging_sgld", "minibatch", "array", "positions")
+DIVERGENCE_CELL_SLOW = ("d_ula", "saga", "namedtuple", "everything")
+
+
+def _divergence_records(runners, stop=False, cell=DIVERGENCE_CELL_SLOW) -> tuple[set, set]:
+    # A step size that overflows within two steps, on a cell's compiled programs: the messages
+    # and flags of every runner.
+    sampler, estimator, kind, output = cell
+    args = arguments(sampler, estimator, kind, step_size=1e30)
+    output = OUTPUTS[output]
     messages, flags = set(), set()
     for name in runners:
         with pytest.raises(dgsgld.DivergenceError) as err:
@@ -347,7 +359,7 @@ def _check_divergence(messages, flags, stop=False) -> None:
 
 
 def test_every_runner_reports_a_divergence_alike():
-    _check_divergence(*_divergence_records(["sample", "agents"]))
+    _check_divergence(*_divergence_records(["sample", "agents"], cell=DIVERGENCE_CELL))
 
 
 @pytest.mark.slow   # default twin: test_every_runner_reports_a_divergence_alike

@@ -81,8 +81,11 @@ def test_centralized_sgld_matches_exact_ula_covariance(key):
     assert np.abs(exact_cov - pb.cov).max() > 5 * se_cov.max()
 
 
+# Slow set: the time-varying network (the paper's setting) and a static ring.
+@pytest.mark.slow  # fast twin:
+# tests/test_theory_exact.py::test_bias_free_means_for_tracking_methods (exact stationary means:
+# DIGing's at the minimiser, DE's off it) with test_agent_moments_match_posterior[diging]
 @pytest.mark.parametrize(
-    # Default run: the time-varying network (the paper's setting); a static ring in the slow set.
     "stack", [pytest.param(ring(5)[None], marks=pytest.mark.slow), permuted_rings(5, 10)],
     ids=["static-ring", "time-varying"]
 )
@@ -145,6 +148,9 @@ def test_redrawing_the_old_gradient_breaks_the_invariant(key):
     assert np.abs(np.sum(y, 0) - np.sum(g_new, 0)).max() > 1e-2
 
 
+@pytest.mark.slow  # fast twin:
+# tests/test_noise.py::test_a_shape_dependent_generator_gives_the_same_run_in_either_layout (8-chain
+# run's chains 0-1 equal the 2-chain run, bit for bit)
 def test_same_key_same_draws_however_batched(key):
     pb = linear_regression(batch_size=2)
     init = jax.random.normal(jax.random.key(1), (6, 5, 2))
@@ -164,7 +170,8 @@ def test_same_key_same_draws_however_batched(key):
     pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),  # same runner path as DIGing-SGLD
     pytest.param(dgsgld.EXTRASGLD, marks=pytest.mark.slow),
 ])
-@pytest.mark.slow  # default run: tests/test_checkpoint.py's chunked run equals one call, bit for bit
+@pytest.mark.slow  # default run: tests/test_checkpoint.py's chunked run equals one call, bit for
+# bit
 def test_continuing_from_state_is_bit_identical(make, key):
     pb = linear_regression(batch_size=3)
     init = jax.random.normal(jax.random.key(1), (4, 5, 2))
@@ -176,6 +183,8 @@ def test_continuing_from_state_is_bit_identical(make, key):
     np.testing.assert_array_equal(whole.positions[:, 8:], rest.positions)
 
 
+@pytest.mark.slow  # fast twin: test_thinning_trace_fn_and_ensemble_fn_in_one_run (2 programs, not
+# 4)
 def test_thinning_and_trace_fn(key):
     pb = linear_regression()
     init = jax.random.normal(key, (3, 5, 2))
@@ -197,6 +206,28 @@ def test_thinning_and_trace_fn(key):
                       output=dgsgld.Output(thin=4))
 
 
+def test_thinning_trace_fn_and_ensemble_fn_in_one_run(key):
+    """Fast twin of test_thinning_and_trace_fn: one thinned run with a ``trace_fn`` and an
+    ``ensemble_fn`` (2 compiled programs instead of 4) against the full trace: thinning keeps
+    iterations 0, 4, 8, 12; the trace and ensemble functions see those iterations' states."""
+    pb = linear_regression()
+    init = jax.random.normal(key, (3, 5, 2))
+    alg = dgsgld.DESGLD(0.05)
+    full = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12)
+    thin = dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=12,
+                         output=dgsgld.Output(thin=4, positions=True,
+                                              trace_fn=lambda s: jnp.mean(s.position, 0),
+                                              ensemble_fn=lambda s: jnp.mean(s.position, 0)))
+    assert thin.positions.shape == (3, 4, 5, 2)
+    np.testing.assert_array_equal(full.positions[:, ::4], thin.positions)
+    np.testing.assert_allclose(thin.values, full.positions[:, ::4].mean(2), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(thin.ensemble, full.positions[:, ::4].mean(0), rtol=1e-6,
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="multiple of `output.thin`"):
+        dgsgld.sample(alg, pb.potential, ring(5), init, key, num_steps=10,
+                      output=dgsgld.Output(thin=4))
+
+
 @pytest.mark.slow  # default run: tests/test_dula.py's optax schedule test
 def test_optax_schedule_equals_constant(key):
     pb = linear_regression(batch_size=2)
@@ -212,7 +243,8 @@ def test_optax_schedule_equals_constant(key):
     assert not np.allclose(a.positions[:, -1], c.positions[:, -1])
 
 
-@pytest.mark.slow  # default run: tests/test_runner_guarantees.py's dict parameters, test_potential.py
+@pytest.mark.slow  # default run: tests/test_runner_guarantees.py's dict parameters,
+# test_potential.py
 def test_pytree_parameters(key):
     """A dict of parameters gives the same gradients as the flat vector and samples run."""
     pb = linear_regression()
@@ -240,6 +272,8 @@ def test_pytree_parameters(key):
     assert np.all(np.abs(m - pb.mean) <= 5 * se + 0.02)
 
 
+@pytest.mark.slow  # fast twin: tests/test_design.py::test_learn_weights_recovers_two_node_optimum
+# (a gradient through a run)
 def test_gradient_through_sample_matches_finite_differences(key):
     """d/dη and d/d(data) of a scalar of the trace, in float64, against central differences."""
     with jax.enable_x64(True):
@@ -283,6 +317,8 @@ def test_compiled_once_for_new_step_size_and_init(key):
     assert len(calls) - n <= 1
 
 
+@pytest.mark.slow  # fast twin: tests/test_divergence.py::test_flag_is_set_per_step_size_under_vmap
+# (a vmapped step-size grid through sample)
 def test_vmap_over_step_sizes(key):
     """A grid of step sizes runs as one vmapped call and matches separate runs."""
     pb = linear_regression()
@@ -348,8 +384,12 @@ def test_diging_paper_problem_long_run(key):
 # ------------------------------------------------------------------ the runner's plain route
 
 
-# Default run: full batches (mini-batches change only the gradient, not the layout choice).
-@pytest.mark.parametrize("batch_size", [None, pytest.param(3, marks=pytest.mark.slow)])
+# Slow set: full batches and mini-batches (mini-batches change only the gradient, not the layout).
+@pytest.mark.slow  # fast twin:
+# tests/test_noise.py::test_a_shape_dependent_generator_gives_the_same_run_in_either_layout
+# (chains-last and chains-first runs equal bit for bit),
+# tests/test_step_inputs.py::test_runner_matches_a_python_loop_of_steps
+@pytest.mark.parametrize("batch_size", [None, 3])
 def test_chain_layout_changes_no_number(batch_size, monkeypatch, key):
     """The runner's one layout choice (chains last for small leaves, XLA:CPU) is only ``vmap``
     axes: the trace equals the chains-first run. Paper shape (200 chains > d = 6, so the
@@ -370,8 +410,11 @@ def test_chain_layout_changes_no_number(batch_size, monkeypatch, key):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
-# Default run: mini-batches without replacement (the subset table); with replacement: slow set.
-@pytest.mark.parametrize("replace", [False, pytest.param(True, marks=pytest.mark.slow)])
+# Slow set: mini-batches without replacement (the subset table) and with replacement.
+@pytest.mark.slow  # fast twin:
+# tests/test_step_inputs.py::test_runner_matches_a_python_loop_of_steps (the documented key scheme
+# with mini-batches, step by step)
+@pytest.mark.parametrize("replace", [False, True])
 def test_gradient_in_the_loop_is_the_gradient_called_directly(replace):
     """``Potential.grad`` inside ``sample`` is the user-callable one with the same key: chain
     ``c``'s initial gradient uses ``split(fold_in(key, c))[0]``, its first step's gradient the

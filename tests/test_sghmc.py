@@ -52,6 +52,8 @@ def test_unit_friction_step_is_de_sgld_with_squared_step(key):
     np.testing.assert_allclose(a.positions, b.positions, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # fast twin: tests/test_samplers.py::test_tracking_invariant_with_minibatches
+# (the same tracker update in DIGing-SGLD)
 def test_tracking_invariant_with_minibatches(key):
     """Σ_i y_i = Σ_i ∇̃f_i(x_i) at every iteration (rounding bound as in test_samplers.py)."""
     pb = linear_regression(local_size=6, batch_size=2, heterogeneous=True)

@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent(
         agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
         pos, state = agents.positions, agents.state
         res = out[str(batch)] = {}
-        if batch is not None:
+        if batch is not None and full:
             # D-ULA with SAGA: the estimator's table and the network size on agent blocks.
             dula = dgsgld.DULA(0.05, 0.5, dgsgld.gradients.saga())
             res["agents_dula_saga_diff"] = float(jnp.abs(

@@ -21,8 +21,17 @@ def _stacks():
     }
 
 
-@pytest.mark.parametrize("name", sorted(_stacks()))
-@pytest.mark.parametrize("fmt", ["neighbors", "edges"])
+# Each case compiles its own product (~1 s). Default cases: neighbour lists of a time-varying
+# schedule (degrees change from snapshot to snapshot) and the edge list of a star (the hub's
+# degree N - 1, the case the edge list is chosen for); the other stacks and formats are slow.
+FAST_ROUND_TRIPS = {("neighbors", "link_failures"), ("edges", "star")}
+
+
+@pytest.mark.parametrize("fmt, name", [
+    pytest.param(fmt, name, id=f"{fmt}-{name}",
+                 marks=() if (fmt, name) in FAST_ROUND_TRIPS
+                 else pytest.mark.slow)  # fast twins: the FAST_ROUND_TRIPS cases
+    for fmt in ("neighbors", "edges") for name in sorted(_stacks())])
 def test_round_trip_and_products_equal_dense(name, fmt):
     stack = _stacks()[name]
     s = sparse.from_dense(stack, format=fmt)
@@ -44,18 +53,24 @@ def test_products_keep_the_row_sums_conserved():
                                    rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("make", [
-    dgsgld.DIGingSGLD,
-    pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),
-    pytest.param(dgsgld.EXTRASGLD, marks=pytest.mark.slow),
+@pytest.mark.parametrize("make, formats", [
+    # One compiled run per format: by default the edge list (the neighbour lists' products
+    # are checked against the dense stack by test_round_trip_and_products_equal_dense
+    # [neighbors-link_failures]); DIGing-SGLD's neighbour lists and the other samplers are slow.
+    pytest.param(dgsgld.DIGingSGLD, ("edges",), id="DIGingSGLD-edges"),
+    pytest.param(dgsgld.DIGingSGLD, ("neighbors",), id="DIGingSGLD-neighbors",
+                 marks=pytest.mark.slow),  # fast twin: [DIGingSGLD-edges]
+    pytest.param(dgsgld.DESGLD, ("neighbors", "edges"), id="DESGLD", marks=pytest.mark.slow),
+    pytest.param(dgsgld.EXTRASGLD, ("neighbors", "edges"), id="EXTRASGLD",
+                 marks=pytest.mark.slow),
 ])
-def test_sampler_trace_with_sparse_mixing_equals_dense(make):
+def test_sampler_trace_with_sparse_mixing_equals_dense(make, formats):
     prob = linear_regression(num_agents=12, dim=2, batch_size=2)
     stack = np.asarray(networks.link_failures(nx.cycle_graph(12), 0.3, period=7, seed=1).matrices)
     init = jnp.asarray(np.random.default_rng(2).normal(size=(3, 12, 2)), jnp.float32)
     key = jax.random.key(4)
     dense = dgsgld.sample(make(0.05), prob.potential, stack, init, key, 15)
-    for fmt in ("neighbors", "edges"):
+    for fmt in formats:
         sp = dgsgld.sample(make(0.05), prob.potential, sparse.from_dense(stack, format=fmt),
                            init, key, 15)
         # Same draws, same weights; only the order of the float32 sums differs.
@@ -90,6 +105,8 @@ def test_circulant_is_refused_for_a_non_circulant_graph():
     assert not isinstance(sparse.from_dense(networks.star(6)).snapshots, sparse.CirculantMixing)
 
 
+@pytest.mark.slow  # fast twin: test_sampler_trace_with_sparse_mixing_equals_dense (and the
+# circulant products' test)
 def test_sampler_trace_with_circulant_mixing_equals_dense():
     prob = linear_regression(num_agents=12, dim=2, batch_size=2)
     stack = np.asarray(networks.ring(12).matrices)

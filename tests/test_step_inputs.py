@@ -20,6 +20,7 @@ def _start(make, pb, key):
 
 
 @pytest.mark.parametrize("make", SAMPLERS)
+@pytest.mark.slow  # fast twin: test_flat_noise_gives_the_same_step_bit_for_bit
 def test_passing_the_drawn_noise_changes_nothing(make, key):
     pb = linear_regression(batch_size=2)
     alg, state = _start(make, pb, key)
@@ -42,7 +43,11 @@ EVERY_SAMPLER = {  # every sampler class
 }
 
 
-@pytest.mark.parametrize("name", list(EVERY_SAMPLER))
+# Default run: DIGing-SGLD (decentralized, with a tracker) and SGLD (centralized: the refusal of a
+# (d,) leaf reshaped); the other samplers' steps (same flat-noise path) in the slow set.
+@pytest.mark.parametrize("name", [
+    name if name in ("diging", "sgld") else pytest.param(name, marks=pytest.mark.slow)
+    for name in EVERY_SAMPLER])
 def test_flat_noise_gives_the_same_step_bit_for_bit(name, key):
     """The runner passes the noise flat (``(size,)`` leaves) where its loop keeps the chain
     axis first, and the step then updates in that shape: the same elementwise arithmetic, so

@@ -51,7 +51,9 @@ def assert_explained(report):
         assert ("spread is" in first) == above and ("not reached" in first) == (not above)
 
 
-def test_local_curvature_is_the_largest_hessian_eigenvalue():
+def _check_local_curvature():
+    """The per-agent and pooled curvatures against the Hessians' eigenvalues; returns the
+    pooled one."""
     # f_i(x) = ½ Σ_j (z_jᵀx − y_j)² + PRIOR ‖x‖² / (2N): Hessian Z_iᵀZ_i + PRIOR/N I, exactly.
     want = np.linalg.eigvalsh(np.einsum("inp,inq->ipq", Z, Z) + PRIOR / N * np.eye(D))[:, -1]
     got = stepsize.local_curvature(potential(), jnp.zeros((N, D)), jax.random.key(0))
@@ -62,6 +64,18 @@ def test_local_curvature_is_the_largest_hessian_eigenvalue():
     got = stepsize.local_curvature(potential(), jnp.zeros((1, D)), jax.random.key(0),
                                    pooled=True)
     assert got.shape == (1,) and np.allclose(got, pooled, rtol=1e-4)
+    return pooled
+
+
+def test_local_curvature_per_agent_and_pooled():
+    # The curvature checks of the test below, without its pilot run of centralized SGLD.
+    _check_local_curvature()
+
+
+@pytest.mark.slow  # fast twin: test_local_curvature_per_agent_and_pooled (the curvatures; the
+# proposer's pilot: test_proposal_lies_in_the_stable_range_and_warnings_fire_outside)
+def test_local_curvature_is_the_largest_hessian_eigenvalue():
+    pooled = _check_local_curvature()
     # The proposer takes it for a centralized sampler on the agents' potential (it measured
     # a (1, D) point against N agents before, and failed).
     init = jnp.asarray(rng.standard_normal((8, D)), jnp.float32)
@@ -103,6 +117,9 @@ def test_bad_arguments():
                                    jnp.zeros((4, N, D)), jax.random.key(0), spread_tolerance=1)
 
 
+@pytest.mark.slow  # fast twins: tests/test_tuning.py::test_every_grid_point_and_split_is_a_plain_
+# run_with_the_same_draws (the grid runner's score_fn of plain runs, same draws), test_explanation_
+# says_which_criterion_chose_the_step_and_what_it_gives_up (a score's choice, explained)
 def test_score_is_the_users_criterion_on_the_pilots_final_samples():
     # The pilot's score at a grid step is score_fn of the positions a plain dgsgld.sample run
     # at that step reaches after num_steps iterations with the pilot's key (the second half of
@@ -201,7 +218,7 @@ def test_a_score_preferring_unconverged_chains_is_explained_against_the_spread()
     assert stepsize.check_step_size(alternative, report)
 
 
-@pytest.mark.slow  # default run: the user's score (above) and the stable-range proposal
+@pytest.mark.slow  # default run: the stable-range proposal and the score's explanation (above)
 def test_grid_continues_upwards_while_the_best_score_is_at_its_stable_top():
     # Logistic regression with a flat prior: every datum's gradient is bounded by |z| = 1, so
     # nothing overflows, and the drift η∇ (up to η n per agent and step) makes the samples'
@@ -254,6 +271,9 @@ def test_proposal_against_the_papers_tuned_step(fig, alg):
     assert 0.5 <= report.step_size / tuned["step_size"] <= 2.0, (report.step_size, tuned)
 
 
+@pytest.mark.slow  # fast twins: test_local_curvature_per_agent_and_pooled (the curvature),
+# tests/test_diagnostics.py::test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves (an
+# equinox model's static leaves skipped)
 def test_curvature_of_an_equinox_model_with_static_leaves():
     eqx = pytest.importorskip("equinox")
     # depth=0: y = final_activation(W x + b) with the identity, so the model is linear in

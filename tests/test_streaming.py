@@ -223,7 +223,16 @@ METRICS = {
 }
 
 
-@pytest.mark.parametrize("name", METRICS)
+# Each metric compiles its own evaluation. By default: ksd (a score given as an equinox
+# module: its arrays are the metric's leaves), combine (gaussian_w2's and accuracy's leaves, in
+# the order of their names) and a per-chain metric; the other metrics are slow.
+FAST_METRICS = ("ksd", "combine", "accuracy per chain")
+
+
+@pytest.mark.parametrize("name", [
+    name if name in FAST_METRICS
+    else pytest.param(name, marks=pytest.mark.slow)  # fast twins: the FAST_METRICS cases
+    for name in METRICS])
 def test_a_metric_is_a_pytree_of_its_targets_arrays_so_a_new_target_does_not_recompile(name):
     build, fields = METRICS[name]
     targets = _target(0), _target(1)
@@ -257,6 +266,8 @@ def test_a_metric_is_a_pytree_of_its_targets_arrays_so_a_new_target_does_not_rec
                        zip(jax.tree.leaves(values[0]), jax.tree.leaves(values[1])))
 
 
+@pytest.mark.slow  # fast twin:
+# test_a_metric_is_a_pytree_of_its_targets_arrays_so_a_new_target_does_not_recompile
 def test_sample_with_a_new_target_of_the_same_shape_reuses_the_compiled_run(caplog):
     # Shapes (3 agents, d = 3, 6 chains) that no other test of this module compiles. The
     # streamed W2 of each target equals metrics.per_agent_w2 of the stored positions.

@@ -48,10 +48,11 @@ def test_ula_matches_closed_forms():
     np.testing.assert_allclose(out.cov[-1], closed, rtol=1e-8)  # 400 steps: ρ⁴⁰⁰ ≈ 1e-10
 
 
-# Default run: DIGing-SGLD, both cases; DE- and EXTRA-SGLD in the slow set.
+# Default run: DIGing-SGLD on the periodic schedule (a static W is its period-1 case); the static
+# case and DE- and EXTRA-SGLD in the slow set.
 @pytest.mark.parametrize("kind", ["diging", pytest.param("de", marks=pytest.mark.slow),
                                   pytest.param("extra", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("periodic", [False, True])
+@pytest.mark.parametrize("periodic", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_long_propagation_reaches_the_stationary_law(kind, periodic):
     q = small_quadratic()
     mixing = permuted_rings(4, 3, seed=1) if periodic else ring(4)
@@ -89,8 +90,9 @@ def test_conserved_direction_has_unit_eigenvalues(kind):
     assert th.stationary_moments(kind, q, ring(4), step_size=0.05).spectral_radius < 1 - 1e-3
 
 
-# Default run: DIGing-SGLD (DE- and EXTRA-SGLD's exact laws also meet Monte Carlo in the slow set).
-@pytest.mark.parametrize("make", [dgsgld.DIGingSGLD,
+# Slow set (fast twins: tests/test_theory_mc.py's DIGing-SGLD chains of the engine against this
+# exact law, positions and trackers; DE- and EXTRA-SGLD's laws also meet Monte Carlo slow).
+@pytest.mark.parametrize("make", [pytest.param(dgsgld.DIGingSGLD, marks=pytest.mark.slow),
                                   pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),
                                   pytest.param(dgsgld.EXTRASGLD, marks=pytest.mark.slow)])
 def test_recursion_matrix_matches_the_engine_step(make):
@@ -176,6 +178,8 @@ def test_quadratic_from_potential_rejects_non_quadratic():
         th.quadratic_from_potential(pot, jnp.zeros((2, 2)))
 
 
+@pytest.mark.slow  # fast twin: test_host_inputs_compile_one_program_each (exact_moments traced
+# under jax.jit equals the host path)
 def test_exact_moments_is_jittable_and_vmaps_over_steps():
     q = small_quadratic()
     W = permuted_rings(4, 4)
@@ -191,21 +195,24 @@ def test_exact_moments_is_jittable_and_vmaps_over_steps():
 
 
 def test_step_size_schedule():
-    # A schedule count -> η is evaluated per step: two halves with constant steps agree.
+    # A schedule count -> η is evaluated per step: two halves with constant steps agree. Every
+    # run has 10 steps (one compiled program); the halves are their first 5.
     q = small_quadratic()
     W = ring(4)
     sched = lambda k: jnp.where(k < 5, 0.01, 0.03)
     out = th.exact_moments(dgsgld.DESGLD(sched), q, W, np.zeros(2), np.eye(2), 10)
-    first = th.exact_moments("de", q, W, np.zeros(2), np.eye(2), 5, step_size=0.01)
-    full = np.asarray(first.mean[-1])
+    first = th.exact_moments("de", q, W, np.zeros(2), np.eye(2), 10, step_size=0.01)
+    full = np.asarray(first.mean[5])
     cov0 = np.zeros((8, 8))
     for i in range(4):
-        cov0[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = first.cov[-1][i]
+        cov0[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = first.cov[5][i]
     # Restarting from the per-agent marginals drops cross-agent covariance, so compare means.
-    second = th.exact_moments("de", q, W, full, cov0, 5, step_size=0.03)
-    np.testing.assert_allclose(out.mean[-1], second.mean[-1], rtol=1e-12)
+    second = th.exact_moments("de", q, W, full, cov0, 10, step_size=0.03)
+    np.testing.assert_allclose(out.mean[-1], second.mean[5], rtol=1e-12)
 
 
+@pytest.mark.slow  # fast twin: tests/test_theory_mc.py::test_exact_moments_match_monte_carlo
+# (the exact moments the summaries are computed from, against Monte Carlo)
 def test_summaries_are_consistent():
     q = small_quadratic()
     out = th.exact_moments("diging", q, ring(4), np.zeros(2), np.eye(2), 5, step_size=0.05)

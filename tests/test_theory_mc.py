@@ -47,6 +47,7 @@ def test_exact_moments_match_monte_carlo(make):
     assert_exact_law(algo, prob, schedule, NUM_CHAINS, NUM_STEPS, CHECK_AT)
 
 
+@pytest.mark.slow  # fast twin: test_exact_moments_match_monte_carlo (the per-agent law)
 def test_network_average_and_consensus_match_monte_carlo():
     # The summaries used by the bounds: E‖x̃‖², E‖ỹ‖², E‖y‖² and the law of x̄ (DIGing).
     prob = linear_regression(

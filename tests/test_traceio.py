@@ -138,7 +138,8 @@ def test_a_loaded_state_continues_the_run_exactly(tmp_path):
     assert_same(again[0].positions, again[1].positions)
 
 
-@pytest.mark.slow  # default run: the array state above; MLP templates: test_equinox_modules_need_a_template
+@pytest.mark.slow  # default run: the array state above; MLP templates:
+# test_equinox_modules_need_a_template
 def test_an_mlp_run_saves_loads_and_continues(tmp_path):
     # An eqx.nn.MLP passed directly as init: the trace's positions and state are MLPs.
     eqx = pytest.importorskip("equinox")
