@@ -154,12 +154,7 @@ def _pairs(*pairs):
     return w
 
 
-@pytest.mark.parametrize("cells", [
-    "error_feedback",
-    # fast twin: the "error_feedback" cell; a message without public copies counts the
-    # snapshot's out-neighbours as in test_sample_channel_option_counts_bytes
-    pytest.param("all", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize("cells", ["all"])
 @pytest.mark.slow  # fast twin: test_sample_channel_option_counts_bytes
 def test_public_copies_are_sent_to_every_agent_that_ever_listens(cells, key):
     """On a time-varying network every agent that ever listens to ``j`` keeps a copy of
@@ -592,12 +587,7 @@ def _close(a, b):
         np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("cells", [
-    "error_feedback",
-    # fast twin: the "error_feedback" cell (threshold 0, an all-ones pattern and probability
-    # 1 change nothing); Channel() is no channel: test_diging_exact_channel_and_tracking_...
-    pytest.param("all", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize("cells", ["all"])
 @pytest.mark.slow  # fast twin: test_diging_exact_channel_and_tracking_invariant (Channel() is
 # today's mixing)
 def test_neutral_settings_are_always_on_mixing(cells, key):

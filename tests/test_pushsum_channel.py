@@ -85,10 +85,7 @@ def test_exact_channel_is_no_channel_and_bytes_include_the_weights(cells, key):
                                       np.broadcast_to(out_degree * (messages * 8 + 4), (3, N)))
 
 
-@pytest.mark.parametrize("cells", [
-    "push_diging",
-    pytest.param("all", marks=pytest.mark.slow),  # fast twin: the "push_diging" cell
-])
+@pytest.mark.parametrize("cells", ["all"])
 @pytest.mark.slow  # fast twins: test_exact_channel_is_no_channel_and_bytes_include_the_weights,
 # tests/test_communication.py::test_links_and_stragglers_step_by_step
 def test_one_way_drops_and_stragglers_step_by_step(cells, key):
