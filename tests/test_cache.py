@@ -70,7 +70,6 @@ def test_the_cli_opt_out_stores_nothing(opt_out, tmp_path, monkeypatch):
 
 
 _GRID_SCRIPT = """
-import sys
 import jax, jax.numpy as jnp, numpy as np, dgsgld
 from dgsgld import _cache, networks
 from dgsgld.tuning import grid_search
@@ -83,48 +82,20 @@ final = lambda trace: jnp.mean(trace.state.position ** 2)
 search = grid_search(dgsgld.DIGingSGLD, [0.01, 0.02], potential, networks.barbell(4, period=3),
                      init, jax.random.key(0), 5, score_fn=final)
 print(search.best_step_size, *search.scores)
-if sys.argv[1:] == ["again"]:
-    # The same search with JAX's in-memory caches emptied: traced and lowered anew, every
-    # program then read from the persistent cache instead of compiled.
-    events = []
-    jax.monitoring.register_event_listener(lambda event, **kwargs: events.append(event))
-    jax.clear_caches()
-    again = grid_search(dgsgld.DIGingSGLD, [0.01, 0.02], potential, networks.barbell(4, period=3),
-                        init, jax.random.key(0), 5, score_fn=final)
-    assert (again.best_step_size, *again.scores) == (search.best_step_size, *search.scores)
-    requests = events.count("/jax/compilation_cache/compile_requests_use_cache")
-    hits = events.count("/jax/compilation_cache/cache_hits")
-    print("requests", requests, "hits", hits)
 """
 
 
-def _grid_search_process(cache: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "DGSGLD_NO_CACHE"}
-    env |= {"DGSGLD_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", _GRID_SCRIPT, *args], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
-
-
-@pytest.mark.slow  # fast twins: the opt-out tests above (the cache changes no number, only compile
-# time)
-def test_a_grid_search_program_is_stored_and_loaded_back(tmp_path):
+@pytest.mark.slow  # two processes; the opt-out tests above run by default
+def test_a_grid_search_program_is_stored_for_the_next_process(tmp_path):
     # The reproduce/sweep commands' programs take the network as an argument; checked on the
     # host first (`dgsgld.checked_network`), it leaves no host callback in them, so JAX stores
-    # them (a program with host callbacks is never stored), and the same search traced again
-    # loads them. One process (its in-memory caches emptied); across two: the slow twin.
-    out = _grid_search_process(tmp_path, "again")
-    assert any(name.startswith("jit__grid_run") for name in _files(tmp_path))
-    _, requests, _, hits = out.splitlines()[-1].split()
-    assert int(requests) > 0 and hits == requests, out      # every program loaded, none compiled
-
-
-@pytest.mark.slow  # fast twins: the opt-out tests above
-def test_a_grid_search_program_is_stored_for_the_next_process(tmp_path):
-    # As above, and a second process loads the stored programs: the same output, no new entry.
-    first = _grid_search_process(tmp_path)
+    # them (a program with host callbacks is never stored) and a second process loads them.
+    env = {k: v for k, v in os.environ.items() if k != "DGSGLD_NO_CACHE"}
+    env |= {"DGSGLD_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    go = lambda: subprocess.run([sys.executable, "-c", _GRID_SCRIPT], env=env,  # noqa: E731
+                                capture_output=True, text=True, check=True, timeout=600).stdout
+    first = go()
     stored = _files(tmp_path)
     assert any(name.startswith("jit__grid_run") for name in stored)
-    assert _grid_search_process(tmp_path) == first
+    assert go() == first
     assert _files(tmp_path) == stored

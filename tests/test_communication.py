@@ -154,31 +154,28 @@ def _pairs(*pairs):
     return w
 
 
-@pytest.mark.parametrize("cells", ["all"])
 @pytest.mark.slow  # fast twin: test_sample_channel_option_counts_bytes
-def test_public_copies_are_sent_to_every_agent_that_ever_listens(cells, key):
+def test_public_copies_are_sent_to_every_agent_that_ever_listens(key):
     """On a time-varying network every agent that ever listens to ``j`` keeps a copy of
     ``x̂_j``, so each update of a public copy (error feedback, an event trigger) is sent to all
     of them: pairs {0, 1}, {2, 3} then {1, 2} give listeners (1, 2, 2, 1), while a message
-    without public copies (``"all"``) goes to the snapshot's out-neighbours ((1, 1, 1, 1),
-    then (0, 1, 1, 0)). Under DIGing-SGLD 2 messages a step, over 5 steps. (An event
-    trigger's copies are counted by the same rule, ``Channel._public``.) ``"all"``: a schedule
-    that never repeats has every other agent listening."""
+    without public copies goes to the snapshot's out-neighbours ((1, 1, 1, 1), then
+    (0, 1, 1, 0)). Under DIGing-SGLD 2 messages a step, over 5 steps. (An event trigger's
+    copies are counted by the same rule, ``Channel._public``.)"""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     stack = np.stack([_pairs((0, 1), (2, 3)), _pairs((1, 2))])
     union = np.array([1, 2, 2, 1])
     assert C.listener_counts(stack) == tuple(union)
     snapshots = np.array([[1, 1, 1, 1], [0, 1, 1, 0]])[np.arange(5) % 2].sum(0)
-    runs = ((C.Channel(C.top_k(0.5), error_feedback=True), 5 * union),
-            (C.Channel(C.top_k(0.5)), snapshots))
-    for channel, per_agent in runs[:1] if cells == "error_feedback" else runs:
+    for channel, per_agent in ((C.Channel(C.top_k(0.5), error_feedback=True), 5 * union),
+                               (C.Channel(C.top_k(0.5)), snapshots)):
         trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), problem.potential, stack,
                               jnp.zeros((2, N, 2)), key, 5, channel=channel)
         np.testing.assert_array_equal(np.asarray(C.messages_sent(trace.state)),
                                       np.broadcast_to(2 * per_agent, (2, N)))
-    if cells == "all":   # a schedule that never repeats may put any agent next to any other
-        endless = onthefly.link_failures_on_the_fly(complete_graph(N) > 0, 0.5)
-        assert C.listener_counts(endless) == (N - 1,) * N
+    # A schedule that never repeats may put any agent next to any other.
+    endless = onthefly.link_failures_on_the_fly(complete_graph(N) > 0, 0.5)
+    assert C.listener_counts(endless) == (N - 1,) * N
     with pytest.raises(ValueError, match="`listeners` must be None or one count"):
         C.Channel(listeners=[1, -1, 2, 2])
     with pytest.raises(ValueError, match="`copy_slots` must be an int >= 0"):
@@ -587,15 +584,14 @@ def _close(a, b):
         np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("cells", ["all"])
 @pytest.mark.slow  # fast twin: test_diging_exact_channel_and_tracking_invariant (Channel() is
 # today's mixing)
-def test_neutral_settings_are_always_on_mixing(cells, key):
-    """DIGing-SGLD with mini-batches on the mixed stack, one compiled program: (``"all"``)
-    threshold = 0 with an all-ones activity pattern is no channel bit for bit (and counts
-    Channel()'s messages: a message that moved is sent); with top-k and CHOCO error feedback,
-    threshold = 0, an all-ones pattern and probability = 1 are the same channel without them,
-    bit for bit, bytes included. probability = 1 per link returns W⁽ᵏ⁾ itself (the run with it is
+def test_neutral_settings_are_always_on_mixing(key):
+    """DIGing-SGLD with mini-batches on the mixed stack, one compiled program: threshold = 0
+    with an all-ones activity pattern is no channel bit for bit (and counts Channel()'s
+    messages: a message that moved is sent); with top-k and CHOCO error feedback, threshold
+    = 0, an all-ones pattern and probability = 1 are the same channel without them, bit for
+    bit, bytes included. probability = 1 per link returns W⁽ᵏ⁾ itself (the run with it is
     in test_probabilistic_rounds_and_links)."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     alg, ones = dgsgld.DIGingSGLD(0.05), np.ones((1, N))
@@ -609,16 +605,13 @@ def test_neutral_settings_are_always_on_mixing(cells, key):
         def run(channel):
             return _run(_with(alg, channel), problem, _mixed_stack(), 4, key)
 
-        pairs = [(run(C.Channel(C.top_k(0.5), **ef)),
-                  run(C.Channel(C.top_k(0.5), threshold=0.0, activity=ones, probability=1.0,
-                                **ef)))]
-        if cells == "all":
-            pairs.append((run(None), run(C.Channel(threshold=0.0, activity=ones))))
-        return pairs
+        return ((run(None), run(C.Channel(threshold=0.0, activity=ones))),
+                (run(C.Channel(C.top_k(0.5), **ef)),
+                 run(C.Channel(C.top_k(0.5), threshold=0.0, activity=ones, probability=1.0,
+                               **ef))))
 
-    (always, both), *exact = runs(key)
-    for plain, event in exact:
-        _check_exact("diging", plain, event)
+    (plain, event), (always, both) = runs(key)
+    _check_exact("diging", plain, event)
     _same(always, both)
     for name in always.channel:
         np.testing.assert_array_equal(np.asarray(always.channel[name].sent),

@@ -85,28 +85,26 @@ def test_exact_channel_is_no_channel_and_bytes_include_the_weights(cells, key):
                                       np.broadcast_to(out_degree * (messages * 8 + 4), (3, N)))
 
 
-@pytest.mark.parametrize("cells", ["all"])
 @pytest.mark.slow  # fast twins: test_exact_channel_is_no_channel_and_bytes_include_the_weights,
 # tests/test_communication.py::test_links_and_stragglers_step_by_step
-def test_one_way_drops_and_stragglers_step_by_step(cells, key):
-    """Push-DIGing-SGLD (``"all"``: and push-sum SGLD) with mini-batches on a dense directed
-    matrix C, each one-way link up w.p. 1/2 and the activity pattern (all, all but 1, only 1
-    and 2), 6 steps, one compiled program. The used matrices C'ₖ, recomputed from the run's
-    keys (one-way links dropped by link_mask(round key, directed) with their weight left on the
-    sender's diagonal, then the inactive agents cut off), are nonnegative and column
-    stochastic, with links up one way and down the other. At every step an inactive agent's
-    whole state (position, weight, gradient, tracker) is kept exactly; every active agent's row
-    equals (to float32 rounding: the reference is batched over steps) a step without channel
-    over C'ₖ from the same state and key, so the mass, the weight and the tracker go over the
-    same links; Σ v = N and Σ y = Σ ∇̃f to rounding; an agent counts, per message at the steps
-    it is active, its up out-links."""
+def test_one_way_drops_and_stragglers_step_by_step(key):
+    """Both push-sum samplers with mini-batches on a dense directed matrix C, each one-way link
+    up w.p. 1/2 and the activity pattern (all, all but 1, only 1 and 2), 6 steps, one compiled
+    program. The used matrices C'ₖ, recomputed from the run's keys (one-way links dropped by
+    link_mask(round key, directed) with their weight left on the sender's diagonal, then the
+    inactive agents cut off), are nonnegative and column stochastic, with links up one way
+    and down the other. At every step an inactive agent's whole state (position, weight,
+    gradient, tracker) is kept exactly; every active agent's row equals (to float32 rounding:
+    the reference is batched over steps) a step without channel over C'ₖ from the same state
+    and key, so the mass, the weight and the tracker go over the same links; Σ v = N and
+    Σ y = Σ ∇̃f to rounding; an agent counts, per message at the steps it is active, its
+    up out-links."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     c, T = jnp.asarray(_dense_digraph()), 6
     active = _PATTERN[np.arange(T) % 3]                                           # (T, N)
     channel = C.Channel(probability=0.5, per_link=True, activity=_PATTERN)
-    samplers = {"push_diging": dgsgld.PushDIGingSGLD(0.05)}
-    if cells == "all":
-        samplers["push_sum"] = dgsgld.PushSumSGLD(0.05)
+    samplers = {"push_diging": dgsgld.PushDIGingSGLD(0.05),
+                "push_sum": dgsgld.PushSumSGLD(0.05)}
 
     @jax.jit
     def runs(key):
@@ -153,8 +151,7 @@ def test_one_way_drops_and_stragglers_step_by_step(cells, key):
 # Fast twins: tests/test_communication.py::test_diging_exact_channel_and_tracking_invariant
 # (CHOCO error feedback keeps DIGing's tracker sum under top-k, and breaks without it);
 # test_exact_channel_is_no_channel_and_bytes_include_the_weights (the weights travel exact
-# beside the masses, their 4 bytes counted); test_one_way_drops_and_stragglers_step_by_step
-# (Σ v = N and Σ y = Σ ∇̃f under one-way drops).
+# beside the masses, their 4 bytes counted).
 @pytest.mark.slow
 def test_error_feedback_keeps_the_weights_and_the_tracker_sum(key):
     """Push-DIGing-SGLD, heterogeneous agents, the directed barbell, 60 steps, top-k(0.5) of
