@@ -64,15 +64,17 @@ def _launch(processes: int, args: list[str]) -> tuple[str, float]:
 #: (channel, its option) of the channel rows: over the paper-size ring, sparse, 2 processes.
 CHANNELS = [("exact", {}), ("top_k", {"fraction": 0.25}), ("random_k", {"fraction": 0.5}),
             ("quantize", {"levels": 4}), ("sign", {}),
-            ("top_k", {"fraction": 0.25, "error_feedback": True})]
+            ("top_k", {"fraction": 0.25, "error_feedback": True}),
+            ("top_k", {"fraction": 0.25, "gossip": "matching"})]
 
 
 def _args(network, chains, agents, mixing, steps, out, repeat=1, channel="none", fraction=1.0,
-          levels=4, error_feedback=False):
+          levels=4, error_feedback=False, gossip="none"):
     return ["--placement", "agents", "--network", network, "--chains", str(chains), "--agents",
             str(agents), "--mixing", mixing, "--steps", str(steps), "--repeat", str(repeat),
             "--out", str(out), "--channel", channel, "--fraction", str(fraction),
-            "--levels", str(levels)] + (["--error-feedback"] if error_feedback else [])
+            "--levels", str(levels), "--gossip", gossip] + (
+                ["--error-feedback"] if error_feedback else [])
 
 
 def predicted_bytes(network, chains, agents, mixing, processes, dim=6, quantities=2,
@@ -201,6 +203,8 @@ def report(result) -> str:
             name = f"{r['channel']}({option[0]})" if option else r["channel"]
             if r.get("error_feedback"):
                 name += " with error feedback"
+            if r.get("gossip", "none") != "none":
+                name += f" with gossip ({r['gossip']})"
             lines.append(f"| {name} | {r['agents']} | {r['chains']} | {r['processes']} | "
                          f"{r['mixing']} | {r['predicted']:,} | {r['measured']:,.0f} |"
                          .replace(",", " "))

@@ -776,21 +776,22 @@ class Channel(eqx.Module):
         Public copies (error feedback, an event trigger) do not: over a neighbour exchange
         every agent keeps copies of the public copies ``x̂_j`` of the agents it ever listens
         to (:attr:`copy_slots`, :attr:`ChannelState.copies`), and each update of ``x̂_j``
-        travels compressed to every device that keeps one. Gossip does: its matching is
-        drawn over all links. So do dropped links and inactive agents (``per_link``,
-        ``activity``, a clock's deadline) on a directed network, whose dropped weight stays in
-        the sender's column, held by other devices.
+        travels compressed to every device that keeps one. Dropped links, inactive agents
+        (``per_link``, ``activity``, a clock's deadline) and gossip do on a directed network,
+        whose dropped weight stays in the sender's column, held by other devices.
 
         Otherwise a sparse schedule's neighbour exchange carries the compressed payloads
-        (:meth:`Compressor.payload`). Dropped links and inactive agents of an undirected
-        network are drawn for all ``N`` agents by every device, which rewrites its rows
-        (:meth:`~dgsgld.networks.rows.HaloRows.without`); the exchange still carries every
-        row of the snapshot's support (static shapes: an inactive agent's or a dropped
-        link's payload travels and is weighted 0), while the bytes counted
+        (:meth:`Compressor.payload`). Dropped links, inactive agents and gossip rounds of an
+        undirected network are drawn for all ``N`` agents by every device, which rewrites
+        its rows (:meth:`~dgsgld.networks.rows.HaloRows.without`,
+        :meth:`~dgsgld.networks.rows.HaloRows.gossip`, the latter from the snapshot's links
+        kept whole on every device); the exchange still carries every row of the snapshot's
+        support (static shapes: an inactive agent's, a dropped link's or an unpicked
+        neighbour's payload travels and is weighted 0), while the bytes counted
         (:func:`messages_sent`) are the single-device run's."""
         cuts = (self.activity != 1.0 or self.per_link
                 or (self.clock is not None and self.clock.deadline is not None))
-        return self.gossip is not None or (directed and cuts)
+        return directed and (cuts or self.gossip is not None)
 
     @property
     def has_public_copies(self) -> bool:
@@ -870,8 +871,12 @@ class Channel(eqx.Module):
         its agents' ``(R,)`` messages."""
         talk, used = self.round(round_key, matrix, count, directed)
         if self.gossip is not None:
-            used = gossip_matrix(jax.random.fold_in(round_key, _GOSSIP_TAG), used,
-                                 self.gossip, directed)
+            gossip_key = jax.random.fold_in(round_key, _GOSSIP_TAG)
+            if isinstance(used, rows.HaloRows):     # drawn for all N agents, rows kept
+                used = used.gossip(_gossip_pick(gossip_key, used.linked(), self.gossip,
+                                                directed))
+            else:
+                used = gossip_matrix(gossip_key, used, self.gossip, directed)
         degrees = out_degrees(used)
         if active is not None:
             used = _without_inactive(_cuttable(used), active,
@@ -1045,9 +1050,14 @@ def gossip_matrix(key: PRNGKey, matrix, mode: str = "matching",
     symmetric doubly stochastic, directed ones column stochastic. An agent without links keeps
     its value (``e_j``)."""
     dense = _dense(matrix)
-    n = dense.shape[0]
-    eye = jnp.eye(n, dtype=bool)
-    links = (dense != 0) & ~eye
+    return _halves(jnp, _gossip_pick(key, dense != 0, mode, directed), dense.dtype)
+
+
+def _gossip_pick(key: PRNGKey, links: Array, mode: str, directed: bool) -> Array:
+    """``(N, N)`` bool, the links of one gossip round (:func:`gossip_matrix`) among ``links``
+    (``(N, N)`` bool, ``links[i, j]``: ``j → i``; the diagonal is ignored)."""
+    n = links.shape[0]
+    links = links & ~jnp.eye(n, dtype=bool)
     if not directed:
         links = links | links.T
     score = jax.random.uniform(key, (n, n))
@@ -1064,7 +1074,7 @@ def gossip_matrix(key: PRNGKey, matrix, mode: str = "matching",
             pick = pick & pick.T                                        # mutual proposals
     else:
         raise ValueError(f"`mode` must be 'edge' or 'matching'; got {mode!r}.")
-    return _halves(jnp, pick, dense.dtype)
+    return pick
 
 
 def _halves(xp, pick, dtype):

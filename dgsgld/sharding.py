@@ -48,7 +48,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from ._types import Array, PRNGKey, PyTree
 from ._validation import is_concrete_tree
 from .networks.directed import COLUMN_STOCHASTIC
-from .networks.rows import copy_slots, rows_at, split_rows
+from .networks.rows import copy_slots, rows_at, split_rows, symmetric_links
 from .networks.sparse import SparseSchedule
 from .potential import Potential
 from .run import Divergence, Prepared, Trace, _execute_here, _loop, chain_keys, sample
@@ -247,8 +247,9 @@ class Agents:
     reduction per kept iteration. The mesh may span processes (:mod:`dgsgld.distributed`).
     A communication channel makes the single-device draws and counts: over a sparse schedule's
     neighbour exchange its compressed payloads travel (inactive agents and dropped links
-    rewrite each device's rows; public copies are kept per agent for the agents it listens to,
-    ``Channel.copy_slots``), and one that needs the whole network
+    rewrite each device's rows, as do gossip rounds, drawn from the schedule's links that
+    every device holds when they are symmetric; public copies are kept per agent for the
+    agents it listens to, ``Channel.copy_slots``), and one that needs the whole network
     (``Channel.needs_whole_network``; and any over a dense stack) gathers its message and
     state and mixes over the whole snapshot on every device, keeping the device's rows.
 
@@ -295,8 +296,13 @@ class Agents:
         channel = getattr(algorithm, "channel", None)
         directed = getattr(algorithm, "network_kind", None) == COLUMN_STOCHASTIC
         copies = channel is not None and channel.copy_slots > 0       # set by configure
-        stack = split_rows(prep.stack, devices, copies=copies,
-                           exchange=channel is None or not channel.needs_whole_network(directed))
+        exchange = channel is None or not channel.needs_whole_network(directed)
+        gossip = exchange and channel is not None and channel.gossip is not None
+        if gossip and isinstance(prep.stack, SparseSchedule) and is_concrete_tree(prep.stack):
+            # A gossip partner's row must be among those received: symmetric links.
+            exchange = gossip = symmetric_links(prep.stack)
+        stack = split_rows(prep.stack, devices, copies=copies, exchange=exchange,
+                           support=gossip)
         if copies and getattr(stack, "copy_slots", None) != channel.copy_slots:
             raise ValueError(f"`channel.copy_slots` is {channel.copy_slots} but the network's "
                              f"agents listen to up to {getattr(stack, 'copy_slots', 0)}; let "
@@ -351,7 +357,10 @@ def _agent_in_specs(potential, stack, init, axis):
     if hasattr(stack, "matrix_at"):     # generated on the fly: whole on every device
         mix_specs = jax.tree.map(lambda _: PartitionSpec(), stack)
     else:                               # dense rows, or an ExchangePlan's per-device tables
-        mix_specs = jax.tree.map(lambda _: PartitionSpec(None, axis), stack)
+        def spec(path, _):              # but an ExchangePlan's links, whole on every device
+            whole = bool(path) and getattr(path[0], "name", None) == "support"
+            return PartitionSpec() if whole else PartitionSpec(None, axis)
+        mix_specs = jax.tree_util.tree_map_with_path(spec, stack)
     return _agent_specs(init, n, axis, 1), mix_specs, pot_specs, PartitionSpec()
 
 

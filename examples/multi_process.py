@@ -50,6 +50,10 @@ def parse(argv=None):
     p.add_argument("--activity", type=float, default=1.0,
                    help="of --channel: each agent active at a step with this probability "
                    "(stragglers; over a sparse exchange each process draws every agent's flag)")
+    p.add_argument("--gossip", choices=("none", "matching", "edge"), default="none",
+                   help="of --channel: randomized gossip, a random matching or one random link "
+                   "per step (over a sparse exchange each process draws the round for every "
+                   "agent)")
     p.add_argument("--chains", type=int, default=200, help="trials (200 in the paper)")
     p.add_argument("--agents", type=int, default=20, help="N (20 in the paper)")
     p.add_argument("--steps", type=int, default=100)
@@ -85,12 +89,13 @@ def channel(args):
     compressor = {"exact": comm.identity, "top_k": lambda: comm.top_k(args.fraction),
                   "random_k": lambda: comm.random_k(args.fraction),
                   "quantize": lambda: comm.quantize(args.levels), "sign": comm.sign}
+    gossip = None if args.gossip == "none" else args.gossip
     if args.channel == "none":
-        if args.activity != 1.0 or args.error_feedback:
-            raise SystemExit("--activity and --error-feedback need a --channel")
+        if args.activity != 1.0 or args.error_feedback or gossip:
+            raise SystemExit("--activity, --error-feedback and --gossip need a --channel")
         return None
     return comm.Channel(compressor[args.channel](), activity=args.activity,
-                        error_feedback=args.error_feedback)
+                        error_feedback=args.error_feedback, gossip=gossip)
 
 
 def setup(args):

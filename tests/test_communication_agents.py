@@ -29,9 +29,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
+from _problems import permuted_rings, ring
 
 from dgsgld import communication as C
+from dgsgld.networks import rows, sparse
 
 SCRIPT = textwrap.dedent(
     """
@@ -54,6 +57,10 @@ SCRIPT = textwrap.dedent(
     dense = permuted_rings(8, 3)
     directed = networks.directed_one_peer_exponential(8)
     neighbours = sparse.from_dense(dense, format="neighbors")
+    # The ring with one one-way link of weight 1e-6 (symmetric within the checks' tolerance).
+    one_way = np.asarray(ring(8), np.float64)
+    one_way[0, 4], one_way[0, 0] = 1e-6, one_way[0, 0] - 1e-6
+    one_way = jnp.asarray(one_way, jnp.float32)
     clock = C.Clock(1.0, jitter=1.0, latency=0.1, deadline=1.5)
     exchanged = C.Channel(C.top_k(0.5), every=2, activity=0.6, probability=0.7, per_link=True,
                           clock=clock)
@@ -71,6 +78,10 @@ SCRIPT = textwrap.dedent(
         # stragglers and dropped links rewriting each device's rows.
         cells["diging_exchange_topk_every_activity_clock_per_link"] = (
             dgsgld.DIGingSGLD(0.05), neighbours, exchanged)
+    # Gossip rounds drawn for all agents by every device, over the exchange.
+    cells["diging_exchange_gossip_matching_activity"] = (
+        dgsgld.DIGingSGLD(0.05), neighbours,
+        C.Channel(C.top_k(0.5), gossip="matching", activity=0.7))
     # Public copies over the exchange of the period's union (copies kept per agent).
     cells["diging_exchange_randk_ef_trigger_activity"] = (
         dgsgld.DIGingSGLD(0.05), neighbours,
@@ -130,6 +141,22 @@ SCRIPT = textwrap.dedent(
             "diging_sghmc_exchange_identity_trigger_dict": (
                 dgsgld.DIGingSGHMC(0.1, 2.0), neighbours,
                 C.Channel(threshold={"position": 0.05})),
+            "de_exchange_edges_gossip_edge": (
+                dgsgld.DESGLD(0.05), sparse.from_dense(dense, format="edges"),
+                C.Channel(C.quantize(4), gossip="edge")),
+            "extra_exchange_circulant_gossip_matching_every_deadline": (
+                dgsgld.EXTRASGLD(0.05), sparse.from_dense(ring(8)),
+                C.Channel(gossip="matching", every=2,
+                          clock=C.Clock((1.0,) * 7 + (3.0,), deadline=2.0))),
+            # Gossip after per-link drops (the links that are up, drawn by every device);
+            # on links that are not symmetric (a partner's row might not be received)
+            # gathered, the same draws.
+            "de_sghmc_exchange_gossip_per_link": (
+                dgsgld.DESGHMC(0.1, 2.0), neighbours,
+                C.Channel(gossip="matching", probability=0.7, per_link=True)),
+            "diging_gossip_one_way_links": (
+                dgsgld.DIGingSGLD(0.05), sparse.from_dense(one_way, format="neighbors"),
+                C.Channel(C.sign(), gossip="matching")),
             "diging_on_the_fly_topk_ef": (
                 dgsgld.DIGingSGLD(0.05),
                 networks.onthefly.one_peer_exponential_on_the_fly(8, format="neighbors"),
@@ -230,6 +257,21 @@ SCRIPT = textwrap.dedent(
             "sent": ppermute_bytes(jaxpr), "all_gather": count(jaxpr, "all_gather"),
             "message_bytes": ef.message_bytes(8)}
 
+
+    # A gossip send over the exchange (traced only): the links whole on every device, no
+    # all_gather.
+    gossip_plan = rows.exchange_plan(neighbours, 4, support=True)
+    gossip_specs = sharding._agent_in_specs(prob.potential, gossip_plan, init, "agents")[1]
+    gossip = C.Channel(gossip="matching", activity=0.5)
+    send_gossip = jax.shard_map(
+        lambda pl, xl: C.send(gossip, key, C.init_states(gossip, position=xl), "position",
+                              pl.rows(jnp.int32(1), "agents", 4), xl, 1)[0],
+        mesh=sharding.agent_mesh(), in_specs=(gossip_specs, P("agents")),
+        out_specs=P("agents"))
+    jaxpr = jax.make_jaxpr(send_gossip)(gossip_plan, x).jaxpr
+    out["send_gossip"] = {"ppermute": count(jaxpr, "ppermute"),
+                          "all_gather": count(jaxpr, "all_gather"),
+                          "support_spec": list(gossip_specs.support)}
 
     # One send of the exchanged channel at rounds k = 0, 2, 4 (keys 0, 1, 2): over the
     # exchange (ppermutes, no all_gather) its mix and messages are the single-device ones.
@@ -359,6 +401,10 @@ def _check_send(result: dict) -> None:
     # Some agents sent and some did not (activity 0.6, links up with probability 0.7).
     sent = [m for step in send["sent"] for m in step]
     assert 0 in sent and max(sent) > 0, sent
+    # Gossip over the exchange: the snapshot's links replicated, no all_gather.
+    gossip = result["send_gossip"]
+    assert gossip["ppermute"] > 0 and gossip["all_gather"] == 0, gossip
+    assert gossip["support_spec"] == [], gossip                  # replicated
 
 
 def test_channels_under_agent_placement_make_the_single_device_draws():
@@ -370,21 +416,44 @@ def test_channels_under_agent_placement_make_the_single_device_draws():
 
 
 def test_which_channels_need_the_whole_network():
-    # Over a neighbour exchange a device knows its neighbours' rows only: gossip draws need
-    # the whole network (gathered). Public copies travel over the exchange of the period's
-    # union. Inactive agents and dropped links need the whole network on a directed network
-    # only (their weight stays in the sender's column).
+    # Over a neighbour exchange a device knows its neighbours' rows only. Public copies travel
+    # over the exchange of the period's union. Inactive agents, dropped links and gossip need
+    # the whole network on a directed network only (a dropped weight stays in the sender's
+    # column): on an undirected one every device draws them for all agents.
     local = [C.Channel(), C.Channel(C.top_k(0.1), every=3, probability=0.5),
              C.Channel(C.random_k(0.2), clock=C.Clock(1.0, jitter=1.0, latency=0.1)),
              C.Channel(C.top_k(0.1), error_feedback=True), C.Channel(threshold=0.1)]
     cuts = [C.Channel(activity=0.5), C.Channel(activity=[[1, 0]]),
             C.Channel(C.top_k(0.1), probability=0.5, per_link=True),
-            C.Channel(clock=C.Clock(1.0, deadline=2.0))]
-    whole = [C.Channel(gossip="edge"), C.Channel(activity=0.5, gossip="matching")]
+            C.Channel(clock=C.Clock(1.0, deadline=2.0)),
+            C.Channel(gossip="edge"), C.Channel(activity=0.5, gossip="matching"),
+            C.Channel(gossip="matching", probability=0.5),
+            C.Channel(gossip="matching", probability=0.5, per_link=True)]
     assert not any(c.needs_whole_network() or c.needs_whole_network(True) for c in local)
     assert not any(c.needs_whole_network() for c in cuts)
     assert all(c.needs_whole_network(True) for c in cuts)
-    assert all(c.needs_whole_network() and c.needs_whole_network(True) for c in whole)
+
+
+def test_gossip_exchange_plan_keeps_symmetric_links_whole():
+    # exchange_plan(support=True) keeps each snapshot's links (agents j != i with
+    # W[i, j] != 0, padding i) for every device, and refuses one-way links, naming them.
+    dense = np.asarray(permuted_rings(8, 3))
+    plan = rows.exchange_plan(sparse.from_dense(dense, format="neighbors"), 4, support=True)
+    support = np.asarray(plan.support)
+    assert support.shape[:2] == (3, 8)
+    for snapshot, linked in zip(dense, support):
+        links = np.zeros((8, 8), bool)
+        links[np.arange(8)[:, None], linked] = True
+        np.fill_diagonal(links, False)
+        np.testing.assert_array_equal(links, (snapshot != 0) & ~np.eye(8, dtype=bool))
+    assert rows.exchange_plan(sparse.from_dense(dense), 4).support is None
+    # One one-way link of weight 1e-6: symmetric within the checks' tolerance, not its links.
+    one_way = np.asarray(ring(8), np.float64)
+    one_way[0, 4], one_way[0, 0] = 1e-6, one_way[0, 0] - 1e-6
+    schedule = sparse.from_dense(one_way.astype(np.float32), format="neighbors")
+    assert rows.symmetric_links(sparse.from_dense(dense)) and not rows.symmetric_links(schedule)
+    with pytest.raises(ValueError, match="symmetric links"):
+        rows.exchange_plan(schedule, 4, support=True)
 
 
 @pytest.mark.slow  # fast twin: test_channels_under_agent_placement_make_the_single_device_draws

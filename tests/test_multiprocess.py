@@ -366,6 +366,25 @@ def test_stragglers_over_the_exchange_across_two_processes_equal_single_process_
     assert 0 < sent.mean() < 0.9 * every_step and sent.max() <= every_step
 
 
+@pytest.mark.slow  # default run: tests/test_communication_agents.py (gossip over the
+# exchange of 4 devices in one process)
+def test_gossip_over_the_exchange_across_two_processes_equals_single_process_run(tmp_path):
+    # Each process draws the step's matching for every agent from the step's shared key and
+    # the ring's links it holds whole, and rewrites its rows to the gossip matrix's: the
+    # single-process draws (the tolerance of the sparse runs above) and counts. A matched
+    # agent sends one message to its partner, so each sends at most one of its 2 ring
+    # neighbours' worth a step (20 steps x 2 messages x 16 B) and, on a ring of 20 where a
+    # matching pairs an agent with probability about 1/2, some steps none.
+    from dgsgld import communication as comm
+
+    sent, want = _channel_across_two_processes(
+        tmp_path, "--channel", "top_k", "--fraction", "0.25", "--gossip", "matching")
+    reference = comm.Channel(comm.top_k(0.25), gossip="matching")
+    np.testing.assert_array_equal(sent, reference.bytes_sent(want.state))
+    one_partner = 20 * 2 * ROW_BYTES["top_k"]
+    assert 0 < sent.mean() < 0.9 * one_partner and sent.max() <= one_partner
+
+
 @pytest.mark.slow  # default run: tests/test_communication_agents.py (public copies over the
 # exchange of 4 devices in one process, copies equal to the public copies bit for bit)
 def test_error_feedback_over_the_exchange_across_two_processes(tmp_path):

@@ -17,11 +17,13 @@ Each operand's ``@`` takes the device's ``(R, k)`` rows of ``x`` and returns its
 :func:`split_rows` turns a network into the operand whose agent axis the devices split (on the
 host); :func:`rows_at` gives, inside ``shard_map``, the device's operand of ``W⁽ᵏ⁾``.
 :func:`whole`, :func:`gather` and :func:`own_rows` let a computation that needs the whole
-network (a communication channel's gossip) run on every device and keep the device's rows.
-A channel's public copies travel over an exchange of their own (``exchange_plan(...,
-copies=True)``, :attr:`HaloRows.copies`). Dropped links and inactive agents need no more
-than a device's rows: :meth:`HaloRows.without` rewrites them from draws every device makes
-for all ``N`` agents, with :func:`cut_links`, the rule the dense matrices use too.
+network (a communication channel's gossip on a directed network) run on every device and
+keep the device's rows. A channel's public copies travel over an exchange of their own
+(``exchange_plan(..., copies=True)``, :attr:`HaloRows.copies`). Dropped links and inactive
+agents need no more than a device's rows: :meth:`HaloRows.without` rewrites them from draws
+every device makes for all ``N`` agents, with :func:`cut_links`, the rule the dense matrices
+use too; a gossip round is drawn the same way from the snapshot's links, which every device
+holds (``exchange_plan(..., support=True)``, :meth:`HaloRows.gossip`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from ._mixing import MixingStack
 
 __all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "copy_slots", "cut_links",
            "exchange_plan", "gather", "is_rows", "num_agents", "own_rows", "rows_at",
-           "split_rows", "whole"]
+           "split_rows", "symmetric_links", "whole"]
 
 
 class RowBlock(eqx.Module):
@@ -118,6 +120,9 @@ class HaloRows(eqx.Module):
         slots: ``(R, K)`` int32 with :attr:`copies`: where each of this snapshot's terms finds
             its agent among ``[x̂_i; copies of x̂ of the L union neighbours]`` (0: the agent
             itself, the padding).
+        support: ``None``, or ``(N, K)`` int32, the whole snapshot's links on every device:
+            row ``i``'s agents ``j ≠ i`` with ``W[i, j] ≠ 0`` (padding: ``i``), from which a
+            gossip round is drawn for all ``N`` agents (:meth:`linked`, :meth:`gossip`).
     """
 
     neighbors: Array
@@ -132,6 +137,7 @@ class HaloRows(eqx.Module):
     ordered: bool = eqx.field(static=True)
     copies: "HaloRows | None" = None
     slots: Array | None = None
+    support: Array | None = None
 
     def astype(self, dtype) -> "HaloRows":
         return eqx.tree_at(lambda h: (h.weights, h.diagonal), self,
@@ -152,7 +158,8 @@ class HaloRows(eqx.Module):
     def without(self, link_up, held: Array | None = None) -> "HaloRows":
         """These rows with the links ``j → i`` where ``link_up(i, j)`` is False dropped and the
         rows of ``held`` ``(R,)`` bool made ``e_i`` (:func:`cut_links`), and
-        :attr:`listeners` (the out-degrees) cut alike. ``link_up`` maps broadcastable int32
+        :attr:`listeners` (the out-degrees) and :attr:`support` (the whole snapshot's links)
+        cut alike. ``link_up`` maps broadcastable int32
         arrays of agents (of all ``N``) to bools; it must hold on ``i = j``. Every device
         knows the draws of all ``N`` agents, so the rows are rewritten without exchange.
 
@@ -163,8 +170,46 @@ class HaloRows(eqx.Module):
                                       link_up(own[:, None], agents), held)
         listening = (self.listeners >= 0) & link_up(jnp.maximum(self.listeners, 0),
                                                     own[:, None])
+        out = eqx.tree_at(lambda h: (h.weights, h.diagonal, h.listeners), self,
+                          (weights, diagonal, jnp.where(listening, self.listeners, -1)))
+        if self.support is None:
+            return out
+        every = jnp.arange(self.support.shape[0], dtype=self.support.dtype)[:, None]
+        support = jnp.where(link_up(every, self.support), self.support, every)
+        return eqx.tree_at(lambda h: h.support, out, support)
+
+    def linked(self) -> Array:
+        """``(N, N)`` bool, ``W[i, j] ≠ 0`` for ``i ≠ j``: the whole snapshot's links, as every
+        device knows them from :attr:`support`.
+
+        Raises:
+            ValueError: without :attr:`support` (``exchange_plan(..., support=True)``).
+        """
+        if self.support is None:
+            raise ValueError("these rows hold only the device's neighbourhoods; plan the "
+                             "exchange with exchange_plan(..., support=True) to draw gossip.")
+        n = self.support.shape[0]
+        links = jnp.zeros((n, n), bool).at[jnp.arange(n)[:, None], self.support].set(True)
+        return links & ~jnp.eye(n, dtype=bool)
+
+    def gossip(self, pick: Array) -> "HaloRows":
+        """The device's rows of the gossip matrix of the picked links ``pick`` (``(N, N)``
+        bool, symmetric, ``pick[i, j]``: ``j`` sends half its value to ``i``, drawn for all
+        ``N`` agents by every device): ``½`` on each picked link, ``1 − ½ · #picks`` on the
+        diagonal, and :attr:`listeners` cut to the picked partners. The exchange still carries
+        every row of the snapshot's support (static shapes); the terms not picked weigh 0."""
+        own, agents = self.agents()
+        # A term counts once per agent: a row listing an agent twice keeps the first term.
+        k = agents.shape[1]
+        repeated = jnp.any((agents[:, :, None] == agents[:, None, :])
+                           & jnp.tril(jnp.ones((k, k), bool), -1)[None], axis=2)
+        picked = pick[own[:, None], agents] & (agents != own[:, None]) & ~repeated
+        half = jnp.where(picked, jnp.asarray(0.5, self.weights.dtype),
+                         jnp.zeros((), self.weights.dtype))
+        diagonal = 1 - jnp.sum(half, axis=1)
+        listening = (self.listeners >= 0) & pick[jnp.maximum(self.listeners, 0), own[:, None]]
         return eqx.tree_at(lambda h: (h.weights, h.diagonal, h.listeners), self,
-                           (weights, diagonal, jnp.where(listening, self.listeners, -1)))
+                           (half, diagonal, jnp.where(listening, self.listeners, -1)))
 
     def receive(self, local: Any) -> Any:
         """The rows other devices' agents send this device: every leaf of ``local``
@@ -215,6 +260,8 @@ class ExchangePlan(eqx.Module):
         copies: ``None``, or the plan (``P = 1``) of the union of the period's snapshots,
             which carries the updates of public copies (:attr:`HaloRows.copies`).
         slots: ``(P, N, K)`` int32 with :attr:`copies` (:attr:`HaloRows.slots`).
+        support: ``None``, or ``(P, N, K)`` int32, every snapshot's links
+            (:attr:`HaloRows.support`), which every device holds whole.
     """
 
     neighbors: Array
@@ -227,6 +274,7 @@ class ExchangePlan(eqx.Module):
     ordered: bool = eqx.field(static=True)
     copies: "ExchangePlan | None" = None
     slots: Array | None = None
+    support: Array | None = None
 
     @property
     def period(self) -> int:
@@ -245,7 +293,8 @@ class ExchangePlan(eqx.Module):
         return HaloRows(self.neighbors[p], self.weights[p], self.diagonal[p],
                         tuple(s[p, 0] for s in self.sends), self.sources[p, 0],
                         self.listeners[p], self.offsets, num_devices, axis_name, self.ordered,
-                        copies, None if self.slots is None else self.slots[p])
+                        copies, None if self.slots is None else self.slots[p],
+                        None if self.support is None else self.support[p])
 
     @property
     def copy_slots(self) -> int:
@@ -277,7 +326,7 @@ def _neighbour_lists(schedule: sparse.SparseSchedule):
 
 
 def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int,
-                  copies: bool = False) -> ExchangePlan:
+                  copies: bool = False, support: bool = False) -> ExchangePlan:
     """The :class:`ExchangePlan` of ``schedule`` (concrete snapshots) with its ``N`` agents in
     ``num_devices`` contiguous blocks.
 
@@ -286,13 +335,24 @@ def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int,
     the most any device needs at that offset in any snapshot (``M_o`` rows; fixed shapes).
     ``copies``: also plan the exchange of public copies (:attr:`ExchangePlan.copies`): every
     agent ``i`` keeps a copy of each agent ``j ≠ i`` in a neighbour list of ``i`` in some
-    snapshot of the period.
+    snapshot of the period. ``support``: also keep every snapshot's links whole on every
+    device (:attr:`ExchangePlan.support`), to draw gossip rounds; the links must be symmetric
+    (:func:`symmetric_links`), as a gossip partner's row must be among those received.
 
     Raises:
-        ValueError: if ``N`` is not a multiple of ``num_devices``.
+        ValueError: if ``N`` is not a multiple of ``num_devices``, or with ``support`` if a
+            snapshot's links are not symmetric.
     """
     nbr, wts, diag, ordered = _neighbour_lists(schedule)
     plan = _plan(nbr, wts, diag, ordered, num_devices)
+    if support:
+        if not _symmetric(nbr, wts):
+            raise ValueError("`schedule`: gossip over a neighbour exchange needs symmetric "
+                             "links (W[i, j] != 0 iff W[j, i] != 0 in every snapshot).")
+        own = np.arange(nbr.shape[1])[None, :, None]
+        linked = np.where((wts != 0) & (nbr != own), nbr, own).astype(np.int32)
+        plan = eqx.tree_at(lambda e: e.support, plan, jnp.asarray(linked),
+                           is_leaf=lambda x: x is None)
     if not copies:
         return plan
     union, slots = _union(nbr)
@@ -301,6 +361,26 @@ def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int,
     listened = _plan(union[None], ones[None], np.zeros((1, n), diag.dtype), False, num_devices)
     return eqx.tree_at(lambda e: (e.copies, e.slots), plan, (listened, jnp.asarray(slots)),
                        is_leaf=lambda x: x is None)
+
+
+def symmetric_links(schedule: sparse.SparseSchedule) -> bool:
+    """Whether every snapshot of ``schedule`` (concrete) has symmetric links,
+    ``W[i, j] ≠ 0`` iff ``W[j, i] ≠ 0``: what a gossip round over its neighbour exchange
+    needs (``exchange_plan(..., support=True)``)."""
+    nbr, wts, _, _ = _neighbour_lists(schedule)
+    return _symmetric(nbr, wts)
+
+
+def _symmetric(nbr: np.ndarray, wts: np.ndarray) -> bool:
+    period, n, _ = nbr.shape
+    for p in range(period):
+        links = np.zeros((n, n), bool)
+        nonzero = wts[p] != 0
+        links[np.broadcast_to(np.arange(n)[:, None], nbr[p].shape)[nonzero], nbr[p][nonzero]] = True
+        np.fill_diagonal(links, False)
+        if not np.array_equal(links, links.T):
+            return False
+    return True
 
 
 def copy_slots(schedule: sparse.SparseSchedule) -> int:
@@ -411,7 +491,8 @@ def cut_links(weights: Array, diagonal: Array, kept: Array,
     return cut, diagonal
 
 
-def split_rows(network, num_devices: int, exchange: bool = True, copies: bool = False):
+def split_rows(network, num_devices: int, exchange: bool = True, copies: bool = False,
+               support: bool = False):
     """``network`` as the operand whose agent axis (axis 1 of every leaf) ``shard_map`` splits
     over ``num_devices`` devices: the ``(P, N, N)`` matrices of a dense stack, the
     :class:`ExchangePlan` of a sparse schedule, or a schedule generated on the fly as it is
@@ -424,6 +505,8 @@ def split_rows(network, num_devices: int, exchange: bool = True, copies: bool = 
             every device (:class:`GatheredRows`, whose :func:`whole` snapshot a communication
             channel mixes with).
         copies: with the exchange, plan that of public copies too (:func:`exchange_plan`).
+        support: with the exchange, keep every snapshot's links on every device, to draw
+            gossip rounds (:func:`exchange_plan`).
 
     Raises:
         ValueError: if ``network`` is a sparse schedule with traced snapshots.
@@ -434,7 +517,7 @@ def split_rows(network, num_devices: int, exchange: bool = True, copies: bool = 
         if not _validation.is_concrete_tree(network):
             raise ValueError("`mixing`: a sparse schedule's snapshots must be concrete (not "
                              "traced) to plan the neighbour exchange of placement=Agents.")
-        return exchange_plan(network, num_devices, copies)
+        return exchange_plan(network, num_devices, copies, support)
     return network
 
 
