@@ -2,7 +2,7 @@
 the single-device run with the same key (every per-agent draw is made for all ``N`` agents
 and sliced), so positions agree to float32 rounding and the message counts exactly; over a
 sparse schedule's neighbour exchange the compressed payloads travel, of the accounted size,
-and stragglers and dropped links rewrite each device's rows without gathering.
+and stragglers, dropped links and gossip rounds rewrite each device's rows without gathering.
 
 Four CPU devices exist only when XLA is told so before JAX starts, hence one subprocess with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` that runs every check and prints JSON.
