@@ -372,13 +372,14 @@ def symmetric_links(schedule: sparse.SparseSchedule) -> bool:
 
 
 def _symmetric(nbr: np.ndarray, wts: np.ndarray) -> bool:
+    """Whether the links ``j → i`` (``W[i, j] ≠ 0``, ``i ≠ j``) of neighbour lists ``(P, N, K)``
+    are symmetric, from the sorted ``(i, j)`` and ``(j, i)`` pairs (no dense ``N × N``)."""
     period, n, _ = nbr.shape
+    receiver = np.broadcast_to(np.arange(n, dtype=np.int64)[:, None], nbr.shape[1:])
     for p in range(period):
-        links = np.zeros((n, n), bool)
-        nonzero = wts[p] != 0
-        links[np.broadcast_to(np.arange(n)[:, None], nbr[p].shape)[nonzero], nbr[p][nonzero]] = True
-        np.fill_diagonal(links, False)
-        if not np.array_equal(links, links.T):
+        link = (wts[p] != 0) & (nbr[p] != receiver)
+        i, j = receiver[link], nbr[p][link].astype(np.int64)
+        if not np.array_equal(np.unique(i * n + j), np.unique(j * n + i)):
             return False
     return True
 
