@@ -9,7 +9,9 @@ a dense stack all-gathers ``N - N / P`` rows, a sparse schedule sends the rows o
 :func:`dgsgld.networks.rows.exchange_plan`. With a channel (``--channels``: the example's
 ``--channel`` over a sparse schedule) each row sent is the channel's message,
 ``Channel.message_bytes(F)`` bytes (top-k: values and int32 indices; random-k: values;
-quantize and sign: bit-packed codes and one norm or scale).
+quantize and sign: bit-packed codes and one norm or scale). Push-DIGing-SGLD on the one-way
+ring (``--network directed_ring``, sparse: each process receives its upstream neighbour's row
+only) sends its push-sum weight, one float32 per row, beside the mass.
 
 Times: the example's ``--repeat 4`` (median of the 2nd-4th runs: compiled) and the whole launch.
 
@@ -61,11 +63,13 @@ def _launch(processes: int, args: list[str]) -> tuple[str, float]:
     return proc.stdout, time.perf_counter() - start
 
 
-#: (channel, its option) of the channel rows: over the paper-size ring, sparse, 2 processes.
+#: (channel, its option) of the channel rows: over the paper-size ring, sparse, 2 processes
+#: (option "network": another network of the example).
 CHANNELS = [("exact", {}), ("top_k", {"fraction": 0.25}), ("random_k", {"fraction": 0.5}),
             ("quantize", {"levels": 4}), ("sign", {}),
             ("top_k", {"fraction": 0.25, "error_feedback": True}),
-            ("top_k", {"fraction": 0.25, "gossip": "matching"})]
+            ("top_k", {"fraction": 0.25, "gossip": "matching"}),
+            ("top_k", {"fraction": 0.25, "network": "directed_ring"})]
 
 
 def _args(network, chains, agents, mixing, steps, out, repeat=1, channel="none", fraction=1.0,
@@ -92,7 +96,8 @@ def predicted_bytes(network, chains, agents, mixing, processes, dim=6, quantitie
         # With public copies the updates travel over the exchange of the period's union.
         rows = (plan.copies if a.error_feedback else plan).rows_received
     row = dim * 4 if channel == "none" else example.channel(a).message_bytes(dim)
-    return quantities * chains * rows * row
+    weight = 4 if network == "directed_ring" else 0      # push-sum's v beside its mass
+    return chains * rows * (quantities * row + weight)
 
 
 def _example():
@@ -163,7 +168,9 @@ def main(argv=None) -> None:
     if args.channels:
         rows = []
         for channel, option in CHANNELS:
-            cell = dict(network="ring", chains=200, agents=20, processes=2, mixing="sparse")
+            option = dict(option)
+            cell = dict(network=option.pop("network", "ring"), chains=200, agents=20,
+                        processes=2, mixing="sparse")
             pred = predicted_bytes(**cell, channel=channel, **option)
             got = measure_bytes(**cell, tmp=tmp, channel=channel, **option)
             rows.append(dict(cell, channel=channel, **option, predicted=pred, measured=got))
@@ -205,6 +212,8 @@ def report(result) -> str:
                 name += " with error feedback"
             if r.get("gossip", "none") != "none":
                 name += f" with gossip ({r['gossip']})"
+            if r["network"] != "ring":
+                name += f", Push-DIGing-SGLD on the {r['network'].replace('_', ' ')}"
             lines.append(f"| {name} | {r['agents']} | {r['chains']} | {r['processes']} | "
                          f"{r['mixing']} | {r['predicted']:,} | {r['measured']:,.0f} |"
                          .replace(",", " "))

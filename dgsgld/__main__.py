@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--small", action="store_true",
                      help="digits|diabetes, directed, communication and design only: the reduced "
                           "size the tests run")
+    rep.add_argument("--consensus", type=_positive_float, default=None, metavar="GAMMA",
+                     help="communication only: CHOCO's consensus step in (0, 1] of the "
+                          "error-feedback rows (default: 0.3)")
 
     sweep = sub.add_parser(
         "sweep",
@@ -407,6 +410,9 @@ def _real_data(args) -> int:
 
 
 def _reproduce(args) -> int:
+    if args.consensus is not None and args.target != "communication":
+        raise ValueError(f"--consensus applies to the communication experiment, not to "
+                         f"{args.target!r}.")
     if args.target == "theory":
         return _theory(args)
     if args.target in DATA_TARGETS:
@@ -420,8 +426,10 @@ def _reproduce(args) -> int:
     if args.target == "communication":
         from dgsgld.experiments.communication import communication_experiment
 
+        extra = {} if args.consensus is None else {"consensus": args.consensus}
         communication_experiment(args.out, small=args.small, seed=args.seed,
-                                 plot=not args.no_plots, logger=None if args.quiet else print)
+                                 plot=not args.no_plots, logger=None if args.quiet else print,
+                                 **extra)
         return 0
     if args.target == "design":
         from dgsgld.experiments.design import design_experiment

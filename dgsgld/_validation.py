@@ -468,9 +468,11 @@ def check_samples(samples, *, name: str, min_ndim: int, layout: str) -> None:
 # -- checks inside the computation, for values traced under a user's ``jit`` ------------------
 
 
-def mixing_error_if(target, stack, *, tol: float = MIXING_TOL, name: str = "mixing"):
+def mixing_error_if(target, stack, *, tol: float = MIXING_TOL, name: str = "mixing",
+                    sums: str = "both"):
     """``target`` with :func:`check_mixing`'s checks on a traced ``(P, N, N)`` ``stack`` attached
     by ``equinox.error_if``: they run inside the computation and raise when it executes.
+    ``sums`` as :func:`check_mixing` (``"columns"``: a directed network, no symmetry).
 
     Under a user's ``jit`` the host cannot read the stack; attaching the checks to a value the
     run needs (e.g. the initial positions) keeps them from being skipped or optimized away.
@@ -480,15 +482,16 @@ def mixing_error_if(target, stack, *, tol: float = MIXING_TOL, name: str = "mixi
 
     w = jnp.asarray(stack)
     limit = jnp.asarray(tol, w.dtype)
-    checks = (
-        (~jnp.all(jnp.isfinite(w)), "not finite"),
-        (jnp.max(jnp.abs(w - jnp.swapaxes(w, 1, 2))) > limit, "not symmetric"),
-        (jnp.min(w) < -limit, "not nonnegative"),
-        (jnp.max(jnp.abs(jnp.sum(w, axis=2) - 1)) > limit,
-         "not doubly stochastic (a row sum is not 1)"),
-        (jnp.max(jnp.abs(jnp.sum(w, axis=1) - 1)) > limit,
-         "not doubly stochastic (a column sum is not 1)"),
-    )
+    if sums not in STOCHASTIC_AXES:
+        raise ValueError(f"`sums` must be one of {tuple(STOCHASTIC_AXES)}; got {sums!r}.")
+    prop = "doubly stochastic" if sums == "both" else f"{sums[:-1]} stochastic"
+    checks = [(~jnp.all(jnp.isfinite(w)), "not finite")]
+    if sums == "both":
+        checks.append((jnp.max(jnp.abs(w - jnp.swapaxes(w, 1, 2))) > limit, "not symmetric"))
+    checks.append((jnp.min(w) < -limit, "not nonnegative"))
+    checks += [(jnp.max(jnp.abs(jnp.sum(w, axis=axis) - 1)) > limit,
+                f"not {prop} (a {'row' if axis == 2 else 'column'} sum is not 1)")
+               for axis in STOCHASTIC_AXES[sums]]
     for bad, what in checks:
         target = eqx.error_if(
             target, bad, f"`{name}` (traced under jit, checked inside the computation) is {what} "

@@ -769,30 +769,6 @@ class Channel(eqx.Module):
                 "one partner)."
             )
 
-    def needs_whole_network(self, directed: bool = False) -> bool:
-        """Whether a step needs the whole network's messages, not only a device's neighbours'
-        (placement ``Agents``; ``directed``: a column-stochastic network, push-sum).
-
-        Public copies (error feedback, an event trigger) do not: over a neighbour exchange
-        every agent keeps copies of the public copies ``x̂_j`` of the agents it ever listens
-        to (:attr:`copy_slots`, :attr:`ChannelState.copies`), and each update of ``x̂_j``
-        travels compressed to every device that keeps one. Dropped links, inactive agents
-        (``per_link``, ``activity``, a clock's deadline) and gossip do on a directed network,
-        whose dropped weight stays in the sender's column, held by other devices.
-
-        Otherwise a sparse schedule's neighbour exchange carries the compressed payloads
-        (:meth:`Compressor.payload`). Dropped links, inactive agents and gossip rounds of an
-        undirected network are drawn for all ``N`` agents by every device, which rewrites
-        its rows (:meth:`~dgsgld.networks.rows.HaloRows.without`,
-        :meth:`~dgsgld.networks.rows.HaloRows.gossip`, the latter from the snapshot's links
-        kept whole on every device); the exchange still carries every row of the snapshot's
-        support (static shapes: an inactive agent's, a dropped link's or an unpicked
-        neighbour's payload travels and is weighted 0), while the bytes counted
-        (:func:`messages_sent`) are the single-device run's."""
-        cuts = (self.activity != 1.0 or self.per_link
-                or (self.clock is not None and self.clock.deadline is not None))
-        return directed and (cuts or self.gossip is not None)
-
     @property
     def has_public_copies(self) -> bool:
         """Whether some message keeps public copies ``x̂_j`` that every listener of ``j``
@@ -1137,13 +1113,13 @@ def drop_links(matrix, up: Array, keep: str = "rows"):
     ``keep="columns"``: to the sender's, ``C'[j, j] = C[j, j] + Σ_{i: ¬up[i, j]} C[i, j]``
     (what is not delivered stays where it was), so column sums are kept and a column-stochastic
     ``C`` stays column stochastic. The two agree when ``W`` and ``up`` are symmetric.
-    ``matrix`` may be a device's rows of a neighbour exchange (``HaloRows``, ``keep="rows"``),
-    rewritten alike (:func:`~dgsgld.networks.rows.cut_links`)."""
+    ``matrix`` may be a device's rows of a neighbour exchange (``HaloRows``), rewritten alike
+    (:meth:`~dgsgld.networks.rows.HaloRows.without`)."""
     return _cut(matrix, lambda i, j: up[i, j], None, keep)
 
 
 def _without_inactive(matrix, active: Array, keep: str = "rows"):
-    """``matrix`` (dense, or a device's ``HaloRows`` with ``keep="rows"``) with every link of
+    """``matrix`` (dense, or a device's ``HaloRows``) with every link of
     an inactive agent dropped (:func:`drop_links`) and an inactive agent's row and column
     exactly ``e_i``: it neither mixes nor sends, and with ``keep="columns"`` nothing is pushed
     to it (its state is held, so a mass it received would be lost)."""
@@ -1153,16 +1129,17 @@ def _without_inactive(matrix, active: Array, keep: str = "rows"):
 def _cut(matrix, link_up, held, keep: str):
     """The links ``j → i`` of ``matrix`` where ``link_up(i, j)`` is False dropped and the
     agents of ``held`` (``(N,)`` bool or ``None``) made ``e_i`` by
-    :func:`~dgsgld.networks.rows.cut_links`: on a ``HaloRows`` the device's rows, on a dense
-    ``(N, N)`` its rows (``keep="rows"``) or, transposed, its columns (``"columns"``)."""
+    :func:`~dgsgld.networks.rows.cut_links`: on a dense ``(N, N)`` its rows (``keep="rows"``)
+    or, transposed, its columns (``"columns"``); on a ``HaloRows`` the device's rows, by
+    :meth:`~dgsgld.networks.rows.HaloRows.without` (with ``"columns"`` a held sender's links
+    are dropped, as a held column is ``e_j`` on a dense matrix)."""
     if keep not in ("rows", "columns"):
         raise ValueError(f"`keep` must be 'rows' or 'columns'; got {keep!r}.")
     if isinstance(matrix, rows.HaloRows):
-        if keep != "rows":
-            raise ValueError("a device's rows of a neighbour exchange (HaloRows) cannot keep "
-                             "dropped weight in the senders' columns (keep='columns'); split "
-                             "the network with split_rows(..., exchange=False).")
-        return matrix.without(link_up, None if held is None else _local(matrix, held))
+        if keep == "columns" and held is not None:      # a held sender gives nothing out
+            def link_up(i, j, up=link_up):
+                return up(i, j) & ~held[j]
+        return matrix.without(link_up, None if held is None else _local(matrix, held), keep)
     # keep="columns": the rows of the transpose, entry (j, i) the link j → i.
     dense = matrix if keep == "rows" else matrix.T
     agents = jnp.arange(dense.shape[0])
@@ -1406,10 +1383,6 @@ def _send(channel: "Channel", key: PRNGKey, states, name: str, matrix, message: 
     otherwise the message, its channel state and the weight are gathered over the devices,
     sent over the whole snapshot as on one device and the device's rows kept. Either way the
     draws, mixed values and counts are the unsharded run's."""
-    if isinstance(matrix, rows.HaloRows) and channel.needs_whole_network(directed):
-        raise ValueError("`channel` needs the whole network (Channel.needs_whole_network), "
-                         "which a neighbour exchange does not give a device; split the "
-                         "network with split_rows(..., exchange=False).")
     if rows.is_rows(matrix) and not isinstance(matrix, rows.HaloRows):
         full = rows.whole(matrix)
         message, state, weight = rows.gather(matrix, (message, states[name], weight))

@@ -47,7 +47,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from ._types import Array, PRNGKey, PyTree
 from ._validation import is_concrete_tree
-from .networks.directed import COLUMN_STOCHASTIC
+from .networks.directed import is_directed_network
 from .networks.rows import copy_slots, rows_at, split_rows, symmetric_links
 from .networks.sparse import SparseSchedule
 from .potential import Potential
@@ -246,12 +246,13 @@ class Agents:
     (the state is gathered at kept iterations only); ``on_divergence="stop"`` adds one
     reduction per kept iteration. The mesh may span processes (:mod:`dgsgld.distributed`).
     A communication channel makes the single-device draws and counts: over a sparse schedule's
-    neighbour exchange its compressed payloads travel (inactive agents and dropped links
-    rewrite each device's rows, as do gossip rounds, drawn from the schedule's links that
-    every device holds when they are symmetric; public copies are kept per agent for the
-    agents it listens to, ``Channel.copy_slots``), and one that needs the whole network
-    (``Channel.needs_whole_network``; and any over a dense stack) gathers its message and
-    state and mixes over the whole snapshot on every device, keeping the device's rows.
+    neighbour exchange (a directed one's too) its compressed payloads travel (inactive agents
+    and dropped links rewrite each device's rows, as do gossip rounds, drawn from the
+    schedule's links that every device holds; public copies are kept per agent for the
+    agents it listens to, ``Channel.copy_slots``). Over a dense stack or a schedule generated
+    on the fly, and for gossip on an undirected schedule whose links are not symmetric (a
+    partner's row might not be received), it gathers its message and state and mixes over
+    the whole snapshot on every device, keeping the device's rows.
 
     Attributes:
         mesh: a mesh (default :func:`agent_mesh` over all devices); ``N`` must be a multiple of
@@ -268,9 +269,7 @@ class Agents:
         keeps, per agent, copies of the public copies of the agents it ever listens to
         (``Channel.copy_slots``, :func:`~dgsgld.networks.rows.copy_slots`)."""
         channel = getattr(algorithm, "channel", None)
-        directed = getattr(algorithm, "network_kind", None) == COLUMN_STOCHASTIC
         if (channel is None or not channel.has_public_copies or channel.copy_slots
-                or channel.needs_whole_network(directed)
                 or not isinstance(stack, SparseSchedule) or not is_concrete_tree(stack)):
             return algorithm
         channel = dataclasses.replace(channel, copy_slots=copy_slots(stack))
@@ -291,15 +290,13 @@ class Agents:
         if n % devices:
             raise ValueError(f"the number of agents ({n}) must be a multiple of the number of "
                              f"devices on mesh axis {axis!r} ({devices}).")
-        # A channel that needs the whole network (Channel.needs_whole_network) mixes over the
-        # whole snapshot: a sparse schedule then stays whole on every device.
         channel = getattr(algorithm, "channel", None)
-        directed = getattr(algorithm, "network_kind", None) == COLUMN_STOCHASTIC
         copies = channel is not None and channel.copy_slots > 0       # set by configure
-        exchange = channel is None or not channel.needs_whole_network(directed)
-        gossip = exchange and channel is not None and channel.gossip is not None
-        if gossip and isinstance(prep.stack, SparseSchedule) and is_concrete_tree(prep.stack):
-            # A gossip partner's row must be among those received: symmetric links.
+        gossip, exchange = channel is not None and channel.gossip is not None, True
+        if (gossip and isinstance(prep.stack, SparseSchedule) and is_concrete_tree(prep.stack)
+                and not is_directed_network(prep.stack)):
+            # A gossip partner's row must be among those received: on an undirected
+            # schedule, symmetric links (otherwise the snapshot stays whole on every device).
             exchange = gossip = symmetric_links(prep.stack)
         stack = split_rows(prep.stack, devices, copies=copies, exchange=exchange,
                            support=gossip)

@@ -30,8 +30,9 @@ def parse(argv=None):
     p.add_argument("--coordinator", default=None, help="HOST:PORT of process 0")
     p.add_argument("--placement", choices=("chains", "agents"), default="chains")
     p.add_argument("--out", required=True, help=".npz written by process 0")
-    p.add_argument("--network", choices=("barbell", "ring"), default="barbell",
-                   help="the paper's time-varying barbell, or a ring (circulant)")
+    p.add_argument("--network", choices=("barbell", "ring", "directed_ring"), default="barbell",
+                   help="the paper's time-varying barbell, a ring (circulant), or a one-way "
+                   "ring (agent i sends to i + 1 only), run by Push-DIGing-SGLD")
     p.add_argument("--mixing", choices=("dense", "sparse"), default="dense",
                    help="sparse: dgsgld.networks.sparse snapshots; the agents placement then "
                    "exchanges only the rows neighbours need (ppermute) instead of all-gathering "
@@ -114,16 +115,22 @@ def setup(args):
     seeds = derive_seeds(args.seed)
     problem = linear_regression_problem(seeds["data"], num_samples=config.num_samples,
                                         num_agents=config.num_agents)
+    make = dgsgld.DIGingSGLD
     if args.network == "ring":
         mixing = dgsgld.networks.ring(args.agents).matrices
+    elif args.network == "directed_ring":    # column stochastic: 1/2 kept, 1/2 sent on
+        import networkx as nx
+
+        mixing = dgsgld.networks.from_digraph(nx.cycle_graph(args.agents, nx.DiGraph))
+        make = dgsgld.PushDIGingSGLD
     else:
         mixing = make_network(config, seeds["network"]).matrices
     if args.mixing == "sparse":
-        # circulant for the ring, else neighbour lists
+        # circulant for the rings (a directed one stays directed), else neighbour lists
         mixing = dgsgld.networks.sparse.from_dense(mixing)
     init = _initial_positions(seeds["init"], config, problem.dim)[0]
     return problem, mixing, init, jax.random.key(seeds["sampling"]), \
-        dgsgld.DIGingSGLD(args.step_size, channel=channel(args))
+        make(args.step_size, channel=channel(args))
 
 
 def spread(states):

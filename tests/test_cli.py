@@ -67,6 +67,15 @@ def test_methods_only_options_are_refused_elsewhere(tmp_path, capsys):
     assert not (tmp_path / "out" / "sweep_fig2a.json").exists()
 
 
+def test_consensus_is_refused_outside_the_communication_experiment(tmp_path, capsys):
+    assert main(["reproduce", "fig2a", "--out", str(tmp_path / "a"), "--consensus", "0.1"]) == 2
+    assert "--consensus applies to the communication experiment" in capsys.readouterr().err
+    assert main(["reproduce", "communication", "--out", str(tmp_path / "b"), "--small",
+                 "--consensus", "2"]) == 2
+    assert "`consensus` must be a number in (0, 1]; got 2.0" in capsys.readouterr().err
+    assert not list((tmp_path / "a").iterdir()) and not list((tmp_path / "b").iterdir())
+
+
 def test_unknown_config_key_is_an_error_naming_it(tmp_path, capsys):
     cfg = tmp_path / "bad.toml"
     cfg.write_text("[fig2a]\nnum_stepz = 10\n")

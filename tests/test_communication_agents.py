@@ -2,7 +2,8 @@
 the single-device run with the same key (every per-agent draw is made for all ``N`` agents
 and sliced), so positions agree to float32 rounding and the message counts exactly; over a
 sparse schedule's neighbour exchange the compressed payloads travel, of the accounted size,
-and stragglers, dropped links and gossip rounds rewrite each device's rows without gathering.
+and stragglers, dropped links and gossip rounds rewrite each device's rows without gathering
+(on a directed network too, where a dropped weight stays in its sender's column).
 
 Four CPU devices exist only when XLA is told so before JAX starts, hence one subprocess with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` that runs every check and prints JSON.
@@ -33,7 +34,7 @@ import numpy as np
 import pytest
 from _problems import permuted_rings, ring
 
-from dgsgld import communication as C
+from dgsgld import networks
 from dgsgld.networks import rows, sparse
 
 SCRIPT = textwrap.dedent(
@@ -57,6 +58,10 @@ SCRIPT = textwrap.dedent(
     dense = permuted_rings(8, 3)
     directed = networks.directed_one_peer_exponential(8)
     neighbours = sparse.from_dense(dense, format="neighbors")
+    directed_neighbours = sparse.from_dense(networks.directed_barbell(8, period=4, seed=1),
+                                            format="neighbors")
+    directed_failures = networks.one_way_link_failures(np.ones((8, 8)) - np.eye(8), 0.5,
+                                                       period=3, seed=4)
     # The ring with one one-way link of weight 1e-6 (symmetric within the checks' tolerance).
     one_way = np.asarray(ring(8), np.float64)
     one_way[0, 4], one_way[0, 0] = 1e-6, one_way[0, 0] - 1e-6
@@ -74,14 +79,19 @@ SCRIPT = textwrap.dedent(
         cells["diging_topk_ef_every_activity_clock"] = (
             dgsgld.DIGingSGLD(0.05), dense,
             C.Channel(C.top_k(0.5), error_feedback=True, every=2, activity=0.6, clock=clock))
-        # The neighbour exchange carries the payloads (Channel.needs_whole_network is False),
-        # stragglers and dropped links rewriting each device's rows.
+        # The neighbour exchange carries the payloads, stragglers and dropped links
+        # rewriting each device's rows.
         cells["diging_exchange_topk_every_activity_clock_per_link"] = (
             dgsgld.DIGingSGLD(0.05), neighbours, exchanged)
     # Gossip rounds drawn for all agents by every device, over the exchange.
     cells["diging_exchange_gossip_matching_activity"] = (
         dgsgld.DIGingSGLD(0.05), neighbours,
         C.Channel(C.top_k(0.5), gossip="matching", activity=0.7))
+    # A directed network's sparse snapshots: push-sum over the exchange of in-neighbours,
+    # a straggler's dropped weight kept in its sender's column (HaloRows.sent).
+    cells["push_diging_exchange_directed_topk_ef_activity"] = (
+        dgsgld.PushDIGingSGLD(0.05), directed_neighbours,
+        C.Channel(C.top_k(0.5), error_feedback=True, consensus=0.5, activity=0.7))
     # Public copies over the exchange of the period's union (copies kept per agent).
     cells["diging_exchange_randk_ef_trigger_activity"] = (
         dgsgld.DIGingSGLD(0.05), neighbours,
@@ -157,6 +167,24 @@ SCRIPT = textwrap.dedent(
             "diging_gossip_one_way_links": (
                 dgsgld.DIGingSGLD(0.05), sparse.from_dense(one_way, format="neighbors"),
                 C.Channel(C.sign(), gossip="matching")),
+            "push_sum_exchange_directed_edges_quantize_every_trigger": (
+                dgsgld.PushSumSGLD(0.05), sparse.from_dense(directed, format="edges"),
+                C.Channel(C.quantize(4), every=2, threshold=0.02)),
+            "push_sum_exchange_directed_circulant_sign_ef_round": (
+                dgsgld.PushSumSGLD(0.05), sparse.from_dense(directed),
+                C.Channel(C.sign(), error_feedback=True, probability=0.8)),
+            # Directed: one-way drops with a deadline, and gossip pushes composed with
+            # stragglers, over the exchange.
+            "push_diging_exchange_directed_edges_per_link_deadline": (
+                dgsgld.PushDIGingSGLD(0.05), sparse.from_dense(directed_failures, format="edges"),
+                C.Channel(C.random_k(0.5), probability=0.7, per_link=True,
+                          clock=C.Clock((1.0,) * 7 + (3.0,), deadline=2.0))),
+            "push_sum_exchange_directed_gossip_edge_activity": (
+                dgsgld.PushSumSGLD(0.05), directed_neighbours,
+                C.Channel(C.quantize(4), gossip="edge", activity=0.7)),
+            "push_diging_exchange_directed_gossip_matching_per_link": (
+                dgsgld.PushDIGingSGLD(0.05), sparse.from_dense(directed_failures),
+                C.Channel(gossip="matching", probability=0.7, per_link=True)),
             "diging_on_the_fly_topk_ef": (
                 dgsgld.DIGingSGLD(0.05),
                 networks.onthefly.one_peer_exponential_on_the_fly(8, format="neighbors"),
@@ -415,25 +443,6 @@ def test_channels_under_agent_placement_make_the_single_device_draws():
     _check_send(result)
 
 
-def test_which_channels_need_the_whole_network():
-    # Over a neighbour exchange a device knows its neighbours' rows only. Public copies travel
-    # over the exchange of the period's union. Inactive agents, dropped links and gossip need
-    # the whole network on a directed network only (a dropped weight stays in the sender's
-    # column): on an undirected one every device draws them for all agents.
-    local = [C.Channel(), C.Channel(C.top_k(0.1), every=3, probability=0.5),
-             C.Channel(C.random_k(0.2), clock=C.Clock(1.0, jitter=1.0, latency=0.1)),
-             C.Channel(C.top_k(0.1), error_feedback=True), C.Channel(threshold=0.1)]
-    cuts = [C.Channel(activity=0.5), C.Channel(activity=[[1, 0]]),
-            C.Channel(C.top_k(0.1), probability=0.5, per_link=True),
-            C.Channel(clock=C.Clock(1.0, deadline=2.0)),
-            C.Channel(gossip="edge"), C.Channel(activity=0.5, gossip="matching"),
-            C.Channel(gossip="matching", probability=0.5),
-            C.Channel(gossip="matching", probability=0.5, per_link=True)]
-    assert not any(c.needs_whole_network() or c.needs_whole_network(True) for c in local)
-    assert not any(c.needs_whole_network() for c in cuts)
-    assert all(c.needs_whole_network(True) for c in cuts)
-
-
 def test_gossip_exchange_plan_keeps_symmetric_links_whole():
     # exchange_plan(support=True) keeps each snapshot's links (agents j != i with
     # W[i, j] != 0, padding i) for every device, and refuses one-way links, naming them.
@@ -454,6 +463,18 @@ def test_gossip_exchange_plan_keeps_symmetric_links_whole():
     assert rows.symmetric_links(sparse.from_dense(dense)) and not rows.symmetric_links(schedule)
     with pytest.raises(ValueError, match="symmetric links"):
         rows.exchange_plan(schedule, 4, support=True)
+    # A directed schedule's one-way links are kept: an agent pushes to an out-neighbour, whose
+    # rows include it. Each agent's out-links carry the weights it gives out (HaloRows.sent).
+    directed = sparse.from_dense(networks.directed_barbell(8, period=4, seed=1))
+    plan = rows.exchange_plan(directed, 4, support=True)
+    dense = np.asarray(directed.todense())
+    for snapshot, listeners, sent in zip(dense, np.asarray(plan.listeners),
+                                         np.asarray(plan.sent)):
+        for j in range(8):
+            out = np.flatnonzero((snapshot[:, j] != 0) & (np.arange(8) != j))
+            np.testing.assert_array_equal(listeners[j][listeners[j] >= 0], out)
+            np.testing.assert_array_equal(sent[j][listeners[j] >= 0], snapshot[out, j])
+            assert not sent[j][listeners[j] < 0].any()
 
 
 @pytest.mark.slow  # fast twin: test_channels_under_agent_placement_make_the_single_device_draws

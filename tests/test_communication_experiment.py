@@ -154,10 +154,32 @@ def test_experiment_refuses_unknown_problems_and_channel_labels(tmp_path, monkey
         experiment.communication_experiment(tmp_path, small=True, only=("top_k(1/4)",))
     with pytest.raises(ValueError, match="`only` must be a collection"):
         experiment.communication_experiment(tmp_path, small=True, only="exact")
+    with pytest.raises(ValueError, match=r"`consensus` must be a number in \(0, 1\]"):
+        experiment.communication_experiment(tmp_path, small=True, consensus=0.0)
     monkeypatch.setitem(sys.modules, "sklearn.datasets", None)     # as if not installed
     with pytest.raises(ValueError, match=r"pip install 'dgsgld\[examples\]'"):
         experiment.communication_experiment(tmp_path, small=True, problems=("linear", "digits"))
     assert not list(tmp_path.iterdir())
+
+
+def test_rows_with_another_consensus_step_get_their_own_table_lines():
+    """An error-feedback row records its CHOCO step γ; rows of the default γ (or written
+    before γ was recorded) read "yes", others "yes, γ = ..." on lines of their own, both
+    methods' cells on one line."""
+    def row(method, ef, gamma="absent", value=0.1):
+        r = {"problem": "digits BNN, dirichlet(0.5)", "method": method,
+             "channel": "quantize(4)", "error_feedback": ef, "bytes_per_agent_step": 10.0,
+             "seconds_per_step": 1.0, "metric": "nll", "value": value, "se": 0.01,
+             "accuracy": 0.9, "accuracy_se": 0.01}
+        return r if gamma == "absent" else r | {"consensus": gamma}
+
+    rows = [row(m, ef, g, v) for m in experiment.METHODS
+            for ef, g, v in ((False, None, None), (True, "absent", None), (True, 0.05, 0.152))]
+    md = experiment.table(rows)
+    assert md.count("| quantize(4) | no |") == 1 and md.count("| quantize(4) | yes |") == 1
+    line = next(ln for ln in md.splitlines() if "| yes, γ = 0.05 |" in ln)
+    assert line.count("0.152 ± 0.010") == 2 and line.count("diverged") == 0
+    assert experiment.CONSENSUS == 0.3
 
 
 def test_jackknife_of_a_mean_is_the_standard_error_of_the_group_means():
@@ -218,5 +240,7 @@ def test_communication_experiment_small(tmp_path):
                 tau = int(label.partition(", every ")[2] or 1)
                 assert row["seconds_per_step"] == pytest.approx(exact - 0.1 * (1 - 1 / tau),
                                                                 rel=2.5e-4), row
+    assert all(r["consensus"] == (experiment.CONSENSUS if r["error_feedback"] else None)
+               for r in rows)
     assert saved["rows"] == rows and cfg["num_agents"] == 20
     assert (tmp_path / "communication.png").stat().st_size > 0

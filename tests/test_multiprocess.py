@@ -309,11 +309,11 @@ CHANNELS = [("top_k", "fraction", 0.25), ("random_k", "fraction", 0.5),
 ROW_BYTES = {"top_k": 16, "random_k": 12, "quantize": 7}
 
 
-def _channel_across_two_processes(tmp_path, *channel):
-    """``(bytes_sent, reference trace)``: the example on the sparse ring with the ``channel``
-    options, agents across 2 processes, after asserting that its final positions are the
-    single-process run's (:func:`_close`)."""
-    args = ["--mixing", "sparse", "--network", "ring", *channel]
+def _channel_across_two_processes(tmp_path, *channel, network="ring"):
+    """``(bytes_sent, reference trace)``: the example on the sparse ``network`` (the ring)
+    with the ``channel`` options, agents across 2 processes, after asserting that its final
+    positions are the single-process run's (:func:`_close`)."""
+    args = ["--mixing", "sparse", "--network", network, *channel]
     _run(["--placement", "agents", "--out", str(tmp_path / "c.npz"), *args, *SMALL],
          processes=2)
     want = _reference(*args, whole=True)
@@ -383,6 +383,28 @@ def test_gossip_over_the_exchange_across_two_processes_equals_single_process_run
     np.testing.assert_array_equal(sent, reference.bytes_sent(want.state))
     one_partner = 20 * 2 * ROW_BYTES["top_k"]
     assert 0 < sent.mean() < 0.9 * one_partner and sent.max() <= one_partner
+
+
+@pytest.mark.slow  # default run: tests/test_communication_agents.py (push-sum over a directed
+# exchange of 4 devices in one process)
+def test_push_sum_over_a_directed_exchange_across_two_processes_equals_single_process_run(
+        tmp_path):
+    # Push-DIGing-SGLD on the one-way ring (out-degree weights: each agent keeps 1/2 and sends
+    # 1/2 on), converted with sparse.from_dense: each process receives only its upstream
+    # neighbour's row, and stragglers rewrite its rows with the column rule (a dropped weight
+    # stays with its sender). The single-process draws (the tolerance of the sparse runs
+    # above) and counts. An active agent sends its top-k mass (16 B) with the push-sum weight
+    # (4 B) and its tracker (16 B) to its one out-neighbour: at most 20 x 36 B, and less, as
+    # stragglers (activity 0.7) send nothing.
+    from dgsgld import communication as comm
+
+    sent, want = _channel_across_two_processes(
+        tmp_path, "--channel", "top_k", "--fraction", "0.25", "--activity", "0.7",
+        network="directed_ring")
+    reference = comm.Channel(comm.top_k(0.25), activity=0.7)
+    np.testing.assert_array_equal(sent, reference.bytes_sent(want.state))
+    every_step = 20 * (2 * ROW_BYTES["top_k"] + 4)
+    assert 0 < sent.mean() < 0.9 * every_step and sent.max() <= every_step
 
 
 @pytest.mark.slow  # default run: tests/test_communication_agents.py (public copies over the

@@ -7,6 +7,7 @@ chains the sample mean of a coordinate has s.d. ``√(S_aa / C)`` and a sample c
 ``|z| ≤ Φ⁻¹(1 − α/(2m))``, ``α = 1e-3`` family-wise (Bonferroni).
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import networkx as nx
@@ -124,6 +125,75 @@ def test_symmetric_samplers_refuse_directed_networks(key):
             dgsgld.sample(make(0.1), prob.potential, np.asarray(s.matrices), init, key, 2)
     with pytest.raises(ValueError, match="`noise_rule` must be 'mass' or 'uniform'"):
         dgsgld.PushDIGingSGLD(0.1, noise_rule="rows")
+
+
+_DIRECTED = {"barbell": lambda: directed.directed_barbell(8, period=4, seed=1, dtype=jnp.float64),
+             "one_peer": lambda: directed.directed_one_peer_exponential(8, dtype=jnp.float64)}
+
+
+@pytest.mark.parametrize("network, fmt", [
+    ("barbell", "neighbors"),
+    *[pytest.param(n, f, marks=pytest.mark.slow)
+      for n, f in [("barbell", "edges"), ("one_peer", "auto"), ("one_peer", "edges")]]])
+def test_sparse_directed_networks_run_push_sum_as_their_dense_stack(network, fmt, key):
+    # from_dense of a DirectedSchedule keeps every weight (W[i, j]: j → i) and its kind; the
+    # push-sum samplers then make the dense run's draws: positions agree to float64 rounding
+    # of a product's summation order (a few ulps of |x| ≈ 3 per step over 10 steps, bound
+    # 1e-12), where one differing draw would move them by √(2η) ≈ 0.3.
+    with jax.enable_x64(True):
+        prob = linear_regression(num_agents=8, local_size=3, dim=2, dtype=np.float64)
+        init = jnp.asarray(np.random.default_rng(1).normal(size=(3, 8, 2)))
+        channel = dgsgld.communication.Channel(dgsgld.communication.top_k(0.5),
+                                               error_feedback=True, consensus=0.5)
+        dense = _DIRECTED[network]()
+        s = nets.sparse.from_dense(dense, format=fmt)
+        assert s.network_kind == directed.COLUMN_STOCHASTIC and directed.is_directed_network(s)
+        np.testing.assert_array_equal(np.asarray(s.todense()), np.asarray(dense.matrices))
+        for make, ch in ((dgsgld.PushDIGingSGLD, None), (dgsgld.PushSumSGLD, channel),
+                         (dgsgld.PushDIGingSGLD, channel)):
+            ref = dgsgld.sample(make(0.05), prob.potential, dense, init, key, 10, channel=ch)
+            got = dgsgld.sample(make(0.05), prob.potential, s, init, key, 10, channel=ch)
+            assert float(jnp.abs(ref.positions).max()) > 0.5
+            np.testing.assert_allclose(got.positions, ref.positions, rtol=0, atol=1e-12)
+            if ch is not None:
+                np.testing.assert_array_equal(ch.bytes_sent(got.state), ch.bytes_sent(ref.state))
+        with pytest.raises(ValueError, match=r"directed \(column-stochastic\) network, but "
+                                             r"DIGingSGLD needs symmetric"):
+            dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, s, init, key, 2)
+
+
+@pytest.mark.reliability
+def test_sparse_directed_networks_are_checked_as_directed(key):
+    # Column sums, not symmetry; strong connectivity from the stored entries; the same
+    # checks inside the computation when the snapshots are traced. sparse.auto keeps the kind.
+    prob = linear_regression(num_agents=4, local_size=2, dim=2)
+    init = jnp.zeros((2, 4, 2))
+    ring = directed.out_degree_weights(nx.DiGraph([(0, 1), (1, 2), (2, 3), (3, 0)]))
+    s = nets.sparse.from_dense(nets.DirectedSchedule(ring), format="neighbors")
+    snap = s.snapshots
+    with pytest.raises(ValueError, match=r"`mixing`\[0\] is not column stochastic: column 0 "
+                                         r"\(what agent 0 sends out\) sums to 0.75"):
+        nets.sparse.NeighborMixing(snap.neighbors, snap.weights.at[:, 1].multiply(0.5),
+                                   snap.diagonal, network_kind=directed.COLUMN_STOCHASTIC)
+    with pytest.raises(ValueError, match="`network_kind` must be None or 'column_stochastic'"):
+        nets.sparse.NeighborMixing(snap.neighbors, snap.weights, snap.diagonal,
+                                   network_kind="rows")
+    with pytest.raises(ValueError, match="is not symmetric"):     # a directed one, undeclared
+        nets.sparse.NeighborMixing(snap.neighbors, snap.weights, snap.diagonal)
+    adj = np.zeros((4, 4), bool)
+    adj[1, 0] = adj[0, 1] = adj[2, 3] = adj[3, 2] = adj[2, 0] = True  # 0 → 2 only
+    weak = nets.sparse.from_dense(nets.from_digraph(adj), format="edges")
+    with pytest.raises(ValueError, match=r"not jointly strongly connected: .* agents \{0, 1\} \| "
+                                         r"\{2, 3\} \(it is connected as an undirected graph"):
+        dgsgld.sample(dgsgld.PushSumSGLD(0.1), prob.potential, weak, init, key, 2)
+    run = jax.jit(lambda net: dgsgld.sample(dgsgld.PushSumSGLD(0.1), prob.potential, net,
+                                            init, key, 2).positions)
+    assert np.all(np.isfinite(np.asarray(run(s))))               # columns, not symmetry
+    bad = eqx.tree_at(lambda t: t.snapshots.diagonal, s, s.snapshots.diagonal * 0.5)
+    with pytest.raises(Exception, match="not column stochastic"):
+        jax.block_until_ready(run(bad))
+    large = nets.sparse.auto(directed.directed_one_peer_exponential(512))
+    assert large.network_kind == directed.COLUMN_STOCHASTIC
 
 
 # -------------------------------------------------------------------- samplers

@@ -260,3 +260,54 @@ def test_one_way_drops_keep_push_diging_stationary_mean(key):
     se = x.std(0, ddof=1) / np.sqrt(chains)
     assert (np.abs(x.mean(0) - problem.mean) <= 5 * se).all(), (x.mean(0), problem.mean, se)
     np.testing.assert_allclose(np.asarray(trace.state.weight).sum((1, 2)), N, rtol=1e-5)
+
+
+def test_a_directed_snapshots_exchange_rows_are_rewritten_as_its_dense_matrix(key):
+    # Over a neighbour exchange a device rewrites its rows of a directed snapshot from draws
+    # made for all agents: dropped one-way links and stragglers keep each dropped weight in
+    # its sender's column (from the weights each agent gives out, HaloRows.sent), gossip
+    # pushes half to the partner, and their compositions (gossip, then stragglers) give the
+    # dense rule's matrix. One device on a mesh of one holds all rows, so the used matrix is
+    # compared whole: equal up to float32 rounding of a diagonal summed over an agent's L
+    # out-links instead of its N entries (weights ≤ 1, a few ulps: bound 1e-6), while one
+    # differing draw moves an entry by a weight ≥ 1/9. The out-degrees (bytes) are equal.
+    from jax.sharding import PartitionSpec as P
+
+    from dgsgld.networks import rows, sparse
+
+    n = 8
+    schedule = sparse.from_dense(
+        nets.one_way_link_failures(np.ones((n, n)) - np.eye(n), 0.5, period=3, seed=4),
+        format="edges")
+    plan = rows.exchange_plan(schedule, 1, support=True)
+    mesh = jax.make_mesh((1,), ("agents",))
+    channels = [C.Channel(activity=0.6), C.Channel(probability=0.6, per_link=True),
+                C.Channel(gossip="matching"), C.Channel(gossip="edge", activity=0.6),
+                C.Channel(probability=0.7, per_link=True, activity=0.6),
+                C.Channel(gossip="matching", probability=0.7, per_link=True),
+                C.Channel(clock=C.Clock((1.0,) * 7 + (3.0,), deadline=2.0))]
+
+    def used(channel, halo, step_key, k):
+        active = C.active_agents(channel, step_key, k, n)
+        _, matrix, degrees = channel.plan(jax.random.fold_in(step_key, 1), halo, k, active,
+                                          directed=True)
+        if isinstance(matrix, rows.HaloRows):
+            own, agents = matrix.agents()
+            matrix = (jnp.zeros((n, n), matrix.weights.dtype)
+                      .at[own[:, None], agents].add(matrix.weights) + jnp.diag(matrix.diagonal))
+        return matrix, degrees
+
+    for channel in channels:
+        @jax.jit
+        def both(step_key, k, c=channel):
+            halo = jax.shard_map(lambda pl: used(c, pl.rows(k, "agents", 1), step_key, k),
+                                 mesh=mesh, in_specs=(jax.tree.map(lambda _: P(), plan),),
+                                 out_specs=(P("agents"), P("agents")))(plan)
+            return halo, used(c, schedule.matrix_at(k).todense(), step_key, k)
+
+        for k in range(12):
+            halo, dense = both(jax.random.fold_in(key, k), jnp.int32(k))
+            np.testing.assert_allclose(halo[0], dense[0], rtol=0, atol=1e-6,
+                                       err_msg=f"{channel} at {k}")
+            np.testing.assert_array_equal(halo[1], dense[1])
+            np.testing.assert_allclose(np.asarray(halo[0]).sum(0), 1.0, atol=1e-6)

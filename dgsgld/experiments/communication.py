@@ -24,8 +24,9 @@ compression ratios are fractions of ``d``, so the same compressors serve every p
 
 DIGing-SGLD against DE-SGLD, each with exact float32 messages; exact messages every
 ``τ`` ∈ {2, 5, 10} steps (local steps between); every compressor of
-:mod:`dgsgld.communication` without and with CHOCO error feedback (``consensus`` γ fixed, not
-tuned); event triggers (an agent sends when its message moved more than ``δ`` from the copy its
+:mod:`dgsgld.communication` without and with CHOCO error feedback (CHOCO's step γ
+:data:`CONSENSUS` for every compressor unless ``consensus`` sets another, not tuned to
+each); event triggers (an agent sends when its message moved more than ``δ`` from the copy its
 neighbours hold; ``δ`` one and three times the norm of a step's Langevin noise,
 :func:`channels`); stragglers (each agent active at a step with probability ``q``); randomized
 gossip (a random matching, or one random link, carries each round); and a deadline of
@@ -136,10 +137,14 @@ def channels(small: bool, consensus: float, noise: float = 1.0) -> list[tuple[st
             for label, channel in out]
 
 
-def _config(small: bool, seed: int, problems) -> dict:
+#: CHOCO's consensus step γ of every error-feedback row unless ``consensus`` says otherwise.
+CONSENSUS = 0.3
+
+
+def _config(small: bool, seed: int, problems, consensus: float) -> dict:
     return {"num_agents": 20, "degree": 4, "num_chains": 64 if small else 200,
             "num_steps": 4000 if small else 8000, "step_size": 0.001,
-            "logistic_step_size": 0.002, "consensus": 0.3, "groups": GROUPS,
+            "logistic_step_size": 0.002, "consensus": consensus, "groups": GROUPS,
             "splits": ["iid"] if small else ["iid", "sorted"], "seed": seed,
             "problems": list(problems), "digits": dict(DIGITS_SMALL if small else DIGITS)}
 
@@ -249,7 +254,8 @@ def _predictive_score(task: digits.Task, final, groups: int) -> dict:
 
 def communication_experiment(out: str | Path, *, small: bool = False, seed: int = 0,
                              plot: bool = True, logger: Callable | None = print,
-                             problems=PROBLEMS, only: Collection[str] | None = None) -> list[dict]:
+                             problems=PROBLEMS, only: Collection[str] | None = None,
+                             consensus: float = CONSENSUS) -> list[dict]:
     """Run every row, write ``communication.json`` (after every row: ``config["complete"]``
     is False until the last), ``communication.md`` and (``plot``) ``communication.png`` into
     ``out``, and return the rows (dicts: problem, method,
@@ -258,20 +264,22 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
     (``None`` where a chain diverged), diverged; the digits BNN's rows also hold accuracy
     and accuracy_se). ``problems``: any of :data:`PROBLEMS`; ``only``: the channel labels to run
     (as in the tables, e.g. ``"exact"``, ``"top_k(1/3)"`` with and without error feedback;
-    ``None``: all)."""
+    ``None``: all); ``consensus``: CHOCO's step γ ∈ (0, 1] of the error-feedback rows (each
+    such row records it)."""
+    labels = list(dict.fromkeys(label for label, _ in channels(small, consensus, 1.0)))
     unknown = set(problems) - set(PROBLEMS)
     if unknown or not problems:
         raise ValueError(f"`problems` must name some of {PROBLEMS}; got {problems!r}.")
     if "digits" in problems:            # before any row runs, not after the others' minutes
         digits._sklearn("datasets")
     if only is not None:
-        labels = list(dict.fromkeys(label for label, _ in channels(small, 1.0, 1.0)))
         if isinstance(only, str) or not set(only) <= set(labels):
             raise ValueError(f"`only` must be a collection of channel labels among {labels}; "
                              f"got {only!r}.")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = _config(small, seed, problems) | {"only": None if only is None else list(only)}
+    cfg = (_config(small, seed, problems, float(consensus))
+           | {"only": None if only is None else list(only)})
     mixing = nets.random_regular(cfg["num_agents"], cfg["degree"], seed)
     key = jax.random.key(seed)
     rows, start = [], time.perf_counter()
@@ -301,7 +309,8 @@ def communication_experiment(out: str | Path, *, small: bool = False, seed: int 
                        "bytes_per_agent_step": float(sent.mean()) / steps,
                        "seconds": seconds, "seconds_per_step": seconds / steps, "metric": kind,
                        "value": scores[kind][0], "se": scores[kind][1], "diverged": diverged,
-                       "threshold": channel.threshold}
+                       "threshold": channel.threshold,
+                       "consensus": channel.consensus if ef else None}
                 for other in others:
                     row[other], row[f"{other}_se"] = scores[other]
                 rows.append(row)
@@ -356,17 +365,25 @@ def table(rows: list[dict]) -> str:
                                                   for m in kinds])
         lines += [f"**{problem}** ({what} at T; ± jackknife standard error over chains)", "",
                   "| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
-        index = {(r["method"], r["channel"], r["error_feedback"]): r for r in sub}
-        for k in dict.fromkeys((r["channel"], r["error_feedback"]) for r in sub):
+        index = {(r["method"],) + _row_key(r): r for r in sub}
+        for k in dict.fromkeys(_row_key(r) for r in sub):
             first = index.get((next(iter(METHODS)),) + k)
             cells = ["" if first is None else f"{first['seconds_per_step']:.2f}"]
             for m in METHODS:
                 r = index.get((m,) + k)
                 cells += [""] * (1 + len(kinds)) if r is None else (
                     [f"{r['bytes_per_agent_step']:.1f}"] + [_cell(r, kind) for kind in kinds])
-            lines.append(f"| {k[0]} | {'yes' if k[1] else 'no'} | " + " | ".join(cells) + " |")
+            ef = "no" if not k[1] else "yes" if k[2] == CONSENSUS else f"yes, γ = {k[2]:g}"
+            lines.append(f"| {k[0]} | {ef} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _row_key(row: dict) -> tuple:
+    """``(channel, error_feedback, γ)`` of a row: its line in the table (γ ``None`` without
+    error feedback; rows written before γ was recorded ran with :data:`CONSENSUS`)."""
+    ef = row["error_feedback"]
+    return row["channel"], ef, row.get("consensus", CONSENSUS) if ef else None
 
 
 def _cell(row: dict, metric: str) -> str:

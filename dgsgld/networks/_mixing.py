@@ -13,7 +13,17 @@ import numpy as np
 from .. import _validation
 from .._types import Array
 
-__all__ = ["MixingStack", "abstract_matrix", "as_mixing"]
+__all__ = ["COLUMN_STOCHASTIC", "MixingStack", "abstract_matrix", "as_mixing",
+           "is_directed_network"]
+
+#: The ``network_kind`` of column-stochastic (directed) networks and of the samplers that need
+#: them (push-sum); networks without one are symmetric and doubly stochastic.
+COLUMN_STOCHASTIC = "column_stochastic"
+
+
+def is_directed_network(mixing) -> bool:
+    """Whether ``mixing`` is a column-stochastic network (its ``network_kind`` says so)."""
+    return getattr(mixing, "network_kind", None) == COLUMN_STOCHASTIC
 
 
 class MixingStack(eqx.Module):

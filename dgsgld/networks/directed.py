@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._mixing import MixingStack
+from ._mixing import COLUMN_STOCHASTIC, MixingStack, is_directed_network
 from .schedules import _positive_int, _rng
 from .spectral import Delta
 from .validation import DEFAULT_TOL, format_components, validate_schedule
@@ -57,8 +57,6 @@ __all__ = [
     "validate_directed_schedule",
 ]
 
-#: The ``network_kind`` of column-stochastic networks and of the samplers that need them.
-COLUMN_STOCHASTIC = "column_stochastic"
 
 
 # ---------------------------------------------------------------- validation
@@ -78,13 +76,16 @@ def validate_directed_schedule(stack: Any, adjacency: Any = None, *, tol: float 
     validate_schedule(stack, adjacency, tol=tol, name=name, sums="columns")
 
 
-def _strong_components(union: np.ndarray) -> tuple[list[np.ndarray], int]:
+def _strong_components(n: int, rows: np.ndarray, cols: np.ndarray
+                       ) -> tuple[list[np.ndarray], int]:
     """Strongly connected components (sorted agents, ordered by smallest agent) of the directed
-    graph with ``union[i, j]`` = link ``j → i``, and the number of weak components."""
+    graph on ``n`` agents with the links ``cols[e] → rows[e]`` (``W[i, j] ≠ 0``: ``j → i``),
+    and the number of weak components."""
     import scipy.sparse
     from scipy.sparse.csgraph import connected_components
 
-    graph = scipy.sparse.csr_matrix(union.T)  # csgraph: entry (a, b) is the edge a → b
+    # csgraph: entry (a, b) is the edge a → b.
+    graph = scipy.sparse.csr_matrix((np.ones(rows.size, np.int8), (cols, rows)), shape=(n, n))
     weak, _ = connected_components(graph, directed=True, connection="weak")
     count, labels = connected_components(graph, directed=True, connection="strong")
     parts = [np.flatnonzero(labels == c) for c in range(count)]
@@ -99,8 +100,9 @@ def check_strong_connectivity(mixing: Any, window: int | None = None, *,
     of the ``P`` cyclic windows of ``B`` consecutive snapshots must be strongly connected.
 
     Args:
-        mixing: a :class:`DirectedSchedule`, anything with ``.matrices``, or a ``(P, N, N)`` or
-            ``(N, N)`` array (concrete).
+        mixing: a :class:`DirectedSchedule`, anything with ``.matrices``, a ``(P, N, N)`` or
+            ``(N, N)`` array, or a directed :class:`~dgsgld.networks.sparse.SparseSchedule`
+            (its links read from its entries, nothing ``N × N`` formed); concrete.
         window: ``B`` or ``None``.
         name: what to call the schedule in the message.
 
@@ -114,15 +116,23 @@ def check_strong_connectivity(mixing: Any, window: int | None = None, *,
         raise ValueError(
             f"`connectivity_window` must be a positive integer or None; got {window!r}."
         )
-    stack = np.asarray(getattr(mixing, "matrices", mixing))
-    if stack.ndim == 2:
-        stack = stack[None]
-    period = stack.shape[0]
-    nonzero = stack != 0
+    if hasattr(mixing, "snapshots"):        # sparse: its stored entries
+        from .validation import sparse_entries
+
+        period, n, snap, rows, cols, weight, _ = sparse_entries(
+            jax.tree.map(np.asarray, mixing.snapshots), name=name)
+        keep = weight != 0
+        snap, rows, cols = snap[keep], rows[keep], cols[keep]
+    else:
+        stack = np.asarray(getattr(mixing, "matrices", mixing))
+        if stack.ndim == 2:
+            stack = stack[None]
+        period, n = stack.shape[0], stack.shape[-1]
+        snap, rows, cols = np.nonzero(stack)
     span = period if window is None else min(int(window), period)
     for s in ([0] if span == period else range(period)):
-        union = np.any(nonzero[(s + np.arange(span)) % period], axis=0)
-        parts, weak = _strong_components(union)
+        inside = ((snap - s) % period) < span
+        parts, weak = _strong_components(n, rows[inside], cols[inside])
         if len(parts) > 1:
             what = (f"all {period} snapshots of the period" if span == period
                     else f"the {span} snapshots {s}..{(s + span - 1) % period} (cyclic window "
@@ -194,11 +204,6 @@ class DirectedSchedule(eqx.Module):
                else np.asarray(self.matrices[p]) != 0)
         adj = adj & ~np.eye(adj.shape[0], dtype=bool)
         return nx.from_numpy_array(adj.T.astype(np.int8), create_using=nx.DiGraph)
-
-
-def is_directed_network(mixing: Any) -> bool:
-    """Whether ``mixing`` is a column-stochastic network (its ``network_kind`` says so)."""
-    return getattr(mixing, "network_kind", None) == COLUMN_STOCHASTIC
 
 
 def as_directed(mixing: Any, *, name: str = "mixing") -> Any:

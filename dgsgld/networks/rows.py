@@ -17,13 +17,15 @@ Each operand's ``@`` takes the device's ``(R, k)`` rows of ``x`` and returns its
 :func:`split_rows` turns a network into the operand whose agent axis the devices split (on the
 host); :func:`rows_at` gives, inside ``shard_map``, the device's operand of ``W⁽ᵏ⁾``.
 :func:`whole`, :func:`gather` and :func:`own_rows` let a computation that needs the whole
-network (a communication channel's gossip on a directed network) run on every device and
-keep the device's rows. A channel's public copies travel over an exchange of their own
-(``exchange_plan(..., copies=True)``, :attr:`HaloRows.copies`). Dropped links and inactive
-agents need no more than a device's rows: :meth:`HaloRows.without` rewrites them from draws
-every device makes for all ``N`` agents, with :func:`cut_links`, the rule the dense matrices
-use too; a gossip round is drawn the same way from the snapshot's links, which every device
-holds (``exchange_plan(..., support=True)``, :meth:`HaloRows.gossip`).
+network (a communication channel over a dense stack, or over gossip on one-way links of an
+undirected schedule) run on every device and keep the device's rows. A channel's public
+copies travel over an exchange of their own (``exchange_plan(..., copies=True)``,
+:attr:`HaloRows.copies`). Dropped links and inactive agents need no more than a device's
+rows: :meth:`HaloRows.without` rewrites them from draws every device makes for all ``N``
+agents, with :func:`cut_links`, the rule the dense matrices use too (on a directed
+network, the dropped weight kept by its sender from :attr:`HaloRows.sent`); a gossip round
+is drawn the same way from the snapshot's links, which every device holds
+(``exchange_plan(..., support=True)``, :meth:`HaloRows.gossip`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import numpy as np
 from .. import _validation
 from .._types import Array
 from . import sparse
-from ._mixing import MixingStack
+from ._mixing import MixingStack, is_directed_network
 
 __all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "copy_slots", "cut_links",
            "exchange_plan", "gather", "is_rows", "num_agents", "own_rows", "rows_at",
@@ -108,6 +110,9 @@ class HaloRows(eqx.Module):
         listeners: ``(R, L)`` int32, per agent ``j`` of the device its out-neighbours, the
             agents ``i ≠ j`` (of all ``N``) with ``W[i, j] ≠ 0``, padded with ``-1``:
             :attr:`degrees` counts them.
+        sent: ``(R, L)``, the weight ``W[i, j]`` of each of those links (padding 0): what
+            agent ``j`` gives out to each, which stays with ``j`` when the link is dropped on
+            a directed network (:meth:`without` with ``keep="columns"``).
         offsets: device offsets ``o`` (static): send to ``d + o``, receive from ``d - o``.
         num_devices, axis_name: the mesh axis (static).
         ordered: sum the ``K`` terms one after another, as
@@ -131,6 +136,7 @@ class HaloRows(eqx.Module):
     sends: tuple[Array, ...]
     sources: Array
     listeners: Array
+    sent: Array
     offsets: tuple[int, ...] = eqx.field(static=True)
     num_devices: int = eqx.field(static=True)
     axis_name: str = eqx.field(static=True)
@@ -155,23 +161,42 @@ class HaloRows(eqx.Module):
         own = jax.lax.axis_index(self.axis_name) * size + jnp.arange(size, dtype=jnp.int32)
         return own, jnp.concatenate([own, self.sources])[self.neighbors]
 
-    def without(self, link_up, held: Array | None = None) -> "HaloRows":
-        """These rows with the links ``j → i`` where ``link_up(i, j)`` is False dropped and the
-        rows of ``held`` ``(R,)`` bool made ``e_i`` (:func:`cut_links`), and
-        :attr:`listeners` (the out-degrees) and :attr:`support` (the whole snapshot's links)
-        cut alike. ``link_up`` maps broadcastable int32
-        arrays of agents (of all ``N``) to bools; it must hold on ``i = j``. Every device
-        knows the draws of all ``N`` agents, so the rows are rewritten without exchange.
+    def without(self, link_up, held: Array | None = None, keep: str = "rows") -> "HaloRows":
+        """These rows with the links ``j → i`` where ``link_up(i, j)`` is False dropped and
+        the agents of ``held`` ``(R,)`` bool made ``e_i``, and :attr:`listeners` (the
+        out-degrees) and :attr:`support` (the whole snapshot's links) cut alike. ``link_up``
+        maps broadcastable int32 arrays of agents (of all ``N``) to bools; it must hold on
+        ``i = j``. Every device knows the draws of all ``N`` agents, so the rows are
+        rewritten without exchange.
+
+        ``keep="rows"`` (:func:`cut_links`): a dropped weight moves to its row's diagonal (the
+        receiver's), a held row is ``e_i``. ``keep="columns"`` (a directed network): it
+        stays with its sender, ``W'[j, j] = W[j, j] + Σ_{i: dropped j → i} W[i, j]`` from
+        :attr:`sent`, so columns keep their sums; a held agent keeps everything
+        (``W'[j, j] = 1``) and ``link_up`` must be False on its out-links (the
+        single-device rule, ``dgsgld.communication.drop_links``).
 
         The neighbour exchange still carries every row of the snapshot's support (its shapes
         are static): only the weights change, not what :meth:`receive` sends."""
+        if keep not in ("rows", "columns"):
+            raise ValueError(f"`keep` must be 'rows' or 'columns'; got {keep!r}.")
         own, agents = self.agents()
-        weights, diagonal = cut_links(self.weights, self.diagonal,
-                                      link_up(own[:, None], agents), held)
-        listening = (self.listeners >= 0) & link_up(jnp.maximum(self.listeners, 0),
-                                                    own[:, None])
-        out = eqx.tree_at(lambda h: (h.weights, h.diagonal, h.listeners), self,
-                          (weights, diagonal, jnp.where(listening, self.listeners, -1)))
+        linked = self.listeners >= 0
+        listening = linked & link_up(jnp.maximum(self.listeners, 0), own[:, None])
+        zero = jnp.zeros_like(self.sent)
+        if keep == "rows":
+            weights, diagonal = cut_links(self.weights, self.diagonal,
+                                          link_up(own[:, None], agents), held)
+        else:
+            kept = link_up(own[:, None], agents)
+            weights = jnp.where(kept, self.weights, jnp.zeros_like(self.weights))
+            dropped = jnp.where(linked & ~listening, self.sent, zero)
+            diagonal = self.diagonal + jnp.sum(dropped, axis=-1)
+            if held is not None:
+                diagonal = jnp.where(held, jnp.ones_like(diagonal), diagonal)
+        out = eqx.tree_at(lambda h: (h.weights, h.diagonal, h.listeners, h.sent), self,
+                          (weights, diagonal, jnp.where(listening, self.listeners, -1),
+                           jnp.where(listening, self.sent, zero)))
         if self.support is None:
             return out
         every = jnp.arange(self.support.shape[0], dtype=self.support.dtype)[:, None]
@@ -194,10 +219,11 @@ class HaloRows(eqx.Module):
 
     def gossip(self, pick: Array) -> "HaloRows":
         """The device's rows of the gossip matrix of the picked links ``pick`` (``(N, N)``
-        bool, symmetric, ``pick[i, j]``: ``j`` sends half its value to ``i``, drawn for all
-        ``N`` agents by every device): ``½`` on each picked link, ``1 − ½ · #picks`` on the
-        diagonal, and :attr:`listeners` cut to the picked partners. The exchange still carries
-        every row of the snapshot's support (static shapes); the terms not picked weigh 0."""
+        bool, ``pick[i, j]``: ``j`` sends half its value to ``i``, drawn for all ``N`` agents
+        by every device; symmetric on an undirected network): ``½`` on each picked link, the
+        rest of each column on its diagonal (``1 − ½ · #{i : pick[i, j]}``), and
+        :attr:`listeners` cut to the picked partners. The exchange still carries every row
+        of the snapshot's support (static shapes); the terms not picked weigh 0."""
         own, agents = self.agents()
         # A term counts once per agent: a row listing an agent twice keeps the first term.
         k = agents.shape[1]
@@ -206,10 +232,14 @@ class HaloRows(eqx.Module):
         picked = pick[own[:, None], agents] & (agents != own[:, None]) & ~repeated
         half = jnp.where(picked, jnp.asarray(0.5, self.weights.dtype),
                          jnp.zeros((), self.weights.dtype))
-        diagonal = 1 - jnp.sum(half, axis=1)
+        picks = jnp.sum(pick[:, own] & (jnp.arange(pick.shape[0])[:, None] != own[None, :]),
+                        axis=0)
+        diagonal = 1 - jnp.asarray(0.5, self.weights.dtype) * picks.astype(self.weights.dtype)
         listening = (self.listeners >= 0) & pick[jnp.maximum(self.listeners, 0), own[:, None]]
-        return eqx.tree_at(lambda h: (h.weights, h.diagonal, h.listeners), self,
-                           (half, diagonal, jnp.where(listening, self.listeners, -1)))
+        sent = jnp.where(listening, jnp.asarray(0.5, self.sent.dtype),
+                         jnp.zeros((), self.sent.dtype))
+        return eqx.tree_at(lambda h: (h.weights, h.diagonal, h.listeners, h.sent), self,
+                           (half, diagonal, jnp.where(listening, self.listeners, -1), sent))
 
     def receive(self, local: Any) -> Any:
         """The rows other devices' agents send this device: every leaf of ``local``
@@ -255,7 +285,7 @@ class ExchangePlan(eqx.Module):
             snapshot, rows of all devices stacked).
         sends: per offset, ``(P, D, M_o)`` int32, indexed by the sending device.
         sources: ``(P, D, M)`` int32, indexed by the receiving device; ``listeners``:
-            ``(P, N, L)`` int32 (as :class:`HaloRows`).
+            ``(P, N, L)`` int32 and ``sent`` ``(P, N, L)`` (as :class:`HaloRows`).
         offsets, ordered: as :class:`HaloRows`.
         copies: ``None``, or the plan (``P = 1``) of the union of the period's snapshots,
             which carries the updates of public copies (:attr:`HaloRows.copies`).
@@ -270,6 +300,7 @@ class ExchangePlan(eqx.Module):
     sends: tuple[Array, ...]
     sources: Array
     listeners: Array
+    sent: Array
     offsets: tuple[int, ...] = eqx.field(static=True)
     ordered: bool = eqx.field(static=True)
     copies: "ExchangePlan | None" = None
@@ -292,7 +323,8 @@ class ExchangePlan(eqx.Module):
         copies = None if self.copies is None else self.copies.rows(0, axis_name, num_devices)
         return HaloRows(self.neighbors[p], self.weights[p], self.diagonal[p],
                         tuple(s[p, 0] for s in self.sends), self.sources[p, 0],
-                        self.listeners[p], self.offsets, num_devices, axis_name, self.ordered,
+                        self.listeners[p], self.sent[p], self.offsets, num_devices,
+                        axis_name, self.ordered,
                         copies, None if self.slots is None else self.slots[p],
                         None if self.support is None else self.support[p])
 
@@ -336,17 +368,20 @@ def exchange_plan(schedule: sparse.SparseSchedule, num_devices: int,
     ``copies``: also plan the exchange of public copies (:attr:`ExchangePlan.copies`): every
     agent ``i`` keeps a copy of each agent ``j ≠ i`` in a neighbour list of ``i`` in some
     snapshot of the period. ``support``: also keep every snapshot's links whole on every
-    device (:attr:`ExchangePlan.support`), to draw gossip rounds; the links must be symmetric
-    (:func:`symmetric_links`), as a gossip partner's row must be among those received.
+    device (:attr:`ExchangePlan.support`), to draw gossip rounds; as a gossip partner's row
+    must be among those received, the links of an undirected schedule must be symmetric
+    (:func:`symmetric_links`: a round sends both ways), while on a directed one
+    (``network_kind="column_stochastic"``) an agent pushes to an out-neighbour, whose rows
+    include it.
 
     Raises:
-        ValueError: if ``N`` is not a multiple of ``num_devices``, or with ``support`` if a
-            snapshot's links are not symmetric.
+        ValueError: if ``N`` is not a multiple of ``num_devices``, or with ``support`` if an
+            undirected snapshot's links are not symmetric.
     """
     nbr, wts, diag, ordered = _neighbour_lists(schedule)
     plan = _plan(nbr, wts, diag, ordered, num_devices)
     if support:
-        if not _symmetric(nbr, wts):
+        if not is_directed_network(schedule) and not _symmetric(nbr, wts):
             raise ValueError("`schedule`: gossip over a neighbour exchange needs symmetric "
                              "links (W[i, j] != 0 iff W[j, i] != 0 in every snapshot).")
         own = np.arange(nbr.shape[1])[None, :, None]
@@ -454,20 +489,23 @@ def _plan(nbr, wts, diag, ordered, num_devices: int) -> ExchangePlan:
                    for o, send in zip(offsets, sends)]
         if senders:
             sources[:, d] = np.concatenate(senders, axis=1)
-    # listeners[p, j]: j's out-neighbours, the distinct rows i ≠ j with W[i, j] ≠ 0, sorted.
+    # listeners[p, j]: j's out-neighbours, the distinct rows i ≠ j with W[i, j] ≠ 0, sorted;
+    # sent[p, j]: those weights W[i, j].
     receiver = np.broadcast_to(np.arange(n)[:, None], (n, k))
     pairs = []
     for p in range(period):
         link = (wts[p] != 0) & (nbr[p] != receiver)
-        pair = np.unique(nbr[p][link] * n + receiver[link])       # sender-major order
-        pairs.append((pair // n, pair % n))
-    width = max([int(np.bincount(j, minlength=n).max()) for j, _ in pairs if j.size] + [0])
+        pair, first = np.unique(nbr[p][link] * n + receiver[link], return_index=True)
+        pairs.append((pair // n, pair % n, wts[p][link][first]))    # sender-major order
+    width = max([int(np.bincount(j, minlength=n).max()) for j, _, _ in pairs if j.size] + [0])
     listeners = np.full((period, n, width), -1, np.int32)
-    for p, (j, i) in enumerate(pairs):
-        listeners[p, j, np.arange(j.size) - np.searchsorted(j, j)] = i
+    sent = np.zeros((period, n, width), wts.dtype)
+    for p, (j, i, w) in enumerate(pairs):
+        slot = np.arange(j.size) - np.searchsorted(j, j)
+        listeners[p, j, slot], sent[p, j, slot] = i, w
     return ExchangePlan(jnp.asarray(local), jnp.asarray(wts), jnp.asarray(diag),
                         tuple(jnp.asarray(s) for s in sends), jnp.asarray(sources),
-                        jnp.asarray(listeners), offsets, ordered)
+                        jnp.asarray(listeners), jnp.asarray(sent), offsets, ordered)
 
 
 def cut_links(weights: Array, diagonal: Array, kept: Array,

@@ -44,6 +44,7 @@ import numpy as np
 
 from .. import _validation
 from .._types import Array
+from ._mixing import COLUMN_STOCHASTIC, is_directed_network
 
 __all__ = [
     "CirculantMixing",
@@ -74,14 +75,24 @@ class _Snapshot(eqx.Module):
     A snapshot (leaves ``(N, ...)``) or a stack of them (``(P, N, ...)``) built from concrete
     arrays is checked when it is built (:func:`dgsgld.networks.validation.validate_sparse`:
     indices, repeated entries, then finite, symmetric, nonnegative and doubly stochastic, with
-    the messages of a dense stack); :func:`dgsgld.sample` checks it again, and checks a traced
-    one inside the computation.
+    the messages of a dense stack; with ``network_kind="column_stochastic"``, a directed
+    network's: nonnegative and column stochastic); :func:`dgsgld.sample` checks it again, and
+    checks a traced one inside the computation.
+
+    ``network_kind`` (keyword, static): ``None``, or :data:`COLUMN_STOCHASTIC` for a directed
+    network's snapshot, which only the push-sum samplers take.
     """
+
+    network_kind: str | None = eqx.field(default=None, static=True, kw_only=True)
 
     def __check_init__(self):
         from .validation import validate_sparse
 
-        validate_sparse(self, name="mixing")
+        if self.network_kind not in (None, COLUMN_STOCHASTIC):
+            raise ValueError(f"`network_kind` must be None or {COLUMN_STOCHASTIC!r}; got "
+                             f"{self.network_kind!r}.")
+        validate_sparse(self, name="mixing",
+                        sums="both" if self.network_kind is None else "columns")
 
     def astype(self, dtype):
         """The same snapshot with its weights in ``dtype``. Rebuilt as a pytree, not through the
@@ -238,6 +249,13 @@ class SparseSchedule(eqx.Module):
                 "jax.tree.map(lambda a: a[None], snapshot) (static shifts stay as they are).")
 
     @property
+    def network_kind(self) -> str | None:
+        """The snapshots' (``None``: symmetric, doubly stochastic; :data:`COLUMN_STOCHASTIC`: a
+        directed network for the push-sum samplers, as :func:`from_dense` of a
+        :class:`~dgsgld.networks.directed.DirectedSchedule` makes)."""
+        return self.snapshots.network_kind
+
+    @property
     def num_agents(self) -> int:
         return self.snapshots.diagonal.shape[-1]
 
@@ -267,13 +285,16 @@ class SparseSchedule(eqx.Module):
 
 
 def _dense_stack(mixing: Any) -> np.ndarray:
+    """The ``(P, N, N)`` stack of ``mixing``, checked: symmetric and doubly stochastic, or
+    column stochastic for a directed network (its ``network_kind`` says so)."""
     if hasattr(mixing, "matrix_at") and not hasattr(mixing, "matrices"):
         raise ValueError("`mixing` is generated on the fly (it has `matrix_at` but no `matrices`); "
                          "convert a precomputed (P, N, N) stack instead.")
     stack = np.asarray(getattr(mixing, "matrices", mixing))
     if stack.ndim == 2:
         stack = stack[None]
-    _validation.check_mixing(stack, name="mixing")
+    sums = "columns" if is_directed_network(mixing) else "both"
+    _validation.check_mixing(stack, name="mixing", sums=sums)
     return stack
 
 
@@ -303,7 +324,10 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
     """Sparse snapshots of a dense ``(P, N, N)`` stack, ``(N, N)`` matrix or ``Schedule``.
 
     Args:
-        mixing: the dense matrices (checked: symmetric, nonnegative, doubly stochastic).
+        mixing: the dense matrices (checked: symmetric, nonnegative, doubly stochastic), or a
+            directed network (:class:`~dgsgld.networks.directed.DirectedSchedule`, checked
+            column stochastic), whose snapshots keep its ``network_kind``: row ``i`` lists
+            the agents ``i`` hears (``W[i, j] ≠ 0``: ``j → i``).
         format: ``"circulant"``, ``"neighbors"``, ``"edges"`` or ``"auto"`` (shifts when every
             snapshot is circulant, else neighbour lists unless the largest degree exceeds four
             times the mean degree).
@@ -323,6 +347,7 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
     if format not in _FORMATS:
         raise ValueError(f"`format` must be one of {_FORMATS}; got {format!r}.")
     stack = _dense_stack(mixing)
+    kind = COLUMN_STOCHASTIC if is_directed_network(mixing) else None
     if dtype is None:
         dtype = jnp.float32 if stack.dtype == np.float64 and not jax.config.jax_enable_x64 else stack.dtype
     period, n, _ = stack.shape
@@ -336,7 +361,7 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
         shifts, first = circulant
         diagonal = np.repeat(first[:, :1], n, axis=1)                 # (P, N)
         return SparseSchedule(CirculantMixing(shifts, jnp.asarray(first[:, list(shifts)], dtype),
-                                              jnp.asarray(diagonal, dtype)))
+                                              jnp.asarray(diagonal, dtype), network_kind=kind))
     off = (stack != 0) & ~np.eye(n, dtype=bool)
     degrees = off.sum(axis=2)                                       # (P, N)
     k_max = max(int(degrees.max()), 1)
@@ -350,7 +375,7 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
             nbr[p, rows, slot] = cols
             wts[p, rows, slot] = stack[p, rows, cols]
         snaps = NeighborMixing(jnp.asarray(nbr, jnp.int32), jnp.asarray(wts, dtype),
-                               jnp.asarray(diagonal, dtype))
+                               jnp.asarray(diagonal, dtype), network_kind=kind)
     else:
         e_max = max(int(off.sum(axis=(1, 2)).max()), 1)
         rec = np.full((period, e_max), n - 1, np.int32)              # padding at the end: sorted
@@ -361,7 +386,7 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
             rec[p, : rows.size], snd[p, : rows.size] = rows, cols
             wts[p, : rows.size] = stack[p, rows, cols]
         snaps = EdgeMixing(jnp.asarray(rec), jnp.asarray(snd), jnp.asarray(wts, dtype),
-                           jnp.asarray(diagonal, dtype))
+                           jnp.asarray(diagonal, dtype), network_kind=kind)
     return SparseSchedule(snaps)
 
 
@@ -390,7 +415,11 @@ class CostModel(NamedTuple):
 def cost(mixing: Any, format: str = "dense", model: CostModel = CostModel()) -> float:
     """:class:`CostModel`'s cost of one step of ``mixing`` in ``format`` (``"dense"`` or a sparse
     format; ``"auto"``: the format :func:`from_dense` would choose)."""
-    stack = _dense_stack(mixing)
+    return _cost(_dense_stack(mixing), format, model)
+
+
+def _cost(stack: np.ndarray, format: str, model: CostModel) -> float:
+    """:func:`cost` of a checked ``(P, N, N)`` stack."""
     n = stack.shape[-1]
     if format == "dense":
         return n * (1.0 + n / model.dense_crossover)
@@ -429,6 +458,6 @@ def auto(mixing: Any, *, model: CostModel = CostModel()):
         return mixing
     stack = _dense_stack(mixing)
     fmt = _auto_format(stack)
-    if cost(stack, fmt, model) < cost(stack, "dense", model):
-        return from_dense(stack, format=fmt)
+    if _cost(stack, fmt, model) < _cost(stack, "dense", model):
+        return from_dense(mixing, format=fmt)     # a directed network stays directed
     return mixing

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _validation
 from .._validation import check_mixing, is_concrete
+from ._mixing import is_directed_network
 
 __all__ = ["validate_schedule", "check_joint_connectivity", "DEFAULT_TOL"]
 
@@ -191,7 +192,7 @@ def check_joint_connectivity(mixing: Any, window: int | None = None, *,
         ValueError: naming the window of snapshots and the connected components found, as
             ``"`mixing` is not jointly connected: ... agents {0, 1} | {2, 3}"``.
     """
-    if getattr(mixing, "network_kind", None) == "column_stochastic":  # one-way links
+    if is_directed_network(mixing):  # one-way links
         from .directed import check_strong_connectivity
 
         return check_strong_connectivity(mixing, window, name=name)
@@ -387,16 +388,21 @@ def sparse_entries(snapshots: Any, *, name: str = "mixing"):
     return period, n, snap, row, col, weight, diag.astype(np.float64)
 
 
-def validate_sparse(snapshots: Any, *, tol: float = DEFAULT_TOL, name: str = "mixing") -> None:
+def validate_sparse(snapshots: Any, *, tol: float = DEFAULT_TOL, name: str = "mixing",
+                    sums: str = "both") -> None:
     """Assumption 3.2 (i)–(ii) on sparse snapshots, with the messages of a dense stack.
 
     The structure is checked by :func:`sparse_entries`; then the matrices must be finite,
-    symmetric, nonnegative and doubly stochastic within ``tol``, and a violation is reported
-    exactly as :func:`dgsgld._validation.check_mixing` reports it for the dense stack (same
-    property order, same worst entry, same text). ``O(nnz log nnz)`` time, ``O(nnz + P N)``
-    memory: a 10 000-agent schedule is never densified. Traced leaves are not checked here
-    (:func:`dgsgld.sample` checks a traced schedule inside the computation).
+    symmetric, nonnegative and doubly stochastic within ``tol`` (``sums="both"``; a directed
+    network's, ``"columns"``: nonnegative and column stochastic, no symmetry), and a violation
+    is reported exactly as :func:`dgsgld._validation.check_mixing` reports it for the dense
+    stack (same property order, same worst entry, same text). ``O(nnz log nnz)`` time,
+    ``O(nnz + P N)`` memory: a 10 000-agent schedule is never densified. Traced leaves are not
+    checked here (:func:`dgsgld.sample` checks a traced schedule inside the computation).
     """
+    if sums not in _validation.STOCHASTIC_AXES:
+        raise ValueError(f"`sums` must be one of {tuple(_validation.STOCHASTIC_AXES)}; "
+                         f"got {sums!r}.")
     if not all(is_concrete(leaf) for leaf in _leaves(snapshots)):
         return
     period, n, snap, row, col, weight, diag = sparse_entries(snapshots, name=name)
@@ -423,7 +429,7 @@ def validate_sparse(snapshots: Any, *, tol: float = DEFAULT_TOL, name: str = "mi
     bad = ~np.isfinite(v)
     if bad.any():
         fail("finite", int(np.argmax(bad)), "non-finite weight")
-    if key.size:
+    if key.size and sums == "both":
         tkey = (s * n + j) * n + i
         at = np.minimum(np.searchsorted(key, tkey), key.size - 1)
         vt = np.where(key[at] == tkey, v[at], 0.0)
@@ -435,15 +441,16 @@ def validate_sparse(snapshots: Any, *, tol: float = DEFAULT_TOL, name: str = "mi
             a, b = divmod(rest, n)
             raise ValueError(_validation.asymmetry_message(name, p, a, b, value(p, a, b),
                                                            value(p, b, a), tol))
-        if v.min() < -tol:
-            fail("nonnegative", int(np.argmin(v)), "negative weight")
-    for axis, idx in ((2, i), (1, j)):   # rows, then columns, as a dense stack
-        sums = np.bincount(s * n + idx, weights=v, minlength=period * n)
-        err = np.abs(sums - 1.0)
+    if key.size and v.min() < -tol:
+        fail("nonnegative", int(np.argmin(v)), "negative weight")
+    index = {2: i, 1: j}
+    for axis in _validation.STOCHASTIC_AXES[sums]:   # in a dense stack's order
+        total = np.bincount(s * n + index[axis], weights=v, minlength=period * n)
+        err = np.abs(total - 1.0)
         if err.max() > tol:
             p, a = divmod(int(np.argmax(err)), n)
-            raise ValueError(_validation.sum_message(name, p, axis, a, float(sums[p * n + a]),
-                                                     tol))
+            raise ValueError(_validation.sum_message(name, p, axis, a, float(total[p * n + a]),
+                                                     tol, sums))
 
 
 def _leaves(tree: Any) -> list:
@@ -524,12 +531,11 @@ def check_values(mixing: Any, window: int | None = None, *, tol: float = DEFAULT
     with one message format: a dense stack (``matrices``, or an array) through
     :func:`dgsgld._validation.check_mixing`, sparse snapshots through :func:`validate_sparse`,
     a schedule generated on the fly through :func:`check_generated`."""
-    from .directed import is_directed_network
-
-    if is_directed_network(mixing):  # column stochastic, not symmetric
-        check_mixing(mixing.matrices, tol=tol, name=name, sums="columns")
-    elif hasattr(mixing, "snapshots"):
-        validate_sparse(mixing.snapshots, tol=tol, name=name)
+    sums = "columns" if is_directed_network(mixing) else "both"  # directed: not symmetric
+    if hasattr(mixing, "snapshots"):
+        validate_sparse(mixing.snapshots, tol=tol, name=name, sums=sums)
+    elif sums == "columns":
+        check_mixing(mixing.matrices, tol=tol, name=name, sums=sums)
     elif hasattr(mixing, "matrices") or not hasattr(mixing, "matrix_at"):
         stack = getattr(mixing, "matrices", mixing)
         validate_schedule(stack, tol=tol, name=name)
