@@ -213,7 +213,7 @@ def report(result) -> str:
             if r.get("gossip", "none") != "none":
                 name += f" with gossip ({r['gossip']})"
             if r["network"] != "ring":
-                name += f", Push-DIGing-SGLD on the {r['network'].replace('_', ' ')}"
+                name += f" by Push-DIGing-SGLD on the {r['network'].replace('_', ' ')}"
             lines.append(f"| {name} | {r['agents']} | {r['chains']} | {r['processes']} | "
                          f"{r['mixing']} | {r['predicted']:,} | {r['measured']:,.0f} |"
                          .replace(",", " "))
