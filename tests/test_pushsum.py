@@ -516,7 +516,7 @@ def test_sharded_runs_equal_the_single_device_run():
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(next(ln for ln in proc.stdout.splitlines()
                           if ln.startswith("RESULT"))[len("RESULT"):])
-    for name in ("push_diging_sgld", "push_sum_sgld"):
+    for name in ("PushDIGingSGLD", "PushSumSGLD"):
         chains, agents, scale = out[name]
         assert scale > 0.1 and chains < 1e-10 * scale and agents < 1e-10 * scale, out
     assert "Use a push-sum sampler" in out["refused"]
