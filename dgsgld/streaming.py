@@ -390,17 +390,18 @@ def accuracy(
 
 
 class _Combined(Metric):
-    """:func:`combine`."""
+    """:func:`combine`. ``fns``: ``(name, metric)`` pairs, a tuple rather than a dict so that
+    the metric hashes by value (the runner wraps it with a model's static parameters)."""
 
-    fns: dict[str, Callable]
+    fns: tuple[tuple[str, Callable], ...]
 
     @property
     def per_chain(self) -> bool | None:
-        kinds = {fn.per_chain for fn in self.fns.values() if isinstance(fn, Metric)} - {None}
+        kinds = {fn.per_chain for _, fn in self.fns if isinstance(fn, Metric)} - {None}
         return kinds.pop() if kinds else None
 
     def __call__(self, states) -> dict[str, Any]:
-        return {name: fn(states) for name, fn in self.fns.items()}
+        return {name: fn(states) for name, fn in self.fns}
 
 
 def combine(**fns: Callable) -> Metric:
@@ -422,7 +423,7 @@ def combine(**fns: Callable) -> Metric:
             f"({', '.join(ensemble)}); combine each kind separately and pass them as "
             "`trace_fn` and `ensemble_fn`."
         )
-    return _Combined(dict(fns))
+    return _Combined(tuple(fns.items()))
 
 
 def pool_moments(per_iteration: Moments, start: int = 0) -> tuple[Array, Array]:

@@ -310,3 +310,31 @@ def test_output_refuses_a_metric_of_the_other_kind():
                           ce=streaming.consensus_error(per_chain=True))
     # Functions that are not metrics are of either kind.
     assert streaming.combine(own=lambda s: s.count).per_chain is None
+
+
+def test_combined_metrics_stream_beside_static_parameter_leaves(key):
+    # Parameters with a non-array leaf (an eqx.nn.MLP's activation, here a function) make
+    # the runner wrap the streamed functions with that static part, which must hash by
+    # value: combine(...) keeps its metrics as (name, metric) pairs. Its values are those of
+    # the metrics streamed on their own (the same program and draws).
+    prob = linear_regression(num_agents=4, local_size=3, dim=2)
+    p = prob.potential
+
+    def log_likelihood(params, datum):
+        return p.log_likelihood(params["w"], datum)
+
+    def log_prior(params):
+        return p.log_prior(params["w"])
+
+    potential = dgsgld.Potential(log_likelihood, log_prior, p.data)
+    init = {"w": jnp.zeros((3, 4, 2)), "act": jax.nn.relu}
+    flat = lambda q: q["w"]  # noqa: E731
+    both = streaming.combine(ce=streaming.consensus_error(flatten=flat),
+                             m=streaming.moments(flatten=flat))
+    hash(both)
+    run = dgsgld.sample(dgsgld.DIGingSGLD(0.05), potential, permuted_rings(4, 2), init, key, 6,
+                        output=dgsgld.Output(positions=False, ensemble_fn=both))
+    alone = dgsgld.sample(dgsgld.DIGingSGLD(0.05), potential, permuted_rings(4, 2), init, key,
+                          6, output=dgsgld.Output(positions=False, ensemble_fn=both.fns[0][1]))
+    np.testing.assert_array_equal(run.ensemble["ce"], alone.ensemble)
+    assert float(np.max(run.ensemble["ce"])) > 0
