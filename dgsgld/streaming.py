@@ -390,8 +390,9 @@ def accuracy(
 
 
 class _Combined(Metric):
-    """:func:`combine`. ``fns``: ``(name, metric)`` pairs, a tuple rather than a dict so that
-    the metric hashes by value (the runner wraps it with a model's static parameters)."""
+    """:func:`combine`. ``fns``: ``(name, metric)`` pairs in the order of their names (a dict's
+    pytree order), a tuple rather than a dict so that the metric hashes by value (the runner
+    wraps it with a model's static parameters)."""
 
     fns: tuple[tuple[str, Callable], ...]
 
@@ -423,7 +424,7 @@ def combine(**fns: Callable) -> Metric:
             f"({', '.join(ensemble)}); combine each kind separately and pass them as "
             "`trace_fn` and `ensemble_fn`."
         )
-    return _Combined(tuple(fns.items()))
+    return _Combined(tuple(sorted(fns.items(), key=lambda item: item[0])))
 
 
 def pool_moments(per_iteration: Moments, start: int = 0) -> tuple[Array, Array]:

@@ -335,6 +335,7 @@ def test_combined_metrics_stream_beside_static_parameter_leaves(key):
     run = dgsgld.sample(dgsgld.DIGingSGLD(0.05), potential, permuted_rings(4, 2), init, key, 6,
                         output=dgsgld.Output(positions=False, ensemble_fn=both))
     alone = dgsgld.sample(dgsgld.DIGingSGLD(0.05), potential, permuted_rings(4, 2), init, key,
-                          6, output=dgsgld.Output(positions=False, ensemble_fn=both.fns[0][1]))
+                          6, output=dgsgld.Output(positions=False,
+                                                  ensemble_fn=dict(both.fns)["ce"]))
     np.testing.assert_array_equal(run.ensemble["ce"], alone.ensemble)
     assert float(np.max(run.ensemble["ce"])) > 0
