@@ -32,7 +32,7 @@ import numpy as np
 from ._mixing import COLUMN_STOCHASTIC, MixingStack, is_directed_network
 from .schedules import _positive_int, _rng
 from .spectral import Delta
-from .validation import DEFAULT_TOL, format_components, validate_schedule
+from .validation import DEFAULT_TOL, format_components, sparse_entries, validate_schedule
 from .weights import _is_graph, as_adjacency
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ __all__ = [
     "push_sum_weights",
     "validate_directed_schedule",
 ]
-
 
 
 # ---------------------------------------------------------------- validation
@@ -116,13 +115,9 @@ def check_strong_connectivity(mixing: Any, window: int | None = None, *,
         raise ValueError(
             f"`connectivity_window` must be a positive integer or None; got {window!r}."
         )
-    if hasattr(mixing, "snapshots"):        # sparse: its stored entries
-        from .validation import sparse_entries
-
-        period, n, snap, rows, cols, weight, _ = sparse_entries(
+    if hasattr(mixing, "snapshots"):        # sparse: its stored nonzero entries
+        period, n, snap, rows, cols, _, _ = sparse_entries(
             jax.tree.map(np.asarray, mixing.snapshots), name=name)
-        keep = weight != 0
-        snap, rows, cols = snap[keep], rows[keep], cols[keep]
     else:
         stack = np.asarray(getattr(mixing, "matrices", mixing))
         if stack.ndim == 2:

@@ -183,12 +183,11 @@ class HaloRows(eqx.Module):
         own, agents = self.agents()
         linked = self.listeners >= 0
         listening = linked & link_up(jnp.maximum(self.listeners, 0), own[:, None])
+        kept = link_up(own[:, None], agents)
         zero = jnp.zeros_like(self.sent)
         if keep == "rows":
-            weights, diagonal = cut_links(self.weights, self.diagonal,
-                                          link_up(own[:, None], agents), held)
+            weights, diagonal = cut_links(self.weights, self.diagonal, kept, held)
         else:
-            kept = link_up(own[:, None], agents)
             weights = jnp.where(kept, self.weights, jnp.zeros_like(self.weights))
             dropped = jnp.where(linked & ~listening, self.sent, zero)
             diagonal = self.diagonal + jnp.sum(dropped, axis=-1)

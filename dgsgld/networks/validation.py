@@ -534,10 +534,8 @@ def check_values(mixing: Any, window: int | None = None, *, tol: float = DEFAULT
     sums = "columns" if is_directed_network(mixing) else "both"  # directed: not symmetric
     if hasattr(mixing, "snapshots"):
         validate_sparse(mixing.snapshots, tol=tol, name=name, sums=sums)
-    elif sums == "columns":
-        check_mixing(mixing.matrices, tol=tol, name=name, sums=sums)
     elif hasattr(mixing, "matrices") or not hasattr(mixing, "matrix_at"):
         stack = getattr(mixing, "matrices", mixing)
-        validate_schedule(stack, tol=tol, name=name)
+        validate_schedule(stack, tol=tol, name=name, sums=sums)
     else:
         check_generated(mixing, window, tol=tol, name=name)
