@@ -183,7 +183,15 @@ def test_same_draws_however_chains_are_batched_chunked_or_placed(key, tmp_path):
     """With a random compressor, error feedback, random one-way drops and stragglers, chain 2
     of a 3-chain run is the 1-chain run at ``chain_offset=2``, a checkpointed run in chunks
     of 2 steps is the single call, and ``placement=Chains`` on the one device is the default
-    placement, bit for bit and bytes included, for both push-sum samplers."""
+    placement, bit for bit and bytes included, for both push-sum samplers.
+
+    Except the batch comparison with the random compressor, error feedback and stragglers:
+    the 3-chain run's positions and state are an ulp apart from the 1-chain run's in a few
+    entries (docs/known-issues.md: 11 of 56 positions for Push-DIGing-SGLD, 5 for
+    Push-Sum-SGLD, with or without the test run's XLA flag), while the draws and the bytes
+    agree.
+    Bound: an ulp (1.2e-7 relative) per read-out, |x| < 3, over 6 steps stays below 1e-5;
+    one differing draw moves a position by ~sqrt(2 eta) = 0.3."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     schedule = nets.directed_barbell(N, period=4, seed=0)
     init, T = jnp.zeros((3, N, 2)), 6
@@ -195,8 +203,11 @@ def test_same_draws_however_chains_are_batched_chunked_or_placed(key, tmp_path):
             all3 = dgsgld.sample(alg, problem.potential, schedule, init, key, T)
             one = dgsgld.sample(alg, problem.potential, schedule, init[2:], key, T,
                                 chain_offset=2)
-            np.testing.assert_array_equal(np.asarray(all3.positions[2:]),
-                                          np.asarray(one.positions))
+            assert np.abs(np.asarray(one.positions)).max() < 3
+            for a, b in zip(jax.tree.leaves((all3.positions, all3.state)),
+                            jax.tree.leaves((one.positions, one.state))):
+                np.testing.assert_allclose(np.asarray(a)[2:], np.asarray(b), rtol=0,
+                                           atol=0 if ch is drops else 1e-5)
             np.testing.assert_array_equal(ch.bytes_sent(all3.state)[2:],
                                           ch.bytes_sent(one.state))
             path = tmp_path / f"{make.__name__}_{ch.per_link}"
