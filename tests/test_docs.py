@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import json
 import pathlib
 import re
 
@@ -86,3 +87,33 @@ def test_numpyro_guide_runs():
     ns, printed = run("numpyro.md")
     assert "(8, 51, 4) True" in printed
     assert "latent=['alpha', 'beta', 'scale']" in printed
+
+
+def test_the_matched_choco_steps_are_quoted_from_the_full_table():
+    """The digits BNN's error-feedback rows at a CHOCO step other than the default (a step
+    matched to the compressor) are quoted by the guide (NLL and its standard error, both
+    samplers) and the README (both NLLs) as the generated JSON holds them, and the generated
+    table has their line."""
+    from dgsgld.experiments.communication import CONSENSUS
+
+    root = DOCS.parent
+    rows = json.loads((DOCS / "figures" / "communication_full.json").read_text())["rows"]
+    flat = lambda text: " ".join(text.split())  # noqa: E731
+    guide, readme = flat((DOCS / "communication.md").read_text()), flat(
+        (root / "README.md").read_text())
+    table = (DOCS / "figures" / "communication_full.md").read_text()
+    matched = {}
+    for r in rows:
+        gamma = r.get("consensus")
+        if r["problem"].startswith("digits") and r["error_feedback"] and gamma not in (
+                None, CONSENSUS):
+            matched.setdefault((r["channel"], gamma), {})[r["method"]] = r
+    assert len(matched) >= 3, matched
+    for (channel, gamma), by in matched.items():
+        diging, de = by["DIGing-SGLD"], by["DE-SGLD"]
+        for r in (diging, de):
+            assert f"{r['value']:.3f} ± {r['se']:.3f}" in guide, (channel, gamma, r["method"])
+        assert f"{diging['value']:.3f} against {de['value']:.3f}" in readme, (channel, gamma)
+        line = f"| {channel} | yes, γ = {gamma:g} |"
+        assert any(row.startswith(line) and f"{diging['value']:.3f} ± {diging['se']:.3f}" in row
+                   for row in table.splitlines()), line
