@@ -39,6 +39,12 @@ def asymmetry_message(name: str, k: int, i: int, j: int, wij: float, wji: float,
 STOCHASTIC_AXES = {"both": (2, 1), "rows": (2,), "columns": (1,)}
 
 
+def check_sums(sums: str) -> None:
+    """Refuse a ``sums`` that is not a key of :data:`STOCHASTIC_AXES`, naming it."""
+    if sums not in STOCHASTIC_AXES:
+        raise ValueError(f"`sums` must be one of {tuple(STOCHASTIC_AXES)}; got {sums!r}.")
+
+
 def entry_message(name: str, k: int, prop: str, what: str, i: int, j: int, value: float,
                   tol: float) -> str:
     """The one message for a weight that breaks ``prop`` (``finite``, ``nonnegative``)."""
@@ -71,8 +77,7 @@ def check_mixing(stack, *, tol: float = MIXING_TOL, name: str = "mixing", first:
         ValueError: naming the matrix index, the property violated and the worst entry, row or
             column (properties in the order finite, symmetric, nonnegative, rows, columns).
     """
-    if sums not in STOCHASTIC_AXES:
-        raise ValueError(f"`sums` must be one of {tuple(STOCHASTIC_AXES)}; got {sums!r}.")
+    check_sums(sums)
     shape = getattr(stack, "shape", None)
     if shape is None or len(shape) != 3 or shape[1] != shape[2]:
         raise ValueError(
@@ -482,8 +487,7 @@ def mixing_error_if(target, stack, *, tol: float = MIXING_TOL, name: str = "mixi
 
     w = jnp.asarray(stack)
     limit = jnp.asarray(tol, w.dtype)
-    if sums not in STOCHASTIC_AXES:
-        raise ValueError(f"`sums` must be one of {tuple(STOCHASTIC_AXES)}; got {sums!r}.")
+    check_sums(sums)
     prop = "doubly stochastic" if sums == "both" else f"{sums[:-1]} stochastic"
     checks = [(~jnp.all(jnp.isfinite(w)), "not finite")]
     if sums == "both":

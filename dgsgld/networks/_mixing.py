@@ -14,7 +14,7 @@ from .. import _validation
 from .._types import Array
 
 __all__ = ["COLUMN_STOCHASTIC", "MixingStack", "abstract_matrix", "as_mixing",
-           "is_directed_network"]
+           "is_directed_network", "stochastic_sums"]
 
 #: The ``network_kind`` of column-stochastic (directed) networks and of the samplers that need
 #: them (push-sum); networks without one are symmetric and doubly stochastic.
@@ -24,6 +24,12 @@ COLUMN_STOCHASTIC = "column_stochastic"
 def is_directed_network(mixing) -> bool:
     """Whether ``mixing`` is a column-stochastic network (its ``network_kind`` says so)."""
     return getattr(mixing, "network_kind", None) == COLUMN_STOCHASTIC
+
+
+def stochastic_sums(mixing) -> str:
+    """The ``sums`` its matrices are checked for (:func:`dgsgld._validation.check_mixing`):
+    ``"columns"`` for a directed network (no symmetry), else ``"both"``."""
+    return "columns" if is_directed_network(mixing) else "both"
 
 
 class MixingStack(eqx.Module):

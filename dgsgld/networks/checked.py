@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from .. import _validation
 from . import validation as net
-from ._mixing import MixingStack, as_mixing, is_directed_network
+from ._mixing import MixingStack, as_mixing, stochastic_sums
 
 __all__ = ["CheckedNetwork", "checked_network"]
 
@@ -156,8 +156,8 @@ def check_network(stack, target, allow_disconnected: bool, window):
         return target
     if not schedule or hasattr(stack, "snapshots"):  # a sparse schedule: its dense stack
         dense = stack.todense() if schedule else stack
-        sums = "columns" if is_directed_network(stack) else "both"
-        target = _validation.mixing_error_if(target, dense, name="mixing", sums=sums)
+        target = _validation.mixing_error_if(target, dense, name="mixing",
+                                             sums=stochastic_sums(stack))
     if allow_disconnected:
         return target
     if schedule:

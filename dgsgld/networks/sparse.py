@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import _validation
 from .._types import Array
-from ._mixing import COLUMN_STOCHASTIC, is_directed_network
+from ._mixing import COLUMN_STOCHASTIC, is_directed_network, stochastic_sums
 
 __all__ = [
     "CirculantMixing",
@@ -91,8 +91,7 @@ class _Snapshot(eqx.Module):
         if self.network_kind not in (None, COLUMN_STOCHASTIC):
             raise ValueError(f"`network_kind` must be None or {COLUMN_STOCHASTIC!r}; got "
                              f"{self.network_kind!r}.")
-        validate_sparse(self, name="mixing",
-                        sums="both" if self.network_kind is None else "columns")
+        validate_sparse(self, name="mixing", sums=stochastic_sums(self))
 
     def astype(self, dtype):
         """The same snapshot with its weights in ``dtype``. Rebuilt as a pytree, not through the
@@ -293,8 +292,7 @@ def _dense_stack(mixing: Any) -> np.ndarray:
     stack = np.asarray(getattr(mixing, "matrices", mixing))
     if stack.ndim == 2:
         stack = stack[None]
-    sums = "columns" if is_directed_network(mixing) else "both"
-    _validation.check_mixing(stack, name="mixing", sums=sums)
+    _validation.check_mixing(stack, name="mixing", sums=stochastic_sums(mixing))
     return stack
 
 
@@ -346,8 +344,16 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
     """
     if format not in _FORMATS:
         raise ValueError(f"`format` must be one of {_FORMATS}; got {format!r}.")
-    stack = _dense_stack(mixing)
-    kind = COLUMN_STOCHASTIC if is_directed_network(mixing) else None
+    return _from_stack(_dense_stack(mixing), _kind(mixing), format, dtype)
+
+
+def _kind(mixing: Any) -> str | None:
+    """The ``network_kind`` of the sparse snapshots of ``mixing``."""
+    return COLUMN_STOCHASTIC if is_directed_network(mixing) else None
+
+
+def _from_stack(stack: np.ndarray, kind: str | None, format: str, dtype: Any) -> SparseSchedule:
+    """:func:`from_dense` of a checked ``(P, N, N)`` stack, its snapshots of ``kind``."""
     if dtype is None:
         dtype = jnp.float32 if stack.dtype == np.float64 and not jax.config.jax_enable_x64 else stack.dtype
     period, n, _ = stack.shape
@@ -459,5 +465,5 @@ def auto(mixing: Any, *, model: CostModel = CostModel()):
     stack = _dense_stack(mixing)
     fmt = _auto_format(stack)
     if _cost(stack, fmt, model) < _cost(stack, "dense", model):
-        return from_dense(mixing, format=fmt)     # a directed network stays directed
+        return _from_stack(stack, _kind(mixing), fmt, None)   # a directed one stays directed
     return mixing

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _validation
 from .._validation import check_mixing, is_concrete
-from ._mixing import is_directed_network
+from ._mixing import is_directed_network, stochastic_sums
 
 __all__ = ["validate_schedule", "check_joint_connectivity", "DEFAULT_TOL"]
 
@@ -400,9 +400,7 @@ def validate_sparse(snapshots: Any, *, tol: float = DEFAULT_TOL, name: str = "mi
     ``O(nnz + P N)`` memory: a 10 000-agent schedule is never densified. Traced leaves are not
     checked here (:func:`dgsgld.sample` checks a traced schedule inside the computation).
     """
-    if sums not in _validation.STOCHASTIC_AXES:
-        raise ValueError(f"`sums` must be one of {tuple(_validation.STOCHASTIC_AXES)}; "
-                         f"got {sums!r}.")
+    _validation.check_sums(sums)
     if not all(is_concrete(leaf) for leaf in _leaves(snapshots)):
         return
     period, n, snap, row, col, weight, diag = sparse_entries(snapshots, name=name)
@@ -531,7 +529,7 @@ def check_values(mixing: Any, window: int | None = None, *, tol: float = DEFAULT
     with one message format: a dense stack (``matrices``, or an array) through
     :func:`dgsgld._validation.check_mixing`, sparse snapshots through :func:`validate_sparse`,
     a schedule generated on the fly through :func:`check_generated`."""
-    sums = "columns" if is_directed_network(mixing) else "both"  # directed: not symmetric
+    sums = stochastic_sums(mixing)  # directed: column stochastic, not symmetric
     if hasattr(mixing, "snapshots"):
         validate_sparse(mixing.snapshots, tol=tol, name=name, sums=sums)
     elif hasattr(mixing, "matrices") or not hasattr(mixing, "matrix_at"):
