@@ -21,10 +21,10 @@ import numpy as np
 
 from benchmarks.harness import stream_table
 from dgsgld import communication as comm
-from dgsgld import metrics
 from dgsgld import networks as nets
-from dgsgld.experiments.problems import linear_regression_problem, split_potentials
-from dgsgld.run import Output, sample
+from dgsgld.evaluate import distances as metrics
+from dgsgld.posteriors.problems import linear_regression_problem, split_potentials
+from dgsgld.runner.loop import Output, sample
 from dgsgld.samplers import DESGLD, DIGingSGLD
 
 CHANNELS = {

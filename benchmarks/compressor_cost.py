@@ -23,8 +23,8 @@ import jax.numpy as jnp
 from benchmarks.harness import round_ratio, stream_table, time_rounds
 from dgsgld import communication as comm
 from dgsgld import networks as nets
-from dgsgld.potential import Potential
-from dgsgld.run import Output, sample
+from dgsgld.model.potential import Potential
+from dgsgld.runner.loop import Output, sample
 from dgsgld.samplers import DIGingSGLD
 
 AGENTS, CHAINS, STEPS = 20, 32, 10

@@ -47,7 +47,7 @@ import numpy as np
 
 import dgsgld
 from dgsgld import gradients
-from dgsgld.potential import distinct_batch, first_occurrences
+from dgsgld.model.potential import distinct_batch, first_occurrences
 
 from .harness import round_ratio, time_rounds
 

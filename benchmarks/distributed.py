@@ -6,7 +6,7 @@ gloo's socket writes) after a run of ``S`` steps; ``(bytes(300) - bytes(100)) / 
 process sends per step (start-up, compilation and the final gather cancel). Predicted: the agent
 placement mixes two quantities per DIGing-SGLD step, each ``C F`` float32 numbers per row sent;
 a dense stack all-gathers ``N - N / P`` rows, a sparse schedule sends the rows of its
-:func:`dgsgld.networks.rows.exchange_plan`. With a channel (``--channels``: the example's
+:func:`dgsgld.parallel.rows.exchange_plan`. With a channel (``--channels``: the example's
 ``--channel`` over a sparse schedule) each row sent is the channel's message,
 ``Channel.message_bytes(F)`` bytes (top-k: values and int32 indices; random-k: values;
 quantize and sign: bit-packed codes and one norm or scale). Push-DIGing-SGLD on the one-way
@@ -90,7 +90,7 @@ def predicted_bytes(network, chains, agents, mixing, processes, dim=6, quantitie
     if mixing == "dense":
         rows = agents - agents // processes
     else:
-        from dgsgld.networks.rows import exchange_plan
+        from dgsgld.parallel.rows import exchange_plan
 
         plan = exchange_plan(example.setup(a)[1], processes, copies=a.error_feedback)
         # With public copies the updates travel over the exchange of the period's union.

@@ -1,13 +1,20 @@
 """Overhead of the divergence check, old (non-finite only) vs new (the bound of
-``dgsgld._divergence``), in one process: a paper-size run (200 chains x 20 agents x d = 6 x 100
+``dgsgld.evaluate._divergence``), in one process: a paper-size run (200 chains x 20 agents x d = 6 x 100
 steps, DIGing-SGLD on a ring), alternated rounds, wall and CPU medians.
 
     PYTHONPATH=$PWD python benchmarks/divergence_overhead.py [rounds]
 """
-import time, statistics, sys
-import numpy as np, jax, jax.numpy as jnp
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 import dgsgld
-from dgsgld import _divergence, networks
+from dgsgld import networks
+from dgsgld.evaluate import _divergence as _divergence
 
 C, N, D, STEPS, NLOC = 200, 20, 6, 100, 5
 rng = np.random.default_rng(0)

@@ -1,7 +1,7 @@
 """What a checkpoint's fingerprint costs per ``sample_chunked`` call (ms, median of 5).
 
 Two models: the Gaussian mean model of ``tests/test_checkpoint.py`` (3 agents, 2 chains, d = 2)
-and the digits MLP 64-64-10 of ``dgsgld.experiments.digits`` (8 agents, 4 chains, batches of
+and the digits MLP 64-64-10 of ``experiments.digits`` (8 agents, 4 chains, batches of
 32). For each: the shape probe ``sample_chunked`` already ran before it had a fingerprint (a
 cold ``jax.eval_shape`` of the first chunk), the named fields (:func:`describe`), the program
 hash of the whole first chunk, the programs of the potential's functions, and the whole
@@ -19,8 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld import _fingerprint, _random, checkpoint
-from dgsgld.run import sample
+from dgsgld.runner import _fingerprint as _fingerprint
+from dgsgld.runner import _random as _random
+from dgsgld.runner import checkpoint as checkpoint
+from dgsgld.runner.loop import sample
 
 
 def _ring(n: int) -> np.ndarray:
@@ -39,7 +41,7 @@ def small():
 
 
 def digits(num_agents: int = 8, num_chains: int = 4):
-    from dgsgld.experiments.digits import digits_task
+    from experiments.digits import digits_task
 
     task = digits_task()
     x, y = task.train

@@ -1,7 +1,7 @@
 """What the hardware allows: the Gaussian noise alone and the mixing products alone.
 
 * noise floor: all ``T C N d`` standard normals of a run drawn in ONE jitted call of
-  ``jax.random.normal(dgsgld._random.fast_key(key), (T C N d,))``, the run's PRNG as
+  ``jax.random.normal(dgsgld.runner._random.fast_key(key), (T C N d,))``, the run's PRNG as
   ``dgsgld.sample`` converts it (the numbers of
   ``jax.random.normal``, bit for bit; written out for threefry keys, 3x faster on CPU than
   ``jax.random.normal``'s rolled loop; other keys go through ``jax.random``); the NumPy figure
@@ -13,7 +13,7 @@ The noise variants (:class:`NoiseVariant`, :func:`ppnd7_normals`) take the noise
 run apart inside ``dgsgld.sample``: JAX's normal against another exact inverse CDF, two normals
 per hash, rbg keys, Box–Muller, ``log u`` alone, uniform noise (no transform) and no noise at
 all. They are measurements, not options; the shipped option is ``normal=dgsgld.fast_normal``
-(:mod:`dgsgld.noise`, a table inverse CDF without transcendentals), measured beside them
+(:mod:`dgsgld.samplers.noise`, a table inverse CDF without transcendentals), measured beside them
 through the samplers' own ``normal`` field (``benchmarks/run.py``, ``noise_section``).
 
 ``noise_shape_effect`` measures the same normals drawn in the shape ``(T, C, N, d)``: XLA:CPU
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld import _random
+from dgsgld.runner import _random as _random
 from dgsgld.samplers.base import step_keys
 
 from .harness import compile_jax, time_calls
@@ -152,7 +152,7 @@ def normal_transforms(key, count: int, repeats: int) -> dict:
     2²³ inputs."""
     from scipy.special import ndtri
 
-    from dgsgld.noise import normals_from_bits
+    from dgsgld.samplers.noise import normals_from_bits
 
     bits_fn, _ = compile_jax(lambda k: jax.random.bits(k, (count,), jnp.uint32), key)
     bits = jax.block_until_ready(bits_fn(key))

@@ -1,6 +1,6 @@
 """The main job (``python -m dgsgld run``) as a plain NumPy script: the whole-process baseline.
 
-Same work as :func:`dgsgld.experiments.quick_run` with its defaults: the Figure 2 linear
+Same work as :func:`experiments.quick_run` with its defaults: the Figure 2 linear
 regression (n = 100, d = 5 + intercept, N = 20 agents, the same data from the same derived
 seeds), the time-varying barbell (period 50, eq. (4.1) weights), 200 chains × 100 iterations
 of DIGing-SGLD and DE-SGLD (η = 0.008) and centralized SGLD (η / N) from the same starts,

@@ -9,7 +9,7 @@ is a contraction) and first for :class:`dgsgld.networks.sparse.NeighborMixing` (
 Chains first, the leaves are ``(C, N, d)`` with the short ``d = 6`` last, and a fused
 noise-and-update loop over that shape runs several times slower than over one long axis; so the
 runner passes the noise flat to chains-first steps and the step updates in that shape
-(``dgsgld._tree.in_noise_shape``; the same numbers). This script times whole DIGing-SGLD runs
+(``dgsgld._util.tree.in_noise_shape``; the same numbers). This script times whole DIGing-SGLD runs
 on a ring (200 chains, 20 iterations, d = 6), alternated round by round, of:
 
 * ``dense``: the ``(N, N)`` stack (chains last);
@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld import _tree
+from dgsgld._util import tree as _tree
 from dgsgld.networks import sparse
 
 from . import problem
@@ -85,7 +85,7 @@ class _FoldedNeighbors(sparse.NeighborMixing):
 
 @contextlib.contextmanager
 def _patched(name, value):
-    """While tracing: ``dgsgld._tree.<name>`` replaced by ``value``."""
+    """While tracing: ``dgsgld._util.tree.<name>`` replaced by ``value``."""
     original = getattr(_tree, name)
     setattr(_tree, name, value)
     try:

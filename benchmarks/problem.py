@@ -1,6 +1,6 @@
 """The benchmarked problem: the paper's Bayesian linear regression (§4.1), at any size.
 
-The data are :func:`dgsgld.experiments.problems.linear_regression_problem`'s (``z = [ẑ, 1]``,
+The data are :func:`dgsgld.posteriors.problems.linear_regression_problem`'s (``z = [ẑ, 1]``,
 ``ẑ ~ N(0, I_{d-1})``, ``x ~ N(0, I/λ)``, ``y = z·x + N(0, 1)``, ``λ = 0.1``), five per agent
 as in the paper, so that agent ``i`` has ``f_i(x) = ‖Z_i x − y_i‖²/2 + λ‖x‖²/(2N)`` and
 ``∇f_i(x) = Z_iᵀ(Z_i x − y_i) + λx/N``. The network is the paper's time-varying barbell
@@ -16,7 +16,7 @@ import numpy as np
 
 import dgsgld
 from dgsgld import networks
-from dgsgld.experiments.problems import linear_regression_problem
+from dgsgld.posteriors.problems import linear_regression_problem
 
 LAMBDA = 0.1
 LOCAL_SIZE = 5

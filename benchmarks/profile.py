@@ -2,7 +2,7 @@
 
 Each row is a compiled ``lax.scan`` over the run's 100 iterations doing one part of a
 DIGing-SGLD step for all 200 chains, batched by a plain ``vmap`` over chains inside the scan
-body (chains first; the engine's own loop keeps them last, see ``dgsgld.run._chain_axis_rule``),
+body (chains first; the engine's own loop keeps them last, see ``dgsgld.runner.loop._chain_axis_rule``),
 with the same keys (``fold_in`` per chain and step, then ``split``). Comparing the parts with the whole says which one to optimise; the one-shot noise
 row is the floor of the noise (all normals of the run in one call).
 
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 import dgsgld
-from dgsgld import _random
+from dgsgld.runner import _random as _random
 
 from . import problem
 from .harness import compile_jax, time_calls
@@ -52,7 +52,7 @@ def parts(key, chains=200, steps=100, agents=20, dim=6, batch=None, repeats=7) -
             lambda x, k, nk, gk, w: x + jax.random.key_data(nk)[:, :1, None].astype(x.dtype) * 0,
         "noise in the loop, drawn in shape (N, d)": noise(False),
         "noise in the loop, drawn flat (N d,) with jax.random": noise(True),
-        "noise in the loop, drawn in shape with dgsgld._random (chains first)":
+        "noise in the loop, drawn in shape with dgsgld.runner._random (chains first)":
             noise(False, lambda k, shape: jax.random.normal(_random.fast_key(k), shape)),
         "mixing in the loop (W x and W y)":
             lambda x, k, nk, gk, w: 0.5 * (jax.vmap(lambda v: w[k % w.shape[0]] @ v)(x)

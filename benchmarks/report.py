@@ -86,7 +86,7 @@ def paper_detail(rows) -> str:
                    f"{tk['compile_s']:.2f} s. Hand-written scan {_ms(r['scan']['steady_s'])} ms "
                    f"(compile {r['scan']['compile_s']:.2f} s). NumPy "
                    + ", ".join(f"{n['layout']}-major {_ms(n['steady_s'])} ms" for n in r["numpy"])
-                   + f". Noise alone: JAX {_ms(fl['noise_s'])} ms (dgsgld._random; "
+                   + f". Noise alone: JAX {_ms(fl['noise_s'])} ms (dgsgld.runner._random; "
                    f"jax.random.normal {_ms(fl.get('noise_jax_random_s'))} ms), "
                    f"NumPy {_ms(fl['noise_numpy_s'])} ms "
                    f"({fl['normals']:,} normals); mixing alone {_ms(fl['mixing_s'])} ms."

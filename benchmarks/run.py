@@ -36,12 +36,20 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld._random import fast_key
-from dgsgld.run import chain_keys
+from dgsgld.runner._random import fast_key
+from dgsgld.runner.loop import chain_keys
 
 from . import floors, numpy_baseline, numpy_fast, problem, scan_baseline
-from .harness import (CompileCounter, compile_jax, jax_memory, numpy_peak_memory, round_ratio,
-                      time_calls, time_rounds, x64)
+from .harness import (
+    CompileCounter,
+    compile_jax,
+    jax_memory,
+    numpy_peak_memory,
+    round_ratio,
+    time_calls,
+    time_rounds,
+    x64,
+)
 
 
 @dataclass(frozen=True)
@@ -414,7 +422,7 @@ def dtype_section(reps: int) -> list[dict]:
 def memory_section(key, quick: bool) -> list[dict]:
     """Compiled memory of trace mode against streaming per-agent W2 (compiled, not run), and
     one streaming run for real."""
-    from dgsgld import streaming
+    from dgsgld.evaluate import streaming as streaming
 
     rows = []
     sizes = [(200, 100), (20_000, 10_000)] if not quick else [(200, 100), (2_000, 1_000)]

@@ -153,7 +153,7 @@ def stages(argv: list[str] | None = None) -> dict:
     from dgsgld import __main__ as command
 
     command.build_parser()  # what main does before importing the run's modules
-    import dgsgld.experiments  # noqa: F401  (what `run` imports: dgsgld.__main__._run)
+    import experiments  # noqa: F401  (what `run` imports: dgsgld.__main__._run)
 
     mark("import the run's modules")
     from jax._src import monitoring

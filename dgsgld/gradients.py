@@ -46,9 +46,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._types import Array, PRNGKey, PyTree
-from ._vmap import any_in_batch
-from .potential import first_occurrences
+from ._util.types import Array, PRNGKey, PyTree
+from ._util.vmap import any_in_batch
+from .model.potential import first_occurrences
 
 __all__ = [
     "GradientEstimator",

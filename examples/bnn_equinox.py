@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld import diagnostics, networks, tuning
+from dgsgld import networks, tuning
+from dgsgld.evaluate import diagnostics as diagnostics
 
 NUM_AGENTS, LOCAL, WIDTH, NOISE = 10, 16, 16, 0.2
 

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld import experiments, networks
+import experiments
+from dgsgld import networks
 
 
 def main(small: bool = False) -> dict:

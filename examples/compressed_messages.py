@@ -18,7 +18,8 @@ import numpy as np
 
 import dgsgld
 from dgsgld import communication as comm
-from dgsgld import metrics, networks
+from dgsgld import networks
+from dgsgld.evaluate import distances as metrics
 
 
 def log_likelihood(x, y):

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld import metrics, networks
+from dgsgld import networks
+from dgsgld.evaluate import distances as metrics
 
 
 def log_likelihood(x, datum):

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 
 import dgsgld
-from dgsgld import experiments, networks
+import experiments
+from dgsgld import networks
 
 
 def log_likelihood(x, datum):

@@ -8,7 +8,7 @@ Start one copy per process, e.g. two on this machine::
 
 (``launch`` adds ``--process-id``, ``--num-processes`` and ``--coordinator``.) ``--placement
 chains``: each process runs a block of the chains on all the data
-(``dgsgld.distributed.sample_chains``; ``--ensemble`` adds a statistic over all chains);
+(``dgsgld.parallel.processes.sample_chains``; ``--ensemble`` adds a statistic over all chains);
 ``agents``: each process holds only its agents' data, and the mixing is the only communication
 (all rows each step, or with ``--mixing sparse`` only the rows neighbours need; ``--channel``
 compresses the messages, and over ``--mixing sparse`` the compressed payloads travel). Process 0
@@ -105,9 +105,9 @@ def setup(args):
     import jax
 
     import dgsgld
-    from dgsgld.experiments.configs import LinearRegressionConfig
-    from dgsgld.experiments.figures import _initial_positions, derive_seeds, make_network
-    from dgsgld.experiments.problems import linear_regression_problem
+    from dgsgld.posteriors.problems import linear_regression_problem
+    from experiments.configs import LinearRegressionConfig
+    from experiments.figures import _initial_positions, derive_seeds, make_network
 
     config = LinearRegressionConfig(network="barbell", num_agents=args.agents,
                                     num_samples=5 * args.agents, trials=args.chains,
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     import jax
 
-    from dgsgld import distributed
+    from dgsgld.parallel import processes as distributed
 
     if args.coordinator is not None:
         distributed.initialize(args.process_id, args.num_processes, args.coordinator,
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     import dgsgld
-    from dgsgld import sharding
+    from dgsgld.parallel import devices as sharding
 
     problem, mixing, init, key, algorithm = setup(args)
     like = jax.eval_shape(jax.vmap(algorithm.init, (0, None, 0)), init, problem.potential(),

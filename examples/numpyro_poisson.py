@@ -2,12 +2,12 @@
 
 Poisson regression written as an ordinary numpyro model: counts ``y ~ Poisson(exp(α + x β))``
 with ``N(0, 1)`` priors and a deterministic site ``baseline = exp(α)``. The data are shuffled
-and split evenly across agents on a random geometric graph (`dgsgld.data.split_iid`);
+and split evenly across agents on a random geometric graph (`dgsgld.model.data.split_iid`);
 `dgsgld.Potential.from_numpyro` finds the plate over the data and gives the per-datum
-log-likelihood and the prior on numpyro's unconstrained space, `dgsgld.ppl.init_params` the
-starting points and `dgsgld.ppl.constrain` the sites of the draws. The per-agent W2 distance to
+log-likelihood and the prior on numpyro's unconstrained space, `dgsgld.model.ppl.init_params` the
+starting points and `dgsgld.model.ppl.constrain` the sites of the draws. The per-agent W2 distance to
 a Gaussian fit of the NUTS draws is streamed during the run; ``--out DIR`` plots it against
-iteration with the network drawn at its agents' positions (`dgsgld.plots`).
+iteration with the network drawn at its agents' positions (`dgsgld.evaluate.plots`).
 
     python examples/numpyro_poisson.py [--small] [--out DIR]
 """
@@ -25,8 +25,11 @@ import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
 
 import dgsgld
-from dgsgld import data as data_split
-from dgsgld import diagnostics, networks, ppl, streaming
+from dgsgld import networks
+from dgsgld.evaluate import diagnostics as diagnostics
+from dgsgld.evaluate import streaming as streaming
+from dgsgld.model import data as data_split
+from dgsgld.model import ppl as ppl
 
 DIM = 3
 TRUE_ALPHA, TRUE_BETA = 0.5, np.array([0.4, -0.3, 0.2])
@@ -100,7 +103,7 @@ def main(small: bool = False, out: str | None = None) -> dict:
     print(f"agents' W2 to the Gaussian fit of NUTS after burn-in: {w2_final.min():.3f} .. "
           f"{w2_final.max():.3f}")
     if out is not None:
-        from dgsgld import plots
+        from dgsgld.evaluate import plots as plots
 
         Path(out).mkdir(parents=True, exist_ok=True)
         path = Path(out) / "numpyro_poisson.png"

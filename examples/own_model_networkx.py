@@ -3,8 +3,8 @@
 Twelve agents on a random geometric graph hold uneven amounts of data (5 to 60 points each,
 padded with `dgsgld.pad_agent_data`). The parameters are a dict ``{"w": (3,), "b": ()}``; the
 step size comes from `dgsgld.tuning.propose_step_size` (a one-call pilot over a grid); the
-summaries are pytree-aware (`dgsgld.diagnostics`), and the trace is saved and loaded back
-(`dgsgld.traceio`).
+summaries are pytree-aware (`dgsgld.evaluate.diagnostics`), and the trace is saved and loaded back
+(`dgsgld.runner.traceio`).
 
 Reference: the Laplace approximation of the pooled posterior (the MAP by Newton's method,
 covariance the inverse Hessian there), computed in NumPy float64. With 300 points and 4
@@ -26,7 +26,9 @@ import networkx as nx
 import numpy as np
 
 import dgsgld
-from dgsgld import diagnostics, networks, traceio, tuning
+from dgsgld import networks, tuning
+from dgsgld.evaluate import diagnostics as diagnostics
+from dgsgld.runner import traceio as traceio
 
 NUM_AGENTS, DIM, PRIOR_PRECISION = 12, 3, 1.0
 TRUE = {"w": np.array([1.5, -1.0, 0.5]), "b": 0.3}

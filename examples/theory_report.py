@@ -2,14 +2,14 @@
 
     python examples/theory_report.py [--out DIR] [--small]
 
-Writes ``theory_report.png`` and ``theory_report.json`` (see ``dgsgld.experiments.theory_report``) and
+Writes ``theory_report.png`` and ``theory_report.json`` (see ``experiments.theory_report``) and
 prints the headline numbers.
 """
 
 import argparse
 import json
 
-from dgsgld.experiments import theory_report
+from experiments import theory_report as theory_report
 
 
 def main(out_dir: str = "results/theory", small: bool = False) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from dgsgld import _cache
+from dgsgld._cli import cache as _cache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,8 @@ def test_the_cli_opt_out_stores_nothing(opt_out, tmp_path, monkeypatch):
 
 _GRID_SCRIPT = """
 import jax, jax.numpy as jnp, numpy as np, dgsgld
-from dgsgld import _cache, networks
+from dgsgld._cli import cache as _cache
+from dgsgld import networks
 from dgsgld.tuning import grid_search
 _cache.enable()
 data = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3, 2)), jnp.float32)

@@ -5,6 +5,7 @@ Every comparison is exact (``np.array_equal``): step ``k`` of a chain draws from
 or resuming from disk, must not change a single bit.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -19,11 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import functools
-
 import dgsgld
-from dgsgld import checkpoint
-from dgsgld.checkpoint import read_checkpoint, sample_chunked
+from dgsgld.runner import checkpoint as checkpoint
+from dgsgld.runner.checkpoint import read_checkpoint, sample_chunked
 
 N, N_LOCAL, D, C = 3, 4, 2, 2
 NUM_STEPS, THIN = 24, 2
@@ -139,7 +138,7 @@ CHILD = textwrap.dedent(
     import os, sys, time
     sys.path[:0] = [{package!r}, {tests!r}]  # the very dgsgld the parent test imported
     import test_checkpoint as t
-    from dgsgld import checkpoint
+    from dgsgld.runner import checkpoint as checkpoint
     marker, mode = {marker!r}, {mode!r}
 
     def hang():

@@ -1,4 +1,6 @@
-"""The command line: help text, settings files, error messages, the quick run."""
+"""The command lines: the library's (``python -m dgsgld run``/``launch``) and the repository's
+application (``python -m experiments reproduce``/``sweep``/``bench``): help text, settings
+files, error messages, the main job."""
 
 import json
 import os
@@ -6,8 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-
-from dgsgld.__main__ import build_parser, main
+from _commands import application_cli, library_cli, main
 
 RUN_OPTIONS = [
     "--network",
@@ -30,7 +31,9 @@ def _help(argv, capsys) -> str:
 
 def test_help_documents_every_option(capsys):
     top = _help(["--help"], capsys)
-    assert "run" in top and "reproduce" in top
+    assert "run" in top and "launch" in top
+    top = application_cli.main.__doc__ and _help_of(application_cli, capsys)
+    assert "reproduce" in top and "sweep" in top and "bench" in top
     text = _help(["run", "--help"], capsys)
     for option in RUN_OPTIONS:
         assert option in text
@@ -43,12 +46,19 @@ def test_help_documents_every_option(capsys):
         assert option in text
     for target in ["fig2a", "fig3c", "all", "theory"]:
         assert target in text
-    # Every option of the parser carries a help string.
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
-    for command in sub.choices.values():
-        for action in command._actions:
-            assert action.help, (command.prog, action.dest)
+    # Every option of both parsers carries a help string.
+    for parser in (library_cli.build_parser(), application_cli.build_parser()):
+        sub = next(a for a in parser._actions if a.dest == "command")
+        for command in sub.choices.values():
+            for action in command._actions:
+                assert action.help, (command.prog, action.dest)
+
+
+def _help_of(cli, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
 
 
 def test_bad_arguments_exit_with_usage(capsys):
@@ -90,15 +100,15 @@ def test_theory_target_calls_the_report(tmp_path, monkeypatch, capsys):
     import types
 
     calls = []
-    fake = types.ModuleType("dgsgld.experiments.theory_report")
+    fake = types.ModuleType("experiments.theory_report")
     fake.theory_report = lambda out_dir, **kw: calls.append((out_dir, kw))
-    monkeypatch.setitem(sys.modules, "dgsgld.experiments.theory_report", fake)
+    monkeypatch.setitem(sys.modules, "experiments.theory_report", fake)
     assert (
         main(["reproduce", "theory", "--out", str(tmp_path), "--seed", "3", "--trials", "7"]) == 0
     )
     assert calls == [(tmp_path, {"seed": 3, "num_chains": 7})]
 
-    monkeypatch.setitem(sys.modules, "dgsgld.experiments.theory_report", None)  # import fails
+    monkeypatch.setitem(sys.modules, "experiments.theory_report", None)  # import fails
     assert main(["reproduce", "theory", "--out", str(tmp_path)]) == 2
     assert "theory report is not available" in capsys.readouterr().err
 
@@ -115,8 +125,9 @@ def test_run_prints_the_table(capsys):
     assert step == 0.008 and 0 < low <= mean <= high
     # Bytes from the barbell's own snapshots: each agent sends x and y, 6 float32 entries
     # (24 B) each, to every out-neighbour of snapshots 0-4, averaged over the 20 agents.
-    from dgsgld.experiments.configs import LinearRegressionConfig
-    from dgsgld.experiments.figures import derive_seeds, make_network
+    from dgsgld.posteriors.problems import derive_seeds
+    from experiments.configs import LinearRegressionConfig
+    from experiments.figures import make_network
 
     schedule = make_network(LinearRegressionConfig(network="barbell", trials=8, num_steps=5),
                             derive_seeds(0)["network"])
@@ -129,7 +140,7 @@ def test_the_run_command_loads_neither_networkx_nor_optax():
     # `python -m dgsgld run`'s imports or its network.
     import subprocess
 
-    code = ("import sys, dgsgld, dgsgld.__main__, dgsgld.experiments as e, dgsgld.networks as n; "
+    code = ("import sys, dgsgld, dgsgld.__main__, dgsgld._cli.main_job, dgsgld.networks as n; "
             "n.barbell(20, seed=0); n.lollipop(20, seed=0); "
             "print(sorted(m for m in ('networkx', 'optax') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
@@ -147,13 +158,13 @@ def test_star_import_gives_exactly_the_public_names():
     exec("from dgsgld import *", names)  # noqa: S102 - what a user's star import binds
     names.pop("__builtins__")
     assert sorted(names) == sorted(dgsgld.__all__) and len(set(dgsgld.__all__)) == len(names)
-    # Every class and function at top level is listed, and of the modules the two re-exported
-    # by name; the placements are those of their modules.
+    # Every class and function at top level is listed (the rooms are modules, reached as
+    # attributes); the placements are those of their modules.
     objects = {n for n, v in vars(dgsgld).items()
                if not n.startswith("_") and not isinstance(v, types.ModuleType)}
-    assert set(dgsgld.__all__) == objects | {"gradients", "metrics"}
+    assert set(dgsgld.__all__) == objects
     assert (dgsgld.Chains, dgsgld.Agents, dgsgld.Processes) == (
-        dgsgld.sharding.Chains, dgsgld.sharding.Agents, dgsgld.distributed.Processes)
+        dgsgld.parallel.devices.Chains, dgsgld.parallel.devices.Agents, dgsgld.parallel.processes.Processes)
 
 
 def test_run_reports_bad_batch_size(capsys):
@@ -195,12 +206,14 @@ def test_reproduce_writes_results(tmp_path, capsys):
 
 def _no_compute(monkeypatch):
     """Make every computation fail loudly: the checks must refuse before any of it."""
-    import dgsgld.experiments as experiments
+    import experiments as experiments
+    from dgsgld._cli import main_job
 
     def computed(*args, **kwargs):
         raise AssertionError("computed before the arguments were checked")
 
-    for name in ("quick_run", "reproduce", "seed_sweep"):
+    monkeypatch.setattr(main_job, "main_job", computed)
+    for name in ("reproduce", "seed_sweep"):
         monkeypatch.setattr(experiments, name, computed)
 
 
@@ -264,7 +277,7 @@ def test_impossible_trials_are_refused_before_computing(tmp_path, monkeypatch, c
 
 @pytest.mark.reliability
 def test_memory_estimate():
-    from dgsgld.__main__ import check_memory, estimate_bytes
+    from dgsgld._cli import check_memory, estimate_bytes
 
     # 200 chains, 101 kept iterations, 20 agents, d = 6: positions plus 4 state copies.
     assert estimate_bytes(200, 101, 20, 6) == 4 * 200 * 20 * 6 * (101 + 4)
@@ -284,12 +297,12 @@ def test_memory_estimate():
      "error: No such file or directory: /x (run with --debug for the traceback)"),
 ])
 def test_every_error_is_one_line_and_debug_shows_it(monkeypatch, capsys, error, line):
-    import dgsgld.experiments as experiments
+    from dgsgld._cli import main_job
 
     def fail(**kwargs):
         raise error
 
-    monkeypatch.setattr(experiments, "quick_run", fail)
+    monkeypatch.setattr(main_job, "main_job", fail)
     assert main(["run", "--trials", "4"]) == 2
     assert _error_line(capsys) == line
     with pytest.raises(type(error)):
@@ -303,7 +316,7 @@ def test_command_line_process_prints_one_error_line(tmp_path):
     file = tmp_path / "file"
     file.write_text("x")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
-    proc = subprocess.run([sys.executable, "-m", "dgsgld", "reproduce", "fig2a", "--out",
+    proc = subprocess.run([sys.executable, "-m", "experiments", "reproduce", "fig2a", "--out",
                            str(file)], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr == f"error: --out {str(file)!r} is a file, not a directory.\n"

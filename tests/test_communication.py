@@ -667,7 +667,8 @@ def test_copies_of_public_copies_only_under_agent_placement(cells, key):
     device, and with chains split over devices, the state holds none and the draws are one
     device's. The period's union sets how many (``rows.copy_slots``): on 4 agents the 3
     permuted rings put every agent next to all 3 others over the period (2 per snapshot)."""
-    from dgsgld.networks import rows, sparse
+    from dgsgld.networks import sparse
+    from dgsgld.parallel import rows as rows
 
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     schedule = sparse.from_dense(permuted_rings(N, 3), format="neighbors")
@@ -895,7 +896,7 @@ def test_random_stragglers_every_sampler(key):
     the states stay finite."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     channel, T = C.Channel(activity=0.6), 8
-    run_key = jax.random.split(dgsgld.run.chain_keys(dgsgld.run._random.fast_key(key), 1, 0)[0])[1]
+    run_key = jax.random.split(dgsgld.runner.loop.chain_keys(dgsgld.runner.loop._random.fast_key(key), 1, 0)[0])[1]
     active = np.stack([np.asarray(C.active_agents(channel, jax.random.fold_in(run_key, k), k, N))
                        for k in range(T)])
     assert 0 < active.sum() < active.size

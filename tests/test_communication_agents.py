@@ -35,7 +35,8 @@ import pytest
 from _problems import permuted_rings, ring
 
 from dgsgld import networks
-from dgsgld.networks import rows, sparse
+from dgsgld.networks import sparse
+from dgsgld.parallel import rows as rows
 
 SCRIPT = textwrap.dedent(
     """
@@ -45,9 +46,11 @@ SCRIPT = textwrap.dedent(
     import jax.extend.core as jex
     from jax.sharding import PartitionSpec as P
     import dgsgld
-    from dgsgld import networks, sharding
+    from dgsgld import networks
+    from dgsgld.parallel import devices as sharding
     from dgsgld import communication as C
-    from dgsgld.networks import rows, sparse
+    from dgsgld.parallel import rows as rows
+    from dgsgld.networks import sparse
     sys.path.insert(0, "tests")
     from _problems import linear_regression, permuted_rings, ring
 

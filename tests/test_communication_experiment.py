@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from dgsgld import communication as C
-from dgsgld.experiments import communication as experiment
-from dgsgld.experiments import digits
+from experiments import communication as experiment
+from experiments import digits as digits
 
 #: Entries of one message with ``--small``: the linear and logistic problems' 6 parameters,
 #: the BNN's 64·16 + 16 + 16·10 + 10 (hidden width 16).

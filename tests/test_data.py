@@ -1,10 +1,10 @@
-"""Splitters of dgsgld.data: partitions (nothing lost or duplicated), sizes, class proportions."""
+"""Splitters of dgsgld.model.data: partitions (nothing lost or duplicated), sizes, class proportions."""
 
 import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import data as dd
+from dgsgld.model import data as dd
 
 K, PER_CLASS, N = 10, 120, 10
 

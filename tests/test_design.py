@@ -9,6 +9,7 @@ import pytest
 
 import dgsgld
 from dgsgld import networks as nets
+from dgsgld import tuning
 from dgsgld.theory import exact
 
 
@@ -29,7 +30,7 @@ def _two_snapshots():
 @pytest.mark.parametrize("shared", [False, True])
 def test_every_parametrized_matrix_is_valid(shared):
     adj = _two_snapshots()
-    par = nets.edge_parametrization(adj, shared=shared)
+    par = tuning.edge_parametrization(adj, shared=shared)
     assert par.shape == ((5,) if shared else (2, 5))  # union: 01 12 23 02 03
     rng = np.random.default_rng(0)
     for scale in (0.1, 3.0, 30.0):  # small weights, node sums far above 1 before scaling
@@ -42,7 +43,7 @@ def test_every_parametrized_matrix_is_valid(shared):
 def test_theta_from_reproduces_metropolis():
     adj = _two_snapshots()
     W = nets.metropolis_weights(adj)
-    par = nets.edge_parametrization(adj)
+    par = tuning.edge_parametrization(adj)
     np.testing.assert_allclose(np.asarray(par.matrices(par.theta_from(W))), W, atol=1e-6)
 
 
@@ -72,7 +73,7 @@ def test_exact_w2_gradient_matches_finite_differences():
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)
         q = _four_agent_quadratic(rng)
-        par = nets.edge_parametrization(_two_snapshots())
+        par = tuning.edge_parametrization(_two_snapshots())
         tm, tc = q.target()
 
         def objective(theta, log_eta):
@@ -106,12 +107,12 @@ def test_multi_iteration_objective_gradient_matches_finite_differences():
     # from one recursion (float64: agreement to rounding), its gradient in θ against central
     # differences as in the single-iteration test: truncation O(h²) ≈ 1e-10 times third
     # derivatives of order one, rounding ≈ 1e-16 / h = 1e-11, so 1e-6 relative is a wide margin.
-    from dgsgld.networks.design import _exact_objective
+    from dgsgld.tuning.design import _exact_objective
 
     with jax.enable_x64(True):
         rng = np.random.default_rng(2)
         q = _four_agent_quadratic(rng)
-        par = nets.edge_parametrization(_two_snapshots())
+        par = tuning.edge_parametrization(_two_snapshots())
         iterations = (3, 4, 5, 6)
         objective = _exact_objective("diging", None, [q], np.zeros(2), np.eye(2), iterations,
                                      "mean")
@@ -139,13 +140,13 @@ def test_learn_weights_single_iteration_sequence_is_the_single_iteration_objecti
     q = exact.Quadratic(np.swapaxes(z, 1, 2) @ z + 0.1 * np.eye(2), rng.normal(size=(6, 2)))
     args = ("diging", q, sched, np.zeros(2), np.eye(2))
     kw = {"step_size": 0.05, "num_iterations": 3, "learning_rate": 0.1}
-    single, rep = nets.learn_weights(*args, 10, **kw)
-    listed, rep_listed = nets.learn_weights(*args, [10], **kw)
+    single, rep = tuning.learn_weights(*args, 10, **kw)
+    listed, rep_listed = tuning.learn_weights(*args, [10], **kw)
     np.testing.assert_array_equal(rep_listed.history, rep.history)
     np.testing.assert_array_equal(np.asarray(listed.matrices), np.asarray(single.matrices))
     # The last period as the objective: the mean of the per-iteration starting objectives.
-    _, period = nets.learn_weights(*args, range(8, 11), **{**kw, "num_iterations": 1})
-    starts = [nets.learn_weights(*args, t, **{**kw, "num_iterations": 1})[1].objective_before
+    _, period = tuning.learn_weights(*args, range(8, 11), **{**kw, "num_iterations": 1})
+    starts = [tuning.learn_weights(*args, t, **{**kw, "num_iterations": 1})[1].objective_before
               for t in (8, 9, 10)]
     assert period.objective_before == pytest.approx(np.mean(starts), rel=1e-5)  # float32
 
@@ -159,7 +160,7 @@ def test_learn_weights_recovers_two_node_optimum():
     # free too, V(w*(η), η) = 2(1 − η)² + 2η is least at η* = 1/2, so w* = 1/4 and V* = 3/2.
     q = exact.Quadratic(np.ones((2, 1, 1)), np.zeros((2, 1)))
     start = nets.max_degree_weights(np.array([[0, 1], [1, 0]]))  # w = 1/2
-    sched, rep = nets.learn_weights("de", q, start, np.zeros(1), 4.0 * np.eye(1), 1,
+    sched, rep = tuning.learn_weights("de", q, start, np.zeros(1), 4.0 * np.eye(1), 1,
                                     step_size=0.1, num_iterations=300,
                                     optimizer=optax.adam(0.02))
     assert rep.weights.shape == (1, 1)
@@ -175,7 +176,7 @@ def test_learn_weights_and_step_recover_two_node_optimum():
     # The problem of the fast twin with η free: η* = 1/2, w* = 1/4, V* = 3/2 (derived there).
     q = exact.Quadratic(np.ones((2, 1, 1)), np.zeros((2, 1)))
     start = nets.max_degree_weights(np.array([[0, 1], [1, 0]]))
-    _, joint = nets.learn_weights("de", q, start, np.zeros(1), 4.0 * np.eye(1), 1,
+    _, joint = tuning.learn_weights("de", q, start, np.zeros(1), 4.0 * np.eye(1), 1,
                                   step_size=0.1, learn_step_size=True, num_iterations=300,
                                   optimizer=optax.adam(0.02))
     assert abs(joint.step_size_after - 0.5) < 1e-2
@@ -189,7 +190,7 @@ def test_learned_schedule_is_valid_and_lowers_the_exact_w2():
     rng = np.random.default_rng(3)
     z = rng.normal(size=(6, 4, 2))
     q = exact.Quadratic(np.swapaxes(z, 1, 2) @ z + 0.1 * np.eye(2), rng.normal(size=(6, 2)))
-    out, rep = nets.learn_weights("diging", q, sched, np.zeros(2), np.eye(2), 20,
+    out, rep = tuning.learn_weights("diging", q, sched, np.zeros(2), np.eye(2), 20,
                                   step_size=0.05, num_iterations=15, learning_rate=0.1)
     assert rep.objective_after < rep.objective_before
     nets.validate_schedule(out.matrices, np.asarray(sched.adjacency))
@@ -200,7 +201,7 @@ def test_learned_schedule_is_valid_and_lowers_the_exact_w2():
     assert again == pytest.approx(rep.objective_after, rel=1e-5)
     assert rep.spectral_gap_after.shape == (3,) and rep.history.shape == (15,)
     # Several quadratics: the objective is their mean (the same one twice: unchanged start).
-    _, twice = nets.learn_weights("diging", [q, q], sched, np.zeros(2), np.eye(2), 20,
+    _, twice = tuning.learn_weights("diging", [q, q], sched, np.zeros(2), np.eye(2), 20,
                                   step_size=0.05, num_iterations=1)
     assert twice.objective_before == pytest.approx(rep.objective_before, rel=1e-6)
 
@@ -249,7 +250,7 @@ def test_learn_weights_by_sampling_finds_the_two_node_optimum():
         return jnp.mean(jnp.var(x, axis=0))
 
     start = nets.max_degree_weights(np.array([[0, 1], [1, 0]]))
-    sched, rep = nets.learn_weights_by_sampling(
+    sched, rep = tuning.learn_weights_by_sampling(
         dgsgld.DESGLD(0.1), _two_identical_agents(), start, init, jax.random.key(1), 1,
         variance, num_iterations=200, optimizer=optax.adam(0.02))
     assert abs(rep.weights[0, 0] - 0.45) < 0.05
@@ -263,9 +264,9 @@ def test_learn_weights_by_sampling_refuses_bad_input():
     args = (dgsgld.DESGLD(0.1), _two_identical_agents(), W, jnp.zeros((4, 2, 1)),
             jax.random.key(0), 1)
     with pytest.raises(ValueError, match="`resample_every` must be None or an integer >= 1"):
-        nets.learn_weights_by_sampling(*args, jnp.mean, resample_every=0)
+        tuning.learn_weights_by_sampling(*args, jnp.mean, resample_every=0)
     with pytest.raises(TypeError, match="`criterion` must be a function"):
-        nets.learn_weights_by_sampling(*args, 1.0)
+        tuning.learn_weights_by_sampling(*args, 1.0)
 
 
 @pytest.mark.reliability
@@ -274,25 +275,25 @@ def test_learn_weights_refuses_bad_input():
     W = np.full((2, 2), 0.5)
     args = (q, W, np.zeros(1), np.eye(1), 1)
     with pytest.raises(ValueError, match="`reduce` must be one of"):
-        nets.learn_weights("de", *args, step_size=0.1, reduce="median")
+        tuning.learn_weights("de", *args, step_size=0.1, reduce="median")
     with pytest.raises(ValueError, match="no symmetric mixing weights"):
-        nets.learn_weights("push_sum", *args, step_size=0.1)
+        tuning.learn_weights("push_sum", *args, step_size=0.1)
     with pytest.raises(ValueError, match="`step_size` must be one positive constant"):
-        nets.learn_weights("de", *args, step_size=-1.0)
+        tuning.learn_weights("de", *args, step_size=-1.0)
     with pytest.raises(ValueError, match="`num_iterations` must be an integer >= 1"):
-        nets.learn_weights("de", *args, step_size=0.1, num_iterations=0)
+        tuning.learn_weights("de", *args, step_size=0.1, num_iterations=0)
     with pytest.raises(ValueError, match="`learning_rate` must be a positive number"):
-        nets.learn_weights("de", *args, step_size=0.1, learning_rate=0.0)
+        tuning.learn_weights("de", *args, step_size=0.1, learning_rate=0.0)
     for steps, why in (([], "empty"), ([2, 2], "not strictly increasing"),
                        ([3, 1], "not strictly increasing"), ([1, 2.5], "non-integer"),
                        (2.0, "got 2.0"), ([0, 1], "< 1"), (True, "got True")):
         with pytest.raises(ValueError, match=f"`num_steps` must be an integer >= 1 or a "
                                              f"non-empty, strictly increasing.*{why}"):
-            nets.learn_weights("de", *args[:4], steps, step_size=0.1)
+            tuning.learn_weights("de", *args[:4], steps, step_size=0.1)
     with pytest.raises(ValueError, match="no edges"):
-        nets.edge_parametrization(np.zeros((3, 3)))
+        tuning.edge_parametrization(np.zeros((3, 3)))
     with pytest.raises(ValueError, match="`theta` must have shape"):
-        nets.edge_parametrization(W).matrices(np.zeros(3))
+        tuning.edge_parametrization(W).matrices(np.zeros(3))
     with pytest.raises(ValueError, match="num_iterations must be an integer"):
         nets.fastest_mixing_weights(W, num_iterations=0)
 
@@ -302,8 +303,8 @@ def test_laplace_quadratic_is_exact_for_linear_and_the_map_for_logistic():
     # their target is the closed-form posterior (float32 data: 1e-5 relative).
     import scipy.optimize
 
-    from dgsgld.experiments.design import laplace_quadratic
-    from dgsgld.experiments.problems import linear_regression_problem, logistic_regression_problem
+    from dgsgld.posteriors.problems import linear_regression_problem, logistic_regression_problem
+    from experiments.design import laplace_quadratic
 
     lin = linear_regression_problem(0, num_samples=16, num_agents=4)
     q = laplace_quadratic(lin)
@@ -343,8 +344,8 @@ def test_sampled_w2_standard_error_matches_independent_repetitions():
     of C chains: N = 2 independent agents with N(0, I₂) chains, target N(μ, I₂), |μ| = 1.
     To first order W2_i = |x̄_i − μ|, whose standard deviation is 1/√C, so the mean over the
     agents has standard error 1/√(CN)."""
-    from dgsgld import metrics
-    from dgsgld.experiments import design as D
+    from dgsgld.evaluate import distances as metrics
+    from experiments import design as D
 
     C, N, p, R, K = 400, 2, 2, 2000, 20
     mu = np.array([1.0, 0.0])
@@ -367,7 +368,7 @@ def test_sampled_w2_standard_error_matches_independent_repetitions():
 def test_reproduce_design_small(tmp_path):
     import json
 
-    from dgsgld.__main__ import main
+    from _commands import main
 
     assert main(["reproduce", "design", "--small", "--quiet", "--out", str(tmp_path)]) == 0
     record = json.loads((tmp_path / "design.json").read_text())

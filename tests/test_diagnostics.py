@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import diagnostics
+from dgsgld.evaluate import diagnostics as diagnostics
 
 C, T = 4, 2000
 

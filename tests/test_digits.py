@@ -1,4 +1,4 @@
-"""The real-data benchmark (dgsgld.experiments.digits): data protocol, splits, scoring, CLI.
+"""The real-data benchmark (experiments.digits): data protocol, splits, scoring, CLI.
 
 The default tests check the protocol pieces without sampling; the whole benchmark at its
 ``--small`` size runs under ``@pytest.mark.slow``.
@@ -9,9 +9,9 @@ import json
 import jax
 import numpy as np
 import pytest
+from _commands import main
 
-from dgsgld.__main__ import main
-from dgsgld.experiments import digits as bench
+from experiments import digits as bench
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_scores_agent_mean_and_pooled(task):
     labels = task.test[1]
     test = lp[:, scorer.slices["test"]].astype(np.float64)
     assert len(scores["agents"]) == 3
-    # The expected values in NumPy (float64), by the definitions of dgsgld.predictive's nll,
+    # The expected values in NumPy (float64), by the definitions of dgsgld.evaluate.predictive's nll,
     # accuracy, log_predictive and brier (each of those would compile a program of its own).
     points = np.arange(labels.size)
     expect = -np.mean(test[1][points, labels])

@@ -94,7 +94,7 @@ def test_the_matched_choco_steps_are_quoted_from_the_full_table():
     matched to the compressor) are quoted by the guide (NLL and its standard error, both
     samplers) and the README (both NLLs) as the generated JSON holds them, and the generated
     table has their line."""
-    from dgsgld.experiments.communication import CONSENSUS
+    from experiments.communication import CONSENSUS
 
     root = DOCS.parent
     rows = json.loads((DOCS / "figures" / "communication_full.json").read_text())["rows"]

@@ -5,11 +5,17 @@ import jax
 import numpy as np
 import optax
 import pytest
+from _moments import (
+    assert_cov_matches,
+    assert_mean_matches,
+    count_traces,
+    exact_quadratic,
+    law_after,
+    run_chains,
+)
+from _problems import complete_graph, linear_regression, permuted_rings, ring
 
 import dgsgld
-from _moments import (assert_cov_matches, assert_mean_matches, count_traces, exact_quadratic,
-                      law_after, run_chains)
-from _problems import complete_graph, linear_regression, permuted_rings, ring
 from dgsgld.samplers import PolynomialDecay
 from dgsgld.theory import exact
 

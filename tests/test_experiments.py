@@ -13,13 +13,15 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import experiments as ex
+import experiments as ex
+from dgsgld import tuning
+from dgsgld.posteriors import problems
 
 # ---------------------------------------------------------------- problems
 
 
 def test_linear_problem_matches_the_closed_form_posterior():
-    problem = ex.linear_regression_problem(3)
+    problem = problems.linear_regression_problem(3)
     assert problem.features.shape == (20, 5, 6) and problem.targets.shape == (20, 5)
     np.testing.assert_array_equal(problem.features[..., -1], 1.0)  # intercept column
     potential = problem.potential()
@@ -37,19 +39,19 @@ def test_linear_problem_matches_the_closed_form_posterior():
         atol=2e-3,
     )
     # Deterministic in the seed, different across seeds.
-    again = ex.linear_regression_problem(3)
+    again = problems.linear_regression_problem(3)
     np.testing.assert_array_equal(problem.targets, again.targets)
-    assert not np.allclose(problem.targets, ex.linear_regression_problem(4).targets)
+    assert not np.allclose(problem.targets, problems.linear_regression_problem(4).targets)
 
 
 def test_linear_problem_rejects_uneven_split():
     with pytest.raises(ValueError, match="num_agents"):
-        ex.linear_regression_problem(0, num_samples=100, num_agents=7)
+        problems.linear_regression_problem(0, num_samples=100, num_agents=7)
 
 
 @pytest.mark.parametrize("partition", ["by_label", "random"])
 def test_logistic_problem_is_balanced_and_split_as_documented(partition):
-    problem = ex.logistic_regression_problem(0, partition=partition)
+    problem = problems.logistic_regression_problem(0, partition=partition)
     assert problem.features.shape == (20, 19, 6)
     assert problem.test_features.shape == (180, 6) and problem.test_targets.shape == (180,)
     labels = np.asarray(problem.targets)
@@ -65,7 +67,7 @@ def test_logistic_problem_is_balanced_and_split_as_documented(partition):
         assert np.all((labels.sum(axis=1) > 0) & (labels.sum(axis=1) < 19))
         assert abs(labels[:10].sum() - 95) < 25
     # Both partitions deal the same training set.
-    other = ex.logistic_regression_problem(
+    other = problems.logistic_regression_problem(
         0, partition="random" if partition == "by_label" else "by_label"
     )
     rows = lambda p: np.sort(np.asarray(p.features).reshape(-1, 6), axis=0)
@@ -74,13 +76,13 @@ def test_logistic_problem_is_balanced_and_split_as_documented(partition):
 
 def test_logistic_problem_errors_name_the_argument():
     with pytest.raises(ValueError, match="train_size"):
-        ex.logistic_regression_problem(0, train_size=381)
+        problems.logistic_regression_problem(0, train_size=381)
     with pytest.raises(ValueError, match="partition"):
-        ex.logistic_regression_problem(0, partition="sorted")
+        problems.logistic_regression_problem(0, partition="sorted")
 
 
 def test_breast_cancer_problem_encoding_and_split():
-    problem = ex.breast_cancer_problem(0)
+    problem = problems.breast_cancer_problem(0)
     assert problem.features.shape == (30, 1, 31)
     # §4.2.2's 51 training samples: round(51/569 * 212) + round(51/569 * 357) = 19 + 32.
     assert problem.test_features.shape == (569 - 51, 31)
@@ -116,7 +118,7 @@ def test_accuracy_counts_sign_agreement():
     targets = jnp.array([1.0, 1.0, 0.0, 1.0])
     params = jnp.array([[1.0, 1.0], [-1.0, -1.0]])
     # x=(1,1): logits (1,1,-1,-1) -> predictions (1,1,0,0): 3 of 4 right; the negation 1 of 4.
-    got = dgsgld.metrics.accuracy(ex.logistic_labels(params, features), targets > 0.5)
+    got = dgsgld.evaluate.distances.accuracy(problems.logistic_labels(params, features), targets > 0.5)
     np.testing.assert_allclose(np.asarray(got), [0.75, 0.25])
 
 
@@ -199,7 +201,7 @@ def test_toml_overrides_resolve_and_reject_unknown_keys(tmp_path):
 
 
 def _small_linear(num_agents=4):
-    problem = ex.linear_regression_problem(
+    problem = problems.linear_regression_problem(
         0, num_samples=8 * num_agents, dim=2, num_agents=num_agents
     )
     schedule = dgsgld.networks.barbell(num_agents, period=5, seed=0)
@@ -216,7 +218,7 @@ def test_grid_search_equals_separate_runs_and_flags_divergence():
         return jnp.mean(trace.state.position[..., 0])
 
     grid = np.array([1e-3, 1e-2, 1e3], np.float32)  # the last one overflows
-    search = ex.grid_search(
+    search = tuning.grid_search(
         dgsgld.DIGingSGLD, grid, potential, mixing, init, key, 20, score_fn=final_mean, mode="max"
     )
     for eta, score in zip(grid[:2], search.scores[:2]):
@@ -228,16 +230,16 @@ def test_grid_search_equals_separate_runs_and_flags_divergence():
     assert search.scores[2] == 0.0  # worst accuracy-like score when maximizing
     assert search.best_index == int(np.argmax(search.scores[:2]))
     with pytest.raises(ValueError, match="step_sizes"):
-        ex.grid_search(
+        tuning.grid_search(
             dgsgld.DIGingSGLD, [-1.0], potential, mixing, init, key, 5, score_fn=final_mean
         )
 
 
 def test_log_grid():
-    grid = ex.log_grid(1e-3, 1e-1, 5)
+    grid = tuning.log_grid(1e-3, 1e-1, 5)
     np.testing.assert_allclose(grid, [1e-3, 10**-2.5, 1e-2, 10**-1.5, 1e-1], rtol=1e-6)
     with pytest.raises(ValueError, match="low"):
-        ex.log_grid(0.0, 1.0, 3)
+        tuning.log_grid(0.0, 1.0, 3)
 
 
 @pytest.mark.slow
@@ -246,10 +248,10 @@ def test_gradient_tuning_lands_near_the_grid_optimum():
     init = jax.random.normal(jax.random.key(0), (128, 4, 3))
     key = jax.random.key(1)
     target = (problem.posterior_mean, problem.posterior_cov)
-    from dgsgld.experiments.figures import _FinalW2, _stream, _W2Criterion
+    from experiments.figures import _FinalW2, _stream, _W2Criterion
 
-    grid = ex.log_grid(1e-3, 0.3, 31)
-    search = ex.grid_search(
+    grid = tuning.log_grid(1e-3, 0.3, 31)
+    search = tuning.grid_search(
         dgsgld.DIGingSGLD,
         grid,
         potential,
@@ -261,7 +263,7 @@ def test_gradient_tuning_lands_near_the_grid_optimum():
         ensemble_fn=_stream(),
     )
     assert 0 < search.best_index < grid.size - 1  # an interior optimum
-    tuned = ex.tune_step_size_gradient(
+    tuned = tuning.tune_step_size_gradient(
         dgsgld.DIGingSGLD,
         potential,
         mixing,
@@ -330,7 +332,7 @@ def test_fig2_toy_run_structure_and_invariants(fig2_toy):
     np.testing.assert_allclose(spacing, spacing[0], rtol=1e-4)
     assert spacing[0] <= np.log(dig.grid[1] / dig.grid[0]) + 1e-6
     # Iteration 0 is N(0, I) against the posterior: W2 >= the distance between the means.
-    gap = float(jnp.linalg.norm(ex.linear_regression_problem(res.seeds["data"]).posterior_mean))
+    gap = float(jnp.linalg.norm(problems.linear_regression_problem(res.seeds["data"]).posterior_mean))
     assert np.all(dig.per_agent[0] >= gap - 0.5)
     json.dumps(res.to_dict())  # JSON-ready
 

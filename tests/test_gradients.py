@@ -5,10 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import dgsgld
 from _moments import assert_mean_matches, count_traces, law_after, run_chains
 from _problems import linear_regression, permuted_rings, ring
+
+import dgsgld
 from dgsgld import gradients
 
 ESTIMATORS = {"svrg": lambda: gradients.svrg(update_every=4), "saga": gradients.saga}

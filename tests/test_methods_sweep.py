@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dgsgld.experiments import methods
+from experiments import methods as methods
 
 
 def test_unknown_panel_or_method_raises():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import linalg
 
-from dgsgld import metrics
+from dgsgld.evaluate import distances as metrics
 
 
 def random_spd(rng, d):
@@ -107,7 +107,7 @@ def test_consensus_error():
 
 @pytest.mark.reliability
 def test_non_psd_covariance_is_refused_naming_the_argument():
-    from dgsgld.metrics import gaussian_w2, gaussian_w2_to_target
+    from dgsgld.evaluate.distances import gaussian_w2, gaussian_w2_to_target
 
     mean = jnp.zeros(2)
     good = jnp.eye(2)
@@ -129,7 +129,7 @@ def test_non_psd_covariance_is_refused_naming_the_argument():
 
 @pytest.mark.reliability
 def test_rounding_and_rank_deficiency_are_accepted():
-    from dgsgld.metrics import empirical_moments, gaussian_w2
+    from dgsgld.evaluate.distances import empirical_moments, gaussian_w2
 
     # 3 draws in 6 dimensions: a rank-2 float32 covariance whose zero eigenvalues come out as
     # rounding noise of either sign; within tolerance, so accepted.
@@ -147,7 +147,7 @@ def test_accuracy_counts_matching_labels_per_leading_index():
     # Row 0 gets points 0, 1, 3 right (3/4); row 1 only point 3 (1/4).
     np.testing.assert_allclose(np.asarray(metrics.accuracy(predicted, labels)), [0.75, 0.25])
     # The predictive and streamed accuracies are this one: arg-max of log-probabilities.
-    from dgsgld import predictive
+    from dgsgld.evaluate import predictive as predictive
 
     log_probs = jnp.log(jax.nn.one_hot(predicted[0], 3) * 0.9 + 0.1 / 3)
     assert float(predictive.accuracy(log_probs, labels)) == 0.75
@@ -195,9 +195,11 @@ def test_no_two_eigh_calls_of_a_w2_program_can_run_at_once():
     """Two independent batched ``eigh`` calls in one program can deadlock XLA:CPU (each waits
     inside the intra-op pool for its own sub-batches; docs/known-issues.md): every W2 program
     makes one call, or calls each of which waits for the one before."""
-    import dgsgld
-    from dgsgld import streaming, theory
     from _problems import linear_regression, ring
+
+    import dgsgld
+    from dgsgld import theory
+    from dgsgld.evaluate import streaming as streaming
 
     rng = np.random.default_rng(0)
     a = rng.normal(size=(7, 3, 4, 4))

@@ -2,7 +2,7 @@
 single-process run, and a process that dies stops the others with an error instead of a hang.
 
 Every run is ``examples/multi_process.py`` (the paper's Fig. 2(a) problem, 20 agents, d = 6)
-on a few chains, started by ``dgsgld.distributed.launch``; and a simulated SLURM job.
+on a few chains, started by ``dgsgld.parallel.processes.launch``; and a simulated SLURM job.
 
 Tolerances: the processes make the same draws as the single-process run (chain identity rule),
 so positions differ only by rounding: chains across processes run a block of the chains, whose
@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dgsgld import Output, distributed
+from dgsgld import Output
+from dgsgld.parallel import processes as distributed
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = [sys.executable, str(ROOT / "examples" / "multi_process.py")]
@@ -235,7 +236,7 @@ def _free_port_in(low: int, high: int) -> int:
 
 SLURM_PROBE = """
 import jax
-from dgsgld import distributed
+from dgsgld.parallel import processes as distributed
 distributed.initialize()                 # no arguments, no DGSGLD_*: JAX's cluster detection
 from jax.experimental import multihost_utils
 ids = multihost_utils.process_allgather(jax.numpy.int32(jax.process_index()))

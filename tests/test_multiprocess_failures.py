@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dgsgld import _lost_peer, distributed
-from dgsgld.checkpoint import CheckpointError, read_checkpoint
+from dgsgld.parallel import _lost_peer as _lost_peer
+from dgsgld.parallel import processes as distributed
+from dgsgld.runner.checkpoint import CheckpointError, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "multi_process.py"
@@ -38,7 +39,7 @@ args = sys.argv[sys.argv.index("--") + 1:]
 me = int(args[args.index("--process-id") + 1])
 sys.path.insert(0, {str(EXAMPLE.parent)!r})
 import multi_process
-from dgsgld import checkpoint
+from dgsgld.runner import checkpoint as checkpoint
 real = checkpoint.CheckpointDir.save_chunk
 def save_chunk(self, meta, j, *rest):
     if (me, j, when) == (victim, chunk, "before"):
@@ -267,7 +268,7 @@ def test_each_process_checkpoints_to_its_own_directory_never_through_a_link(tmp_
                                                                              monkeypatch):
     import jax
 
-    from dgsgld import checkpoint
+    from dgsgld.runner import checkpoint as checkpoint
 
     assert checkpoint._own_directory(tmp_path) == str(tmp_path)      # one process: `path`
     monkeypatch.setattr(jax, "process_count", lambda: 2)

@@ -638,7 +638,7 @@ def test_components_equal_networkx_on_random_graphs_and_cut_paths():
     # The host-side connectivity check's components (plain NumPy label propagation) are
     # networkx's, ordered by smallest agent, on sparse random graphs and on paths cut at
     # random places (long diameters: many propagation rounds).
-    from dgsgld.networks.validation import _components
+    from dgsgld.networks.connectivity import _components
 
     rng = np.random.default_rng(0)
     for t in range(60):

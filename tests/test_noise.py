@@ -16,14 +16,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _moments import assert_exact_law, bonferroni, count_traces
+from _problems import linear_regression, permuted_rings, ring
 from scipy.special import ndtri
 from scipy.stats import norm
 
 import dgsgld
-from _moments import assert_exact_law, bonferroni, count_traces
-from _problems import linear_regression, permuted_rings, ring
-from dgsgld import noise
-from dgsgld.run import chain_keys
+from dgsgld.runner.loop import chain_keys
+from dgsgld.samplers import noise as noise
 from dgsgld.samplers.base import step_keys
 
 SAMPLERS = {  # every sampler class, built with the fast generator
@@ -90,8 +90,8 @@ def test_draws_are_deterministic_under_jit_vmap_and_batching():
     batched = jax.jit(jax.vmap(draw))(keys)
     for i in (0, 7):
         np.testing.assert_array_equal(batched[i], draw(keys[i]))
-    # The same numbers from the runner's key implementation (dgsgld._random) as from JAX's.
-    np.testing.assert_array_equal(jax.jit(jax.vmap(draw))(dgsgld._random.fast_key(keys)),
+    # The same numbers from the runner's key implementation (dgsgld.runner._random) as from JAX's.
+    np.testing.assert_array_equal(jax.jit(jax.vmap(draw))(dgsgld.runner._random.fast_key(keys)),
                                   batched)
     assert jax.eval_shape(lambda k: dgsgld.fast_normal(k, (3,), jnp.bfloat16),
                           keys[0]).dtype == jnp.bfloat16
@@ -254,7 +254,7 @@ def test_every_sampler_with_fast_noise_matches_the_exact_law(name):
 def test_resuming_a_checkpoint_with_another_noise_generator_is_refused(tmp_path):
     # The generator is part of the sampler, so the checkpoint's fingerprint covers it: a run
     # started with jax.random.normal cannot be continued with other numbers.
-    from dgsgld.checkpoint import CheckpointError
+    from dgsgld.runner.checkpoint import CheckpointError
 
     pb = linear_regression(num_agents=4, dim=2)
     args = (pb.potential, dgsgld.networks.ring(4), jnp.zeros((2, 4, 2)), jax.random.key(0))

@@ -16,7 +16,8 @@ from _problems import linear_regression
 from scipy import stats
 
 import dgsgld
-from dgsgld import _validation, networks
+from dgsgld import networks
+from dgsgld._util import validation as _validation
 from dgsgld.networks import onthefly, sparse, weights
 
 ALPHA = 1e-4

@@ -1,4 +1,4 @@
-"""dgsgld.plots: the figure's structure and its line data are the run's numbers."""
+"""dgsgld.evaluate.plots: the figure's structure and its line data are the run's numbers."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,8 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 import dgsgld  # noqa: E402
-from dgsgld import networks, plots  # noqa: E402
+from dgsgld import networks  # noqa: E402
+from dgsgld.evaluate import plots as plots
 
 T, N = 6, 4
 RNG = np.random.default_rng(0)

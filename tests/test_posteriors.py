@@ -124,9 +124,9 @@ def test_wasserstein2_of_gaussians():
     # convex function, so the pairing i -> i is cyclically monotone and hence optimal between
     # the empirical measures: W2^2 = mean_i |mu + (S - I) x_i|^2 exactly. For x ~ N(0, I) its
     # expectation is |mu|^2 + tr (S - I)^2, the closed-form W2^2 between N(0, I) and
-    # N(mu, S^2) (dgsgld.metrics.gaussian_w2); checked within 4 standard errors of the mean of
+    # N(mu, S^2) (dgsgld.evaluate.distances.gaussian_w2); checked within 4 standard errors of the mean of
     # the m terms (p ~ 6e-5).
-    from dgsgld.metrics import gaussian_w2
+    from dgsgld.evaluate.distances import gaussian_w2
 
     rng = np.random.default_rng(5)
     m, d = 300, 3
@@ -210,7 +210,7 @@ def test_ksd_of_a_shifted_gaussian_matches_quadrature():
 # from the agents' gradients), tests/test_streaming.py::test_streamed_ksd_equals_the_ksd_of_the_
 # stored_draws (the streamed KSD is the KSD of the stored draws)
 def test_streamed_ksd_from_the_agents_gradients_equals_the_ksd_of_the_stored_draws():
-    # dgsgld.streaming.ksd with the score of stein_scores (minus the sum of the agents' own
+    # dgsgld.evaluate.streaming.ksd with the score of stein_scores (minus the sum of the agents' own
     # full gradients, each agent on its own data) streams, per agent and kept iteration, the
     # V-statistic that scores.ksd gives from the stored draws of the C = 8 chains. The two
     # differ only by rounding: the streamed KSD^2 is a float32 sum of C^2 = 64 kernel terms
@@ -218,7 +218,8 @@ def test_streamed_ksd_from_the_agents_gradients_equals_the_ksd_of_the_stored_dra
     # s(x).s(y) u^beta term (scores of order 100 here), so its relative error is at most about
     # 64 x 6e-8 = 4e-6, half that on the root: rtol 1e-5.
     import dgsgld
-    from dgsgld import networks, streaming
+    from dgsgld import networks
+    from dgsgld.evaluate import streaming as streaming
 
     target = get_target("gaussian_linear")
     potential = target.potential(4, "skew")
@@ -268,7 +269,7 @@ def test_bench_small_runs_without_numpyro(tmp_path):
     import sys
 
     code = ("import sys; sys.modules['numpyro'] = None; sys.modules['arviz'] = None; "
-            "from dgsgld.__main__ import main; "
+            "from experiments.__main__ import main; "
             f"sys.exit(main(['bench', 'posteriors', '--small', '--out', {str(tmp_path)!r}]))")
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
                           text=True, timeout=900)
@@ -315,7 +316,7 @@ def test_bench_bytes_are_the_messages_the_samplers_send(name):
 
     import dgsgld
     from dgsgld import networks
-    from dgsgld.posteriors.bench import SAMPLERS, BenchSettings, run_chains
+    from experiments.bench import SAMPLERS, BenchSettings, run_chains
 
     assert set(SAMPLERS) == set(MESSAGES_PER_STEP)
     method = SAMPLERS[name]
@@ -341,7 +342,7 @@ def test_leaderboard_figure_has_one_marker_per_method_and_target(tmp_path):
     pytest.importorskip("matplotlib")
     from matplotlib.container import ErrorbarContainer
 
-    from dgsgld.posteriors.bench import FIGURE_SCORES, leaderboard_figure
+    from experiments.bench import FIGURE_SCORES, leaderboard_figure
 
     def row(target, sampler, network, mean=None, se=0.1):
         r = {"target": target, "sampler": sampler, "network": network}
@@ -377,9 +378,9 @@ def test_leaderboard_figure_has_one_marker_per_method_and_target(tmp_path):
 def test_full_bench_runs_every_sampler_on_every_target_over_both_networks():
     # The command without --small: every target with a stored reference (all of them), every
     # sampler of SAMPLERS, the ring and the complete graph, SBC on every simulated target.
-    from dgsgld.posteriors.bench import NETWORKS, SAMPLERS, BenchSettings
     from dgsgld.posteriors.sbc import SIMULATED
     from dgsgld.posteriors.targets import TARGETS
+    from experiments.bench import NETWORKS, SAMPLERS, BenchSettings
 
     full = BenchSettings.full()
     assert set(available()) == set(TARGETS) and full.targets == tuple(TARGETS)
@@ -391,7 +392,7 @@ def test_full_bench_runs_every_sampler_on_every_target_over_both_networks():
 def test_leaderboard_markdown_has_a_cell_per_score():
     # One row per sampler with mean ± standard error of every score (predictive ones only
     # where present), "-" where a score is absent, the same number of cells as the header.
-    from dgsgld.posteriors.bench import _KEYS, BenchSettings, markdown
+    from experiments.bench import _KEYS, BenchSettings, markdown
 
     settings = BenchSettings.small()
     scores = {k: [0.5 + i, 0.01] for i, k in enumerate(_KEYS) if not k.startswith("pred")}
@@ -423,7 +424,7 @@ def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
     import dataclasses
     import pathlib
 
-    from dgsgld.posteriors.bench import SAMPLERS, BenchSettings, markdown
+    from experiments.bench import SAMPLERS, BenchSettings, markdown
 
     root = pathlib.Path(__file__).resolve().parents[1]
     shipped = root / "benchmarks" / "references"
@@ -748,8 +749,8 @@ def _bench_sbc_cells(out, log):
     the JSON and the Markdown, the ranks in a file. (Calibration itself: the SBC tests above.)"""
     import dataclasses
 
-    from dgsgld.posteriors.bench import BenchSettings, bench_posteriors
     from dgsgld.posteriors.sbc import curvature_scale, simulate
+    from experiments.bench import BenchSettings, bench_posteriors
 
     settings = dataclasses.replace(
         BenchSettings.small(), targets=(), sbc_targets=("gaussian_linear",),
@@ -781,7 +782,7 @@ def test_bench_writes_the_sbc_cells(tmp_path):
 def test_bench_writes_the_sbc_cells_without_matplotlib(tmp_path, monkeypatch):
     # The same cells (_bench_sbc_cells) where matplotlib (the optional plots extra) is missing:
     # the JSON, Markdown and ranks are written, each figure is skipped with a log line.
-    from dgsgld.posteriors import bench
+    from experiments import bench as bench
 
     def no_matplotlib(*args, **kwargs):
         raise ImportError("no module named 'matplotlib'")
@@ -818,7 +819,7 @@ def test_bench_builds_every_target_before_any_run(tmp_path, monkeypatch):
     import dataclasses
 
     from dgsgld.posteriors import targets
-    from dgsgld.posteriors.bench import BenchSettings, bench_posteriors
+    from experiments.bench import BenchSettings, bench_posteriors
 
     def missing():
         raise ImportError("this benchmark target uses a data set bundled with scikit-learn")

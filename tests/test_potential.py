@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _problems import linear_regression, log_likelihood
 
 import dgsgld
 from dgsgld import gradients
-from dgsgld import potential as potential_module
-from _problems import linear_regression, log_likelihood
+from dgsgld.model import potential as potential_module
 
 
 # Slow set: with and without replacement.
@@ -152,7 +152,7 @@ def test_subsets_are_uniform_in_both_selection_paths(tabulate, monkeypatch):
 @pytest.mark.parametrize("b, sizes", [pytest.param(3, (8, 7, 10), marks=pytest.mark.slow),
                                       (5, (8, 7, 6))])
 def test_floyd_draws_are_uniform_subsets_chi_squared(b, sizes, monkeypatch):
-    """Floyd's draw (:func:`dgsgld.potential.distinct_batch`) gives every b-subset the same
+    """Floyd's draw (:func:`dgsgld.model.potential.distinct_batch`) gives every b-subset the same
     probability, also for uneven agents (a mask; each agent draws among its own n_i data), for
     b small against n_i and for b > n_i / 2 (where taken slots chain).
 

@@ -11,7 +11,7 @@ import numpyro.distributions as dist  # noqa: E402
 from numpyro.infer.util import constrain_fn, potential_energy  # noqa: E402
 
 import dgsgld  # noqa: E402
-from dgsgld import ppl  # noqa: E402
+from dgsgld.model import ppl as ppl  # noqa: E402
 
 NUM_AGENTS, LOCAL, DIM = 4, 5, 2
 
@@ -183,7 +183,8 @@ def test_diging_sgld_on_a_numpyro_model_matches_nuts():
     """Fast twin: test_numpyro_potential_equals_the_model_written_by_hand."""
     from numpyro.infer import MCMC, NUTS
 
-    from dgsgld import diagnostics, networks
+    from dgsgld import networks
+    from dgsgld.evaluate import diagnostics as diagnostics
 
     rng = np.random.default_rng(0)
     n_agents, local = 6, 10

@@ -1,4 +1,4 @@
-"""Predictive scores of dgsgld.predictive against hand-computed cases."""
+"""Predictive scores of dgsgld.evaluate.predictive against hand-computed cases."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from dgsgld import predictive as pr
+from dgsgld.evaluate import predictive as pr
 
 
 def _log(p):

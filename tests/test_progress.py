@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import progress
+from dgsgld.runner import progress as progress
 
 
 class Terminal(io.StringIO):

@@ -415,7 +415,7 @@ def test_same_draws_however_batched_and_continued(make, key):
 
 
 def test_directed_tables_rank_by_the_mean_over_agents():
-    from dgsgld.experiments import directed as exp
+    from experiments import directed as exp
 
     # Two seeds x two agents. Means over agents: a (2, 2), b (1, 3); W2 is a loss (b wins seed
     # 0, a seed 1), accuracy a gain (a wins seed 0, b seed 1). The worst agent is the largest
@@ -438,8 +438,8 @@ def test_directed_tables_rank_by_the_mean_over_agents():
 
 @pytest.mark.slow  # the experiment's parts: test_exact_moments_match_monte_carlo, the schedules
 def test_directed_experiment_small_run(tmp_path):
-    from dgsgld.experiments import directed as exp
-    from dgsgld.experiments.problems import linear_regression_problem, split_potentials
+    from dgsgld.posteriors.problems import linear_regression_problem, split_potentials
+    from experiments import directed as exp
 
     # The sorted split deals the same data out differently: same posterior.
     problem = linear_regression_problem(0, num_samples=40, num_agents=8)
@@ -473,7 +473,8 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp, numpy as np
 import dgsgld
-from dgsgld import sharding, networks as nets
+from dgsgld.parallel import devices as sharding
+from dgsgld import networks as nets
 sys.path.insert(0, "tests")
 from _problems import linear_regression
 key = jax.random.key(3)

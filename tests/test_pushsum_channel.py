@@ -284,7 +284,8 @@ def test_a_directed_snapshots_exchange_rows_are_rewritten_as_its_dense_matrix(ke
     # differing draw moves an entry by a weight ≥ 1/9. The out-degrees (bytes) are equal.
     from jax.sharding import PartitionSpec as P
 
-    from dgsgld.networks import rows, sparse
+    from dgsgld.networks import sparse
+    from dgsgld.parallel import rows as rows
 
     n = 8
     schedule = sparse.from_dense(

@@ -1,4 +1,4 @@
-"""``dgsgld._random.IMPL`` gives the numbers of JAX's threefry2x32 keys bit for bit, and
+"""``dgsgld.runner._random.IMPL`` gives the numbers of JAX's threefry2x32 keys bit for bit, and
 :func:`dgsgld.sample` runs every key that has those numbers on it (legacy keys included)."""
 
 import jax
@@ -6,10 +6,10 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _problems import linear_regression, ring
 
 import dgsgld
-from _problems import linear_regression, ring
-from dgsgld import _random
+from dgsgld.runner import _random as _random
 
 SEEDS = [0, 2**31 - 1]
 SHAPES = [(), (7,), (3, 4, 5)]

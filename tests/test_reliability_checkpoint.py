@@ -22,13 +22,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_checkpoint import (KEY_SEED, KWARGS, NUM_STEPS, THIN, W, assert_identical, ensemble_fn,
-                             log_likelihood, log_prior, problem, run_chunked, trace_fn)
+from test_checkpoint import (
+    KEY_SEED,
+    KWARGS,
+    NUM_STEPS,
+    THIN,
+    W,
+    assert_identical,
+    ensemble_fn,
+    log_likelihood,
+    log_prior,
+    problem,
+    run_chunked,
+    trace_fn,
+)
 
 import dgsgld
-from dgsgld import checkpoint
-from dgsgld._fingerprint import describe
-from dgsgld.checkpoint import CheckpointDir, CheckpointError, read_checkpoint, sample_chunked
+from dgsgld.runner import checkpoint as checkpoint
+from dgsgld.runner._fingerprint import describe
+from dgsgld.runner.checkpoint import CheckpointDir, CheckpointError, read_checkpoint, sample_chunked
 
 pytestmark = pytest.mark.reliability
 
@@ -305,7 +317,7 @@ HOLDER = textwrap.dedent(
     import os, sys, time
     sys.path[:0] = [{package!r}, {tests!r}]
     import test_checkpoint as t
-    from dgsgld import checkpoint
+    from dgsgld.runner import checkpoint as checkpoint
     started, go = {started!r}, {go!r}
     real = checkpoint._write_file
 

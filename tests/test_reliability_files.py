@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import checkpoint
-from dgsgld.checkpoint import CheckpointError
+from dgsgld.runner import checkpoint as checkpoint
+from dgsgld.runner.checkpoint import CheckpointError
 
 pytestmark = pytest.mark.reliability
 
@@ -100,7 +100,7 @@ CHILD = textwrap.dedent(
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     import dgsgld, model
-    from dgsgld.checkpoint import CheckpointError, sample_chunked
+    from dgsgld.runner.checkpoint import CheckpointError, sample_chunked
 
     mode, cases, root = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
     data = jax.random.normal(jax.random.key(1), (2, 3, 2))

@@ -16,12 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
+from _commands import main, module_for
 
 import dgsgld
-from dgsgld import data as dd
-from dgsgld import metrics, streaming
-from dgsgld import predictive as pr
-from dgsgld.__main__ import main
+from dgsgld.evaluate import distances as metrics
+from dgsgld.evaluate import predictive as pr
+from dgsgld.evaluate import streaming as streaming
+from dgsgld.model import data as dd
 
 pytestmark = pytest.mark.reliability
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +179,7 @@ def test_cli_refuses_garbage_before_computing(tmp_path, capsys):
         assert code == 2 and err.count("\n") == 1
         assert (f"fig2a: `trials` = {trials} is too few for gradient tuning" in err
                 and "at least 7 chains" in err), err
-    from dgsgld.experiments.configs import LinearRegressionConfig
+    from experiments.configs import LinearRegressionConfig
     LinearRegressionConfig(trials=7).check_gradient_tuning()
     LinearRegressionConfig(trials=2, gradient_tuning=False).check_gradient_tuning()
 
@@ -186,7 +187,7 @@ def test_cli_refuses_garbage_before_computing(tmp_path, capsys):
 @pytest.mark.slow  # fast twin: test_cli_refuses_garbage_before_computing (the trials check)
 def test_gradient_tuning_criterion_needs_more_chains_than_dimensions():
     # What the trials check guards: a NaN gradient below full rank, finite from d + 1 chains.
-    from dgsgld.experiments.figures import _W2Criterion
+    from experiments.figures import _W2Criterion
     crit = _W2Criterion(jnp.zeros(6), jnp.eye(6))
     x = jnp.asarray(np.random.default_rng(0).normal(size=(7, 2, 6)), jnp.float32)
     grads = [float(jax.grad(lambda s: crit(s * x[:c]))(1.0)) for c in (6, 7)]
@@ -194,17 +195,17 @@ def test_gradient_tuning_criterion_needs_more_chains_than_dimensions():
 
 
 def test_run_refuses_a_diverged_result():
-    from dgsgld.experiments.quick import _refuse_divergence
+    from dgsgld._cli.main_job import _refuse_divergence
 
     ok = dgsgld.Divergence(np.array([-1, -1]), np.array([-1, -1]))
-    _refuse_divergence("DE-SGLD", 0.008, ok, np.array([0.3, 0.2]))
+    _refuse_divergence("DE-SGLD", True, 0.008, ok, np.array([0.3, 0.2]))
     with pytest.raises(ValueError, match=r"DIGing-SGLD diverged at step size 1: 1 of 2 chains "
                                          r"became non-finite, the first at iteration 3\. Lower "
                                          r"the step size \(--step-size"):
-        _refuse_divergence("DIGing-SGLD", 1.0, dgsgld.Divergence(np.array([-1, 3]),
+        _refuse_divergence("DIGing-SGLD", True, 1.0, dgsgld.Divergence(np.array([-1, 3]),
                                                                  np.array([-1, 0])), np.ones(2))
     with pytest.raises(ValueError, match=r"too large for their W2 to be computed.*--sgld-step"):
-        _refuse_divergence("SGLD (centralized)", 0.05, ok, np.array([np.nan]))
+        _refuse_divergence("SGLD (centralized)", False, 0.05, ok, np.array([np.nan]))
 
 
 @pytest.mark.slow  # fast twin: test_run_refuses_a_diverged_result
@@ -217,15 +218,15 @@ def test_run_with_a_diverging_step_fails_with_one_line(capsys):
 
 _AS_FROM_A_TERMINAL = (
     "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "print('ready', flush=True); "
-    "sys.argv[0] = 'dgsgld'; runpy.run_module('dgsgld', run_name='__main__', alter_sys=True)")
+    "print('ready', flush=True); module = sys.argv.pop(1); "
+    "sys.argv[0] = module; runpy.run_module(module, run_name='__main__', alter_sys=True)")
 
 
 def _interrupt(argv, delay: float, timeout: float = 20.0):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DGSGLD_NO_CACHE": "1"}
     # `python -m dgsgld` with Python's own Ctrl-C handler, as started from a terminal: a test run
     # started in the background ignores SIGINT, and its children would inherit that.
-    proc = subprocess.Popen([sys.executable, "-c", _AS_FROM_A_TERMINAL, *argv],
+    proc = subprocess.Popen([sys.executable, "-c", _AS_FROM_A_TERMINAL, module_for(argv), *argv],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=ROOT)
     # `delay` counts from Ctrl-C's handler being in place: on a loaded machine the interpreter

@@ -3,7 +3,7 @@ and a chain that blows up is caught while still finite, under the caller's jit/v
 
 Networks: a 4-agent ring ``W = [[.5, .25, 0, .25], ...]`` in each sparse format, each with one
 defect planted through the format's own constructor or fields; the expected message is the one
-:func:`dgsgld._validation.check_mixing` gives for the same matrix densified here by NumPy (an
+:func:`dgsgld._util.validation.check_mixing` gives for the same matrix densified here by NumPy (an
 independent densification: ``np.add.at`` of the stored entries plus the diagonal).
 
 Divergence: two agents on the complete graph, quadratic potentials ``f_i(x) = n p x² / 2`` with
@@ -23,9 +23,11 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import _validation, diagnostics, sharding
-from dgsgld.checkpoint import sample_chunked
+from dgsgld._util import validation as _validation
+from dgsgld.evaluate import diagnostics as diagnostics
 from dgsgld.networks import sparse
+from dgsgld.parallel import devices as sharding
+from dgsgld.runner.checkpoint import sample_chunked
 
 pytestmark = pytest.mark.reliability
 
@@ -33,7 +35,7 @@ N = 4
 RING = np.array([[.5, .25, 0, .25], [.25, .5, .25, 0], [0, .25, .5, .25], [.25, 0, .25, .5]],
                 np.float32)
 FORMATS = ("neighbors", "edges", "circulant")
-#: The default ``divergence_threshold`` (dgsgld._divergence.DEFAULT_THRESHOLD).
+#: The default ``divergence_threshold`` (dgsgld.evaluate._divergence.DEFAULT_THRESHOLD).
 THRESHOLD = 1e8
 
 
@@ -367,7 +369,7 @@ def test_the_threshold_is_checked():
 
 
 def test_predicate_on_every_kind_of_bad_value():
-    from dgsgld import _divergence
+    from dgsgld.evaluate import _divergence as _divergence
 
     check = jax.jit(lambda x, t: _divergence.first_bad_agent(x, _divergence.reference(
         jnp.ones_like(x)), t, True))
@@ -486,7 +488,8 @@ def test_flag_and_warn_under_the_callers_jit_and_vmap():
 def _papers_margin(res):
     """``{algorithm: largest max|x| / max(1, max|x⁰|) over chains and iterations}`` of the
     figure's runs redone at each algorithm's tuned step size."""
-    from dgsgld.experiments import figures, problems
+    from dgsgld.posteriors import problems as problems
+    from experiments import figures as figures
 
     config, seeds = res.config, res.seeds
     if res.metric == "W2":
@@ -516,7 +519,7 @@ def test_no_healthy_run_of_the_papers_experiments_trips_the_bound(figure):
     # with the divergence check on: at every algorithm's tuned step no chain is flagged, and the
     # largest excursion max|x| / max(1, max|x⁰|) stays far below the threshold (measured:
     # at most ~10 against 1e8; asserted with a factor 1e4 to spare).
-    from dgsgld.experiments import figures
+    from experiments import figures as figures
 
     fig = figures.fig2 if figure[0] == "2" else figures.fig3
     overrides = {"num_step_sizes": 7}

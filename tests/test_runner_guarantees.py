@@ -274,7 +274,7 @@ def test_a_sample_call_on_host_inputs_compiles_one_program(caplog, sampler):
 @pytest.mark.slow  # fast twins: the two named above
 def test_the_agent_sharded_runner_takes_a_checked_network_as_sample_does():
     # Run as it was checked, without checking again (one device here: the same code path).
-    from dgsgld import sharding
+    from dgsgld.parallel import devices as sharding
 
     potential, ring, init = problem()
     algorithm = dgsgld.DIGingSGLD(0.05)
@@ -390,7 +390,7 @@ def test_an_equinox_mlp_passed_directly_matches_the_same_network_written_by_hand
 def test_an_equinox_mlp_runs_through_the_chunked_and_sharded_runners(tmp_path):
     """The checkpointed and sharded runners take the same pytrees as ``sample``: an MLP whose
     activation is a static leaf comes back as an MLP with the same numbers."""
-    from dgsgld import sharding
+    from dgsgld.parallel import devices as sharding
 
     xs = jnp.linspace(-1.0, 1.0, N * 3, dtype=jnp.float32).reshape(N, 3, 1)
     potential = dgsgld.Potential(

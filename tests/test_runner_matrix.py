@@ -29,9 +29,11 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import distributed, gradients, sharding
-from dgsgld.checkpoint import sample_chunked
+from dgsgld import gradients
 from dgsgld.networks import directed
+from dgsgld.parallel import devices as sharding
+from dgsgld.parallel import processes as distributed
+from dgsgld.runner.checkpoint import sample_chunked
 
 NUM_AGENTS, LOCAL, CHAINS, STEPS = 4, 3, 3, 4
 
@@ -392,8 +394,8 @@ SCRIPT = textwrap.dedent(
     import jax, jax.numpy as jnp, numpy as np
     sys.path.insert(0, "tests")
     import test_runner_matrix as m
-    from dgsgld import sharding
-    from dgsgld.checkpoint import sample_chunked
+    from dgsgld.parallel import devices as sharding
+    from dgsgld.runner.checkpoint import sample_chunked
     import dgsgld
 
     full = sys.argv[1] == "full"

@@ -5,11 +5,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _moments import (
+    assert_cov_matches,
+    assert_mean_matches,
+    count_traces,
+    exact_quadratic,
+    law_after,
+    run_chains,
+)
+from _problems import linear_regression, permuted_rings, ring
 
 import dgsgld
-from _moments import (assert_cov_matches, assert_mean_matches, count_traces, exact_quadratic,
-                      law_after, run_chains)
-from _problems import linear_regression, permuted_rings, ring
 from dgsgld.theory import exact
 
 

@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp, numpy as np
     import dgsgld
-    from dgsgld import sharding
+    from dgsgld.parallel import devices as sharding
     sys.path.insert(0, "tests")
     from _problems import linear_regression, permuted_rings, ring
 
@@ -90,7 +90,8 @@ SCRIPT = textwrap.dedent(
         # the all-gather; on-the-fly sparse snapshots all-gather. The same draws as dgsgld.sample
         # with the same sparse mixing; the exchange's product alone, bit for bit.
         from dgsgld import networks
-        from dgsgld.networks import rows, sparse
+        from dgsgld.parallel import rows as rows
+        from dgsgld.networks import sparse
         from jax.sharding import PartitionSpec as P
         prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
         alg = dgsgld.DIGingSGLD(0.05)
@@ -236,7 +237,8 @@ def test_exchange_plan_rebuilds_every_snapshot_from_the_rows_it_sends(fmt, devic
     import numpy as np
 
     from dgsgld import networks
-    from dgsgld.networks import rows, sparse
+    from dgsgld.networks import sparse
+    from dgsgld.parallel import rows as rows
 
     if fmt == "circulant":
         schedule = sparse.from_dense(networks.ring(20).matrices, format=fmt)

@@ -8,7 +8,8 @@ import pytest
 from _problems import linear_regression
 
 import dgsgld
-from dgsgld import _validation, networks
+from dgsgld import networks
+from dgsgld._util import validation as _validation
 from dgsgld.networks import sparse
 
 

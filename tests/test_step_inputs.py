@@ -4,9 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _problems import linear_regression, ring
 
 import dgsgld
-from _problems import linear_regression, ring
 
 SAMPLERS = [dgsgld.DIGingSGLD, dgsgld.DESGLD, dgsgld.EXTRASGLD, dgsgld.SGLD]
 

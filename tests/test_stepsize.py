@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import metrics, networks, stepsize
+from dgsgld import networks
+from dgsgld import tuning as stepsize
+from dgsgld.evaluate import distances as metrics
 
 N, D, n = 4, 2, 6
 rng = np.random.default_rng(0)
@@ -255,7 +257,7 @@ def test_grid_continues_upwards_while_the_best_score_is_at_its_stable_top():
 # The paper's step sizes were tuned for W2 after 100 iterations (Fig. 2) or test accuracy
 # (Fig. 3) on a grid (docs/figures/*.json). Fig. 2: the proposer's default spread criterion;
 # Fig. 3: the accuracy of a validation split (never the test set) after a pilot as long as
-# the figure's runs (dgsgld.experiments.proposals; table in docs/your-own-model.md).
+# the figure's runs (experiments.proposals; table in docs/your-own-model.md).
 PAPER = [(fig, alg) for fig in ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fig3c")
          for alg in ("DIGing-SGLD", "DE-SGLD")]
 
@@ -263,7 +265,7 @@ PAPER = [(fig, alg) for fig in ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fi
 @pytest.mark.slow
 @pytest.mark.parametrize("fig,alg", PAPER)
 def test_proposal_against_the_papers_tuned_step(fig, alg):
-    from dgsgld.experiments import proposals
+    from experiments import proposals as proposals
 
     report = proposals.paper_case(fig, alg)
     tuned = json.loads((Path(__file__).resolve().parent.parent / "docs" / "figures" /

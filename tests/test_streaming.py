@@ -11,7 +11,8 @@ import pytest
 from _problems import linear_regression, permuted_rings
 
 import dgsgld
-from dgsgld import metrics, streaming
+from dgsgld.evaluate import distances as metrics
+from dgsgld.evaluate import streaming as streaming
 
 N, D, C, T = 4, 2, 16, 12
 _rng = np.random.default_rng(3)

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from dgsgld.experiments import theory_report
+from experiments import theory_report as theory_report
 
 
 @pytest.mark.slow

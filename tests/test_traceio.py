@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import traceio
+from dgsgld.runner import traceio as traceio
 
 
 class Params(NamedTuple):
@@ -293,7 +293,7 @@ def test_a_fifo_or_a_directory_is_refused_without_blocking(tmp_path):
     reader.start()
     reader.join(30)
     assert errors == [f"Trace file {str(fifo)!r} is not a regular file; it is not a trace "
-                      "written by dgsgld.traceio.save_trace, or it was damaged since."]
+                      "written by dgsgld.runner.traceio.save_trace, or it was damaged since."]
     assert _error(traceio.load_trace, tmp_path).startswith(f"Trace file {str(tmp_path)!r} is "
                                                           "not a regular file")
 

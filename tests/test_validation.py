@@ -16,8 +16,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import dgsgld
-from dgsgld import _validation, diagnostics, metrics
-from dgsgld.checkpoint import sample_chunked
+from dgsgld._util import validation as _validation
+from dgsgld.evaluate import diagnostics as diagnostics
+from dgsgld.evaluate import distances as metrics
+from dgsgld.runner.checkpoint import sample_chunked
 
 N, N_LOCAL, D, C = 3, 4, 2, 2
 NUM_STEPS = 10

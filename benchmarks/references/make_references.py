@@ -3,7 +3,7 @@
 For each target: numpyro's NUTS (dense mass matrix, float64) on the target's pooled
 log-density, several chains from dispersed starting points, then the checks the benchmark
 relies on: rank-normalized split R-hat < 1.01 and bulk ESS >= 2000 for every compared
-coordinate (dgsgld.diagnostics), and no divergent transition. A target that fails is written
+coordinate (dgsgld.evaluate.diagnostics), and no divergent transition. A target that fails is written
 nowhere. Passing targets get ``dgsgld/posteriors/references/<name>.npz``: thinned draws of
 the compared coordinates, their means, sds and quantiles with Monte Carlo standard errors
 (ArviZ's ``mcse``), the diagnostics, the NUTS settings and the data fingerprint.
@@ -31,7 +31,7 @@ import numpy as np
 from numpyro.infer import MCMC, NUTS
 from scipy import stats
 
-from dgsgld import diagnostics
+from dgsgld.evaluate import diagnostics as diagnostics
 from dgsgld.posteriors import references
 from dgsgld.posteriors.targets import TARGETS, exact_gaussian_posterior, get_target
 

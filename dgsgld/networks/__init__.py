@@ -9,16 +9,17 @@ links, column-stochastic weights, for the push-sum samplers) are :mod:`dgsgld.ne
 Everything about the network lives in this package: the mixing protocol ``matrix_at(k)``
 (:mod:`~dgsgld.networks._mixing`), schedules and weights, sparse formats
 (:mod:`~dgsgld.networks.sparse`) and on-the-fly schedules (:mod:`~dgsgld.networks.onthefly`),
-their validation and spectral diagnostics, weight design, the checks ``dgsgld.sample`` runs on a
-network (:mod:`~dgsgld.networks.checked`), and a device's rows of a network split over devices
-(:mod:`~dgsgld.networks.rows`).
+their validation and spectral diagnostics, weight rules, and the checks ``dgsgld.sample`` runs on
+a network (:mod:`~dgsgld.networks.checked`). Learned weights are :mod:`dgsgld.tuning`'s; a
+device's rows of a network split over devices are :mod:`dgsgld.parallel`'s.
 """
 
 from . import directed as directed
 from . import onthefly as onthefly
 from . import sparse as sparse
+from .connectivity import check_joint_connectivity as check_joint_connectivity
+from .connectivity import check_strong_connectivity as check_strong_connectivity
 from .directed import DirectedSchedule as DirectedSchedule
-from .directed import check_strong_connectivity as check_strong_connectivity
 from .directed import directed_barbell as directed_barbell
 from .directed import directed_delta as directed_delta
 from .directed import directed_lollipop as directed_lollipop
@@ -28,16 +29,6 @@ from .directed import from_digraphs as from_digraphs
 from .directed import one_way_link_failures as one_way_link_failures
 from .directed import out_degree_weights as out_degree_weights
 from .directed import push_sum_weights as push_sum_weights
-from .spectral import Delta as Delta
-from .spectral import delta as delta
-from .spectral import smallest_joint_connectivity_window as smallest_joint_connectivity_window
-from .spectral import spectral_gap as spectral_gap
-from .spectral import union_graph as union_graph
-from .design import EdgeParametrization as EdgeParametrization
-from .design import WeightDesign as WeightDesign
-from .design import edge_parametrization as edge_parametrization
-from .design import learn_weights as learn_weights
-from .design import learn_weights_by_sampling as learn_weights_by_sampling
 from .drawing import draw_snapshot as draw_snapshot
 from .schedules import Schedule as Schedule
 from .schedules import as_schedule as as_schedule
@@ -54,7 +45,11 @@ from .schedules import one_peer_exponential as one_peer_exponential
 from .schedules import random_regular as random_regular
 from .schedules import ring as ring
 from .schedules import star as star
-from .validation import check_joint_connectivity as check_joint_connectivity
+from .spectral import Delta as Delta
+from .spectral import delta as delta
+from .spectral import smallest_joint_connectivity_window as smallest_joint_connectivity_window
+from .spectral import spectral_gap as spectral_gap
+from .spectral import union_graph as union_graph
 from .validation import validate_schedule as validate_schedule
 from .weights import fastest_mixing_weights as fastest_mixing_weights
 from .weights import max_degree_weights as max_degree_weights
@@ -81,12 +76,7 @@ __all__ = [
     "complete",
     "delta",
     "draw_snapshot",
-    "EdgeParametrization",
-    "WeightDesign",
-    "edge_parametrization",
     "fastest_mixing_weights",
-    "learn_weights",
-    "learn_weights_by_sampling",
     "erdos_renyi",
     "from_graph",
     "from_graphs",

@@ -5,13 +5,15 @@ array becomes), ``dgsgld.networks.Schedule`` (a :class:`MixingStack` with graphs
 on-the-fly schedules. ``W[i, j]`` is the weight agent ``i`` puts on agent ``j``: ``x⁺ = W @ x``.
 """
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _validation
-from .._types import Array
+from .._util import validation as _validation
+from .._util.types import Array
 
 __all__ = ["COLUMN_STOCHASTIC", "MixingStack", "abstract_matrix", "as_mixing",
            "is_directed_network", "stochastic_sums"]
@@ -27,7 +29,7 @@ def is_directed_network(mixing) -> bool:
 
 
 def stochastic_sums(mixing) -> str:
-    """The ``sums`` its matrices are checked for (:func:`dgsgld._validation.check_mixing`):
+    """The ``sums`` its matrices are checked for (:func:`dgsgld._util.validation.check_mixing`):
     ``"columns"`` for a directed network (no symmetry), else ``"both"``."""
     return "columns" if is_directed_network(mixing) else "both"
 
@@ -79,3 +81,23 @@ def abstract_matrix(mixing):
     """``mixing.matrix_at(k)`` traced abstractly: a ``jax.ShapeDtypeStruct`` for a dense stack,
     the format's own object for a sparse one. Makes no array, so it runs no program."""
     return jax.eval_shape(mixing.matrix_at, jax.ShapeDtypeStruct((), jnp.int32))
+
+
+def num_agents_of(schedule: Any) -> int:
+    """``N`` of a schedule object: its ``num_agents``, else read from ``matrix_at(0)``'s shape."""
+    n = getattr(schedule, "num_agents", None)
+    if n is not None:
+        return int(n)
+    w = abstract_matrix(schedule)
+    shape = tuple(getattr(w, "shape", ()))
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise TypeError(
+            "`mixing`.matrix_at(k) must return an (N, N) array or a dgsgld.networks.sparse "
+            f"snapshot; got {type(w).__name__}" + (f" of shape {shape}." if shape else ".")
+        )
+    return shape[0]
+
+
+def _dense_snapshot(schedule: Any, k):
+    w = schedule.matrix_at(k)
+    return w.todense() if hasattr(w, "todense") else jnp.asarray(w)

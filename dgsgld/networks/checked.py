@@ -12,9 +12,11 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 
-from .. import _validation
-from . import validation as net
+from .._util import validation as _validation
 from ._mixing import MixingStack, as_mixing, stochastic_sums
+from ._util import on_the_fly_window
+from .connectivity import check_joint_connectivity, union_adjacency
+from .validation import check_values
 
 __all__ = ["CheckedNetwork", "checked_network"]
 
@@ -128,7 +130,7 @@ def unwrap_checked(mixing, allow_disconnected: bool, connectivity_window) -> tup
 def check_network(stack, target, allow_disconnected: bool, window):
     """Joint connectivity of the network ``stack`` (:func:`~dgsgld.networks._mixing.as_mixing`
     of it; checked on the host, or inside the computation when traced), plus the mixing checks
-    that :func:`dgsgld._validation.check_mixing` could not run on a traced stack.
+    that :func:`dgsgld._util.validation.check_mixing` could not run on a traced stack.
 
     Returns ``target`` (the run's initial positions or state) with the in-computation checks
     attached, so that the compiled run cannot skip them.
@@ -142,10 +144,10 @@ def check_network(stack, target, allow_disconnected: bool, window):
     schedule = hasattr(stack, "matrix_at")
     if _validation.is_concrete_tree(stack):
         if schedule:  # a dense stack was checked by MixingStack; the other forms here
-            net.check_values(stack, window, name="mixing")
+            check_values(stack, window, name="mixing")
         if not allow_disconnected:
             try:
-                net.check_joint_connectivity(stack, window, name="mixing")
+                check_joint_connectivity(stack, window, name="mixing")
             except ValueError as err:
                 raise ValueError(
                     f"{err} Agents in different components never exchange information, so "
@@ -161,9 +163,9 @@ def check_network(stack, target, allow_disconnected: bool, window):
     if allow_disconnected:
         return target
     if schedule:
-        num = net.on_the_fly_window(stack, window) if not hasattr(stack, "snapshots") else None
+        num = on_the_fly_window(stack, window) if not hasattr(stack, "snapshots") else None
         union = (jnp.any(stack.todense() != 0, axis=0) if num is None
-                 else net.union_adjacency(stack, num))
+                 else union_adjacency(stack, num))
         what = "its period" if num is None else f"its first {num} snapshots"
     else:
         union, what = jnp.any(stack != 0, axis=0), "its period"

@@ -30,9 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._mixing import COLUMN_STOCHASTIC, MixingStack, is_directed_network
-from .schedules import _positive_int, _rng
+from ._util import _positive_int, _rng
 from .spectral import Delta
-from .validation import DEFAULT_TOL, format_components, sparse_entries, validate_schedule
+from .validation import DEFAULT_TOL, validate_schedule
 from .weights import _is_graph, as_adjacency
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ __all__ = [
     "COLUMN_STOCHASTIC",
     "DirectedSchedule",
     "as_directed",
-    "check_strong_connectivity",
     "directed_barbell",
     "directed_delta",
     "directed_lollipop",
@@ -73,74 +72,6 @@ def validate_directed_schedule(stack: Any, adjacency: Any = None, *, tol: float 
             the worst entry or column.
     """
     validate_schedule(stack, adjacency, tol=tol, name=name, sums="columns")
-
-
-def _strong_components(n: int, rows: np.ndarray, cols: np.ndarray
-                       ) -> tuple[list[np.ndarray], int]:
-    """Strongly connected components (sorted agents, ordered by smallest agent) of the directed
-    graph on ``n`` agents with the links ``cols[e] → rows[e]`` (``W[i, j] ≠ 0``: ``j → i``),
-    and the number of weak components."""
-    import scipy.sparse
-    from scipy.sparse.csgraph import connected_components
-
-    # csgraph: entry (a, b) is the edge a → b.
-    graph = scipy.sparse.csr_matrix((np.ones(rows.size, np.int8), (cols, rows)), shape=(n, n))
-    weak, _ = connected_components(graph, directed=True, connection="weak")
-    count, labels = connected_components(graph, directed=True, connection="strong")
-    parts = [np.flatnonzero(labels == c) for c in range(count)]
-    return sorted(parts, key=lambda p: int(p[0])), int(weak)
-
-
-def check_strong_connectivity(mixing: Any, window: int | None = None, *,
-                              name: str = "mixing") -> None:
-    """Refuse a directed schedule whose union of graphs is not strongly connected.
-
-    Without ``window`` the union over the whole period is checked; with ``window = B`` every one
-    of the ``P`` cyclic windows of ``B`` consecutive snapshots must be strongly connected.
-
-    Args:
-        mixing: a :class:`DirectedSchedule`, anything with ``.matrices``, a ``(P, N, N)`` or
-            ``(N, N)`` array, or a directed :class:`~dgsgld.networks.sparse.SparseSchedule`
-            (its links read from its entries, nothing ``N × N`` formed); concrete.
-        window: ``B`` or ``None``.
-        name: what to call the schedule in the message.
-
-    Raises:
-        ValueError: ``"`mixing` is not jointly strongly connected: ..."`` naming the window, the
-            strongly connected components and whether the graph is connected as an undirected
-            one (then information flows only one way between some components).
-    """
-    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer))
-                               or window < 1):
-        raise ValueError(
-            f"`connectivity_window` must be a positive integer or None; got {window!r}."
-        )
-    if hasattr(mixing, "snapshots"):        # sparse: its stored nonzero entries
-        period, n, snap, rows, cols, _, _ = sparse_entries(
-            jax.tree.map(np.asarray, mixing.snapshots), name=name)
-    else:
-        stack = np.asarray(getattr(mixing, "matrices", mixing))
-        if stack.ndim == 2:
-            stack = stack[None]
-        period, n = stack.shape[0], stack.shape[-1]
-        snap, rows, cols = np.nonzero(stack)
-    span = period if window is None else min(int(window), period)
-    for s in ([0] if span == period else range(period)):
-        inside = ((snap - s) % period) < span
-        parts, weak = _strong_components(n, rows[inside], cols[inside])
-        if len(parts) > 1:
-            what = (f"all {period} snapshots of the period" if span == period
-                    else f"the {span} snapshots {s}..{(s + span - 1) % period} (cyclic window "
-                         f"B = {span})")
-            how = ("it is connected as an undirected graph, but some links between these "
-                   "components run one way only" if weak == 1
-                   else f"it has {weak} components even as an undirected graph")
-            raise ValueError(
-                f"`{name}` is not jointly strongly connected: the union of the directed graphs "
-                f"of {what} has {len(parts)} strongly connected components: "
-                f"{format_components(parts)} ({how}; agents that never hear the others cannot "
-                f"reach consensus with them)."
-            )
 
 
 # ---------------------------------------------------------------- the schedule

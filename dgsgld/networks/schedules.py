@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._mixing import MixingStack
+from ._util import _positive_int, _rng
 from .validation import DEFAULT_TOL, validate_schedule
 from .weights import _is_graph, as_adjacency, get_weight_rule
 
@@ -129,27 +130,6 @@ class Schedule(MixingStack):
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _rng(seed: Any) -> np.random.Generator:
-    """A NumPy generator from an int, a ``numpy.random.Generator`` or a JAX PRNG key."""
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        return np.random.default_rng(int(seed))
-    if isinstance(seed, jax.Array):
-        if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
-            seed = jax.random.key_data(seed)
-        return np.random.default_rng(np.asarray(seed, dtype=np.uint32).ravel().tolist())
-    raise TypeError(
-        f"seed must be an int, a numpy Generator or a JAX key; got {type(seed).__name__}"
-    )
-
-
-def _positive_int(value: Any, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}; got {value!r}.")
-    return int(value)
 
 
 def _build(adj: np.ndarray, weights: WeightRule, eps: float, name: str, dtype: Any) -> Schedule:

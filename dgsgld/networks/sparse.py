@@ -42,8 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _validation
-from .._types import Array
+from .._util import validation as _validation
+from .._util.types import Array
 from ._mixing import COLUMN_STOCHASTIC, is_directed_network, stochastic_sums
 
 __all__ = [

@@ -1,6 +1,6 @@
-"""Checks of Assumption 3.2 on mixing matrices, run on the host at set-up: (i)–(ii) on every
-matrix (:func:`validate_schedule`) and (iii), joint connectivity of the graphs over the period or
-a window (:func:`check_joint_connectivity`, which :func:`dgsgld.sample` runs on every network)."""
+"""Checks of Assumption 3.2 (i)–(ii) on mixing matrices, run on the host at set-up: every matrix
+finite, nonnegative, symmetric and doubly stochastic (:func:`validate_schedule`; column-stochastic
+for a directed schedule). Joint connectivity, (iii), is :mod:`dgsgld.networks.connectivity`'s."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import _validation
-from .._validation import check_mixing, is_concrete
-from ._mixing import is_directed_network, stochastic_sums
+from .._util import validation as _validation
+from .._util.validation import check_mixing, is_concrete
+from ._mixing import _dense_snapshot, num_agents_of, stochastic_sums
+from ._util import on_the_fly_window
 
-__all__ = ["validate_schedule", "check_joint_connectivity", "DEFAULT_TOL"]
+__all__ = ["validate_schedule", "DEFAULT_TOL"]
 
 #: Tolerance for symmetry and row/column sums; float32 storage of weights costs about 1e-7.
 DEFAULT_TOL = 1e-5
@@ -30,7 +31,7 @@ def validate_schedule(
     """Check that every matrix of a schedule satisfies Assumption 3.2 (i) and (ii).
 
     Square ``(P, N, N)`` shape, finite, symmetric, nonnegative and doubly stochastic within ``tol``
-    (via :func:`dgsgld._validation.check_mixing`); when the graphs are known, also zero weight off
+    (via :func:`dgsgld._util.validation.check_mixing`); when the graphs are known, also zero weight off
     the graph: ``|W[p, i, j]| <= off_graph_tol`` (exactly 0 by default) for every ``i ≠ j`` that is
     not an edge of snapshot ``p``. Joint connectivity (iii) is checked by
     :func:`check_joint_connectivity`; the window it gives ``δ < 1`` is a diagnostic, see
@@ -46,7 +47,7 @@ def validate_schedule(
         name: what to call the schedule in error messages.
         sums: ``"both"`` (symmetric, doubly stochastic), or ``"columns"`` / ``"rows"`` for a
             directed network (that axis sums to 1, no symmetry): see
-            :func:`dgsgld._validation.check_mixing`.
+            :func:`dgsgld._util.validation.check_mixing`.
 
     Raises:
         ValueError: naming the matrix index, the violated property and the worst entry, as
@@ -80,177 +81,6 @@ def validate_schedule(
             raise ValueError(
                 f"`{name}`[{p}] is not zero off the graph: W[{i}, {j}] = {float(w[p, i, j])!r} "
                 f"but agent {j} does not send to agent {i} (tolerance {off_graph_tol:g})."
-            )
-
-
-# -- Assumption 3.2 (iii): joint connectivity --------------------------------------------------
-
-#: Snapshots of a schedule generated on the fly whose union is checked when no window is given.
-DEFAULT_CONNECTIVITY_WINDOW = 100
-
-
-def _snapshot_edges(w: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(rows, cols)`` of the nonzero off-diagonal weights of one snapshot (any format)."""
-    if hasattr(w, "neighbors"):  # dgsgld.networks.sparse.NeighborMixing
-        nbr, wts = np.asarray(w.neighbors), np.asarray(w.weights)
-        rows = np.broadcast_to(np.arange(nbr.shape[0])[:, None], nbr.shape)
-        keep = wts != 0
-        return rows[keep], nbr[keep]
-    if hasattr(w, "senders"):  # dgsgld.networks.sparse.EdgeMixing
-        keep = np.asarray(w.weights) != 0
-        return np.asarray(w.receivers)[keep], np.asarray(w.senders)[keep]
-    return np.nonzero(np.asarray(w))
-
-
-def _components(num_agents: int, rows: np.ndarray, cols: np.ndarray) -> list[np.ndarray]:
-    """Connected components (sorted agent indices, ordered by their smallest agent) of the
-    undirected graph with these edges.
-
-    Min-label propagation over the edges with one pointer jump per round (as the traced check
-    in ``dgsgld._validation.connectivity_error_if``): each label stays an agent of its own
-    component, so the fixed point is each component's smallest agent; about ``log₂`` of the
-    diameter rounds on rings and paths. Plain NumPy: the run's checks need no SciPy import.
-    """
-    labels = np.arange(num_agents)
-    while True:
-        new = labels.copy()
-        np.minimum.at(new, rows, labels[cols])
-        np.minimum.at(new, cols, labels[rows])
-        new = new[new]
-        if np.array_equal(new, labels):
-            break
-        labels = new
-    _, labels = np.unique(labels, return_inverse=True)  # 0, 1, ... by smallest agent
-    count = int(labels.max()) + 1 if num_agents else 0
-    order = np.argsort(labels, kind="stable")
-    return np.split(order, np.cumsum(np.bincount(labels, minlength=count))[:-1])
-
-
-def format_components(parts: list[np.ndarray], max_parts: int = 6, max_agents: int = 12) -> str:
-    """``"agents {0, 1} | {2, 3}"``, shortened for large networks."""
-
-    def one(p: np.ndarray) -> str:
-        shown = ", ".join(str(int(i)) for i in p[:max_agents])
-        return "{" + shown + (f", ... ({len(p)} agents)" if len(p) > max_agents else "") + "}"
-
-    text = " | ".join(one(p) for p in parts[:max_parts])
-    more = f" | ... ({len(parts) - max_parts} more components)" if len(parts) > max_parts else ""
-    return f"agents {text}{more}"
-
-
-def union_adjacency(schedule: Any, num: int):
-    """Boolean ``(N, N)`` union of the graphs of ``W⁽⁰⁾, …, W⁽ⁿᵘᵐ⁻¹⁾`` (with the diagonal) of a
-    schedule object with ``matrix_at``, in one ``lax.scan`` (``N²`` memory, unlike
-    ``materialize(num)``); traceable, so it also serves checks inside a user's ``jit``."""
-    import jax
-    import jax.numpy as jnp
-
-    def body(union, k):
-        return union | (_dense_snapshot(schedule, k) != 0), None
-
-    n = num_agents_of(schedule)
-    return jax.lax.scan(body, jnp.zeros((n, n), bool), jnp.arange(num))[0]
-
-
-def on_the_fly_window(schedule: Any, window: int | None) -> int:
-    """Snapshots of an on-the-fly schedule checked: ``window`` (default
-    :data:`DEFAULT_CONNECTIVITY_WINDOW`), at most the period."""
-    num = int(window or DEFAULT_CONNECTIVITY_WINDOW)
-    period = getattr(schedule, "period", None)
-    return num if period is None else min(num, int(period))
-
-
-def check_joint_connectivity(mixing: Any, window: int | None = None, *,
-                             name: str = "mixing") -> None:
-    """Refuse a schedule whose graphs are never jointly connected (Assumption 3.2 (iii)).
-
-    The graph of a snapshot links ``i ≠ j`` when ``W[i, j] ≠ 0``. Without ``window``, the union
-    of the graphs over the whole period must be connected (otherwise no window ``B`` can give
-    ``δ < 1``, and agents in different components never exchange information). With an integer
-    ``window = B``, the union over each of the ``P`` cyclic windows of ``B`` consecutive
-    snapshots must be connected (``B``-joint connectivity, a stronger check).
-
-    Schedules generated on the fly (``matrix_at`` without a finite stack) are checked over their
-    first ``window`` snapshots (default :data:`DEFAULT_CONNECTIVITY_WINDOW`, or the period when
-    shorter). A connected union proves joint connectivity; a disconnected one over a window
-    shorter than the period may be a false alarm, which the message says.
-
-    A directed schedule (``network_kind == "column_stochastic"``, see
-    :mod:`dgsgld.networks.directed`) must be jointly *strongly* connected instead
-    (:func:`dgsgld.networks.directed.check_strong_connectivity`).
-
-    Cost: one pass over the nonzero weights plus a few NumPy passes over the edges.
-
-    Args:
-        mixing: a ``(P, N, N)`` stack, an ``(N, N)`` matrix, a schedule with ``.matrices``, a
-            :class:`dgsgld.networks.sparse.SparseSchedule` or an on-the-fly schedule. Concrete
-            values.
-        window: ``B``, or ``None`` (see above).
-        name: what to call the schedule in the message.
-
-    Raises:
-        ValueError: naming the window of snapshots and the connected components found, as
-            ``"`mixing` is not jointly connected: ... agents {0, 1} | {2, 3}"``.
-    """
-    if is_directed_network(mixing):  # one-way links
-        from .directed import check_strong_connectivity
-
-        return check_strong_connectivity(mixing, window, name=name)
-    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer))
-                               or window < 1):
-        raise ValueError(
-            f"`connectivity_window` must be a positive integer or None; got {window!r}."
-        )
-    on_the_fly = (hasattr(mixing, "matrix_at") and not hasattr(mixing, "snapshots")
-                  and not hasattr(mixing, "matrices"))
-    if on_the_fly:
-        period = getattr(mixing, "period", None)
-        num = on_the_fly_window(mixing, window)
-        import equinox as eqx
-
-        # filter_jit: a schedule that is no pytree (any object with matrix_at) is static.
-        union = np.array(eqx.filter_jit(union_adjacency)(mixing, num))
-        np.fill_diagonal(union, False)
-        parts = _components(union.shape[0], *np.nonzero(union))
-        if len(parts) > 1:
-            scope = ("the whole period" if period is not None and num == period
-                     else "a window set by `connectivity_window`; a longer one may connect")
-            raise ValueError(
-                f"`{name}` is not jointly connected: the union of the graphs of snapshots "
-                f"0..{num - 1} ({scope}) has {len(parts)} connected components: "
-                f"{format_components(parts)}."
-            )
-        return
-    if hasattr(mixing, "snapshots"):  # dgsgld.networks.sparse.SparseSchedule: read to the host once
-        import jax
-
-        host = jax.tree.map(np.asarray, mixing.snapshots)
-        period, n = mixing.period, mixing.num_agents
-        edges = [_snapshot_edges(jax.tree.map(lambda a, p=p: a[p], host)) for p in range(period)]
-    else:
-        stack = np.asarray(getattr(mixing, "matrices", mixing))
-        if stack.ndim == 2:
-            stack = stack[None]
-        period, n = stack.shape[0], stack.shape[-1]
-        if window is None or window >= period:  # the period's union: one pass over the stack
-            edges = [np.nonzero(np.any(stack != 0, axis=0))]
-        else:
-            edges = [_snapshot_edges(w) for w in stack]
-    span = period if window is None else min(int(window), period)
-    starts = [0] if span == period else range(period)
-    for s in starts:
-        picked = [edges[(s + b) % len(edges)] for b in range(min(span, len(edges)))]
-        rows = np.concatenate([r for r, _ in picked])
-        cols = np.concatenate([c for _, c in picked])
-        off = rows != cols
-        parts = _components(n, rows[off], cols[off])
-        if len(parts) > 1:
-            last = (s + span - 1) % period
-            what = (f"all {period} snapshots of the period" if span == period
-                    else f"the {span} snapshots {s}..{last} (cyclic window B = {span})")
-            raise ValueError(
-                f"`{name}` is not jointly connected: the union of the graphs of {what} has "
-                f"{len(parts)} connected components: {format_components(parts)}."
             )
 
 
@@ -395,7 +225,7 @@ def validate_sparse(snapshots: Any, *, tol: float = DEFAULT_TOL, name: str = "mi
     The structure is checked by :func:`sparse_entries`; then the matrices must be finite,
     symmetric, nonnegative and doubly stochastic within ``tol`` (``sums="both"``; a directed
     network's, ``"columns"``: nonnegative and column stochastic, no symmetry), and a violation
-    is reported exactly as :func:`dgsgld._validation.check_mixing` reports it for the dense
+    is reported exactly as :func:`dgsgld._util.validation.check_mixing` reports it for the dense
     stack (same property order, same worst entry, same text). ``O(nnz log nnz)`` time,
     ``O(nnz + P N)`` memory: a 10 000-agent schedule is never densified. Traced leaves are not
     checked here (:func:`dgsgld.sample` checks a traced schedule inside the computation).
@@ -457,33 +287,9 @@ def _leaves(tree: Any) -> list:
     return jax.tree.leaves(tree)
 
 
-def num_agents_of(schedule: Any) -> int:
-    """``N`` of a schedule object: its ``num_agents``, else read from ``matrix_at(0)``'s shape."""
-    n = getattr(schedule, "num_agents", None)
-    if n is not None:
-        return int(n)
-    from ._mixing import abstract_matrix
-
-    w = abstract_matrix(schedule)
-    shape = tuple(getattr(w, "shape", ()))
-    if len(shape) != 2 or shape[0] != shape[1]:
-        raise TypeError(
-            "`mixing`.matrix_at(k) must return an (N, N) array or a dgsgld.networks.sparse "
-            f"snapshot; got {type(w).__name__}" + (f" of shape {shape}." if shape else ".")
-        )
-    return shape[0]
-
-
-def _dense_snapshot(schedule: Any, k):
-    w = schedule.matrix_at(k)
-    import jax.numpy as jnp
-
-    return w.todense() if hasattr(w, "todense") else jnp.asarray(w)
-
-
 def _snapshot_faults(schedule: Any, num: int, tol: float):
     """``(num,)`` bool, in one ``lax.scan``: snapshots ``0..num-1`` that fail Assumption 3.2
-    (i)–(ii) (the predicates of :func:`dgsgld._validation.check_mixing`)."""
+    (i)–(ii) (the predicates of :func:`dgsgld._util.validation.check_mixing`)."""
     import jax
     import jax.numpy as jnp
 
@@ -505,7 +311,7 @@ def check_generated(schedule: Any, window: int | None = None, *, tol: float = DE
 
     Snapshots ``0..num-1`` (``num`` from :func:`on_the_fly_window`) are checked in one compiled
     pass; the first faulty one is formed on the host and reported exactly as
-    :func:`dgsgld._validation.check_mixing` reports a dense stack (``"`mixing`[k] is not ..."``).
+    :func:`dgsgld._util.validation.check_mixing` reports a dense stack (``"`mixing`[k] is not ..."``).
     """
     import equinox as eqx
 
@@ -527,7 +333,7 @@ def check_values(mixing: Any, window: int | None = None, *, tol: float = DEFAULT
                  name: str = "mixing") -> None:
     """Assumption 3.2 (i)–(ii) on any concrete network form :func:`dgsgld.sample` accepts,
     with one message format: a dense stack (``matrices``, or an array) through
-    :func:`dgsgld._validation.check_mixing`, sparse snapshots through :func:`validate_sparse`,
+    :func:`dgsgld._util.validation.check_mixing`, sparse snapshots through :func:`validate_sparse`,
     a schedule generated on the fly through :func:`check_generated`."""
     sums = stochastic_sums(mixing)  # directed: column stochastic, not symmetric
     if hasattr(mixing, "snapshots"):

@@ -11,10 +11,9 @@ These run on the host at set-up time (NumPy, optionally networkx); never call th
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
-
-import sys
 
 import numpy as np
 

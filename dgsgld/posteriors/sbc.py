@@ -33,9 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from ..plots import pyplot
-from ..potential import stack_potentials
-from ..run import Output, sample
+from ..evaluate.plots import pyplot
+from ..model.potential import stack_potentials
+from ..runner.loop import Output, sample
 from .targets import get_target
 
 __all__ = ["SIMULATED", "curvature_scale", "exact_draws", "rank_dispersion",

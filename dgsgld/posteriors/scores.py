@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .._types import Array
+from .._util.types import Array
 from .references import Reference
 
 __all__ = ["ksd", "moment_errors", "predictive_scores", "stein_scores", "wasserstein2"]

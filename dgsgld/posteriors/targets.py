@@ -4,8 +4,8 @@ Every target is a Bayesian model on a flat parameter vector ``x (d,)`` in uncons
 coordinates (scales enter through their logarithm, with the log-Jacobian in the prior), with
 its pooled data ``(n, ...)`` and two documented ways to split them across ``N`` agents:
 
-* ``"iid"``: a random permutation cut into near-equal parts (:func:`dgsgld.data.split_iid`);
-* ``"skew"``: each agent holds one group (:func:`dgsgld.data.split_by_label` with one class per
+* ``"iid"``: a random permutation cut into near-equal parts (:func:`dgsgld.model.data.split_iid`);
+* ``"skew"``: each agent holds one group (:func:`dgsgld.model.data.split_by_label` with one class per
   agent): the class for classifiers, the quantile bin of a covariate or of the response for
   regressions. The number of groups is the number of agents (or the number of classes).
 
@@ -41,14 +41,14 @@ import numpy as np
 from jax.scipy import special as jsp_special
 from jax.scipy import stats as jsp_stats
 
-from .. import data as _data
-from ..experiments.problems import (
+from ..model import data as _data
+from ..model.potential import Potential
+from .problems import (
     GaussianLogLikelihood,
     GaussianLogPrior,
     linear_regression_problem,
     logistic_log_likelihood,
 )
-from ..potential import Potential
 
 __all__ = ["SPLITS", "TARGETS", "Target", "get_target"]
 

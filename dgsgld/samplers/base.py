@@ -12,7 +12,7 @@ Gaussian noise ``w`` is ``noise(key, position)``; passing it to ``step`` gives t
 drawing it there; passing it lets two samplers share their noise (synchronous coupling). Each
 leaf of ``w`` is ``normal(leaf_key, (size,), dtype)`` reshaped to the leaf's shape:
 ``jax.random.normal`` unless the sampler was built with another generator, e.g.
-``DIGingSGLD(0.01, normal=dgsgld.fast_normal)`` (:mod:`dgsgld.noise`: other numbers, the same
+``DIGingSGLD(0.01, normal=dgsgld.fast_normal)`` (:mod:`dgsgld.samplers.noise`: other numbers, the same
 law to the tested accuracy, faster on CPU). A passed ``w`` may also have flat ``(size,)``
 leaves, and the step then updates in that shape, with the same numbers: ``dgsgld.sample`` does
 so where its loop keeps the chain axis first, so that XLA:CPU fuses the draw and the update
@@ -25,8 +25,8 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 
-from .. import _tree
-from .._types import Array, PRNGKey, PyTree, StepSize
+from .._util import tree as _tree
+from .._util.types import Array, PRNGKey, PyTree, StepSize
 
 
 def step_keys(key: PRNGKey) -> tuple[PRNGKey, PRNGKey]:

@@ -16,8 +16,8 @@ from typing import NamedTuple
 import equinox as eqx
 import jax.numpy as jnp
 
-from .. import _tree
-from .._types import Array, PRNGKey, PyTree
+from .._util import tree as _tree
+from .._util.types import Array, PRNGKey, PyTree
 from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm

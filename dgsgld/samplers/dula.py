@@ -42,8 +42,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import _tree, _validation
-from .._types import Array, PRNGKey, PyTree, StepSize
+from .._util import tree as _tree
+from .._util import validation as _validation
+from .._util.types import Array, PRNGKey, PyTree, StepSize
 from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm

@@ -38,8 +38,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import _tree, _validation
-from .._types import Array, PRNGKey, PyTree
+from .._util import tree as _tree
+from .._util import validation as _validation
+from .._util.types import Array, PRNGKey, PyTree
 from ..communication import Channel, as_channel, hold, init_states, send
 from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm
@@ -80,7 +81,7 @@ class DIGingSGHMCState(NamedTuple):
 
 def _velocity_update(velocity, drift, noise, eta, friction):
     """``(1 − ηγ) v − η drift + √(2γη) w`` leaf by leaf (``noise`` leaves shaped like the
-    velocity or flat: :func:`dgsgld._tree.in_noise_shape`)."""
+    velocity or flat: :func:`dgsgld._util.tree.in_noise_shape`)."""
     decay, scale = 1.0 - eta * friction, jnp.sqrt(2.0 * friction * eta)
 
     def one(v, d, w):

@@ -16,8 +16,8 @@ from typing import ClassVar, NamedTuple
 
 import jax.numpy as jnp
 
-from .. import _tree
-from .._types import Array, PRNGKey, PyTree
+from .._util import tree as _tree
+from .._util.types import Array, PRNGKey, PyTree
 from .base import SamplingAlgorithm
 
 __all__ = ["SGLDState", "SGLD"]

@@ -52,8 +52,8 @@ from .exact import exact_moments as exact_moments
 from .exact import exact_w2 as exact_w2
 from .exact import laplace_quadratic as laplace_quadratic
 from .exact import linear_recursion as linear_recursion
-from .exact import push_recursion as push_recursion
 from .exact import loglog_slope as loglog_slope
+from .exact import push_recursion as push_recursion
 from .exact import quadratic_from_potential as quadratic_from_potential
 from .exact import stationary_moments as stationary_moments
 from .exact import stationary_w2 as stationary_w2

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._types import ArrayLike
+from .._util.types import ArrayLike
 
 __all__ = [
     "BoundInputs",

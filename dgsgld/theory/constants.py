@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import networks
-from .._types import ArrayLike, PRNGKey
+from .._util.types import ArrayLike, PRNGKey
 from .bounds import BoundInputs
 from .exact import Quadratic, agent_hessians, exact_moments, laplace_quadratic
 
@@ -240,7 +240,8 @@ def bound_inputs(
     Returns:
         :class:`BoundInputs` (Monte Carlo estimates of the moments; float64 NumPy fields).
     """
-    from .. import run, samplers  # the engine; imported late to keep `theory` import light
+    from .. import samplers
+    from ..runner import loop as run  # the engine; imported late to keep `theory` import light
 
     init = jnp.asarray(init)
     if init.ndim != 3:

@@ -121,8 +121,10 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-from .. import _tree, _validation, metrics
-from .._types import Array, ArrayLike
+from .._util import tree as _tree
+from .._util import validation as _validation
+from .._util.types import Array, ArrayLike
+from ..evaluate import distances as metrics
 from ..samplers import (
     DESGHMC,
     DESGLD,

@@ -1,0 +1,1 @@
+"""Private helpers every room uses: shape aliases, pytree arithmetic, host-side checks."""

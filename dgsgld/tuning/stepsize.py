@@ -1,0 +1,874 @@
+"""Step-size tuning: grid runs, grid search, gradient tuning and a proposer.
+
+The samplers are ``eqx.Module``-s whose constant step size is an array leaf, so
+
+* :func:`grid_run` builds the sampler inside a function of ``η`` and ``jax.vmap``-s
+  :func:`dgsgld.sample` over a grid: every step size × every chain runs in one compiled call,
+  with the same keys and initial positions at every grid point (common random numbers, so the
+  curve of final error against ``η`` is smooth and differences between grid points are not
+  masked by Monte Carlo noise); :func:`grid_search` scores it and picks the best step;
+* :func:`tune_step_size_gradient` differentiates the final samples with respect to ``log η``
+  (with a fixed key the chains are a smooth function of ``η``: the noise enters as
+  ``√(2η) w``) and minimizes a differentiable criterion with an optax optimizer;
+* :func:`propose_step_size` chooses a step for a model and a network from one pilot grid run.
+
+**The proposer**, :func:`propose_step_size`, looks at the model and the network, then lets a
+short run decide:
+
+1. **Curvature.** The largest Hessian eigenvalue ``L_i`` of every agent's potential ``f_i`` at
+   the initial positions (power iteration on Hessian–vector products, ``jax.jvp`` of the
+   gradient; nothing ``(d, d)`` is formed). ``L = max_i L_i`` sets the scale of the grid:
+   ``η ∈ [10⁻³/L, 3/L]``, log-spaced (gradient descent on ``f_i`` alone is unstable above
+   ``2/L_i``).
+2. **Network.** The mean spectral gap ``1 − σ₂(W⁽ᵏ⁾)`` of the schedule, reported (a small gap
+   makes agents disagree more at a given ``η``, which the pilot sees directly).
+3. **Pilot.** A :func:`grid_run`: every grid step size, every chain of ``init`` (up to
+   ``max_chains``), for ``num_steps`` iterations, in one compiled call. It records, per step
+   size, at the start, middle and end: divergence, every agent's spread (the geometric mean
+   over coordinates of the standard deviation across chains) and the consensus error.
+
+A step size is **stable** when no chain diverged and neither the spread nor the consensus
+error more than doubled over the second half of the pilot. Among stable step sizes the spread
+first shrinks as ``η`` grows (the chains reach the posterior in the pilot's ``num_steps``),
+then grows (the discretization and network bias inflate it: Langevin's stationary variance on a
+Gaussian of curvature ``λ`` is ``1 / (λ (1 − ηλ/2))``). The **accurate** range holds the stable
+step sizes at which every agent's spread is at most ``spread_tolerance`` times that agent's
+smallest spread over the grid; the proposal is its largest step size: the fastest-mixing step
+that inflates no agent's spread by more than the tolerance.
+
+The pilot must reach the posterior: when the posterior is wider than where the chains start
+(e.g. the flat directions of a neural network's weights under a unit prior), the spread grows
+with ``η`` through slow diffusion rather than bias, and the proposal is conservative (see
+``report.stable_range`` for the largest stable step; a longer pilot, ``num_steps``, helps).
+
+**A criterion of your own.** The spread criterion asks for samples faithful to the posterior.
+When what matters is a prediction after a run of a given length (the paper tunes its
+logistic-regression steps by accuracy after 100 iterations), pass ``score_fn``: a function of
+the pilot's final positions, higher is better, e.g. the accuracy or log predictive density on
+a validation split (never the test set), and set ``num_steps`` to the length of the run you
+will make. The proposal is then the stable step with the best mean score; while that is the
+top of the grid, the grid is continued upwards (at most twice, ``num_step_sizes`` points each,
+one more compiled call of the same shapes). ``explain()`` shows the score beside the spread
+and the consensus error, and its first sentence says which criterion chose the step: when the
+best score lies outside the accurate range, what the proposal gives up (above it the agents'
+samples are biased: a step that suits the score, not the posterior) and the best-scoring
+accurate step.
+
+:func:`check_step_size` warns when a chosen step lies outside the range a report found.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._util import params as _params
+from .._util.types import Array, PRNGKey, PyTree
+from ..evaluate import streaming as streaming
+from ..networks import spectral as network_spectral
+from ..networks.checked import checked_if_concrete
+from ..runner import loop as run
+
+if TYPE_CHECKING:
+    import optax  # imported where gradient tuning runs: grid searches and quick runs skip it
+
+__all__ = ["GridRun", "grid_run", "GridSearch", "grid_search", "log_grid", "GradientTuning",
+           "tune_step_size_gradient", "StepSizeReport", "propose_step_size", "check_step_size",
+           "local_curvature"]
+
+
+# ----------------------------------------------------------------------------- grid runs
+
+
+class GridRun(NamedTuple):
+    """What :func:`grid_run` returns; every leaf has a leading grid axis ``(G,)`` (``(S, G)``
+    with ``stacked=True``).
+
+    Attributes:
+        ensemble: ``output.ensemble_fn``'s values, leaves ``(G, kept iterations, ...)``, or
+            ``None``.
+        score: ``score_fn(trace)`` per grid point, or ``None`` without a ``score_fn``.
+        diverged: ``(G,)`` True where some chain's positions became non-finite.
+    """
+
+    ensemble: PyTree | None
+    score: PyTree | None
+    diverged: Array
+
+
+@eqx.filter_jit
+def _grid_run(make_algorithm, step_sizes, potential, mixing, init, key, num_steps, output,
+              score_fn, stacked):
+    def one(potential, step_size):
+        trace = run.sample(make_algorithm(step_size), potential, mixing, init, key, num_steps,
+                           output=output, on_divergence="flag")
+        score = None if score_fn is None else score_fn(trace)
+        return trace.ensemble, score, jnp.any(trace.diverged)
+
+    def over_grid(potential):
+        return jax.vmap(lambda step_size: one(potential, step_size))(step_sizes)
+
+    return jax.vmap(over_grid)(potential) if stacked else over_grid(potential)
+
+
+def grid_run(
+    make_algorithm: Callable[[Array], Any],
+    step_sizes: Array,
+    potential,
+    mixing,
+    init: PyTree,
+    key: PRNGKey,
+    num_steps: int,
+    *,
+    output: run.Output = run.Output(positions=False),
+    score_fn: Callable[[run.Trace], PyTree] | None = None,
+    stacked: bool = False,
+) -> GridRun:
+    """Run a sampler at every step size of a grid, every chain, in one compiled call.
+
+    Every grid point uses the same ``init`` and ``key`` (common random numbers); a diverging
+    grid point is flagged (``on_divergence="flag"``), not raised.
+
+    Args:
+        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.DIGingSGLD``. Pass the same
+            function object across calls (and the same ``output`` and ``score_fn``) to reuse
+            the compiled run.
+        step_sizes: ``(G,)`` step sizes (run in float32; see :func:`log_grid`).
+        potential, mixing, init, key, num_steps: as in :func:`dgsgld.sample`; a concrete
+            ``mixing`` is checked here, on the host, so the program carries no check.
+        output: what each run keeps (:class:`dgsgld.Output`); its ``ensemble_fn`` values come
+            back in ``ensemble``.
+        score_fn: optional ``trace -> pytree`` of one grid point's :class:`dgsgld.Trace`,
+            reduced inside the program (e.g. a final error from ``trace.state``).
+        stacked: ``potential`` is a stack of ``S`` potentials (leaves with a leading ``(S,)``
+            axis, e.g. several splits of a data set): an outer ``jax.vmap`` over them, every
+            leaf of the result ``(S, G, ...)``.
+
+    Returns:
+        A :class:`GridRun` of JAX arrays.
+    """
+    mixing = checked_if_concrete(mixing)
+    return GridRun(*_grid_run(make_algorithm, jnp.asarray(step_sizes, jnp.float32), potential,
+                              mixing, init, key, num_steps, output, score_fn, bool(stacked)))
+
+
+class GridSearch(NamedTuple):
+    """Result of :func:`grid_search`.
+
+    Attributes:
+        step_sizes: ``(G,)`` the grid.
+        scores: ``(G,)`` final score per step size; diverged grid points get ``+inf`` when
+            minimizing and ``0`` when maximizing (the worst possible error / accuracy).
+        diverged: ``(G,)`` True where some chain's positions became non-finite.
+        best_index: index of the best finite score.
+        best_step_size: ``step_sizes[best_index]``.
+        ensemble: ``ensemble_fn`` outputs, leaves ``(G, num_steps + 1, ...)``, or ``None``.
+    """
+
+    step_sizes: np.ndarray
+    scores: np.ndarray
+    diverged: np.ndarray
+    best_index: int
+    best_step_size: float
+    ensemble: PyTree | None
+
+
+def log_grid(low: float, high: float, num: int) -> np.ndarray:
+    """``num`` log-spaced step sizes from ``low`` to ``high`` inclusive (float32)."""
+    if not (0 < low <= high) or not all(map(math.isfinite, (low, high))):
+        raise ValueError(f"Step-size grid needs 0 < low <= high; got low={low!r}, high={high!r}.")
+    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 1:
+        raise ValueError(f"`num` step sizes must be a positive integer; got {num!r}.")
+    return np.geomspace(low, high, int(num)).astype(np.float32)
+
+
+def grid_search(
+    make_algorithm: Callable[[Array], Any],
+    step_sizes: Array,
+    potential,
+    mixing,
+    init: PyTree,
+    key: PRNGKey,
+    num_steps: int,
+    *,
+    score_fn: Callable[[run.Trace], Array],
+    ensemble_fn: Callable | None = None,
+    mode: str = "min",
+) -> GridSearch:
+    """Run every step size of a grid, every chain, in one compiled call and pick the best.
+
+    Args:
+        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.DIGingSGLD``. Pass the same
+            function object across calls to reuse the compiled run.
+        step_sizes: ``(G,)`` positive step sizes (see :func:`log_grid`).
+        potential, mixing, init, key, num_steps: as in :func:`dgsgld.sample`; every grid point
+            uses the same ``init`` and ``key``.
+        score_fn: ``trace -> scalar`` for one grid point's :class:`dgsgld.Trace` (positions
+            are not stored: use ``trace.state`` for the final samples, ``trace.ensemble`` for
+            streamed statistics).
+        ensemble_fn: optional cross-chain statistic streamed at every iteration (see
+            :func:`dgsgld.sample`); returned in ``ensemble`` with a leading grid axis.
+        mode: ``"min"`` (an error) or ``"max"`` (an accuracy).
+
+    Returns:
+        A :class:`GridSearch`.
+    """
+    if mode not in ("min", "max"):
+        raise ValueError(f"`mode` must be 'min' or 'max'; got {mode!r}.")
+    grid = np.asarray(step_sizes, dtype=np.float32)
+    if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
+        raise ValueError(
+            f"`step_sizes` must be a non-empty 1-D array of positive values; got {grid!r}."
+        )
+    ensemble, scores, diverged = grid_run(
+        make_algorithm, grid, potential, mixing, init, key, num_steps,
+        output=run.Output(positions=False, ensemble_fn=ensemble_fn), score_fn=score_fn)
+    scores = np.asarray(scores, dtype=np.float64)
+    diverged = np.asarray(diverged) | ~np.isfinite(scores)
+    worst = np.inf if mode == "min" else 0.0
+    scores = np.where(diverged, worst, scores)
+    if np.all(diverged):
+        raise ValueError(
+            f"Every step size in the grid [{grid.min():g}, {grid.max():g}] diverged; "
+            "use smaller step sizes."
+        )
+    best = int(np.argmin(scores) if mode == "min" else np.argmax(scores))
+    return GridSearch(grid, scores, diverged, best, float(grid[best]), ensemble)
+
+
+# ----------------------------------------------------------------------------- gradient tuning
+
+
+class GradientTuning(NamedTuple):
+    """Result of :func:`tune_step_size_gradient`.
+
+    Attributes:
+        step_size: the iterate with the lowest criterion seen.
+        step_sizes: ``(K,)`` the step size at each optimizer iteration.
+        losses: ``(K,)`` the criterion there (``nan`` where the run diverged; the optimizer
+            then halved ``η`` instead of taking a gradient step).
+    """
+
+    step_size: float
+    step_sizes: np.ndarray
+    losses: np.ndarray
+
+
+@functools.cache
+def _adam():
+    """One optimizer object, so that the compiled tuning step is reused across calls; the
+    learning rate lives in its state (inject_hyperparams) rather than in the traced function."""
+    import optax
+
+    return optax.inject_hyperparams(optax.adam)(learning_rate=0.1)
+
+
+@eqx.filter_jit
+def _gradient_step(log_step, opt_state, make_algorithm, criterion, optimizer, potential, mixing,
+                   init, key, num_steps):
+    import optax
+
+    def loss(log_eta):
+        trace = run.sample(
+            make_algorithm(jnp.exp(log_eta)),
+            potential,
+            mixing,
+            init,
+            key,
+            num_steps,
+            output=run.Output(positions=False),
+            on_divergence="flag",
+        )
+        return criterion(trace.state.position)
+
+    value, grad = jax.value_and_grad(loss)(log_step)
+    updates, new_state = optimizer.update(grad, opt_state, log_step)
+    return value, grad, optax.apply_updates(log_step, updates), new_state
+
+
+def tune_step_size_gradient(
+    make_algorithm: Callable[[Array], Any],
+    potential,
+    mixing,
+    init: PyTree,
+    key: PRNGKey,
+    num_steps: int,
+    criterion: Callable[[PyTree], Array],
+    initial_step_size: float,
+    *,
+    num_iterations: int = 25,
+    learning_rate: float = 0.1,
+    optimizer: "optax.GradientTransformation | None" = None,
+) -> GradientTuning:
+    """Minimize a differentiable criterion of the final samples over ``log η`` with optax.
+
+    The chains run with a fixed ``key`` and ``init``, so the criterion is a deterministic,
+    smooth function of ``η`` (the sampler's noise is ``√(2η) w`` with ``w`` fixed), and
+    ``jax.grad`` flows through :func:`dgsgld.sample`. If a run diverges (non-finite criterion
+    or gradient), ``η`` is halved instead of stepping.
+
+    Args:
+        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.DIGingSGLD``.
+        potential, mixing, init, key, num_steps: as in :func:`dgsgld.sample`.
+        criterion: ``final positions (num_chains, N, *param_shape) -> scalar`` to minimize,
+            e.g. the mean over agents of the W2 distance of the chains' Gaussian fit to the
+            target.
+        initial_step_size: starting ``η``.
+        num_iterations: optimizer iterations.
+        learning_rate: Adam's peak learning rate on ``log η``, decayed along a cosine to a
+            tenth of it by the last iteration (ignored with ``optimizer``).
+        optimizer: an optax optimizer to use instead of Adam.
+
+    Returns:
+        A :class:`GradientTuning`.
+    """
+    if not (initial_step_size > 0 and math.isfinite(initial_step_size)):
+        raise ValueError(
+            f"`initial_step_size` must be positive and finite; got {initial_step_size!r}."
+        )
+    if (
+        isinstance(num_iterations, bool)
+        or not isinstance(num_iterations, int)
+        or num_iterations < 1
+    ):
+        raise ValueError(f"`num_iterations` must be a positive integer; got {num_iterations!r}.")
+    import optax
+
+    log_step = jnp.log(jnp.asarray(initial_step_size, jnp.float32))
+    adam = _adam()
+    if optimizer is None:
+        optimizer = adam
+        opt_state = optimizer.init(log_step)
+        opt_state.hyperparams["learning_rate"] = jnp.asarray(learning_rate, jnp.float32)
+    else:
+        opt_state = optimizer.init(log_step)
+    # Cosine decay to a tenth, set on the host each iteration so the compiled step is reused.
+    schedule = optax.cosine_decay_schedule(learning_rate, max(num_iterations - 1, 1), alpha=0.1)
+    steps, losses = [], []
+    mixing = checked_if_concrete(mixing)  # as in grid_search
+    for k in range(num_iterations):
+        if optimizer is adam:
+            opt_state.hyperparams["learning_rate"] = jnp.asarray(schedule(k), jnp.float32)
+        value, grad, new_log, new_state = _gradient_step(
+            log_step, opt_state, make_algorithm, criterion, optimizer, potential, mixing, init,
+            key, num_steps)
+        steps.append(float(jnp.exp(log_step)))
+        if np.isfinite(float(value)) and np.isfinite(float(grad)):
+            losses.append(float(value))
+            log_step, opt_state = new_log, new_state
+        else:
+            losses.append(np.nan)
+            log_step = log_step - jnp.log(2.0)
+    losses_arr = np.asarray(losses)
+    if np.all(np.isnan(losses_arr)):
+        raise ValueError(
+            f"Every run diverged while tuning from step size {initial_step_size:g}; "
+            "start from a smaller one."
+        )
+    best = int(np.nanargmin(losses_arr))
+    return GradientTuning(steps[best], np.asarray(steps), losses_arr)
+
+
+# ----------------------------------------------------------------------------- the proposer
+
+
+class StepSizeReport(NamedTuple):
+    """What :func:`propose_step_size` found.
+
+    Attributes:
+        step_size: the proposed constant step size.
+        stable_range: ``(low, high)`` grid step sizes with no divergence and no growth.
+        accurate_range: ``(low, high)`` stable step sizes whose spread is within
+            ``spread_tolerance`` of the smallest; without a ``score_fn``, ``step_size`` is
+            ``high``.
+        step_sizes: ``(G,)`` the pilot grid.
+        spread: ``(G,)`` geometric mean over agents and coordinates of the standard deviation
+            across chains at the end of the pilot.
+        inflation: ``(G,)`` the largest, over agents, ratio of an agent's spread to its smallest
+            over the stable grid points (``inf`` where unstable).
+        consensus: ``(G,)`` consensus error of the chains at the end
+            (:func:`dgsgld.evaluate.distances.ensemble_consensus_error`; 0 without a network).
+        stable: ``(G,)`` boolean.
+        curvature: ``(N,)`` largest Hessian eigenvalue magnitude of each ``f_i``.
+        spectral_gap: mean spectral gap of the mixing matrices (``nan`` without a network).
+        spread_tolerance: the tolerance used.
+        num_steps: pilot iterations; num_chains: pilot chains.
+        score: ``(G,)`` mean of ``score_fn`` at the end of the pilot, or ``None`` without one;
+            ``step_size`` is then the stable step with the best score.
+        score_se: ``(G,)`` standard errors of ``score`` over chains (a per-chain
+            ``score_fn``), else ``None``.
+        score_range: ``(low, high)`` stable steps whose score is within one standard error of
+            the best (how flat the score is around the proposal), else ``None``.
+    """
+
+    step_size: float
+    stable_range: tuple[float, float]
+    accurate_range: tuple[float, float]
+    step_sizes: np.ndarray
+    spread: np.ndarray
+    inflation: np.ndarray
+    consensus: np.ndarray
+    stable: np.ndarray
+    curvature: np.ndarray
+    spectral_gap: float
+    spread_tolerance: float
+    num_steps: int
+    num_chains: int
+    score: np.ndarray | None = None
+    score_se: np.ndarray | None = None
+    score_range: tuple[float, float] | None = None
+
+    def explain(self) -> str:
+        """How the step size was chosen, in words and a table.
+
+        The first sentence says which criterion chose the proposal; when a ``score_fn`` chose
+        a step outside the accurate range, it says what that costs and which accurate step
+        scores best.
+        """
+        lmax = float(np.max(self.curvature))
+        scored = self.score is not None
+        tol = self.spread_tolerance
+        accurate = self.inflation <= tol  # stable steps within the tolerance (unstable: inf)
+        grid = (f"grid {self.step_sizes[0]:.3g} .. {self.step_sizes[-1]:.3g} = "
+                f"[1e-3, {self.step_sizes[-1] * lmax:.3g}] / L")
+        if accurate.any():
+            accurate_line = f"{_range(self.accurate_range)}."
+        else:
+            k = int(np.argmin(self.inflation))
+            accurate_line = (f"none; the closest is {self.step_sizes[k]:.4g}, where the worst "
+                             f"agent's spread is {self.inflation[k]:.3g}x its smallest.")
+        lines = [
+            (f"Proposed step size {self.step_size:.4g} (η·L = {self.step_size * lmax:.3g}): "
+             f"{self._choice(accurate)}."),
+            f"Curvature: largest Hessian eigenvalue per agent L_i in "
+            f"[{np.min(self.curvature):.4g}, {lmax:.4g}]; {grid}"
+            + (" (continued upwards while the best score was at its top)."
+               if scored and self.step_sizes[-1] * lmax > 3.01 else "."),
+            f"Network: mean spectral gap {self.spectral_gap:.4g}.",
+            f"Pilot: {self.num_chains} chains x {self.num_steps} iterations per step size, "
+            "one compiled call per grid.",
+            f"Stable (no divergence, no growth): {_range(self.stable_range)}.",
+            f"Accurate (every agent's spread <= {tol:g} x its smallest): {accurate_line}",
+        ]
+        if scored and self.score_range is not None:
+            lines.append(f"Score: within one standard error of the best: "
+                         f"{_range(self.score_range)}.")
+        if self.accurate_range[0] <= self.step_sizes[0]:
+            lines.append(
+                "Note: the accurate range reaches the grid's smallest step (some agent's spread "
+                "never shrank with η): the pilot may not reach the posterior; the spread "
+                "criterion is then conservative (a longer pilot, num_steps, tells)."
+            )
+        head = "   step size    spread  inflation  consensus  stable"
+        lines.append(head + ("       score" if scored else ""))
+        for i, (eta, s, r, c, ok) in enumerate(zip(self.step_sizes, self.spread, self.inflation,
+                                                   self.consensus, self.stable)):
+            mark = " <-" if eta == self.step_size else ""
+            row = (f"  {eta:10.4g}  {s:8.4g}  {r:9.3g}  {c:9.4g}  "
+                   f"{'yes' if ok else 'no':>6}")
+            if scored:
+                row += f"  {self.score[i]:10.4g}"
+                if self.score_se is not None:
+                    row += f" ± {self.score_se[i]:.2g}"
+            lines.append(row + mark)
+        return "\n".join(lines)
+
+    def _choice(self, accurate: np.ndarray) -> str:
+        """Which criterion chose ``step_size`` and, against the other, what it gives up."""
+        i = int(np.flatnonzero(self.step_sizes == self.step_size)[0])
+        if self.score is None:
+            if accurate.any():
+                return "the largest step of the accurate range"
+            return "no step is accurate; the one whose worst agent's spread is least inflated"
+        best = f"the stable step with the best mean score_fn ({self.score[i]:.4g})"
+        if accurate[i]:
+            return best + ", inside the accurate range"
+        if not accurate.any():
+            return best + "; no step is accurate"
+        j = int(np.argmax(np.where(accurate, self.score, -np.inf)))
+        if self.step_size > self.step_sizes[j]:
+            cost = (f"the worst agent's spread is {self.inflation[i]:.3g}x its smallest "
+                    f"(tolerance {self.spread_tolerance:g}) and the consensus error "
+                    f"{self.consensus[i]:.3g} ({self.consensus[j]:.3g} there): the agents' "
+                    "samples are biased, less faithful to the posterior")
+        else:
+            cost = (f"the chains had not reached their spread in {self.num_steps} iterations "
+                    "(slow mixing: the samples need a longer burn-in)")
+        return (f"chosen by score_fn over the spread criterion: mean score "
+                f"{self.score[i]:.4g} against {self.score[j]:.4g} at {self.step_sizes[j]:.4g}, "
+                f"the best-scoring step of the accurate range "
+                f"{_range(self.accurate_range)}; what it gives up: at the proposal {cost} "
+                f"(pass {self.step_sizes[j]:.4g} for accurate samples)")
+
+
+def _range(r: tuple[float, float]) -> str:
+    return f"[{r[0]:.4g}, {r[1]:.4g}]"
+
+
+def _gradient(potential, key: PRNGKey, pooled: bool = False) -> Callable[[PyTree], PyTree]:
+    """Exact per-agent gradients, or the oracle's with a fixed key. ``pooled``: the gradient
+    of ``f = sum_i f_i`` at one point (leaves ``(1, ...)``), the centralized sampler's."""
+    if not pooled:
+        if potential.log_likelihood is not None:
+            return potential.full_grad
+        return lambda positions: potential.grad(positions, key)
+
+    def grad(positions):
+        x = jax.tree.map(lambda leaf: leaf[0], positions)
+        if potential.log_likelihood is not None:
+            every = jax.tree.map(
+                lambda leaf: jnp.broadcast_to(leaf, (potential.num_agents, *leaf.shape)), x)
+            g = jax.tree.map(lambda leaf: jnp.sum(leaf, axis=0), potential.full_grad(every))
+        else:
+            g = potential.pooled_grad(x, key)
+        return jax.tree.map(lambda leaf: leaf[None], g)
+
+    return grad
+
+
+@eqx.filter_jit
+def _power_iteration(potential, position: PyTree, key: PRNGKey, iterations: int,
+                     pooled: bool = False) -> Array:
+    """``(N,)`` largest ``|eigenvalue|`` of each agent's Hessian at ``position`` (leaves
+    ``(N, ...)``); ``v_i ← H_i v_i / ‖H_i v_i‖`` independently per agent. ``pooled``: ``(1,)``,
+    of ``f = sum_i f_i``'s Hessian at ``position`` (leaves ``(1, ...)``)."""
+    grad = _gradient(potential, key, pooled)
+    leaves, treedef = jax.tree.flatten(position)
+    keys = jax.random.split(key, len(leaves))
+    v = jax.tree.unflatten(treedef, [jax.random.normal(k, jnp.shape(x), x.dtype)
+                                     for k, x in zip(keys, leaves)])
+
+    def norms(tree):  # (N,) per-agent Euclidean norms
+        return jnp.sqrt(sum(jnp.sum(leaf.reshape(leaf.shape[0], -1) ** 2, axis=1)
+                            for leaf in jax.tree.leaves(tree)))
+
+    def normalize(tree):
+        n = jnp.maximum(norms(tree), jnp.finfo(jnp.result_type(float)).tiny)
+        return jax.tree.map(lambda leaf: leaf / n.reshape((-1,) + (1,) * (leaf.ndim - 1))
+                            .astype(leaf.dtype), tree)
+
+    def body(_, carry):
+        vec, _ = carry
+        hv = jax.jvp(grad, (position,), (vec,))[1]
+        return normalize(hv), norms(hv)
+
+    _, value = jax.lax.fori_loop(0, iterations, body, (normalize(v), norms(v)))
+    return value
+
+
+def local_curvature(potential, position: PyTree, key: PRNGKey, *, iterations: int = 50,
+                    pooled: bool = False):
+    """Largest Hessian eigenvalue magnitude ``L_i`` of every agent's potential ``f_i`` (or,
+    ``pooled``, ``L`` of ``f = sum_i f_i``: the curvature centralized SGLD sees).
+
+    Args:
+        potential: a :class:`dgsgld.Potential`.
+        position: leaves ``(N, *param_shape)``: agent ``i``'s Hessian is taken at its row;
+            ``pooled``: leaves ``(1, *param_shape)``, the one point.
+        key: PRNG key (the starting vectors; and the mini-batch of a ``gradient_fn`` oracle).
+        iterations: power iterations (the estimate approaches ``L_i`` from below).
+        pooled: the Hessian of the sum of the agents' potentials at one point.
+
+    Returns:
+        ``(N,)`` NumPy float64 array (``(1,)`` when ``pooled``).
+    """
+    position, static = _params.split_static(position)
+    if static is not None:  # e.g. an eqx.nn.MLP's activation: Hessians of the array leaves
+        potential = _params.potential_on_arrays(potential, static)
+    value = np.asarray(_power_iteration(potential, position, key, int(iterations), bool(pooled)),
+                       np.float64)
+    if not np.all(np.isfinite(value)):
+        raise ValueError(
+            "The Hessian–vector products of the potential are not finite at `position`; "
+            "start from a point where the model's gradient is finite."
+        )
+    return value
+
+
+class _PilotFlat(eqx.Module):
+    """All chains' positions (leaves ``(C, N, ...)``, or ``(C, ...)`` without agents) as one
+    array ``(C, N, p)`` (``N = 1`` without agents); an equinox module's non-array leaves
+    skipped."""
+
+    decentralized: bool = eqx.field(static=True)
+
+    def __call__(self, position) -> Array:
+        leaves = jax.tree.leaves(eqx.filter(position, eqx.is_array))
+        if not self.decentralized:
+            leaves = [x[:, None] for x in leaves]
+        return jnp.concatenate([x.reshape(x.shape[0], x.shape[1], -1) for x in leaves], -1)
+
+
+class _LogSpread(eqx.Module):
+    """Per kept iteration: each agent's log geometric-mean spread across chains ``(N,)``
+    (``(1,)`` without agents)."""
+
+    flat: _PilotFlat
+
+    def __call__(self, states) -> Array:
+        flat = self.flat(states.position)
+        tiny = jnp.finfo(flat.dtype).tiny
+        return jnp.mean(jnp.log(jnp.maximum(jnp.std(flat, axis=0, ddof=1), tiny)), -1)
+
+
+def _pilot_stats(decentralized: bool) -> streaming.Metric:
+    """The pilot's streamed statistics: :class:`_LogSpread` and the chains'
+    :func:`streaming.consensus_error` (zero without agents)."""
+    flat = _PilotFlat(decentralized)
+    return streaming.combine(log_spread=_LogSpread(flat),
+                             consensus=streaming.consensus_error(flatten=flat))
+
+
+class _AtFinalPositions(eqx.Module):
+    """A pilot's ``score_fn`` of the final positions, as :func:`grid_run`'s ``score_fn`` of the
+    trace (a module: equal for equal ``fn``, so the compiled pilot is reused)."""
+
+    fn: Callable[[PyTree], Array]
+
+    def __call__(self, trace):
+        return self.fn(trace.state.position)
+
+
+class _Grid(NamedTuple):
+    """The pilot's raw results on a grid of ``G`` step sizes (NumPy, float64)."""
+
+    step_sizes: np.ndarray  # (G,)
+    agent_spread: np.ndarray  # (G, 3, N): start, middle, end
+    consensus: np.ndarray  # (G, 3)
+    diverged: np.ndarray  # (G,)
+    score: np.ndarray  # (G, S): S = 1 (scalar score) or the chains' scores
+
+    def join(self, other: "_Grid") -> "_Grid":
+        return _Grid(*(np.concatenate([a, b]) for a, b in zip(self, other)))
+
+
+def _run_grid(grid, run_pilot) -> _Grid:
+    stats, score, diverged = run_pilot(grid)
+    log_spread, consensus = stats["log_spread"], stats["consensus"]
+    score = np.zeros(len(grid)) if score is None else np.asarray(score, np.float64)
+    return _Grid(np.asarray(grid, np.float64), np.exp(np.asarray(log_spread, np.float64)),
+                 np.asarray(consensus, np.float64), np.asarray(diverged),
+                 score.reshape(len(grid), -1))
+
+
+def propose_step_size(
+    make_algorithm: Callable[[Array], Any],
+    potential,
+    mixing,
+    init: PyTree,
+    key: PRNGKey,
+    *,
+    num_steps: int = 200,
+    num_step_sizes: int = 25,
+    spread_tolerance: float = 1.5,
+    max_chains: int = 64,
+    curvature_at: PyTree | None = None,
+    score_fn: Callable[[PyTree], Array] | None = None,
+) -> StepSizeReport:
+    """Propose a constant step size for a model and a network (see the module doc).
+
+    Args:
+        make_algorithm: ``step_size -> sampler``, e.g. ``dgsgld.DIGingSGLD``.
+        potential, mixing, init, key: as in :func:`dgsgld.sample`; ``init`` needs at least 4
+            chains (the pilot compares them), leaves ``(num_chains, N, *param_shape)``.
+        num_steps: pilot iterations per step size (even; the budget the chains get to reach
+            the posterior: use roughly the burn-in you can afford, or, with ``score_fn``, the
+            length of the run you will make).
+        num_step_sizes: grid points between ``10⁻³/L`` and ``3/L``.
+        spread_tolerance: accepted inflation of the spread over its smallest value (> 1).
+        max_chains: the pilot uses the first ``min(num_chains, max_chains)`` chains of ``init``.
+        curvature_at: positions ``(N, *param_shape)`` where each agent's curvature is
+            measured, or for a centralized sampler ``(1, *param_shape)``: one point where
+            the pooled potential's curvature is measured; default the first chain of
+            ``init``.
+        score_fn: optional criterion of the pilot's final positions, higher is better:
+            ``positions -> scalar`` or ``(num_chains,)`` (one score per chain; the report then
+            gives standard errors), with ``positions`` like the pilot's ``init`` (an equinox
+            model with its static leaves). E.g. the mean accuracy or log predictive density on
+            a validation split (never the test set). The proposal is then the stable step
+            with the best mean score instead of the largest accurate one, and the grid is
+            extended upwards while its best score is at its (stable) top.
+
+    Returns:
+        A :class:`StepSizeReport`; ``report.explain()`` says how it decided.
+
+    Raises:
+        ValueError: for bad arguments, or when no step size of the grid is stable.
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2 or \
+            num_steps % 2:
+        raise ValueError(f"`num_steps` must be an even integer >= 2; got {num_steps!r}.")
+    if isinstance(num_step_sizes, bool) or not isinstance(num_step_sizes, int) or \
+            num_step_sizes < 2:
+        raise ValueError(f"`num_step_sizes` must be an integer >= 2; got {num_step_sizes!r}.")
+    if not (isinstance(spread_tolerance, (int, float)) and spread_tolerance > 1):
+        raise ValueError(f"`spread_tolerance` must be a number > 1; got {spread_tolerance!r}.")
+    if score_fn is not None and not callable(score_fn):
+        raise ValueError(f"`score_fn` must be callable or None; got {type(score_fn).__name__}.")
+    leaves = jax.tree.leaves(eqx.filter(init, eqx.is_array))
+    if not leaves or np.ndim(leaves[0]) < 1 or np.shape(leaves[0])[0] < 4:
+        shape = np.shape(leaves[0]) if leaves else None
+        raise ValueError(
+            "`init` needs at least 4 chains for the pilot to measure their spread (leaves "
+            f"(num_chains, N, *param_shape)); got a first leaf of shape {shape}."
+        )
+    chains = min(int(np.shape(leaves[0])[0]), int(max_chains))
+    pilot_init = jax.tree.map(lambda x: x[:chains] if eqx.is_array(x) else x, init)
+    if score_fn is not None:  # checked on shapes now, not after the pilot
+        out = jax.eval_shape(score_fn, pilot_init)
+        if getattr(out, "shape", None) not in ((), (chains,)):
+            raise ValueError(
+                "`score_fn` must return a scalar or one score per chain, shape "
+                f"({chains},) for the pilot's {chains} chains; got "
+                f"{getattr(out, 'shape', type(out).__name__)}.")
+    decentralized = bool(make_algorithm(1.0).decentralized)
+    curvature_key, pilot_key = jax.random.split(key)
+    at = curvature_at
+    if at is None:
+        at = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, init)
+        if not decentralized:  # one point, of the pooled potential
+            at = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, at)
+    rows = np.shape(jax.tree.leaves(eqx.filter(at, eqx.is_array))[0])[0]
+    curvature = local_curvature(potential, at, curvature_key,
+                                pooled=not decentralized and rows == 1)
+    lmax = float(curvature.max())
+    if not lmax > 0:
+        raise ValueError("The potential has zero curvature at the initial positions; pass "
+                         "`curvature_at` at a point where the model is curved.")
+    grid = np.geomspace(1e-3 / lmax, 3.0 / lmax, num_step_sizes).astype(np.float32)
+    gap = math.nan
+    # Reported only, for dense stacks (sparse and on-the-fly schedules have no stored stack).
+    dense = getattr(mixing, "matrices", None) if hasattr(mixing, "matrix_at") else mixing
+    if dense is not None:
+        gap = float(np.mean(network_spectral.spectral_gap(dense)))
+
+    checked = checked_if_concrete(mixing)  # once, not at every grid extension
+    output = run.Output(thin=num_steps // 2, ensemble_fn=_pilot_stats(decentralized))
+    final_score = None if score_fn is None else _AtFinalPositions(score_fn)
+
+    def run_pilot(step_sizes):  # the same shapes every time: one compilation
+        return grid_run(make_algorithm, step_sizes, potential, checked, pilot_init, pilot_key,
+                        num_steps, output=output, score_fn=final_score)
+
+    pilot = _run_grid(grid, run_pilot)
+    ratio = float(grid[-1] / grid[-2])
+    for _ in range(_MAX_EXTENSIONS if score_fn is not None else 0):
+        stable, score = _judge(pilot)
+        best = int(np.argmax(np.where(stable, score, -np.inf)))
+        if not (stable.any() and best == len(pilot.step_sizes) - 1):
+            break
+        # The best score at the stable top of the grid: continue the grid upwards.
+        more = (pilot.step_sizes[-1] * ratio ** np.arange(1, num_step_sizes + 1))
+        pilot = pilot.join(_run_grid(more.astype(np.float32), run_pilot))
+    return _report(pilot, curvature, gap, spread_tolerance, num_steps, chains,
+                   score_fn is not None)
+
+
+#: How many times the grid may be continued upwards (each time by ``num_step_sizes`` points at
+#: its spacing, a factor ``3000`` at the defaults) while a ``score_fn``'s best is at its top.
+_MAX_EXTENSIONS = 2
+
+
+def _judge(pilot: _Grid) -> tuple[np.ndarray, np.ndarray]:
+    """``(stable (G,), mean score (G,))``: no divergence, nothing non-finite, no growth."""
+    spread = np.exp(np.mean(np.log(pilot.agent_spread), axis=-1))  # (G, 3) over agents
+    consensus = pilot.consensus
+    score = np.mean(pilot.score, axis=1)
+    finite = (np.isfinite(pilot.agent_spread).all((1, 2)) & np.isfinite(consensus).all(1)
+              & np.isfinite(score))
+    with np.errstate(invalid="ignore"):
+        growing = (spread[:, 2] > 2 * spread[:, 1]) | (consensus[:, 2] > 2 * consensus[:, 1]
+                                                        + 1e-12)
+    return finite & ~pilot.diverged & ~growing, score
+
+
+def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
+            scored: bool) -> StepSizeReport:
+    grid = pilot.step_sizes
+    stable, score = _judge(pilot)
+    if not stable.any():
+        raise ValueError(
+            f"No step size in the pilot grid [{grid[0]:.3g}, {grid[-1]:.3g}] ran stably; check "
+            "the model's gradient (scale of the log-likelihood, prior) and `init`."
+        )
+    agent_spread = pilot.agent_spread
+    finite = np.isfinite(agent_spread).all((1, 2))
+    spread = np.exp(np.mean(np.log(agent_spread[:, 2]), axis=-1))
+    # Every agent's spread against its own smallest over the stable grid points.
+    end = np.where(stable[:, None], agent_spread[:, 2], np.inf)  # (G, N)
+    inflation = np.max(end / end.min(axis=0), axis=1)             # (G,) worst agent
+    accurate = stable & (inflation <= spread_tolerance)
+    pick = np.flatnonzero(accurate)
+    if not pick.size:  # the agents' smallest spreads at different steps, all too far apart
+        pick = np.array([np.argmin(inflation)])
+    stable_idx = np.flatnonzero(stable)
+    step = float(grid[pick[-1]])
+    score_se = score_range = None
+    if scored:
+        best = int(np.argmax(np.where(stable, score, -np.inf)))
+        step = float(grid[best])
+        if pilot.score.shape[1] > 1:
+            with np.errstate(invalid="ignore"):  # non-finite scores of diverged steps
+                score_se = np.std(pilot.score, axis=1, ddof=1) / np.sqrt(pilot.score.shape[1])
+            near = np.flatnonzero(stable & (score >= score[best] - score_se[best]))
+            score_range = (float(grid[near[0]]), float(grid[near[-1]]))
+    return StepSizeReport(
+        step_size=step,
+        stable_range=(float(grid[stable_idx[0]]), float(grid[stable_idx[-1]])),
+        accurate_range=(float(grid[pick[0]]), float(grid[pick[-1]])),
+        step_sizes=grid,
+        spread=np.where(finite, spread, np.nan),
+        inflation=inflation,
+        consensus=pilot.consensus[:, 2],
+        stable=stable,
+        curvature=curvature,
+        spectral_gap=gap,
+        spread_tolerance=float(spread_tolerance),
+        num_steps=int(num_steps),
+        num_chains=chains,
+        score=score if scored else None,
+        score_se=score_se,
+        score_range=score_range,
+    )
+
+
+def check_step_size(step_size: float, report: StepSizeReport) -> bool:
+    """Warn when ``step_size`` lies outside the ranges ``report`` found.
+
+    Above the stable range the pilot diverged or grew; above the accurate range the spread of
+    the chains was inflated by more than ``report.spread_tolerance``; below it the chains had
+    not reached their spread in ``report.num_steps`` iterations (slow mixing). A proposal made
+    with a ``score_fn`` may itself lie above the accurate range, and is then warned about too.
+
+    Returns:
+        ``True`` when ``step_size`` lies in ``report.accurate_range`` (no warning).
+    """
+    eta = float(step_size)
+    if not (math.isfinite(eta) and eta > 0):
+        raise ValueError(f"`step_size` must be positive and finite; got {step_size!r}.")
+    low, high = report.accurate_range
+    ratio = lambda r: f"{r:.3g}x"  # noqa: E731
+    if eta > report.stable_range[1]:
+        message = (f"step size {eta:.4g} is above the stable range {_range(report.stable_range)}"
+                   f" found by the pilot: chains diverged or grew there. Proposed: "
+                   f"{report.step_size:.4g}.")
+    elif eta > high * (1 + 1e-6):
+        message = (f"step size {eta:.4g} is {ratio(eta / high)} the largest accurate step "
+                   f"{high:.4g}: the pilot's spread across chains grew by more than "
+                   f"{report.spread_tolerance:g}x there (discretization/network bias).")
+    elif eta < low * (1 - 1e-6):
+        message = (f"step size {eta:.4g} is below the accurate range {_range((low, high))}: the "
+                   f"chains had not reached their spread in {report.num_steps} iterations; "
+                   "expect slow mixing (a longer burn-in).")
+    else:
+        return True
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return False

@@ -1,0 +1,526 @@
+"""The posterior benchmark behind ``dgsgld bench posteriors``: samplers against the stored
+references.
+
+For every target with a stored reference, every network and every sampler: the data are split
+across ``num_agents`` agents (``split``, see :mod:`dgsgld.posteriors.targets`), the step size
+is the toolkit's own proposal (:func:`dgsgld.tuning.propose_step_size`, no score function),
+and ``seeds x chains`` chains run in one call; seed ``s`` is the group of chains
+``s * chains, ..., (s + 1) * chains - 1``. Each seed's draws are the second half of its
+chains' kept iterations, every agent's positions pooled (so disagreeing agents count against
+a sampler). Scores per seed (:mod:`dgsgld.posteriors.scores`): standardized mean error (max,
+median), sd ratio (the one farthest from 1, and the median), exact W2 on subsamples of
+standardized coordinates, and the IMQ kernel Stein discrepancy from the model's gradients;
+the leaderboard gives their mean and standard error over seeds. The ``reference`` row scores
+the reference's own draws (W2: one half against the other; KSD: a subsample of the same
+size): the floor at that sample size.
+
+Every sampler is a function of one step ``h`` on the SGLD scale, which the proposer tunes:
+DIGing-SGHMC and DE-SGHMC run at ``η = √h`` with friction ``γ = 0.5/η`` (``γη = 1`` would make
+them DIGing-SGLD and DE-SGLD at step ``h``); D-ULA at ``α_k = (h/N)/(k+1)^0.3`` with consensus
+weight ``β_k = 1/(k+1)^0.1`` (its local step ``Nα`` is DE-SGLD's ``h``), as in
+:mod:`experiments.methods`. DIGing-SGLD+SVRG refreshes each agent's anchor every
+:data:`SVRG_PERIOD` steps; it and DIGing-SGLD+SAGA draw mini-batches of the target's size, or of
+one datum where the other samplers use full local batches (their point: full-batch accuracy
+from one datum).
+
+Bytes sent are the toolkit's own count: every decentralized run goes through an exact
+:class:`dgsgld.communication.Channel` (the same numbers as no channel), and
+:meth:`~dgsgld.communication.Channel.bytes_sent` of the run's final state counts the messages
+each agent sent (:func:`dgsgld.communication.messages_sent`) times their size (float32
+vectors of ``d`` entries), summed over agents and the chains of one seed (the mean over
+seeds); 0 for the centralized sampler.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dgsgld import communication, gradients, networks
+from dgsgld import tuning as stepsize
+from dgsgld.evaluate.plots import pyplot
+from dgsgld.posteriors import sbc
+from dgsgld.posteriors.references import available, load_reference
+from dgsgld.posteriors.scores import (
+    ksd,
+    moment_errors,
+    predictive_scores,
+    stein_scores,
+    wasserstein2,
+)
+from dgsgld.posteriors.targets import TARGETS, get_target
+from dgsgld.runner.loop import Output, sample
+from dgsgld.samplers import (
+    DESGHMC,
+    DESGLD,
+    DULA,
+    EXTRASGLD,
+    SGLD,
+    DIGingSGHMC,
+    DIGingSGLD,
+    PolynomialDecay,
+)
+
+__all__ = ["SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
+           "run_chains", "sbc_cells", "sbc_figure"]
+
+#: SVRG's anchor refresh period (steps) in the benchmark.
+SVRG_PERIOD = 10
+#: ``γη`` of DIGing-SGHMC and DE-SGHMC in the benchmark.
+FRICTION_PRODUCT = 0.5
+
+
+class Method(NamedTuple):
+    """A benchmark row's sampler: ``make(h)`` at the proposer's step ``h``;
+    ``control_variate`` whether it draws mini-batches even where the others use full local
+    batches; ``takes_num_agents`` whether ``make`` takes ``num_agents=`` too."""
+
+    make: Callable
+    control_variate: bool = False
+    takes_num_agents: bool = False
+
+    def builder(self, num_agents: int) -> Callable:
+        """``h -> sampler`` for a network of ``num_agents``."""
+        if self.takes_num_agents:
+            return functools.partial(self.make, num_agents=num_agents)
+        return self.make
+
+    @property
+    def centralized(self) -> bool:
+        """Whether the sampler has no network (and sends nothing)."""
+        return not self.builder(1)(1.0).decentralized
+
+
+def _diging_sghmc(h):
+    eta = jnp.sqrt(h)
+    return DIGingSGHMC(eta, FRICTION_PRODUCT / eta)
+
+
+def _de_sghmc(h):
+    eta = jnp.sqrt(h)
+    return DESGHMC(eta, FRICTION_PRODUCT / eta)
+
+
+def _d_ula(h, num_agents):
+    return DULA(PolynomialDecay(h / num_agents, 0.3), PolynomialDecay(1.0, 0.1))
+
+
+def _diging_svrg(h):
+    return DIGingSGLD(h, estimator=gradients.svrg(update_every=SVRG_PERIOD))
+
+
+def _diging_saga(h):
+    return DIGingSGLD(h, estimator=gradients.saga())
+
+
+#: name -> :class:`Method`.
+SAMPLERS = {
+    "DIGing-SGLD": Method(DIGingSGLD),
+    "DE-SGLD": Method(DESGLD),
+    "EXTRA-SGLD": Method(EXTRASGLD),
+    "DIGing-SGHMC": Method(_diging_sghmc),
+    "DE-SGHMC": Method(_de_sghmc),
+    "D-ULA": Method(_d_ula, takes_num_agents=True),
+    "DIGing-SGLD+SVRG": Method(_diging_svrg, control_variate=True),
+    "DIGing-SGLD+SAGA": Method(_diging_saga, control_variate=True),
+    "SGLD (centralized)": Method(SGLD),
+}
+NETWORKS = {"ring": networks.ring, "complete": networks.complete}
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What one benchmark run does (``small()`` and ``full()`` are the command's sizes).
+
+    The ``sbc_*`` fields size the calibration runs (:func:`sbc_cells`): ``sbc_datasets``
+    simulated data sets of each of ``sbc_targets``, ``sbc_draws`` chains of ``sbc_steps``
+    steps per data set for each of ``sbc_samplers``, at the step ``h_s = sbc_step /
+    curvature_s`` of data set ``s`` (:func:`dgsgld.posteriors.sbc.curvature_scale`), ranks
+    in ``sbc_bins`` bins for the figure (the p-values use one bin per rank); no SBC when
+    ``sbc_targets`` is empty."""
+
+    targets: tuple
+    samplers: tuple
+    networks: tuple
+    num_agents: int = 4
+    split: str = "skew"
+    seeds: int = 3
+    chains: int = 8
+    num_steps: int = 4000
+    thin: int = 10
+    pilot_steps: int = 200
+    pilot_grid: int = 16
+    score_size: int = 400
+    max_batch: int = 32
+    sbc_targets: tuple = sbc.SIMULATED
+    sbc_samplers: tuple = ("DIGing-SGLD", "DE-SGLD")
+    sbc_datasets: int = 200
+    sbc_draws: int = 15
+    sbc_steps: int = 1000
+    sbc_step: float = 0.1
+    sbc_bins: int = 4
+
+    @classmethod
+    def small(cls) -> BenchSettings:
+        return cls(targets=("gaussian_linear", "eight_schools"),
+                   samplers=("DIGing-SGLD", "SGLD (centralized)", "DIGing-SGHMC", "D-ULA",
+                             "DIGing-SGLD+SVRG"), networks=("ring",),
+                   seeds=2, chains=4, num_steps=1000, thin=5, pilot_steps=100, pilot_grid=8,
+                   score_size=200, sbc_datasets=40, sbc_draws=7, sbc_steps=500)
+
+    @classmethod
+    def full(cls) -> BenchSettings:
+        return cls(targets=tuple(t for t in TARGETS if t in available()), samplers=tuple(SAMPLERS),
+                   networks=tuple(NETWORKS))
+
+
+def run_chains(algorithm, potential, mixing, init, key, settings: BenchSettings):
+    """One benchmark run of ``algorithm`` from ``init`` (leaves ``(seeds * chains, [N,] d)``):
+    ``(trace, bytes_sent)``, the bytes the agents sent over the run summed over agents and
+    the chains of one seed (the mean over seeds), counted by an exact
+    :class:`dgsgld.communication.Channel` (0 for a centralized sampler)."""
+    channel = communication.Channel() if algorithm.decentralized else None
+    trace = sample(algorithm, potential, mixing, init, key, settings.num_steps,
+                   output=Output(thin=settings.thin), on_divergence="flag", channel=channel)
+    if channel is None:
+        return trace, 0
+    per_chain = np.sum(channel.bytes_sent(trace.state), axis=-1)  # (seeds * chains,)
+    per_seed = per_chain.reshape(settings.seeds, settings.chains).sum(axis=1)
+    return trace, round(float(per_seed.mean()))
+
+
+def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
+    method = SAMPLERS[sampler_name]
+    n = settings.num_agents
+    make = method.builder(n)
+    centralized = method.centralized
+    mixing = None if centralized else NETWORKS[network_name](n)
+    total = settings.seeds * settings.chains
+    init_key, pilot_key, run_key = jax.random.split(key, 3)
+    start = target.init(init_key, total)
+    init = start if centralized else jnp.broadcast_to(start[:, None], (total, n, target.dim))
+    t0 = time.perf_counter()
+    # Curvature of every agent's f_i at the first start, for every sampler (a centralized
+    # sampler's default would be the pooled potential's).
+    at = jnp.broadcast_to(start[0], (n, target.dim))
+    report = stepsize.propose_step_size(make, potential, mixing, init, pilot_key,
+                                        num_steps=settings.pilot_steps,
+                                        num_step_sizes=settings.pilot_grid, curvature_at=at)
+    h = float(report.step_size)
+    trace, sent = run_chains(make(h), potential, mixing, init, run_key, settings)
+    positions = np.asarray(trace.positions)  # (chains, kept, [N,] d)
+    wall = time.perf_counter() - t0
+    if centralized:
+        positions = positions[:, :, None]
+    kept = positions.shape[1]
+    rng = np.random.default_rng(0)
+    per_seed = []
+    for s in range(settings.seeds):
+        group = positions[s * settings.chains:(s + 1) * settings.chains, kept // 2:]
+        draws = group.reshape(-1, target.dim)
+        if not np.all(np.isfinite(draws)):
+            per_seed.append(None)
+            continue
+        pick = rng.choice(draws.shape[0], min(settings.score_size, draws.shape[0]),
+                          replace=False)
+        per_seed.append(_scores(target, ref, potential, draws[pick]))
+    return {"step_size": h, "wall_s": wall, "bytes_sent": sent,
+            "diverged": int(np.sum(np.asarray(trace.diverged))), "seeds": per_seed}
+
+
+def _scores(target, ref, potential, params):
+    compared = np.asarray(target.compared(jnp.asarray(params)), np.float64)
+    m = moment_errors(compared, ref)
+    scores = np.asarray(stein_scores(potential, jnp.asarray(params)), np.float64)
+    out = {"mean_error_max": m["mean_error_max"], "mean_error_median": m["mean_error_median"],
+           "sd_ratio_worst": m["sd_ratio_worst"], "sd_ratio_median": m["sd_ratio_median"],
+           "w2": wasserstein2(compared, ref.draws, size=len(compared), scale=ref.sd),
+           "ksd": ksd(params, scores)}
+    if target.predictive is not None:
+        out.update(predictive_scores(target.mean_predictive(params),
+                                     target.mean_predictive(ref.draws)))
+    return out
+
+
+def _floor(target, ref, potential, size):
+    """Scores of the reference's own draws at the benchmark's sample size."""
+    half = len(ref.draws) // 2
+    m = moment_errors(ref.draws[:size], ref)
+    out = {"mean_error_max": m["mean_error_max"], "mean_error_median": m["mean_error_median"],
+           "sd_ratio_worst": m["sd_ratio_worst"], "sd_ratio_median": m["sd_ratio_median"],
+           "w2": wasserstein2(ref.draws[:half], ref.draws[half:], size=size, scale=ref.sd)}
+    if target.quantities is None:  # KSD needs parameters, not compared quantities
+        x = ref.draws[:size].astype(np.float64)
+        out["ksd"] = ksd(x, np.asarray(stein_scores(potential, jnp.asarray(x, jnp.float32))))
+    if target.predictive is not None:
+        out.update(predictive_scores(target.mean_predictive(ref.draws[:size]),
+                                     target.mean_predictive(ref.draws[size:])))
+    return out
+
+
+_KEYS = ("mean_error_max", "mean_error_median", "sd_ratio_worst", "sd_ratio_median", "w2",
+         "ksd", "predictive_tv", "predictive_agreement")
+
+
+def _summary(per_seed):
+    ok = [s for s in per_seed if s is not None]
+    out = {}
+    for k in _KEYS:
+        v = np.array([s[k] for s in ok if k in s])
+        if v.size:
+            out[k] = [float(v.mean()), float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1
+                      else float("nan")]
+    out["seeds_finite"] = len(ok)
+    return out
+
+
+def sbc_cells(settings: BenchSettings, key, *, seed: int = 0, log=print) -> list:
+    """Simulation-based calibration (:mod:`dgsgld.posteriors.sbc`) of ``settings.sbc_samplers``
+    on the first network of ``settings.networks``, and of the exact posterior draws on the
+    Gaussian anchor: one dict per (target, sampler) with the chi-square p-values ``(N, d)``
+    (``(1, d)`` for the exact draws), their minimum, the number ``rejected`` below
+    ``0.01 / (N d)`` (Bonferroni at level 0.01 per cell), the ranks, the steps' range and the
+    wall time; a run with diverged chains has ``error`` instead of p-values."""
+    cells = []
+    n, network = settings.num_agents, settings.networks[0]
+    mixing = NETWORKS[network](n)
+    for t, name in enumerate(settings.sbc_targets):
+        names = get_target(name).names
+        size = {"target": name, "num_datasets": settings.sbc_datasets,
+                "num_draws": settings.sbc_draws, "names": list(names)}
+        if name == "gaussian_linear":
+            t0 = time.perf_counter()
+            theta, y = sbc.simulate(name, seed, settings.sbc_datasets)
+            ranks = sbc.sbc_ranks(sbc.exact_draws(y, settings.sbc_draws, seed=seed + 1),
+                                  theta)[:, None]
+            cells.append(_sbc_cell(size | {"sampler": "exact", "network": "-",
+                                           "num_steps": None, "step": None}, ranks,
+                                   settings.sbc_draws, time.perf_counter() - t0))
+        for s_index, sampler_name in enumerate(settings.sbc_samplers):
+            method = SAMPLERS[sampler_name]
+            row = size | {"sampler": sampler_name, "network": network,
+                          "num_steps": settings.sbc_steps,
+                          "step": f"{settings.sbc_step:g} / curvature"}
+            run_key = jax.random.fold_in(jax.random.fold_in(key, 1000 + t), s_index)
+            t0 = time.perf_counter()
+            try:
+                r = sbc.sbc_run(name, method.builder(n), mixing, run_key,
+                                num_datasets=settings.sbc_datasets,
+                                num_draws=settings.sbc_draws, num_steps=settings.sbc_steps,
+                                num_agents=n, split=settings.split, seed=seed,
+                                step_sizes=functools.partial(_sbc_steps, name,
+                                                             settings.sbc_step))
+            except ValueError as err:  # diverged chains: no ranks
+                cells.append(row | {"error": str(err), "wall_s": time.perf_counter() - t0})
+                log(f"SBC {name:24s} {sampler_name:20s} {err}")
+                continue
+            steps = r["step_sizes"]
+            cell = _sbc_cell(row | {"h_min": float(steps.min()), "h_max": float(steps.max())},
+                             r["ranks"], settings.sbc_draws, time.perf_counter() - t0)
+            cells.append(cell)
+            log(f"SBC {name:24s} {sampler_name:20s} min p={cell['min_p']:.2g} rejected "
+                f"{cell['rejected']} of {cell['tests']} ({cell['wall_s']:.1f} s)")
+    return cells
+
+
+def _sbc_steps(name, scale, y):
+    return scale / sbc.curvature_scale(name, y)
+
+
+def _sbc_cell(row: dict, ranks, num_draws: int, wall: float) -> dict:
+    """``row`` with the p-values of ranks ``(S, N, q)`` (one bin per rank)."""
+    p = np.stack([sbc.rank_uniformity(ranks[:, i], num_draws) for i in range(ranks.shape[1])])
+    return row | {"pvalues": p.tolist(), "min_p": float(p.min()), "tests": int(p.size),
+                  "rejected": int(np.sum(p < 0.01 / p.size)), "wall_s": wall,
+                  "ranks": np.asarray(ranks).tolist()}
+
+
+def sbc_figure(cells: list, num_bins: int = 4):
+    """The SBC cells' rank histograms (:func:`dgsgld.posteriors.sbc.rank_histogram_grid`: one
+    row per cell with ranks, its coordinates of smallest p-value)."""
+    rows = [(f"{c['target']}\n{c['sampler']}", np.asarray(c["ranks"]), c["num_draws"],
+             c["names"]) for c in cells if "ranks" in c]
+    return sbc.rank_histogram_grid(rows, num_bins=num_bins)
+
+
+def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
+                     log=print) -> dict:
+    """Run the benchmark and write ``out/leaderboard.{json,md}`` (after every run) and
+    ``out/leaderboard.png`` (:func:`leaderboard_figure`, when matplotlib is installed); then
+    the calibration runs (:func:`sbc_cells`), their p-values added to the JSON (``"sbc"``,
+    without the ranks) and the Markdown, the ranks to ``out/sbc_ranks.json`` and their
+    histograms to ``out/sbc_ranks.png`` (:func:`sbc_figure`). Returns the JSON object."""
+    # Every target's data first: one bundled with scikit-learn fails here, not after the
+    # targets before it have run.
+    targets = [get_target(name) for name in settings.targets]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    key = jax.random.key(seed)
+    rows = []
+    t_all = time.perf_counter()
+    for t, (name, target) in enumerate(zip(settings.targets, targets)):
+        ref = load_reference(name, fingerprint=target.fingerprint)
+        split = target.split(settings.num_agents, settings.split, seed=seed)
+        smallest = int(split.sizes.min())
+        batch = None if smallest <= settings.max_batch else settings.max_batch
+        potential = target.potential(settings.num_agents, settings.split, batch_size=batch,
+                                     seed=seed)
+        cv_batch = batch or 1  # a control variate's mini-batch (see the module doc)
+        cv_potential = potential if cv_batch == batch else target.potential(
+            settings.num_agents, settings.split, batch_size=cv_batch, seed=seed)
+        floor = _floor(target, ref, potential, settings.score_size)
+        rows.append({"target": name, "network": "-", "sampler": "reference", "step_size": None,
+                     "wall_s": None, "bytes_sent": None, "diverged": 0, "batch_size": batch,
+                     **{k: [v, float("nan")] for k, v in floor.items()}, "seeds_finite": 1})
+        for network in settings.networks:
+            for s, sampler_name in enumerate(settings.samplers):
+                method = SAMPLERS[sampler_name]
+                if method.centralized and network != settings.networks[0]:
+                    continue  # the centralized sampler has no network
+                run_key = jax.random.fold_in(jax.random.fold_in(key, t), s)
+                pot, b = (cv_potential, cv_batch) if method.control_variate else (potential,
+                                                                                   batch)
+                r = _one_run(target, ref, pot, sampler_name, network, settings, run_key)
+                row = {"target": name, "network": "-" if method.centralized
+                       else network, "sampler": sampler_name, "step_size": r["step_size"],
+                       "wall_s": r["wall_s"], "bytes_sent": r["bytes_sent"],
+                       "diverged": r["diverged"], "batch_size": b,
+                       **_summary(r["seeds"])}
+                rows.append(row)
+                _write(out, settings, rows, time.perf_counter() - t_all)  # partial results
+                log(f"{name:24s} {row['network']:8s} {sampler_name:20s} h={r['step_size']:.3g} "
+                    f"W2={row.get('w2', [np.nan])[0]:.3f} KSD={row.get('ksd', [np.nan])[0]:.3f} "
+                    f"({r['wall_s']:.1f} s)")
+    result = _write(out, settings, rows, time.perf_counter() - t_all)
+    _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
+    if settings.sbc_targets:
+        cells = sbc_cells(settings, key, seed=seed, log=log)
+        (out / "sbc_ranks.json").write_text(json.dumps(
+            [{k: c[k] for k in ("target", "sampler", "ranks") if k in c} for c in cells]) + "\n")
+        result = _write(out, settings, rows, time.perf_counter() - t_all,
+                        [{k: v for k, v in c.items() if k != "ranks"} for c in cells])
+        _save_figure(functools.partial(sbc_figure, num_bins=settings.sbc_bins), cells,
+                     out / "sbc_ranks.png", log)
+    return result
+
+
+def _save_figure(make, arg, path: Path, log) -> None:
+    try:
+        figure = make(arg)
+    except ImportError as err:  # matplotlib is optional (the plots extra)
+        log(f"no {path.name}: {err}")
+        return
+    figure.savefig(path, dpi=110, bbox_inches="tight")
+    pyplot().close(figure)
+
+
+#: The figure's scores: (key, axis label, the value of a perfect sample).
+FIGURE_SCORES = (("mean_error_max", "max standardized mean error", 0.0),
+                 ("sd_ratio_worst", "worst sd ratio", 1.0))
+
+
+def leaderboard_figure(result: dict):
+    """The leaderboard as a figure: one panel per score of :data:`FIGURE_SCORES`, the targets
+    along the x axis, one marker per sampler and network with its standard error over seeds
+    as an error bar, and the reference's own score (the floor) as a black bar. Runs without a
+    finite seed have no marker. Returns the ``matplotlib`` figure (Agg backend)."""
+    plt = pyplot(headless=True)
+    from matplotlib.ticker import LogLocator, NullFormatter
+
+    rows = result["rows"]
+    targets = list(dict.fromkeys(r["target"] for r in rows))
+    methods = list(dict.fromkeys((r["sampler"], r["network"]) for r in rows
+                                 if r["sampler"] != "reference"))
+    fig, axes = plt.subplots(len(FIGURE_SCORES), 1, squeeze=False,
+                             figsize=(max(6.0, 1.3 * len(targets)), 3.2 * len(FIGURE_SCORES)))
+    width = 0.8 / max(len(methods), 1)
+    for ax, (key, label, perfect) in zip(axes[:, 0], FIGURE_SCORES):
+        for j, (sampler, network) in enumerate(methods):
+            cells = {r["target"]: r[key] for r in rows if (r["sampler"], r["network"]) ==
+                     (sampler, network) and key in r}
+            xs = [i - 0.4 + (j + 0.5) * width for i, t in enumerate(targets) if t in cells]
+            ms = [cells[t][0] for t in targets if t in cells]
+            ses = [np.nan_to_num(cells[t][1]) for t in targets if t in cells]
+            name = sampler if network == "-" else f"{sampler} ({network})"
+            ax.errorbar(xs, ms, yerr=ses, fmt="o", ms=4, capsize=2, label=name)
+        floor = {r["target"]: r[key][0] for r in rows if r["sampler"] == "reference" and key in r}
+        ax.hlines([floor[t] for t in targets if t in floor],
+                  [i - 0.45 for i, t in enumerate(targets) if t in floor],
+                  [i + 0.45 for i, t in enumerate(targets) if t in floor], colors="k",
+                  label="reference (floor)")
+        ax.axhline(perfect, color="0.6", lw=0.8, ls=":")
+        if key == "sd_ratio_worst":
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter("{x:g}")
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel(label)
+        ax.set_xticks(range(len(targets)), targets, rotation=20, ha="right", fontsize=8)
+    fig.tight_layout()
+    axes[-1, 0].legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.3))
+    return fig
+
+
+def _write(out: Path, settings: BenchSettings, rows: list, wall: float,
+           sbc_rows: list | None = None) -> dict:
+    result = {"settings": {k: getattr(settings, k) for k in settings.__dataclass_fields__},
+              "wall_s": wall, "rows": rows}
+    if sbc_rows is not None:
+        result["sbc"] = sbc_rows
+    (out / "leaderboard.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "leaderboard.md").write_text(markdown(result))
+    return result
+
+
+def _fmt(cell):
+    if cell is None:
+        return "-"
+    m, se = cell
+    return f"{m:.3f}" if not np.isfinite(se) else f"{m:.3f} ± {se:.3f}"
+
+
+def markdown(result: dict) -> str:
+    """The leaderboard as a Markdown table (mean ± standard error over seeds)."""
+    s = result["settings"]
+    lines = [(f"Posterior benchmark: {s['num_agents']} agents, split {s['split']!r}, "
+              f"{s['seeds']} seeds x {s['chains']} chains, {s['num_steps']} steps (thin "
+              f"{s['thin']}, second half kept), scores on {s['score_size']} draws; "
+              f"total {result['wall_s']:.0f} s."), "",
+             ("| target | network | sampler | step | batch | mean err max | mean err median | "
+              "worst sd ratio | median sd ratio | W2 (std.) | KSD | pred. TV | pred. agree | "
+              "wall s | MB sent |"), "|---" * 15 + "|"]
+    for r in result["rows"]:
+        step = "-" if r["step_size"] is None else f"{r['step_size']:.3g}"
+        wall = "-" if r["wall_s"] is None else f"{r['wall_s']:.1f}"
+        mb = "-" if r["bytes_sent"] is None else f"{r['bytes_sent'] / 1e6:.2f}"
+        div = f" ({r['diverged']} diverged)" if r["diverged"] else ""
+        batch = "full" if r["batch_size"] is None else r["batch_size"]
+        lines.append(f"| {r['target']} | {r['network']} | {r['sampler']}{div} | {step} | "
+                     f"{batch} | "
+                     + " | ".join(_fmt(r.get(k)) for k in _KEYS) + f" | {wall} | {mb} |")
+    if result.get("sbc"):
+        lines += ["", ("Simulation-based calibration: per data set a step `h = "
+                       f"{s['sbc_step']:g} / curvature` (`sbc.curvature_scale`), chi-square "
+                       "p-values of uniform ranks (one bin per rank) per agent and coordinate; "
+                       "rejected: below 0.01 / tests."), "",
+                  ("| target | network | sampler | data sets x draws | steps | h | smallest p | "
+                   "rejected | wall s |"), "|---|---|---|---|---|---|---|---|---|"]
+        for c in result["sbc"]:
+            h = "-" if "h_min" not in c else (f"{c['h_min']:.3g}" if c["h_min"] == c["h_max"]
+                                               else f"{c['h_min']:.3g}-{c['h_max']:.3g}")
+            steps = "-" if c["num_steps"] is None else c["num_steps"]
+            found = (f"{c['min_p']:.2g} | {c['rejected']} of {c['tests']}" if "error" not in c
+                     else "diverged | -")
+            lines.append(f"| {c['target']} | {c['network']} | {c['sampler']} | "
+                         f"{c['num_datasets']} x {c['num_draws']} | {steps} | {h} | {found} | "
+                         f"{c['wall_s']:.1f} |")
+    return "\n".join(lines) + "\n"
