@@ -514,7 +514,7 @@ def test_chunked_run_with_error_feedback_equals_one_run(key, tmp_path):
 def _round_keys(key, steps):
     """The round keys :func:`C.send` draws from at the steps of :func:`_run`."""
     run_key = jax.random.split(key)[1]
-    return [jax.random.fold_in(jax.random.fold_in(run_key, k), C._ROUND_TAG)
+    return [jax.random.fold_in(jax.random.fold_in(run_key, k), C.channel._ROUND_TAG)
             for k in range(steps)]
 
 
@@ -862,7 +862,7 @@ def test_links_and_stragglers_step_by_step(key):
         first, states, keys = _states(_with(alg, channel), problem, W[None], T, key)
         before = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b[:-1]]), first, states)
         up = jnp.stack([C.drop_links(W, C.link_mask(r, N, 0.5)) for r in rounds])
-        used = jax.vmap(C._without_inactive)(up, jnp.asarray(active))
+        used = jax.vmap(C.without_inactive)(up, jnp.asarray(active))
         plain = jax.vmap(lambda k, s, w: alg.step(k, s._replace(channel=()), problem.potential,
                                                   w))(keys, before, used)
         return before, states, plain, up, used
@@ -972,8 +972,8 @@ def test_gossip_rounds_step_by_step(key):
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     alg, W, T = dgsgld.DIGingSGLD(0.05), jnp.asarray(complete_graph(N), jnp.float32), 6
     rounds = _round_keys(key, T)
-    used = jnp.stack([C.gossip_matrix(jax.random.fold_in(r, C._GOSSIP_TAG), W, "matching")
-                      for r in rounds])
+    used = jnp.stack([C.gossip_matrix(jax.random.fold_in(r, C.channel._GOSSIP_TAG), W,
+                                      "matching") for r in rounds])
 
     @jax.jit
     def runs(key):

@@ -333,11 +333,11 @@ SCRIPT = textwrap.dedent(
     for name, compressor in compressors.items():
         # Compiled (one program each, not op by op).
         mix = jax.jit(jax.shard_map(
-            lambda pl, xl: C._compress_mix(compressor, key, pl.rows(jnp.int32(1), "agents", 4),
-                                           xl)[1],
+            lambda pl, xl: C.channel._compress_mix(
+                compressor, key, pl.rows(jnp.int32(1), "agents", 4), xl)[1],
             mesh=sharding.agent_mesh(), in_specs=specs, out_specs=P("agents")))
-        one = jax.jit(lambda xl: C._compress_mix(compressor, key, neighbours.matrix_at(1),
-                                                 xl)[1])
+        one = jax.jit(lambda xl: C.channel._compress_mix(compressor, key,
+                                                         neighbours.matrix_at(1), xl)[1])
         out["payload"][name] = {
             "sent": ppermute_bytes(jax.make_jaxpr(mix)(plan, x).jaxpr),
             "message_bytes": C.Channel(compressor).message_bytes(8),

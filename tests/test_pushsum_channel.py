@@ -112,10 +112,10 @@ def test_one_way_drops_and_stragglers_step_by_step(key):
         for name, alg in samplers.items():
             step = alg.step
             before, after, keys = _states(_with(alg, channel), problem, c, T, key)
-            rounds = jax.vmap(lambda k: jax.random.fold_in(k, C._ROUND_TAG))(keys)
+            rounds = jax.vmap(lambda k: jax.random.fold_in(k, C.channel._ROUND_TAG))(keys)
             up = jax.vmap(lambda r: C.link_mask(r, N, 0.5, directed=True))(rounds)
             dropped = jax.vmap(lambda u: C.drop_links(c, u, keep="columns"))(up)
-            used = jax.vmap(lambda m, a: C._without_inactive(m, a, keep="columns"))(
+            used = jax.vmap(lambda m, a: C.without_inactive(m, a, keep="columns"))(
                 dropped, jnp.asarray(active))
             plain = jax.vmap(lambda k, s, w, step=step: step(k, s._replace(channel=()),
                                                              problem.potential, w))(

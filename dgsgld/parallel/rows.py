@@ -16,16 +16,19 @@ Each operand's ``@`` takes the device's ``(R, k)`` rows of ``x`` and returns its
 
 :func:`split_rows` turns a network into the operand whose agent axis the devices split (on the
 host); :func:`rows_at` gives, inside ``shard_map``, the device's operand of ``W⁽ᵏ⁾``.
-:func:`whole`, :func:`gather` and :func:`own_rows` let a computation that needs the whole
-network (a communication channel over a dense stack, or over gossip on one-way links of an
-undirected schedule) run on every device and keep the device's rows. A channel's public
-copies travel over an exchange of their own (``exchange_plan(..., copies=True)``,
-:attr:`HaloRows.copies`). Dropped links and inactive agents need no more than a device's
-rows: :meth:`HaloRows.without` rewrites them from draws every device makes for all ``N``
-agents, with :func:`cut_links`, the rule the dense matrices use too (on a directed
-network, the dropped weight kept by its sender from :attr:`HaloRows.sent`); a gossip round
-is drawn the same way from the snapshot's links, which every device holds
-(``exchange_plan(..., support=True)``, :meth:`HaloRows.gossip`).
+Each operand answers a communication channel's questions (the protocol of
+:mod:`dgsgld.communication.operand`): its ``num_agents`` and ``own_rows``, and either
+``gather`` (:class:`RowBlock`, :class:`GatheredRows`: a channel that needs the whole network,
+over a dense stack, or over gossip on one-way links of an undirected schedule, runs on every
+device and keeps the device's rows) or the questions of a neighbour exchange
+(:class:`HaloRows`). A channel's public copies travel over an exchange of their own
+(``exchange_plan(..., copies=True)``, :attr:`HaloRows.copies`). Dropped links and inactive
+agents need no more than a device's rows: :meth:`HaloRows.without` rewrites them from draws
+every device makes for all ``N`` agents, with :func:`~dgsgld.communication.links.cut_links`,
+the rule the dense matrices use too (on a directed network, the dropped weight kept by its
+sender from :attr:`HaloRows.sent`); a gossip round is drawn the same way from the snapshot's
+links, which every device holds (``exchange_plan(..., support=True)``,
+:meth:`HaloRows.gossip`).
 """
 
 from __future__ import annotations
@@ -39,15 +42,39 @@ import numpy as np
 
 from .._util import validation as _validation
 from .._util.types import Array
+from ..communication.links import cut_links
 from ..networks import sparse
 from ..networks._mixing import MixingStack, is_directed_network
 
-__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "copy_slots", "cut_links",
-           "exchange_plan", "gather", "is_rows", "num_agents", "own_rows", "rows_at",
-           "split_rows", "symmetric_links", "whole"]
+__all__ = ["ExchangePlan", "GatheredRows", "HaloRows", "RowBlock", "copy_slots",
+           "exchange_plan", "rows_at", "split_rows", "symmetric_links"]
 
 
-class RowBlock(eqx.Module):
+class _DeviceRows(eqx.Module):
+    """What the rows of every device answer a communication channel, besides ``num_agents``
+    (:mod:`dgsgld.communication.operand`): the device's rows of arrays over all ``N`` agents,
+    and arrays over the device's agents gathered from all devices, over the mesh axis
+    ``axis_name`` of each subclass (a field declared there, so that each keeps its own field
+    order)."""
+
+    def own_rows(self, tree, num_agents: int):
+        """The device's rows ``first : first + R`` (``R = N / D``) of every leaf of ``tree``
+        with ``num_agents`` = ``N`` rows; other leaves as they are."""
+        size = num_agents // jax.lax.axis_size(self.axis_name)
+        first = jax.lax.axis_index(self.axis_name) * size
+        return jax.tree.map(
+            lambda x: jax.lax.dynamic_slice_in_dim(x, first, size)
+            if jnp.ndim(x) and jnp.shape(x)[0] == num_agents else x, tree)
+
+    def _gathered(self, tree):
+        """Every leaf of ``tree`` with an agent axis (``(R, ...)``, ``ndim ≥ 1``) all-gathered
+        to ``(N, ...)`` over the mesh axis, in agent order; scalars as they are."""
+        return jax.tree.map(
+            lambda x: jax.lax.all_gather(x, self.axis_name, axis=0, tiled=True)
+            if jnp.ndim(x) else x, tree)
+
+
+class RowBlock(_DeviceRows):
     """This device's block of rows ``W[first : first + R]`` of ``W⁽ᵏ⁾``, as the samplers'
     mixing operand: ``block @ x_local`` all-gathers the agents' rows of ``x`` over the mesh axis
     and returns the device's rows of ``W @ x``. The only communication of an agent-sharded step.
@@ -63,12 +90,24 @@ class RowBlock(eqx.Module):
     def astype(self, dtype) -> "RowBlock":
         return RowBlock(self.rows.astype(dtype), self.axis_name)
 
+    @property
+    def num_agents(self) -> int:
+        """``N``: the device's ``R`` rows times the devices of the mesh axis."""
+        return self.rows.shape[0] * jax.lax.axis_size(self.axis_name)
+
+    def gather(self, tree):
+        """``(W⁽ᵏ⁾, tree)``: the whole snapshot ``(N, N)``, the blocks of all devices
+        all-gathered, and every leaf of ``tree`` with an agent axis gathered to ``(N, ...)``:
+        what a channel mixes on every device as on one."""
+        return (jax.lax.all_gather(self.rows, self.axis_name, axis=0, tiled=True),
+                self._gathered(tree))
+
     def __matmul__(self, local: Array) -> Array:
         """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
         return self.rows @ jax.lax.all_gather(local, self.axis_name, axis=0, tiled=True)
 
 
-class GatheredRows(eqx.Module):
+class GatheredRows(_DeviceRows):
     """This device's rows of a sparse ``W⁽ᵏ⁾`` generated on the fly (its neighbour pattern is
     unknown before the step): ``block @ x_local`` all-gathers ``x`` as :class:`RowBlock` does,
     applies the whole snapshot and keeps the device's rows, the single-device arithmetic.
@@ -87,13 +126,24 @@ class GatheredRows(eqx.Module):
     def astype(self, dtype) -> "GatheredRows":
         return GatheredRows(self.matrix.astype(dtype), self.first, self.size, self.axis_name)
 
+    @property
+    def num_agents(self) -> int:
+        """``N``: the device's ``R`` rows times the devices of the mesh axis."""
+        return self.size * jax.lax.axis_size(self.axis_name)
+
+    def gather(self, tree):
+        """``(W⁽ᵏ⁾, tree)``: the whole snapshot, which every device holds, and every leaf of
+        ``tree`` with an agent axis gathered to ``(N, ...)``: what a channel mixes on every
+        device as on one."""
+        return self.matrix, self._gathered(tree)
+
     def __matmul__(self, local: Array) -> Array:
         """``(R, k)`` local rows -> ``(R, k)`` rows of ``W @ x``."""
         full = jax.lax.all_gather(local, self.axis_name, axis=0, tiled=True)
         return jax.lax.dynamic_slice_in_dim(self.matrix @ full, self.first, self.size)
 
 
-class HaloRows(eqx.Module):
+class HaloRows(_DeviceRows):
     """This device's rows of a sparse ``W⁽ᵏ⁾`` with a neighbour exchange: ``block @ x_local``
     receives, with one ``jax.lax.ppermute`` per device offset, only the rows of other devices'
     agents that this device's agents listen to, and returns the device's rows of ``W @ x``.
@@ -109,7 +159,7 @@ class HaloRows(eqx.Module):
             row, in the concatenation's order (padding: the sender's first agent).
         listeners: ``(R, L)`` int32, per agent ``j`` of the device its out-neighbours, the
             agents ``i ≠ j`` (of all ``N``) with ``W[i, j] ≠ 0``, padded with ``-1``:
-            :attr:`degrees` counts them.
+            :meth:`out_degrees` counts them.
         sent: ``(R, L)``, the weight ``W[i, j]`` of each of those links (padding 0): what
             agent ``j`` gives out to each, which stays with ``j`` when the link is dropped on
             a directed network (:meth:`without` with ``keep="columns"``).
@@ -150,9 +200,17 @@ class HaloRows(eqx.Module):
                            (self.weights.astype(dtype), self.diagonal.astype(dtype)))
 
     @property
-    def degrees(self) -> Array:
+    def num_agents(self) -> int:
+        """``N``: the device's ``R`` rows times the devices of the mesh axis."""
+        return self.diagonal.shape[0] * jax.lax.axis_size(self.axis_name)
+
+    def out_degrees(self) -> Array:
         """``(R,)`` int32, the device's agents' out-degrees ``#{i ≠ j : W[i, j] ≠ 0}``."""
         return jnp.sum(self.listeners >= 0, axis=1, dtype=jnp.int32)
+
+    def self_weights(self) -> Array:
+        """``(R,)``, ``W[i, i]`` of the device's agents (:attr:`diagonal`)."""
+        return self.diagonal
 
     def agents(self) -> tuple[Array, Array]:
         """``(own (R,), neighbours (R, K))`` int32: the device's agents and the agent (of all
@@ -169,12 +227,13 @@ class HaloRows(eqx.Module):
         ``i = j``. Every device knows the draws of all ``N`` agents, so the rows are
         rewritten without exchange.
 
-        ``keep="rows"`` (:func:`cut_links`): a dropped weight moves to its row's diagonal (the
-        receiver's), a held row is ``e_i``. ``keep="columns"`` (a directed network): it
-        stays with its sender, ``W'[j, j] = W[j, j] + Σ_{i: dropped j → i} W[i, j]`` from
-        :attr:`sent`, so columns keep their sums; a held agent keeps everything
-        (``W'[j, j] = 1``) and ``link_up`` must be False on its out-links (the
-        single-device rule, ``dgsgld.communication.drop_links``).
+        ``keep="rows"`` (:func:`~dgsgld.communication.links.cut_links`): a dropped weight
+        moves to its row's diagonal (the receiver's), a held row is ``e_i``.
+        ``keep="columns"`` (a directed network): it stays with its sender,
+        ``W'[j, j] = W[j, j] + Σ_{i: dropped j → i} W[i, j]`` from :attr:`sent`, so columns
+        keep their sums; a held agent keeps everything (``W'[j, j] = 1``) and ``link_up`` must
+        be False on its out-links (the single-device rule,
+        :func:`dgsgld.communication.drop_links`).
 
         The neighbour exchange still carries every row of the snapshot's support (its shapes
         are static): only the weights change, not what :meth:`receive` sends."""
@@ -216,13 +275,15 @@ class HaloRows(eqx.Module):
         links = jnp.zeros((n, n), bool).at[jnp.arange(n)[:, None], self.support].set(True)
         return links & ~jnp.eye(n, dtype=bool)
 
-    def gossip(self, pick: Array) -> "HaloRows":
-        """The device's rows of the gossip matrix of the picked links ``pick`` (``(N, N)``
-        bool, ``pick[i, j]``: ``j`` sends half its value to ``i``, drawn for all ``N`` agents
-        by every device; symmetric on an undirected network): ``½`` on each picked link, the
-        rest of each column on its diagonal (``1 − ½ · #{i : pick[i, j]}``), and
-        :attr:`listeners` cut to the picked partners. The exchange still carries every row
-        of the snapshot's support (static shapes); the terms not picked weigh 0."""
+    def gossip(self, choose) -> "HaloRows":
+        """The device's rows of the gossip matrix of the links ``pick = choose(links)`` picks
+        among the snapshot's (:meth:`linked`; ``pick`` ``(N, N)`` bool, ``pick[i, j]``: ``j``
+        sends half its value to ``i``, drawn for all ``N`` agents by every device; symmetric
+        on an undirected network): ``½`` on each picked link, the rest of each column on its
+        diagonal (``1 − ½ · #{i : pick[i, j]}``), and :attr:`listeners` cut to the picked
+        partners. The exchange still carries every row of the snapshot's support (static
+        shapes); the terms not picked weigh 0."""
+        pick = choose(self.linked())
         own, agents = self.agents()
         # A term counts once per agent: a row listing an agent twice keeps the first term.
         k = agents.shape[1]
@@ -251,6 +312,13 @@ class HaloRows(eqx.Module):
             return jnp.concatenate(parts) if parts else leaf[:0]
 
         return jax.tree.map(one, local)
+
+    def mix_payloads(self, local: Array, payload: Any, expand) -> Array:
+        """``(R, k)`` rows of ``W @ q`` when only payloads travel: ``local`` the device's rows
+        of ``q`` ``(R, k)``, ``payload`` theirs (leaves ``(R, ...)``, sent by :meth:`receive`),
+        and ``expand(agents, received)`` the ``(M, k)`` rows of ``q`` of the senders ``agents``
+        (``(M,)`` of all ``N``, :attr:`sources`) from their received payloads."""
+        return self.combine(local, expand(self.sources, self.receive(payload)))
 
     def combine(self, local: Array, received: Array) -> Array:
         """``(R, k)`` rows of ``W @ x`` from the device's rows ``local`` ``(R, k)`` and the
@@ -507,28 +575,6 @@ def _plan(nbr, wts, diag, ordered, num_devices: int) -> ExchangePlan:
                         jnp.asarray(listeners), jnp.asarray(sent), offsets, ordered)
 
 
-def cut_links(weights: Array, diagonal: Array, kept: Array,
-              held: Array | None = None) -> tuple[Array, Array]:
-    """The re-weighting of dropped links and inactive agents, row by row (the one rule of
-    :meth:`HaloRows.without` and the dense ``drop_links`` of :mod:`dgsgld.communication`):
-    ``(weights', diagonal')`` with a term's weight zeroed where ``kept`` is False and moved to
-    its row's diagonal, ``diagonal'_i = diagonal_i + Σ_{dropped k} weights[i, k]`` (row sums
-    kept), and a ``held`` row exactly ``e_i`` (weights 0, diagonal 1).
-
-    Args:
-        weights: ``(R, K)`` a row's off-diagonal terms; ``diagonal``: ``(R,)``.
-        kept: ``(R, K)`` bool, the terms whose link is up.
-        held: ``(R,)`` bool or ``None`` (none).
-    """
-    if held is not None:
-        kept = kept & ~held[:, None]
-    cut = jnp.where(kept, weights, jnp.zeros_like(weights))
-    diagonal = diagonal + jnp.sum(weights - cut, axis=-1)
-    if held is not None:
-        diagonal = jnp.where(held, jnp.ones_like(diagonal), diagonal)
-    return cut, diagonal
-
-
 def split_rows(network, num_devices: int, exchange: bool = True, copies: bool = False,
                support: bool = False):
     """``network`` as the operand whose agent axis (axis 1 of every leaf) ``shard_map`` splits
@@ -540,8 +586,8 @@ def split_rows(network, num_devices: int, exchange: bool = True, copies: bool = 
         network: a mixing with ``matrix_at`` (:func:`~dgsgld.networks._mixing.as_mixing`).
         num_devices: ``D``.
         exchange: plan a sparse schedule's neighbour exchange; ``False`` keeps it whole on
-            every device (:class:`GatheredRows`, whose :func:`whole` snapshot a communication
-            channel mixes with).
+            every device (:class:`GatheredRows`, whose whole snapshot a communication channel
+            mixes with, :meth:`GatheredRows.gather`).
         copies: with the exchange, plan that of public copies too (:func:`exchange_plan`).
         support: with the exchange, keep every snapshot's links on every device, to draw
             gossip rounds (:func:`exchange_plan`).
@@ -578,47 +624,3 @@ def rows_at(operand, k, first, size: int, axis_name: str, num_devices: int):
             return RowBlock(jax.lax.dynamic_slice_in_dim(snapshot, first, size), axis_name)
         return GatheredRows(snapshot, first, size, axis_name)
     return RowBlock(operand[k % operand.shape[0]], axis_name)
-
-
-def is_rows(matrix) -> bool:
-    """Whether ``matrix`` is a device's rows of ``W⁽ᵏ⁾`` (inside ``shard_map``), not the whole."""
-    return isinstance(matrix, (RowBlock, GatheredRows, HaloRows))
-
-
-def num_agents(matrix, local: int) -> int:
-    """``N``, the network's agents, from a mixing operand and the ``local`` rows a device holds:
-    ``local`` times the devices of a row block's mesh axis, ``local`` itself otherwise."""
-    return local * jax.lax.axis_size(matrix.axis_name) if is_rows(matrix) else local
-
-
-def whole(block):
-    """The whole snapshot ``W⁽ᵏ⁾`` (``N`` rows) on every device, from its rows ``block``: a
-    :class:`RowBlock`'s rows all-gathered (dense ``(N, N)``), a :class:`GatheredRows`' snapshot.
-
-    Raises:
-        ValueError: for :class:`HaloRows`, whose tables hold only the device's neighbourhoods.
-    """
-    if isinstance(block, RowBlock):
-        return jax.lax.all_gather(block.rows, block.axis_name, axis=0, tiled=True)
-    if isinstance(block, GatheredRows):
-        return block.matrix
-    raise ValueError("the whole network is not known to a device of a neighbour exchange "
-                     "(HaloRows); split the network with split_rows(..., exchange=False).")
-
-
-def gather(block, tree):
-    """Every leaf of ``tree`` with an agent axis (``(R, ...)``, ``ndim ≥ 1``) all-gathered to
-    ``(N, ...)`` over ``block``'s mesh axis, in agent order; scalars as they are."""
-    return jax.tree.map(
-        lambda x: jax.lax.all_gather(x, block.axis_name, axis=0, tiled=True)
-        if jnp.ndim(x) else x, tree)
-
-
-def own_rows(block, tree, num_agents: int):
-    """The device's rows ``first : first + R`` (``R = N / D``) of every leaf of ``tree`` with
-    ``num_agents`` = ``N`` rows; other leaves as they are."""
-    size = num_agents // jax.lax.axis_size(block.axis_name)
-    first = jax.lax.axis_index(block.axis_name) * size
-    return jax.tree.map(
-        lambda x: jax.lax.dynamic_slice_in_dim(x, first, size)
-        if jnp.ndim(x) and jnp.shape(x)[0] == num_agents else x, tree)

@@ -855,9 +855,9 @@ def _with_consensus(W, consensus):
 def _held(kind, q, W, eta, extra, mask, d, consensus=None):
     """``(M_a, c_a, G_a)`` of the used matrix ``W (N, N)`` and active set ``mask (N,)``
     (module docstring)."""
-    from ..communication import _without_inactive
+    from ..communication import without_inactive
 
-    used = _with_consensus(_without_inactive(W, mask > 0), consensus)
+    used = _with_consensus(without_inactive(W, mask > 0), consensus)
     rec = linear_recursion(kind, q, used, eta, parameter=extra)
     rows = jnp.tile(jnp.repeat(mask, d), _BLOCKS[kind])                 # Π_a's diagonal
     M = rows[:, None] * rec.matrix + jnp.diag(1 - rows)
