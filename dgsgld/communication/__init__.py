@@ -81,8 +81,9 @@ sign's bits packed into uint8), which is what a neighbour exchange sends between
 A message with public copies (error feedback, an event trigger) goes instead to every agent
 that keeps a copy of ``x̂_j``: on a time-varying network that is every agent that ever listens
 to ``j`` (``W⁽ᵏ⁾[i, j] ≠ 0`` at some ``k``, :func:`listener_counts`), as each update of the
-copy must reach them all or the copies part. :func:`dgsgld.sample` sets these counts
-(:attr:`Channel.listeners`) from the network; on a static network they are its out-degrees.
+copy must reach them all or the copies part. :meth:`Channel.for_network` sets these counts
+(:attr:`Channel.listeners`) from the network, as :func:`dgsgld.sample` runs a channel; on a
+static network they are its out-degrees.
 :func:`messages_sent` counts the point-to-point messages, :meth:`Channel.bytes_sent` turns
 them into bytes.
 

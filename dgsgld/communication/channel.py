@@ -10,6 +10,7 @@ sent. The network operand of a step is asked, never tested for its type
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, NamedTuple
 
@@ -25,7 +26,14 @@ from . import operand
 from ._checks import unit_interval
 from .clock import Clock, _activity, _by_activity, _with_deadline, active_agents
 from .compressors import Compressor, Identity
-from .links import drop_links, gossip_matrix, link_mask, out_degrees, without_inactive
+from .links import (
+    drop_links,
+    gossip_matrix,
+    link_mask,
+    listener_counts,
+    out_degrees,
+    without_inactive,
+)
 
 __all__ = ["Channel", "ChannelState", "as_channel", "hold", "init_states", "messages_sent",
            "send", "send_mass"]
@@ -195,14 +203,15 @@ class Channel(eqx.Module):
             step, the round's latency, and a deadline past which slow agents sit the step out.
         listeners: ``(N,)`` ints or ``None`` (static): how many agents receive each message of
             agent ``j`` that has public copies (error feedback, an event trigger), the agents
-            that keep a copy of ``x̂_j``. :func:`dgsgld.sample` sets it to
-            :func:`~dgsgld.communication.listener_counts` of its network (every agent that
-            ever listens to ``j``); ``None`` counts the out-neighbours of the step's snapshot.
-            Messages without public copies are always counted over the snapshot's
-            out-neighbours.
+            that keep a copy of ``x̂_j``. :meth:`for_network` sets it to
+            :func:`~dgsgld.communication.listener_counts` of the network (every agent that
+            ever listens to ``j``; :func:`dgsgld.sample` calls it); ``None`` counts the
+            out-neighbours of the step's snapshot. Messages without public copies are always
+            counted over the snapshot's out-neighbours.
         copy_slots: ``L`` (static), the copies of public copies each agent keeps for a
-            neighbour exchange (:attr:`ChannelState.copies`); placement ``Agents`` sets it
-            over a sparse schedule. 0: none (the whole network's public copies are at hand).
+            neighbour exchange (:attr:`ChannelState.copies`); :meth:`for_exchange` sets it
+            (placement ``Agents`` over a sparse schedule). 0: none (the whole network's public
+            copies are at hand).
     """
 
     compressor: Compressor = eqx.field(default_factory=Identity, converter=_compressor)
@@ -248,6 +257,25 @@ class Channel(eqx.Module):
 
     def _public(self, name: str | None = None) -> bool:
         return self.error_feedback or self.threshold_of(name) is not None
+
+    def for_network(self, mixing) -> Channel:
+        """This channel as it runs over ``mixing`` (any network :func:`dgsgld.sample` takes):
+        with public copies and no :attr:`listeners` given, every agent that ever listens to
+        ``j`` is a receiver of each update of ``x̂_j`` (:attr:`listeners` set to
+        :func:`~dgsgld.communication.listener_counts` of ``mixing``); itself otherwise."""
+        if self.listeners is not None or not self.has_public_copies:
+            return self
+        return dataclasses.replace(self, listeners=listener_counts(mixing))
+
+    def for_exchange(self, copy_slots: int) -> Channel:
+        """This channel as it runs over a neighbour exchange whose agents each listen to at
+        most ``copy_slots`` others over the period (the exchange's, placement ``Agents`` over
+        a sparse schedule): with public copies and no :attr:`copy_slots` given, each agent
+        keeps copies of those others' public copies (:attr:`copy_slots` set); itself
+        otherwise."""
+        if self.copy_slots or not self.has_public_copies:
+            return self
+        return dataclasses.replace(self, copy_slots=copy_slots)
 
     def init(self, message: PyTree, name: str | None = None) -> ChannelState:
         """State before the first step for message ``name`` shaped like ``message``

@@ -267,13 +267,16 @@ class Agents:
         """``algorithm`` as this placement runs it over ``stack`` (before the state is made or
         checked): a channel with public copies over a sparse schedule's neighbour exchange
         keeps, per agent, copies of the public copies of the agents it ever listens to
-        (``Channel.copy_slots``, :func:`~dgsgld.parallel.rows.copy_slots`)."""
+        (:meth:`~dgsgld.communication.Channel.for_exchange` of
+        :func:`~dgsgld.parallel.rows.copy_slots`)."""
         channel = getattr(algorithm, "channel", None)
-        if (channel is None or not channel.has_public_copies or channel.copy_slots
+        if (channel is None or not channel.has_public_copies
                 or not isinstance(stack, SparseSchedule) or not is_concrete_tree(stack)):
             return algorithm
-        channel = dataclasses.replace(channel, copy_slots=copy_slots(stack))
-        return eqx.tree_at(lambda a: a.channel, algorithm, channel)
+        configured = channel.for_exchange(copy_slots(stack))
+        if configured is channel:
+            return algorithm
+        return eqx.tree_at(lambda a: a.channel, algorithm, configured)
 
     def execute(self, prep: Prepared, every: int, token) -> Trace:
         algorithm, potential = prep.algorithm, prep.potential

@@ -28,7 +28,6 @@ one compiled sampling loop, over a network application: :class:`Whole` here, a d
 say where the loop runs; :func:`dgsgld.runner.checkpoint.sample_chunked` runs it chunk by chunk.
 """
 
-import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
@@ -38,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import communication
 from .._util import params as _params
 from .._util import tree as _tree
 from .._util import validation as _validation
@@ -519,8 +519,6 @@ def _prepare(algorithm, potential, mixing, init, key, num_steps, *, output=Outpu
 def _with_channel(algorithm, channel):
     """``algorithm`` with ``channel`` as its ``channel`` field (``None``: unchanged), checked
     against the sampler."""
-    from .. import communication
-
     if channel is not None:
         communication.as_channel(channel)
         if not algorithm.decentralized:
@@ -539,17 +537,16 @@ def _with_channel(algorithm, channel):
 
 
 def _with_listeners(algorithm, stack):
-    """``algorithm`` whose channel has public copies counting every agent that ever listens
-    (:func:`dgsgld.communication.listener_counts` of the network) as a receiver of each
-    update; unchanged otherwise."""
-    from .. import communication
-
+    """``algorithm`` with its channel as it runs over the network ``stack``
+    (:meth:`dgsgld.communication.Channel.for_network`: public copies count every agent that
+    ever listens as a receiver of each update); unchanged otherwise."""
     channel = getattr(algorithm, "channel", None)
-    if (channel is None or stack is None or channel.listeners is not None
-            or not channel.has_public_copies):
+    if channel is None or stack is None:
         return algorithm
-    channel = dataclasses.replace(channel, listeners=communication.listener_counts(stack))
-    return eqx.tree_at(lambda a: a.channel, algorithm, channel)
+    configured = channel.for_network(stack)
+    if configured is channel:
+        return algorithm
+    return eqx.tree_at(lambda a: a.channel, algorithm, configured)
 
 
 def _check_on_divergence(on_divergence: str) -> str:
