@@ -324,7 +324,7 @@ def _channel_across_two_processes(tmp_path, *channel, network="ring"):
     return sent, want
 
 
-@pytest.mark.slow  # default run: tests/test_communication_agents.py (the same exchange of
+@pytest.mark.slow  # default run: tests/communication/test_agents.py (the same exchange of
 # payloads on 4 devices in one process)
 @pytest.mark.parametrize("channel,option,value", CHANNELS)
 def test_compressed_payloads_across_two_processes_equal_single_process_run(
@@ -348,7 +348,7 @@ def test_compressed_payloads_across_two_processes_equal_single_process_run(
     np.testing.assert_array_equal(sent, reference.bytes_sent(want.state))
 
 
-@pytest.mark.slow  # default run: tests/test_communication_agents.py (stragglers over the
+@pytest.mark.slow  # default run: tests/communication/test_agents.py (stragglers over the
 # exchange of 4 devices in one process)
 def test_stragglers_over_the_exchange_across_two_processes_equal_single_process_run(tmp_path):
     # Each process draws every agent's activity from the step's shared key and cuts its own
@@ -367,7 +367,7 @@ def test_stragglers_over_the_exchange_across_two_processes_equal_single_process_
     assert 0 < sent.mean() < 0.9 * every_step and sent.max() <= every_step
 
 
-@pytest.mark.slow  # default run: tests/test_communication_agents.py (gossip over the
+@pytest.mark.slow  # default run: tests/communication/test_agents.py (gossip over the
 # exchange of 4 devices in one process)
 def test_gossip_over_the_exchange_across_two_processes_equals_single_process_run(tmp_path):
     # Each process draws the step's matching for every agent from the step's shared key and
@@ -386,7 +386,7 @@ def test_gossip_over_the_exchange_across_two_processes_equals_single_process_run
     assert 0 < sent.mean() < 0.9 * one_partner and sent.max() <= one_partner
 
 
-@pytest.mark.slow  # default run: tests/test_communication_agents.py (push-sum over a directed
+@pytest.mark.slow  # default run: tests/communication/test_agents.py (push-sum over a directed
 # exchange of 4 devices in one process)
 def test_push_sum_over_a_directed_exchange_across_two_processes_equals_single_process_run(
         tmp_path):
@@ -408,7 +408,7 @@ def test_push_sum_over_a_directed_exchange_across_two_processes_equals_single_pr
     assert 0 < sent.mean() < 0.9 * every_step and sent.max() <= every_step
 
 
-@pytest.mark.slow  # default run: tests/test_communication_agents.py (public copies over the
+@pytest.mark.slow  # default run: tests/communication/test_agents.py (public copies over the
 # exchange of 4 devices in one process, copies equal to the public copies bit for bit)
 def test_error_feedback_over_the_exchange_across_two_processes(tmp_path):
     # Error feedback: each process keeps copies of the public copies its agents listen to
@@ -436,7 +436,7 @@ def test_error_feedback_over_the_exchange_across_two_processes(tmp_path):
     assert np.all((excess >= 0) & (excess <= 256 * 4)), (measured, predicted)
 
 
-@pytest.mark.slow  # default run: tests/test_communication_agents.py (the traced exchange's
+@pytest.mark.slow  # default run: tests/communication/test_agents.py (the traced exchange's
 # ppermute operands are Channel.message_bytes(F) a row)
 @pytest.mark.parametrize("channel,option,value", CHANNELS)
 def test_each_process_writes_the_accounted_payload_bytes_per_step(tmp_path, channel, option,

@@ -86,7 +86,7 @@ def test_exact_channel_is_no_channel_and_bytes_include_the_weights(cells, key):
 
 
 @pytest.mark.slow  # fast twins: test_exact_channel_is_no_channel_and_bytes_include_the_weights,
-# tests/test_communication.py::test_links_and_stragglers_step_by_step
+# tests/communication/test_links.py::test_links_and_stragglers_step_by_step
 def test_one_way_drops_and_stragglers_step_by_step(key):
     """Both push-sum samplers with mini-batches on a dense directed matrix C, each one-way link
     up w.p. 1/2 and the activity pattern (all, all but 1, only 1 and 2), 6 steps, one compiled
@@ -148,7 +148,7 @@ def test_one_way_drops_and_stragglers_step_by_step(key):
             np.testing.assert_array_equal(np.asarray(state.sent)[-1], degrees.sum(0))
 
 
-# Fast twins: tests/test_communication.py::test_diging_exact_channel_and_tracking_invariant
+# Fast twins: tests/communication/test_channel.py::test_diging_exact_channel_and_tracking_invariant
 # (CHOCO error feedback keeps DIGing's tracker sum under top-k, and breaks without it);
 # test_exact_channel_is_no_channel_and_bytes_include_the_weights (the weights travel exact
 # beside the masses, their 4 bytes counted).

@@ -349,7 +349,7 @@ SCRIPT = textwrap.dedent(
 
 
 def _run(mode: str) -> dict:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ,
                XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
                + " --xla_force_host_platform_device_count=4",
