@@ -2,7 +2,6 @@
 steps, a sampler given a channel, the round keys of a run's steps, states equal bit for bit, an
 activity pattern and the states after each step."""
 
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp

@@ -3,18 +3,16 @@ to every agent that ever listens), CHOCO error feedback keeping the network sum,
 tracking invariant with and without it, event triggers, copies of public copies, and the front
 end's errors."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _channels import N, _run, _same, _samplers, _with
 from _problems import complete_graph, linear_regression, permuted_rings, ring
 
 import dgsgld
 from dgsgld import communication as C
 from dgsgld.networks import onthefly
-
-from ._channels import N, _run, _same, _samplers, _with
 
 
 def _mixed_stack():

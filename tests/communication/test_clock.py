@@ -2,17 +2,15 @@
 round waiting for the slowest agent or dropping it at the deadline, and the compute times'
 law."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _channels import N, _samplers, _states, _with
 from _problems import linear_regression, ring
 
 import dgsgld
 from dgsgld import communication as C
-
-from ._channels import N, _samplers, _states, _with
 
 
 @pytest.mark.slow  # fast twin: test_links_and_stragglers_step_by_step

@@ -2,7 +2,6 @@
 exactly, top-k's and random-k's selection (ties included), and the packed payloads that rebuild
 each compressed message at the accounted size."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np

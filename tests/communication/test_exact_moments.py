@@ -9,12 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _channels import _PATTERN, N
 from _problems import complete_graph, linear_regression, ring
 
 import dgsgld
 from dgsgld import communication as C
-
-from ._channels import _PATTERN, N
 
 # -- exact moments under random link drops -------------------------------------------------------
 

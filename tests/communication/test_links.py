@@ -2,17 +2,15 @@
 stragglers step by step, draws independent of how chains are batched, DIGing's stationary mean
 kept under drops and gossip, and randomized gossip's matrices, rounds and law."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _channels import _PATTERN, N, _round_keys, _run, _same, _states, _with
 from _problems import complete_graph, linear_regression, permuted_rings, ring
 
 import dgsgld
 from dgsgld import communication as C
-
-from ._channels import _PATTERN, N, _round_keys, _run, _same, _states, _with
 
 
 @pytest.mark.slow  # fast twins: test_links_and_stragglers_step_by_step, test_neutral_settings_...
