@@ -485,13 +485,15 @@ out = {}
 for make in (dgsgld.PushDIGingSGLD, dgsgld.PushSumSGLD):
     alg = make(0.05)
     ref = dgsgld.sample(alg, prob.potential, mixing, init, key, 20)
-    chains = sharding.sample_sharded(alg, prob.potential, np.asarray(mixing.matrices), init, key, 20)
-    agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
+    chains = dgsgld.sample(alg, prob.potential, np.asarray(mixing.matrices), init, key, 20,
+                           placement=dgsgld.Chains())
+    agents = dgsgld.sample(alg, prob.potential, mixing, init, key, 20, placement=dgsgld.Agents())
     out[make.__name__] = [float(jnp.abs(chains.positions - ref.positions).max()),
                           float(jnp.abs(agents.positions - ref.positions).max()),
                           float(jnp.abs(ref.positions).max())]
 try:
-    sharding.sample_sharded(dgsgld.DIGingSGLD(0.05), prob.potential, mixing, init, key, 2)
+    dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, mixing, init, key, 2,
+                  placement=dgsgld.Chains())
 except ValueError as err:
     out["refused"] = str(err)
 print("RESULT" + json.dumps(out))

@@ -26,7 +26,6 @@ import dgsgld
 from dgsgld._util import validation as _validation
 from dgsgld.evaluate import diagnostics as diagnostics
 from dgsgld.networks import sparse
-from dgsgld.parallel import devices as sharding
 from dgsgld.runner.checkpoint import sample_chunked
 
 pytestmark = pytest.mark.reliability
@@ -188,8 +187,9 @@ def test_every_route_refuses_a_schedule_that_bypassed_its_constructor(fmt):
     routes = {
         "sample": lambda: dgsgld.sample(algorithm, potential, bad, init, jax.random.key(0), 2),
         "checked_network": lambda: dgsgld.checked_network(bad),
-        "agent-sharded": lambda: sharding.sample_agent_sharded(algorithm, potential, bad, init,
-                                                               jax.random.key(0), 2),
+        "agent-sharded": lambda: dgsgld.sample(algorithm, potential, bad, init,
+                                               jax.random.key(0), 2,
+                                               placement=dgsgld.Agents()),
     }
     for route, call in routes.items():
         with pytest.raises(ValueError) as err:
@@ -421,13 +421,14 @@ def test_chunked_and_agent_sharded_runs_flag_like_sample(tmp_path):
                              jax.random.key(1), STEPS, chunk_size=STEPS, path=tmp_path,
                              on_divergence="flag")
     assert np.asarray(chunked.divergence.iteration).tolist() == want.tolist()
-    # sample_agent_sharded is sample(placement=Agents): the same on_divergence, default "raise".
-    sharded = sharding.sample_agent_sharded(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
-                                            jax.random.key(1), STEPS, on_divergence="flag")
+    # placement=Agents runs the same front end: the same on_divergence, default "raise".
+    sharded = dgsgld.sample(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
+                            jax.random.key(1), STEPS, on_divergence="flag",
+                            placement=dgsgld.Agents())
     assert np.asarray(sharded.divergence.iteration).tolist() == want.tolist()
     with pytest.raises(dgsgld.DivergenceError, match=f"{C} of {C} chains diverged"):
-        sharding.sample_agent_sharded(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
-                                      jax.random.key(1), STEPS)
+        dgsgld.sample(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
+                      jax.random.key(1), STEPS, placement=dgsgld.Agents())
 
 
 # -- divergence under the caller's jit and vmap --------------------------------------------
