@@ -3,6 +3,8 @@
 - Grouped items: ``mean1, mean2: (..., d).`` in an ``Args:`` or ``Attributes:`` section
   documents both names; griffe's Google parser reads one name per item, so the item is split into
   one per name, each with the whole description.
+- ``Example:`` sections are read as ``Examples:`` (griffe's name for a section of ``>>>``
+  code; singular, it would be a note whose ``>>>`` lines read as Markdown quotes).
 - A class's ``Attributes:`` section describes its fields: each description becomes the docstring
   of that field (when it has none), which the reference shows under the field's own heading
   (``mkdocs.yml`` hides the section's table, which would say it twice).
@@ -62,6 +64,11 @@ def split_grouped_args(text: str) -> str:
             out.append(grouped.group(1) + name + body[0])
             out.extend(body[1:])
     return "\n".join(out)
+
+
+def plural_examples(text: str) -> str:
+    """``text`` with its ``Example:`` section titles written ``Examples:``."""
+    return re.sub(r"^(\s*)Example:[ \t]*$", r"\1Examples:", text, flags=re.MULTILINE)
 
 
 def _get(collection: griffe.ModulesCollection, path: str) -> griffe.Object | griffe.Alias | None:
@@ -173,17 +180,24 @@ class DocstringConventions(griffe.Extension):
     """Rewrites each docstring of the package once it is loaded (see the module docstring)."""
 
     def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
+        if pkg.extra.get("griffe_dgsgld", {}).get("done"):
+            return
+        pkg.extra["griffe_dgsgld"]["done"] = True
         objects = _objects(pkg)
         # Fields first get their docstrings, so that the links below see which are rendered.
         for obj in objects:
             if obj.docstring is not None:
-                obj.docstring.value = split_grouped_args(obj.docstring.value)
+                obj.docstring.value = plural_examples(split_grouped_args(obj.docstring.value))
                 if obj.is_class:
                     document_fields(obj)
         for obj in objects:
             if obj.docstring is not None:
                 obj.docstring.value = link_roles(obj.docstring.value, obj,
                                                  loader.modules_collection, pkg.name)
+
+
+    # griffe 1.x calls the hook by this name.
+    on_package_loaded = on_package
 
 
 def _objects(obj: griffe.Object, seen: set[int] | None = None) -> list[griffe.Object]:

@@ -245,7 +245,8 @@ def test_every_relative_link_of_the_site_reaches_a_page_or_file():
 
 
 def test_grouped_arguments_are_split_per_name():
-    griffe_dgsgld = pytest.importorskip("griffe") and _load("griffe_dgsgld")
+    pytest.importorskip("griffe")
+    griffe_dgsgld = _load("griffe_dgsgld")
     text = textwrap.dedent("""\
         Summary.
 
@@ -254,8 +255,8 @@ def test_grouped_arguments_are_split_per_name():
                 the means.
             cov (Array): ``(..., d, d)``.
 
-        Attributes:
-            a, b: kept as one item.
+        Returns:
+            a, b: not an item list: kept.
         """)
     assert griffe_dgsgld.split_grouped_args(text) == textwrap.dedent("""\
         Summary.
@@ -267,5 +268,56 @@ def test_grouped_arguments_are_split_per_name():
                 the means.
             cov (Array): ``(..., d, d)``.
 
-        Attributes:
-            a, b: kept as one item.""")
+        Returns:
+            a, b: not an item list: kept.""")
+
+
+def test_sphinx_roles_become_links_checked_where_the_reference_documents_the_name(
+        tmp_path, caplog):
+    griffe = pytest.importorskip("griffe")
+    griffe_dgsgld = _load("griffe_dgsgld")
+    _make_package(tmp_path, {
+        "toyroles/__init__.py": '''
+            """See :func:`f`, :func:`~toyroles.a.g`, :mod:`toyroles._private`,
+            :func:`numpy.sum`, :func:`toyroles.a.gone` and :meth:`~.Box.size`."""
+            from .a import f as f
+            from .a import Box as Box
+            __all__ = ["f", "Box"]
+            ''',
+        "toyroles/a.py": '''
+            def f():
+                """F."""
+            def g():
+                """G."""
+            class Box:
+                """A box.
+
+                Attributes:
+                    width, height: in metres.
+                """
+                width: float
+                height: float
+                def size(self):
+                    """Width times height."""
+            __all__ = ["f", "Box"]
+            ''',
+        "toyroles/_private.py": "",
+    })
+    loader = griffe.GriffeLoader(
+        search_paths=[str(tmp_path)],
+        extensions=griffe.load_extensions(griffe_dgsgld.DocstringConventions))
+    with caplog.at_level("WARNING"):
+        package = loader.load("toyroles")
+    text = package.docstring.value
+    assert "[`f`][toyroles.a.f]" in text  # in an __all__: a link mkdocs --strict checks
+    assert '<autoref optional identifier="toyroles.a.g"><code>g</code></autoref>' in text
+    assert '<autoref optional identifier="toyroles._private">' in text
+    assert "`numpy.sum`" in text and "[`numpy.sum`]" not in text  # another library: code
+    assert "`toyroles.a.gone`" in text
+    assert any("toyroles.a.gone" in r.getMessage() and "no such object" in r.getMessage()
+               for r in caplog.records)
+    assert "[`size`][toyroles.a.Box.size]" in text  # `.name`: found by its ending
+    # The grouped attributes became the fields' own docstrings.
+    box = package["a.Box"]
+    assert box.members["width"].docstring.value == "in metres."
+    assert box.members["height"].docstring.value == "in metres."
