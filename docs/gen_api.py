@@ -121,6 +121,9 @@ def pages(package: str = PACKAGE) -> list[Page]:
     """
     modules = public_modules(package)
     tops = [m for m in modules if m.count(".") == package.count(".") + 1]
+    for top in tops:
+        if top.rsplit(".", 1)[1] in ("index", "SUMMARY"):
+            raise ValueError(f"gen_api: the page of {top} would take the name of another page")
     # The sections of each page, in order: the page's module, then the public modules below it.
     sections = {package: [package], **{t: [m for m in modules if _within(m, t)] for t in tops}}
     listed = {m: [(name, getattr(importlib.import_module(m), name)) for name in public_names(m)]
@@ -137,9 +140,9 @@ def pages(package: str = PACKAGE) -> list[Page]:
                 defined_in[key] = _defined_in(obj)
                 if page not in candidates.setdefault(key, []):
                     candidates[key].append(page)
-    home = {key: next((t for t in pages if t != package and defined_in[key]
-                       and _within(defined_in[key], t)), pages[0])
-            for key, pages in candidates.items()}
+    home = {key: next((t for t in listing if t != package and defined_in[key]
+                       and _within(defined_in[key], t)), listing[0])
+            for key, listing in candidates.items()}
 
     # The identifier documenting each object: a public module's own name, else the object's
     # first listing on its home page.
