@@ -177,12 +177,11 @@ class LinearRegressionConfig(_Common):
 class LogisticRegressionConfig(_Common):
     """Figure 3: Bayesian logistic regression, test accuracy (§4.2).
 
-    ``network``, ``num_agents``, ``prior_precision``, ``num_steps``, ``trials``, ``period``,
-    ``init_std``, ``step_min``, ``step_max``, ``num_step_sizes`` and ``sgld_step_scale`` are as in
-    :class:`LinearRegressionConfig`.
-
     Attributes:
         dataset: ``"synthetic"`` (§4.2.1) or ``"breast_cancer"`` (§4.2.2).
+        network, num_agents, prior_precision, num_steps, trials, period, init_std,
+        step_min, step_max, num_step_sizes, sgld_step_scale: as in
+            :class:`LinearRegressionConfig`.
         batch_size: local mini-batch ``b`` (1), scaled by ``n̄ / b``.
         num_samples: synthetic samples before splitting (600).
         dim: synthetic features before the intercept (5).
