@@ -184,31 +184,35 @@ def _summary(obj: object) -> str:
     return sentence.group(1) if sentence else doc
 
 
+def _link(entry: Entry) -> str:
+    summary = _summary(getattr(importlib.import_module(entry.module), entry.name))
+    return f"- [`{entry.name}`][{entry.target}]" + (f": {summary}" if summary else "")
+
+
 def page_markdown(page: Page) -> str:
     """The Markdown of one page: mkdocstrings' ``::: identifier`` blocks and links to the rest.
 
     A section opens with its module's docstring; then each object whose home it is, in
     ``__all__`` order; then a list of links to the entries of the names documented elsewhere.
+    The top-level page lists every name of its ``__all__`` first, as the index of the API.
     """
     here = {s.module for s in page.sections}
     here |= {e.target for s in page.sections for e in s.entries if e.rendered}
+    top = page.path == f"{REFERENCE}/index.md"
     lines = []
     for i, section in enumerate(page.sections):
         level = 1 if i == 0 else 2
         lines += [f"::: {section.module}", "    options:", "      members: false",
                   "      show_root_full_path: true",
                   "      show_root_heading: true", f"      heading_level: {level}", ""]
-        links = []
+        if top:
+            lines += [_link(entry) for entry in section.entries] + [""]
         for entry in section.entries:
             if entry.rendered:
                 lines += [f"::: {entry.target}", "    options:",
                           f"      heading_level: {level + 1}", ""]
-            elif entry.target not in here:
-                obj = getattr(importlib.import_module(entry.module), entry.name)
-                summary = _summary(obj)
-                links.append(f"- [`{entry.name}`][{entry.target}]"
-                             + (f": {summary}" if summary else ""))
-        if links:
+        links = [_link(e) for e in section.entries if not e.rendered and e.target not in here]
+        if links and not top:
             lines += ["Documented elsewhere:", "", *links, ""]
     return "\n".join(lines)
 

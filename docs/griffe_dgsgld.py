@@ -3,6 +3,8 @@
 - Grouped items: ``mean1, mean2: (..., d).`` in an ``Args:`` or ``Attributes:`` section
   documents both names; griffe's Google parser reads one name per item, so the item is split into
   one per name, each with the whole description.
+- reStructuredText's ``::`` before a literal block reads as ``:`` (the indented block is code in
+  Markdown too).
 - ``Example:`` sections are read as ``Examples:`` (griffe's name for a section of ``>>>``
   code; singular, it would be a note whose ``>>>`` lines read as Markdown quotes).
 - A class's ``Attributes:`` section describes its fields: each description becomes the docstring
@@ -64,6 +66,12 @@ def split_grouped_args(text: str) -> str:
             out.append(grouped.group(1) + name + body[0])
             out.extend(body[1:])
     return "\n".join(out)
+
+
+def literal_markers(text: str) -> str:
+    """``text`` with each ``::`` that opens an indented literal block written ``:``."""
+    text = re.sub(r"^[ \t]*::[ \t]*\n(?=[ \t]*\n)", "", text, flags=re.MULTILINE)
+    return re.sub(r"(?<=\S)::[ \t]*\n(?=[ \t]*\n)", ":\n", text)
 
 
 def plural_examples(text: str) -> str:
@@ -187,7 +195,8 @@ class DocstringConventions(griffe.Extension):
         # Fields first get their docstrings, so that the links below see which are rendered.
         for obj in objects:
             if obj.docstring is not None:
-                obj.docstring.value = plural_examples(split_grouped_args(obj.docstring.value))
+                text = split_grouped_args(obj.docstring.value)
+                obj.docstring.value = literal_markers(plural_examples(text))
                 if obj.is_class:
                     document_fields(obj)
         for obj in objects:

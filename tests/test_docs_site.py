@@ -282,7 +282,13 @@ def test_sphinx_roles_become_links_checked_where_the_reference_documents_the_nam
     _make_package(tmp_path, {
         "toyroles/__init__.py": '''
             """See :func:`f`, :func:`~toyroles.a.g`, :mod:`toyroles._private`,
-            :func:`numpy.sum`, :func:`toyroles.a.gone` and :meth:`~.Box.size`."""
+            :func:`numpy.sum`, :func:`toyroles.a.gone` and :meth:`~.Box.size`::
+
+                f()
+
+            Example:
+                >>> f()
+            """
             from .a import f as f
             from .a import Box as Box
             __all__ = ["f", "Box"]
@@ -320,6 +326,8 @@ def test_sphinx_roles_become_links_checked_where_the_reference_documents_the_nam
     assert any("toyroles.a.gone" in r.getMessage() and "no such object" in r.getMessage()
                for r in caplog.records)
     assert "[`size`][toyroles.a.Box.size]" in text  # `.name`: found by its ending
+    assert "[`size`][toyroles.a.Box.size]:\n\n    f()" in text  # reST's `::` read as `:`
+    assert "\nExamples:\n    >>> f()" in text
     # The grouped attributes became the fields' own docstrings.
     box = package["a.Box"]
     assert box.members["width"].docstring.value == "in metres."
