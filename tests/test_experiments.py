@@ -118,7 +118,7 @@ def test_accuracy_counts_sign_agreement():
     targets = jnp.array([1.0, 1.0, 0.0, 1.0])
     params = jnp.array([[1.0, 1.0], [-1.0, -1.0]])
     # x=(1,1): logits (1,1,-1,-1) -> predictions (1,1,0,0): 3 of 4 right; the negation 1 of 4.
-    got = dgsgld.evaluate.distances.accuracy(problems.logistic_labels(params, features), targets > 0.5)
+    got = dgsgld.evaluate.label_accuracy(problems.logistic_labels(params, features), targets > 0.5)
     np.testing.assert_allclose(np.asarray(got), [0.75, 0.25])
 
 

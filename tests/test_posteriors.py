@@ -8,13 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dgsgld.posteriors import available, get_target, load_reference, references
-from dgsgld.posteriors.scores import (
-    ksd,
+from dgsgld.evaluate import empirical_w2, ksd, stein_scores
+from dgsgld.posteriors import (
+    available,
+    get_target,
+    load_reference,
     moment_errors,
     predictive_scores,
-    stein_scores,
-    wasserstein2,
+    references,
 )
 from dgsgld.posteriors.targets import exact_gaussian_posterior
 
@@ -102,31 +103,31 @@ def test_moment_errors_known_answer():
     assert out["sd_ratio_median"] == pytest.approx(1.0)
 
 
-def test_wasserstein2_exact_cases():
+def test_empirical_w2_exact_cases():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(200, 4))
     shift = np.array([0.3, -1.0, 2.0, 0.0])
     # A translate: the identity pairing is optimal, W2 = |shift| exactly (any permutation).
-    assert wasserstein2(x, x[rng.permutation(200)] + shift, size=200) == pytest.approx(
+    assert empirical_w2(x, x[rng.permutation(200)] + shift, size=200) == pytest.approx(
         np.linalg.norm(shift), rel=1e-10)
     # One dimension: the optimal pairing matches order statistics.
     a, b = rng.normal(size=(300, 1)), rng.standard_t(3, size=(300, 1))
     want = np.sqrt(np.mean((np.sort(a[:, 0]) - np.sort(b[:, 0])) ** 2))
-    assert wasserstein2(a, b, size=300) == pytest.approx(want, rel=1e-10)
+    assert empirical_w2(a, b, size=300) == pytest.approx(want, rel=1e-10)
     # Scales divide coordinates first.
     scale = np.array([2.0, 2.0, 2.0, 2.0])
-    assert wasserstein2(x, x + shift, size=200, scale=scale) == pytest.approx(
+    assert empirical_w2(x, x + shift, size=200, scale=scale) == pytest.approx(
         np.linalg.norm(shift) / 2, rel=1e-10)
 
 
-def test_wasserstein2_of_gaussians():
+def test_empirical_w2_of_gaussians():
     # y_i = mu + S x_i with S symmetric positive definite: x -> mu + S x is the gradient of a
     # convex function, so the pairing i -> i is cyclically monotone and hence optimal between
     # the empirical measures: W2^2 = mean_i |mu + (S - I) x_i|^2 exactly. For x ~ N(0, I) its
     # expectation is |mu|^2 + tr (S - I)^2, the closed-form W2^2 between N(0, I) and
-    # N(mu, S^2) (dgsgld.evaluate.distances.gaussian_w2); checked within 4 standard errors of the mean of
+    # N(mu, S^2) (dgsgld.evaluate.gaussian_w2); checked within 4 standard errors of the mean of
     # the m terms (p ~ 6e-5).
-    from dgsgld.evaluate.distances import gaussian_w2
+    from dgsgld.evaluate import gaussian_w2
 
     rng = np.random.default_rng(5)
     m, d = 300, 3
@@ -137,7 +138,7 @@ def test_wasserstein2_of_gaussians():
     x = rng.normal(size=(m, d))
     y = mu + x @ s
     terms = np.sum((mu + x @ (s - np.eye(d))) ** 2, axis=1)
-    got = wasserstein2(x, y[rng.permutation(m)], size=m)
+    got = empirical_w2(x, y[rng.permutation(m)], size=m)
     assert got == pytest.approx(np.sqrt(terms.mean()), rel=1e-10)
     exact = float(gaussian_w2(np.zeros(d), np.eye(d), mu, s @ s))
     assert exact**2 == pytest.approx(mu @ mu + np.trace((s - np.eye(d)) @ (s - np.eye(d))),
@@ -158,9 +159,9 @@ def test_predictive_scores_known_answer():
 @pytest.mark.reliability
 def test_scores_refuse_bad_input():
     with pytest.raises(ValueError, match="`y` has 2 coordinates; expected 3"):
-        wasserstein2(np.zeros((5, 3)), np.zeros((5, 2)))
+        empirical_w2(np.zeros((5, 3)), np.zeros((5, 2)))
     with pytest.raises(ValueError, match="`x` holds non-finite values"):
-        wasserstein2(np.full((5, 3), np.nan), np.zeros((5, 3)))
+        empirical_w2(np.full((5, 3), np.nan), np.zeros((5, 3)))
     with pytest.raises(ValueError, match="`scores` must have the shape"):
         ksd(np.zeros((5, 3)), np.zeros((4, 3)))
     with pytest.raises(ValueError, match="`beta` must lie in"):
@@ -210,16 +211,15 @@ def test_ksd_of_a_shifted_gaussian_matches_quadrature():
 # from the agents' gradients), tests/test_streaming.py::test_streamed_ksd_equals_the_ksd_of_the_
 # stored_draws (the streamed KSD is the KSD of the stored draws)
 def test_streamed_ksd_from_the_agents_gradients_equals_the_ksd_of_the_stored_draws():
-    # dgsgld.evaluate.streaming.ksd with the score of stein_scores (minus the sum of the agents' own
+    # dgsgld.evaluate.streamed_ksd with the score of stein_scores (minus the sum of the agents' own
     # full gradients, each agent on its own data) streams, per agent and kept iteration, the
-    # V-statistic that scores.ksd gives from the stored draws of the C = 8 chains. The two
+    # V-statistic that evaluate.ksd gives from the stored draws of the C = 8 chains. The two
     # differ only by rounding: the streamed KSD^2 is a float32 sum of C^2 = 64 kernel terms
     # (the stored one sums the same float32 scores in float64), dominated by the positive
     # s(x).s(y) u^beta term (scores of order 100 here), so its relative error is at most about
     # 64 x 6e-8 = 4e-6, half that on the root: rtol 1e-5.
     import dgsgld
-    from dgsgld import networks
-    from dgsgld.evaluate import streaming as streaming
+    from dgsgld import evaluate, networks
 
     target = get_target("gaussian_linear")
     potential = target.potential(4, "skew")
@@ -228,7 +228,7 @@ def test_streamed_ksd_from_the_agents_gradients_equals_the_ksd_of_the_stored_dra
     trace = dgsgld.sample(dgsgld.DIGingSGLD(2e-3), potential, networks.ring(4), init,
                           jax.random.key(1), 20,
                           output=dgsgld.Output(thin=10, positions=True,
-                                               ensemble_fn=streaming.ksd(score)))
+                                               ensemble_fn=evaluate.streamed_ksd(score)))
     x = np.asarray(trace.positions)                                    # (C, T', N, d)
     streamed = np.sqrt(np.asarray(trace.ensemble.total) / 64)         # (T', N)
     want = np.array([[ksd(x[:, t, i], stein_scores(potential, x[:, t, i]))
