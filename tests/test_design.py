@@ -338,7 +338,7 @@ def test_laplace_quadratic_is_exact_for_linear_and_the_map_for_logistic():
 
 
 @pytest.mark.slow  # statistical; the bootstrap serves `reproduce design` only (slow:
-# test_reproduce_design_small); fast twins of the W2 it resamples: tests/test_metrics.py
+# test_reproduce_design_small); fast twins of the W2 it resamples: tests/evaluate/test_distances.py
 def test_sampled_w2_standard_error_matches_independent_repetitions():
     """The bootstrap over chains against the spread of the plug-in W2 over R independent runs
     of C chains: N = 2 independent agents with N(0, I₂) chains, target N(μ, I₂), |μ| = 1.

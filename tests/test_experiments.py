@@ -307,7 +307,7 @@ def fig2_toy():
 
 @pytest.mark.slow  # fast twins (the toy run compiles a grid run per algorithm, ~10 s in all):
 # tests/test_tuning.py::test_every_grid_point_and_split_is_a_plain_run_with_the_same_draws (the
-# figures' grid runner), tests/test_streaming.py (the streamed W2 curves),
+# figures' grid runner), tests/evaluate/test_streaming.py (the streamed W2 curves),
 # test_linear_problem_matches_the_closed_form_posterior (the problem and its posterior)
 def test_fig2_toy_run_structure_and_invariants(fig2_toy):
     res = fig2_toy

@@ -67,7 +67,7 @@ def test_scores_refuse_bad_values_on_the_host(call, match):
 
 def test_scores_accept_log_distributions_with_zeros_and_low_precision():
     # Probability zero (-inf) is a valid log-probability (host check; the compiled scores'
-    # handling of it is tested in test_predictive.py).
+    # handling of it is tested in tests/evaluate/test_predictive.py).
     lp = np.array([[0.0, -np.inf, -np.inf], np.log([0.25, 0.25, 0.5])], np.float32)
     pr._host_labels(lp, np.array([0, 2]))
     pr._host_log_probs(lp[None])

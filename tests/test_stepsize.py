@@ -273,8 +273,8 @@ def test_proposal_against_the_papers_tuned_step(fig, alg):
 
 
 @pytest.mark.slow  # fast twins: test_local_curvature_per_agent_and_pooled (the curvature),
-# tests/test_diagnostics.py::test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves (an
-# equinox model's static leaves skipped)
+# tests/evaluate/test_diagnostics.py::test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves
+# (an equinox model's static leaves skipped)
 def test_curvature_of_an_equinox_model_with_static_leaves():
     eqx = pytest.importorskip("equinox")
     # depth=0: y = final_activation(W x + b) with the identity, so the model is linear in
