@@ -13,8 +13,8 @@ an unbiased estimate of the population ``KSD²`` that may be negative). For draw
 itself the V-statistic has expectation ``E k_π(x, x) / m``; for ``N(0, I_d)`` and the default
 kernel that is exactly ``2d / m``.
 
-The kernel is written once (:func:`_kernel_matrix`): :func:`ksd` scores stored draws with it,
-and :func:`dgsgld.evaluate.streamed_ksd` sums it over chains inside a run.
+The kernel is written once, here: :func:`ksd` scores stored draws with it, and
+:func:`dgsgld.evaluate.streamed_ksd` sums it over chains inside a run.
 :func:`stein_scores` gives ``s`` from a :class:`dgsgld.Potential` as minus the sum of the
 agents' own full gradients, so that no agent needs another's data.
 """
