@@ -57,8 +57,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dgsgld import evaluate
 from dgsgld import networks as nets
-from dgsgld.evaluate import distances as metrics
 from dgsgld.posteriors.problems import (
     Problem,
     derive_seeds,
@@ -203,15 +203,15 @@ def _sampled_w2_se(positions, q, *, resamples: int = 200, seed: int = 0) -> floa
     values = []
     with jax.enable_x64(True):
         for chunk in np.array_split(idx, max(1, resamples // 50)):  # bounded memory
-            w2 = metrics.gaussian_w2_to_target(jnp.asarray(pos[chunk]), jnp.asarray(mean),
-                                               jnp.asarray(cov), axis=1)   # (B, N)
+            w2 = evaluate.gaussian_w2_to_target(jnp.asarray(pos[chunk]), jnp.asarray(mean),
+                                                jnp.asarray(cov), axis=1)   # (B, N)
             values.append(np.asarray(w2).mean(axis=1))
     return float(np.std(np.concatenate(values), ddof=1))
 
 
 def _mean_w2(mean, cov, positions):
     """Mean over agents of the W2 of the chains' Gaussian fit; ``positions (C, N, p)``."""
-    return jnp.mean(metrics.gaussian_w2_to_target(positions, mean, cov, axis=0))
+    return jnp.mean(evaluate.gaussian_w2_to_target(positions, mean, cov, axis=0))
 
 
 def _accuracy(positions, problem) -> np.ndarray:

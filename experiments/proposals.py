@@ -27,8 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgsgld import tuning
-from dgsgld.evaluate import distances as metrics
+from dgsgld import evaluate, tuning
 from dgsgld.posteriors.problems import linear_regression_problem, logistic_labels
 from dgsgld.samplers import DESGLD, DIGingSGLD
 
@@ -50,7 +49,8 @@ class ValidationAccuracy(eqx.Module):
     targets: jax.Array
 
     def __call__(self, positions):
-        hits = metrics.accuracy(logistic_labels(positions, self.features), self.targets > 0.5)
+        hits = evaluate.label_accuracy(logistic_labels(positions, self.features),
+                                       self.targets > 0.5)
         return jnp.mean(hits, axis=-1)
 
 

@@ -23,8 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgsgld import networks
-from dgsgld.evaluate import distances as metrics
+from dgsgld import evaluate, networks
 from dgsgld.posteriors.problems import linear_regression_problem
 from dgsgld.theory import bounds
 from dgsgld.theory.constants import choose_window, exact_bound_inputs
@@ -140,7 +139,7 @@ def _compute(seed, num_chains, num_steps, epsilon, num_tuning_steps, num_station
         trace = dgsgld.sample(
             make(eta), potential, schedule, init, jax.random.key(seed + 1), num_steps
         )
-        mc = np.asarray(metrics.per_agent_w2(trace.positions, *target)).mean(axis=1)
+        mc = np.asarray(evaluate.per_agent_w2(trace.positions, *target)).mean(axis=1)
         curves[kind] = {"eta": eta, "exact": exact, "mc": mc}
         result[kind] = {
             "tuned_step": eta,

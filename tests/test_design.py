@@ -338,13 +338,13 @@ def test_laplace_quadratic_is_exact_for_linear_and_the_map_for_logistic():
 
 
 @pytest.mark.slow  # statistical; the bootstrap serves `reproduce design` only (slow:
-# test_reproduce_design_small); fast twins of the W2 it resamples: tests/test_metrics.py
+# test_reproduce_design_small); fast twins of the W2 it resamples: tests/evaluate/test_distances.py
 def test_sampled_w2_standard_error_matches_independent_repetitions():
     """The bootstrap over chains against the spread of the plug-in W2 over R independent runs
     of C chains: N = 2 independent agents with N(0, I₂) chains, target N(μ, I₂), |μ| = 1.
     To first order W2_i = |x̄_i − μ|, whose standard deviation is 1/√C, so the mean over the
     agents has standard error 1/√(CN)."""
-    from dgsgld.evaluate import distances as metrics
+    from dgsgld import evaluate
     from experiments import design as D
 
     C, N, p, R, K = 400, 2, 2, 2000, 20
@@ -352,7 +352,7 @@ def test_sampled_w2_standard_error_matches_independent_repetitions():
     q = exact.Quadratic(np.broadcast_to(np.eye(p) / N, (N, p, p)), np.broadcast_to(mu / N, (N, p)))
     positions = np.random.default_rng(0).standard_normal((R, C, N, p))
     with jax.enable_x64(True):
-        w2 = np.asarray(metrics.gaussian_w2_to_target(positions, mu, np.eye(p), axis=1)).mean(1)
+        w2 = np.asarray(evaluate.gaussian_w2_to_target(positions, mu, np.eye(p), axis=1)).mean(1)
     truth = np.std(w2, ddof=1)
     truth_se = truth / np.sqrt(2 * (R - 1))        # standard error of a normal sample's sd
     boot = np.array([D._sampled_w2_se(positions[k], q, seed=k) for k in range(K)])

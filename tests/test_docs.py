@@ -40,8 +40,8 @@ def test_data_guide_runs():
     assert "(6, 3, 4)" in printed
 
 
-@pytest.mark.slow  # one compile per score (~5 s); fast twin: tests/test_predictive.py (every
-# score of the guide on hand-checked cases)
+@pytest.mark.slow  # one compile per score (~5 s); fast twin: tests/evaluate/test_predictive.py
+# (every score of the guide on hand-checked cases)
 def test_predictive_guide_runs():
     ns, printed = run("predictive.md")
     assert ns["pred"].shape == (40, 3) and float(ns["counts"].sum()) == 40
@@ -63,7 +63,8 @@ def test_centralized_sgld_section_of_the_runner_guide_runs():
     assert abs(float(ns["trace"].positions.mean()) - y.sum() / (y.size + 1)) < 0.01
 
 
-@pytest.mark.slow  # fast twin: tests/test_plots.py::test_plot_run_draws_each_run_and_the_network
+@pytest.mark.slow  # fast twin: tests/evaluate/test_plots.py::
+# test_plot_run_draws_each_run_and_the_network
 def test_plots_guide_runs(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib").use("Agg")
     monkeypatch.chdir(tmp_path)

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import dgsgld
+from dgsgld import evaluate
 from dgsgld._util import validation as _validation
-from dgsgld.evaluate import diagnostics as diagnostics
 from dgsgld.networks import sparse
 from dgsgld.runner.checkpoint import sample_chunked
 
@@ -351,15 +351,15 @@ def test_diagnostics_drop_and_refuse_the_finite_blown_up_chains():
     blown = _flagged()
     # Two healthy chains and the blown-up chain 2, as bare draws (no trace flag to lean on).
     draws = np.concatenate([np.asarray(healthy.positions)[:2], np.asarray(blown.positions)[2:]])
-    assert diagnostics.diverged_chains(draws).tolist() == [False, False, True]
+    assert evaluate.diverged_chains(draws).tolist() == [False, False, True]
     with pytest.raises(ValueError, match=r"1 of 3 chains diverged .*chains \[2\]"):
-        diagnostics.agent_summary(draws)
+        evaluate.agent_summary(draws)
     with pytest.warns(RuntimeWarning, match=r"Dropped 1 of 3 diverged chains \(chains \[2\]\)"):
-        summary = diagnostics.agent_summary(draws, diverged="drop")
+        summary = evaluate.agent_summary(draws, diverged="drop")
     np.testing.assert_allclose(summary["mean"], draws[:2].mean(axis=(0, 1)), rtol=1e-6)
-    assert diagnostics.diverged_chains(draws, divergence_threshold=math.inf).tolist() == [False] * 3
+    assert evaluate.diverged_chains(draws, divergence_threshold=math.inf).tolist() == [False] * 3
     # A Trace: its own flags count.
-    assert diagnostics.diverged_chains(blown).all()
+    assert evaluate.diverged_chains(blown).all()
 
 
 def test_the_threshold_is_checked():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dgsgld import theory as th
-from dgsgld.evaluate.distances import gaussian_w2
+from dgsgld.evaluate import gaussian_w2
 from tests._problems import pair_swaps
 
 

@@ -11,8 +11,7 @@ import pytest
 from _problems import linear_regression, permuted_rings
 
 import dgsgld
-from dgsgld.evaluate import distances as metrics
-from dgsgld.evaluate import streaming as streaming
+from dgsgld import evaluate
 
 N, D, C, T = 4, 2, 16, 12
 _rng = np.random.default_rng(3)
@@ -33,17 +32,17 @@ def run():
     mean = jnp.asarray(prob.mean, jnp.float32)
     mixing = permuted_rings(N, 3)
     init = jnp.asarray(np.random.default_rng(0).normal(size=(C, N, D)), jnp.float32)
-    ensemble = streaming.combine(
-        w2=streaming.gaussian_w2(prob.mean, prob.cov),
-        mom=streaming.moments(),
-        var=streaming.moments(full=False),
-        ce=streaming.consensus_error(),
-        acc=streaming.accuracy(predict, TEST_INPUTS, TEST_LABELS),
-        ksd=streaming.ksd(lambda x: -precision @ (x - mean)),
+    ensemble = evaluate.combine(
+        w2=evaluate.streamed_per_agent_w2(prob.mean, prob.cov),
+        mom=evaluate.streamed_moments(),
+        var=evaluate.streamed_moments(full=False),
+        ce=evaluate.streamed_consensus_error(),
+        acc=evaluate.streamed_accuracy(predict, TEST_INPUTS, TEST_LABELS),
+        ksd=evaluate.streamed_ksd(lambda x: -precision @ (x - mean)),
     )
-    per_chain = streaming.combine(
-        ce=streaming.consensus_error(per_chain=True),
-        acc=streaming.accuracy(predict, TEST_INPUTS, TEST_LABELS, per_chain=True),
+    per_chain = evaluate.combine(
+        ce=evaluate.streamed_consensus_error(per_chain=True),
+        acc=evaluate.streamed_accuracy(predict, TEST_INPUTS, TEST_LABELS, per_chain=True),
     )
     trace = dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, mixing, init,
                           jax.random.key(1), T,
@@ -54,14 +53,14 @@ def run():
 
 def test_w2_equals_metric_of_stored_trace(run):
     prob, trace = run
-    expected = metrics.per_agent_w2(trace.positions, prob.mean, prob.cov)
+    expected = evaluate.per_agent_w2(trace.positions, prob.mean, prob.cov)
     assert trace.ensemble["w2"].shape == (T // 2 + 1, N)
     np.testing.assert_allclose(trace.ensemble["w2"], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_moments_equal_those_of_stored_trace(run):
     _, trace = run
-    mean, cov = metrics.empirical_moments(trace.positions, axis=0)      # (T', N, d), (T', N, d, d)
+    mean, cov = evaluate.empirical_moments(trace.positions, axis=0)      # (T', N, d), (T', N, d, d)
     np.testing.assert_allclose(trace.ensemble["mom"].mean, mean, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(trace.ensemble["mom"].cov, cov, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(trace.ensemble["var"].cov, np.diagonal(cov, axis1=-2, axis2=-1),
@@ -70,7 +69,7 @@ def test_moments_equal_those_of_stored_trace(run):
 
 def test_consensus_error_equals_metric_of_stored_trace(run):
     _, trace = run
-    per_chain = metrics.consensus_error(trace.positions)                # (C, T')
+    per_chain = evaluate.consensus_error(trace.positions)                # (C, T')
     np.testing.assert_allclose(trace.values["ce"], per_chain, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(trace.ensemble["ce"], np.sqrt(np.mean(per_chain**2, axis=0)),
                                rtol=1e-5, atol=1e-7)
@@ -78,7 +77,7 @@ def test_consensus_error_equals_metric_of_stored_trace(run):
 
 def test_pooled_moments_equal_sample_moments_over_chains_and_iterations(run):
     _, trace = run
-    mean, cov = streaming.pool_moments(trace.ensemble["mom"], start=2)
+    mean, cov = evaluate.pool_moments(trace.ensemble["mom"], start=2)
     kept = np.asarray(trace.positions[:, 2:], np.float64)               # (C, T'', N, d)
     pooled = kept.reshape(-1, N, D)
     np.testing.assert_allclose(mean, pooled.mean(axis=0), rtol=1e-5, atol=1e-6)
@@ -87,24 +86,22 @@ def test_pooled_moments_equal_sample_moments_over_chains_and_iterations(run):
 
 
 def test_streamed_ksd_equals_the_ksd_of_the_stored_draws(run):
-    # Each kept iteration's C = 16 chains of agent i are the draws of scores.ksd (V-statistic,
+    # Each kept iteration's C = 16 chains of agent i are the draws of evaluate.ksd (V-statistic,
     # the same IMQ kernel), with the exact Gaussian scores -S^{-1}(x - m) computed in float64
     # there: the streamed float32 sums agree to float32 rounding of a sum of C^2 = 256 terms of
     # magnitude ~ the total (rtol 1e-4). pool_ksd is the root of the mean of the iterations'
     # KSD^2 from `start` on.
     pytest.importorskip("scipy")
-    from dgsgld.posteriors.scores import ksd
-
     prob, trace = run
     sums = trace.ensemble["ksd"]
     assert sums.total.shape == (T // 2 + 1, N) and (np.asarray(sums.num_pairs) == C * C).all()
     streamed = np.sqrt(np.asarray(sums.total) / C**2)
     x = np.asarray(trace.positions, np.float64)                     # (C, T', N, d)
     precision = np.linalg.inv(prob.cov)
-    want = np.array([[ksd(x[:, t, i], -(x[:, t, i] - prob.mean) @ precision)
+    want = np.array([[evaluate.ksd(x[:, t, i], -(x[:, t, i] - prob.mean) @ precision)
                       for i in range(N)] for t in range(x.shape[1])])
     np.testing.assert_allclose(streamed, want, rtol=1e-4)
-    np.testing.assert_allclose(streaming.pool_ksd(sums, start=2),
+    np.testing.assert_allclose(evaluate.pool_ksd(sums, start=2),
                                np.sqrt(np.mean(want[2:] ** 2, axis=0)), rtol=1e-4)
 
 
@@ -113,7 +110,7 @@ def test_w2_of_a_point_mass_is_the_root_trace_of_the_target_covariance():
     mean, cov = np.array([1.0, -2.0]), np.array([[2.0, 0.3], [0.3, 0.5]])
     states = dgsgld.DESGLDState(jnp.broadcast_to(jnp.asarray(mean, jnp.float32), (5, 3, 2)),
                                 None, jnp.zeros((5,), jnp.int32))
-    w2 = streaming.gaussian_w2(mean, cov)(states)
+    w2 = evaluate.streamed_per_agent_w2(mean, cov)(states)
     np.testing.assert_allclose(w2, np.full(3, np.sqrt(np.trace(cov))), rtol=1e-5)
 
 
@@ -127,7 +124,7 @@ def test_accuracy_streamed_equals_accuracy_of_stored_trace(run):
 
 def test_streaming_stores_no_positions_and_thinning_keeps_every_thin_th_iteration():
     prob = linear_regression(num_agents=N, dim=D)
-    w2 = streaming.gaussian_w2(prob.mean, prob.cov)
+    w2 = evaluate.streamed_per_agent_w2(prob.mean, prob.cov)
 
     def run(init):
         return dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, permuted_rings(N, 2),
@@ -144,35 +141,35 @@ def test_pytree_positions_need_flatten():
     states = dgsgld.DESGLDState({"a": jnp.zeros((3, 2, 1)), "b": jnp.ones((3, 2, 1))},
                                 None, jnp.zeros((3,), jnp.int32))
     with pytest.raises(ValueError, match="flatten"):
-        streaming.moments()(states)
+        evaluate.streamed_moments()(states)
     def flatten(p):
         return jnp.concatenate([p["a"], p["b"]], axis=-1)
-    m = streaming.moments(flatten=flatten)(states)
+    m = evaluate.streamed_moments(flatten=flatten)(states)
     np.testing.assert_allclose(m.mean, np.broadcast_to([0.0, 1.0], (2, 2)))
 
 
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="`mean` must be"):
-        streaming.gaussian_w2(np.zeros(2), np.eye(3))
+        evaluate.streamed_per_agent_w2(np.zeros(2), np.eye(3))
     with pytest.raises(ValueError, match="at least one metric"):
-        streaming.combine()
+        evaluate.combine()
     with pytest.raises(TypeError, match="`score` must be a function"):
-        streaming.ksd(None)
+        evaluate.streamed_ksd(None)
     with pytest.raises(ValueError, match=r"`beta` must lie in \(-1, 0\)"):
-        streaming.ksd(lambda x: -x, beta=0.5)
+        evaluate.streamed_ksd(lambda x: -x, beta=0.5)
     with pytest.raises(ValueError, match="`c` must be a positive number"):
-        streaming.ksd(lambda x: -x, c=0.0)
+        evaluate.streamed_ksd(lambda x: -x, c=0.0)
     with pytest.raises(TypeError, match="`predict` must be a function"):
-        streaming.accuracy(None, TEST_INPUTS, TEST_LABELS)
+        evaluate.streamed_accuracy(None, TEST_INPUTS, TEST_LABELS)
     with pytest.raises(ValueError, match=r"`labels` must be \(n_test,\)"):
-        streaming.accuracy(predict, TEST_INPUTS, TEST_LABELS[None])
+        evaluate.streamed_accuracy(predict, TEST_INPUTS, TEST_LABELS[None])
     with pytest.raises(TypeError, match="`per_chain` must be True or False"):
-        streaming.consensus_error(per_chain="yes")
+        evaluate.streamed_consensus_error(per_chain="yes")
     with pytest.raises(TypeError, match="`flatten` must be a function"):
-        streaming.moments(flatten=3)
+        evaluate.streamed_moments(flatten=3)
     states = dgsgld.DESGLDState(jnp.zeros((1, 2, 2)), None, jnp.zeros((1,), jnp.int32))
     with pytest.raises(ValueError, match="at least 2 chains"):
-        streaming.moments()(states)
+        evaluate.streamed_moments()(states)
 
 
 # ---------------------------------------------------------------- metrics as pytrees
@@ -207,25 +204,28 @@ def _target(seed, d=D, n_test=7):
 
 # (constructor of a metric of a target, the target's fields that are its array leaves, in order)
 METRICS = {
-    "moments": (lambda t: streaming.moments(), ()),
-    "variances": (lambda t: streaming.moments(full=False), ()),
-    "gaussian_w2": (lambda t: streaming.gaussian_w2(t.mean, t.cov), ("mean", "cov")),
-    "ksd": (lambda t: streaming.ksd(GaussianScore(t.mean, t.precision)), ("mean", "precision")),
-    "consensus_error": (lambda t: streaming.consensus_error(), ()),
-    "consensus_error per chain": (lambda t: streaming.consensus_error(per_chain=True), ()),
-    "accuracy": (lambda t: streaming.accuracy(predict, t.inputs, t.labels), ("inputs", "labels")),
+    "moments": (lambda t: evaluate.streamed_moments(), ()),
+    "variances": (lambda t: evaluate.streamed_moments(full=False), ()),
+    "per_agent_w2": (lambda t: evaluate.streamed_per_agent_w2(t.mean, t.cov), ("mean", "cov")),
+    "ksd": (lambda t: evaluate.streamed_ksd(GaussianScore(t.mean, t.precision)),
+            ("mean", "precision")),
+    "consensus_error": (lambda t: evaluate.streamed_consensus_error(), ()),
+    "consensus_error per chain": (lambda t: evaluate.streamed_consensus_error(per_chain=True), ()),
+    "accuracy": (lambda t: evaluate.streamed_accuracy(predict, t.inputs, t.labels),
+                 ("inputs", "labels")),
     "accuracy per chain": (
-        lambda t: streaming.accuracy(predict, t.inputs, t.labels, per_chain=True),
+        lambda t: evaluate.streamed_accuracy(predict, t.inputs, t.labels, per_chain=True),
         ("inputs", "labels")),
     # combine's metrics in the order of their names: "acc", then "w2".
-    "combine": (lambda t: streaming.combine(w2=streaming.gaussian_w2(t.mean, t.cov),
-                                            acc=streaming.accuracy(predict, t.inputs, t.labels)),
+    "combine": (lambda t: evaluate.combine(
+        w2=evaluate.streamed_per_agent_w2(t.mean, t.cov),
+        acc=evaluate.streamed_accuracy(predict, t.inputs, t.labels)),
                 ("inputs", "labels", "mean", "cov")),
 }
 
 
 # Each metric compiles its own evaluation. By default: ksd (a score given as an equinox
-# module: its arrays are the metric's leaves), combine (gaussian_w2's and accuracy's leaves, in
+# module: its arrays are the metric's leaves), combine (per_agent_w2's and accuracy's leaves, in
 # the order of their names) and a per-chain metric; the other metrics are slow.
 FAST_METRICS = ("ksd", "combine", "accuracy per chain")
 
@@ -238,7 +238,7 @@ def test_a_metric_is_a_pytree_of_its_targets_arrays_so_a_new_target_does_not_rec
     build, fields = METRICS[name]
     targets = _target(0), _target(1)
     first, second = build(targets[0]), build(targets[1])
-    assert isinstance(first, streaming.Metric)
+    assert isinstance(first, evaluate.Metric)
     for metric, target in zip((first, second), targets):
         leaves = jax.tree.leaves(eqx.filter(metric, eqx.is_array))
         assert len(leaves) == len(fields)
@@ -248,7 +248,7 @@ def test_a_metric_is_a_pytree_of_its_targets_arrays_so_a_new_target_does_not_rec
     traces = []
 
     @eqx.filter_jit
-    def evaluate(metric, states):
+    def evaluate_jitted(metric, states):
         traces.append(1)
         return metric(states)
 
@@ -257,7 +257,7 @@ def test_a_metric_is_a_pytree_of_its_targets_arrays_so_a_new_target_does_not_rec
                                 jnp.zeros((5,), jnp.int32))
     if first.per_chain:
         states = jax.tree.map(lambda a: a[0], states)
-    values = [evaluate(metric, states) for metric in (first, second)]
+    values = [evaluate_jitted(metric, states) for metric in (first, second)]
     assert len(traces) == 1  # the second target is an argument of the same program
     for metric, value in zip((first, second), values):  # each its own target's value
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
@@ -271,7 +271,7 @@ def test_a_metric_is_a_pytree_of_its_targets_arrays_so_a_new_target_does_not_rec
 # test_a_metric_is_a_pytree_of_its_targets_arrays_so_a_new_target_does_not_recompile
 def test_sample_with_a_new_target_of_the_same_shape_reuses_the_compiled_run(caplog):
     # Shapes (3 agents, d = 3, 6 chains) that no other test of this module compiles. The
-    # streamed W2 of each target equals metrics.per_agent_w2 of the stored positions.
+    # streamed W2 of each target equals evaluate.per_agent_w2 of the stored positions.
     prob = linear_regression(num_agents=3, local_size=3, dim=3)
     init = jnp.asarray(np.random.default_rng(0).normal(size=(6, 3, 3)), jnp.float32)
     targets = [(prob.mean, prob.cov), (prob.mean + 1.0, 2.0 * prob.cov)]
@@ -281,12 +281,13 @@ def test_sample_with_a_new_target_of_the_same_shape_reuses_the_compiled_run(capl
             traces.append(dgsgld.sample(
                 dgsgld.DIGingSGLD(0.05), prob.potential, permuted_rings(3, 2), init,
                 jax.random.key(0), 6, output=dgsgld.Output(
-                    thin=2, positions=True, ensemble_fn=streaming.gaussian_w2(mean, cov))))
+                    thin=2, positions=True, ensemble_fn=evaluate.streamed_per_agent_w2(mean, cov))))
     compiled = [r.getMessage().split()[1] for r in caplog.records
                 if r.getMessage().startswith("Compiling")]
     assert compiled.count("jit(_run)") == 1, compiled
     for trace, (mean, cov) in zip(traces, targets):
-        np.testing.assert_allclose(trace.ensemble, metrics.per_agent_w2(trace.positions, mean, cov),
+        np.testing.assert_allclose(trace.ensemble,
+                                   evaluate.per_agent_w2(trace.positions, mean, cov),
                                    rtol=1e-5, atol=1e-6)
     assert not np.allclose(traces[0].ensemble, traces[1].ensemble)
 
@@ -300,17 +301,18 @@ def test_output_refuses_a_metric_of_the_other_kind():
                              init, jax.random.key(0), 2, output=dgsgld.Output(**output))
 
     with pytest.raises(ValueError, match="`output.trace_fn` is an ensemble metric"):
-        sample(trace_fn=streaming.gaussian_w2(prob.mean, prob.cov))
+        sample(trace_fn=evaluate.streamed_per_agent_w2(prob.mean, prob.cov))
     with pytest.raises(ValueError, match="`output.trace_fn` is an ensemble metric"):
-        sample(trace_fn=streaming.combine(ce=streaming.consensus_error(), own=lambda s: s.count))
+        sample(trace_fn=evaluate.combine(ce=evaluate.streamed_consensus_error(),
+                                         own=lambda s: s.count))
     with pytest.raises(ValueError, match="`output.ensemble_fn` is a per-chain metric"):
-        sample(ensemble_fn=streaming.consensus_error(per_chain=True))
+        sample(ensemble_fn=evaluate.streamed_consensus_error(per_chain=True))
     with pytest.raises(ValueError, match=r"mixes per-chain metrics \(ce\) with ensemble "
                                          r"metrics \(w2\)"):
-        streaming.combine(w2=streaming.gaussian_w2(prob.mean, prob.cov),
-                          ce=streaming.consensus_error(per_chain=True))
+        evaluate.combine(w2=evaluate.streamed_per_agent_w2(prob.mean, prob.cov),
+                         ce=evaluate.streamed_consensus_error(per_chain=True))
     # Functions that are not metrics are of either kind.
-    assert streaming.combine(own=lambda s: s.count).per_chain is None
+    assert evaluate.combine(own=lambda s: s.count).per_chain is None
 
 
 def test_combined_metrics_stream_beside_static_parameter_leaves(key):
@@ -330,8 +332,8 @@ def test_combined_metrics_stream_beside_static_parameter_leaves(key):
     potential = dgsgld.Potential(log_likelihood, log_prior, p.data)
     init = {"w": jnp.zeros((3, 4, 2)), "act": jax.nn.relu}
     flat = lambda q: q["w"]  # noqa: E731
-    both = streaming.combine(ce=streaming.consensus_error(flatten=flat),
-                             m=streaming.moments(flatten=flat))
+    both = evaluate.combine(ce=evaluate.streamed_consensus_error(flatten=flat),
+                            m=evaluate.streamed_moments(flatten=flat))
     hash(both)
     run = dgsgld.sample(dgsgld.DIGingSGLD(0.05), potential, permuted_rings(4, 2), init, key, 6,
                         output=dgsgld.Output(positions=False, ensemble_fn=both))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld.evaluate import diagnostics as diagnostics
+from dgsgld import evaluate
 
 C, T = 4, 2000
 
@@ -34,39 +34,39 @@ def test_ess_matches_the_ar1_autocorrelation_time():
     want = C * T * (1.0 - phi) / (1.0 + phi)
     # The estimator of τ has relative standard deviation about sqrt(2 (2M + 1) / (m n)) (Sokal),
     # M the truncation lag: M ≈ 40 for φ = 0.9 gives 5 %, so 20 % is four standard deviations.
-    assert np.allclose(diagnostics.ess(x), want, rtol=0.2)
+    assert np.allclose(evaluate.ess(x), want, rtol=0.2)
 
 
 def test_rhat_is_one_for_agreeing_chains_and_large_otherwise():
     x = ar1((2,), 0.5, seed=1)
     # Agreeing chains: R̂² − 1 ≈ (B/W − 1)/n with B/W ~ F(2m−1, ·): |R̂ − 1| ≲ 3/(2·1000).
-    assert np.all(np.abs(diagnostics.rhat(x) - 1.0) < 5e-3)
-    assert np.all(np.abs(diagnostics.split_rhat(x) - 1.0) < 5e-3)
+    assert np.all(np.abs(evaluate.rhat(x) - 1.0) < 5e-3)
+    assert np.all(np.abs(evaluate.split_rhat(x) - 1.0) < 5e-3)
     # Chains centred at 0, 0, 2, 2 (unit variance): the 8 half-chains have means 0 (×4) and
     # 2 (×4), whose variance (ddof 1) is 8/7, so R̂ ≈ sqrt(1 + 8/7). Noise: each half-chain
     # mean has sd sqrt(τ/n) ≈ 0.05, moving R̂ by about 1 %.
     shifted = x + np.array([0.0, 0.0, 2.0, 2.0])[:, None, None]
-    assert np.all(diagnostics.rhat(shifted) > 1.3)
-    assert np.allclose(diagnostics.split_rhat(shifted), np.sqrt(1 + 8 / 7), rtol=0.04)
+    assert np.all(evaluate.rhat(shifted) > 1.3)
+    assert np.allclose(evaluate.split_rhat(shifted), np.sqrt(1 + 8 / 7), rtol=0.04)
     # A trend inside every chain: only the split statistic can see it.
     trend = x + np.linspace(-3.0, 3.0, T)[None, :, None]
-    assert np.all(diagnostics.split_rhat(trend) > 1.3)
+    assert np.all(evaluate.split_rhat(trend) > 1.3)
 
 
 def test_statistics_are_per_agent_and_coordinate():
     # (chain, draw, agent, coordinate); agent 1 is stuck at a different value in every chain.
     x = ar1((3, 2), 0.5, seed=2)
     x[:, :, 1, :] = np.arange(C)[:, None, None] + 0.01 * x[:, :, 1, :]
-    r, e = diagnostics.rhat(x), diagnostics.ess(x)
+    r, e = evaluate.rhat(x), evaluate.ess(x)
     assert r.shape == e.shape == (3, 2)
     assert np.all(r[1] > 2.0) and np.all(np.abs(r[[0, 2]] - 1.0) < 5e-3)
     assert np.all(e[1] < 50) and np.all(e[[0, 2]] > 1000)
-    summary = diagnostics.agent_summary(x, burn_in=100)
+    summary = evaluate.agent_summary(x, burn_in=100)
     assert {k: v.shape for k, v in summary.items()} == {k: (3, 2) for k in
                                                           ("mean", "sd", "ess", "rhat")}
-    assert np.array_equal(summary["rhat"], diagnostics.rhat(x[:, 100:]))
+    assert np.array_equal(summary["rhat"], evaluate.rhat(x[:, 100:]))
     with pytest.raises(ValueError, match="`burn_in`"):
-        diagnostics.agent_summary(x, burn_in=T)
+        evaluate.agent_summary(x, burn_in=T)
 
 
 def test_against_arviz():
@@ -77,9 +77,9 @@ def test_against_arviz():
         x = rng.standard_normal((m, n)).cumsum(axis=1) * rng.uniform(0.1, 3.0)
         if trial % 2:
             x = np.round(x)  # ties in the ranks
-        assert np.isclose(diagnostics.ess(x), az.ess(x, method="bulk"), rtol=1e-10)
-        assert np.isclose(diagnostics.rhat(x), az.rhat(x, method="rank"), rtol=1e-10)
-        assert np.isclose(diagnostics.split_rhat(x), az.rhat(x, method="split"), rtol=1e-10)
+        assert np.isclose(evaluate.ess(x), az.ess(x, method="bulk"), rtol=1e-10)
+        assert np.isclose(evaluate.rhat(x), az.rhat(x, method="rank"), rtol=1e-10)
+        assert np.isclose(evaluate.split_rhat(x), az.rhat(x, method="split"), rtol=1e-10)
 
 
 def fake_trace(positions, centralized=False):
@@ -93,7 +93,7 @@ def fake_trace(positions, centralized=False):
 def test_to_arviz_dims_and_per_agent_diagnostics():
     az = pytest.importorskip("arviz")
     x = ar1((3, 2), 0.5, seed=5)
-    idata = diagnostics.to_arviz(fake_trace(x), var_names="theta", burn_in=10)
+    idata = evaluate.to_arviz(fake_trace(x), var_names="theta", burn_in=10)
     # ArviZ 1.x (arviz-base) builds an xarray.DataTree, ArviZ 0.x an InferenceData.
     if int(az.__version__.split(".")[0]) >= 1:
         import xarray
@@ -105,23 +105,23 @@ def test_to_arviz_dims_and_per_agent_diagnostics():
     assert theta.shape == (C, T - 10, 3, 2)
     assert np.array_equal(idata.posterior["agent"].values, np.arange(3))
     assert np.array_equal(theta.values, x[:, 10:])
-    assert np.allclose(az.ess(idata)["theta"].values, diagnostics.ess(x[:, 10:]), rtol=1e-10)
+    assert np.allclose(az.ess(idata)["theta"].values, evaluate.ess(x[:, 10:]), rtol=1e-10)
 
-    named = diagnostics.to_arviz(fake_trace({"w": x, "b": x[..., 0]}))
+    named = evaluate.to_arviz(fake_trace({"w": x, "b": x[..., 0]}))
     assert named.posterior["b"].dims == ("chain", "draw", "agent")
-    central = diagnostics.to_arviz(fake_trace(x[:, :, 0], centralized=True))
+    central = evaluate.to_arviz(fake_trace(x[:, :, 0], centralized=True))
     assert central.posterior["x"].dims == ("chain", "draw", "x_dim_0")
 
 
 def test_to_arviz_errors(monkeypatch):
     x = ar1((3, 2), 0.5, seed=6)[:, :20]
     with pytest.raises(ValueError, match="`var_names` must name each of the 2"):
-        diagnostics.to_arviz(fake_trace((x, x)), var_names="theta")
+        evaluate.to_arviz(fake_trace((x, x)), var_names="theta")
     with pytest.raises(ValueError, match=r"Output\(positions=True\)"):
-        diagnostics.to_arviz(fake_trace(None))
+        evaluate.to_arviz(fake_trace(None))
     monkeypatch.setitem(sys.modules, "arviz", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install 'dgsgld\[diagnostics\]'"):
-        diagnostics.to_arviz(fake_trace(x))
+        evaluate.to_arviz(fake_trace(x))
 
 
 # -- parameter pytrees: every statistic keeps the structure of the positions -------------------
@@ -142,18 +142,18 @@ def test_statistics_keep_the_pytree_structure():
         (Params(w, b), lambda t: (t.w, t.b)),
         ({"scale": s}, lambda t: (t["scale"],)),
     ]:
-        for fn in (diagnostics.ess, diagnostics.rhat, diagnostics.split_rhat):
+        for fn in (evaluate.ess, evaluate.rhat, evaluate.split_rhat):
             got = fn(tree)
             assert type(got) is type(tree)
             for g, leaf in zip(parts(got), parts(tree)):
                 assert g.shape == leaf.shape[2:]
                 assert np.array_equal(g, fn(leaf))
-        summary = diagnostics.agent_summary(tree, burn_in=10)
+        summary = evaluate.agent_summary(tree, burn_in=10)
         for stat in ("mean", "sd", "ess", "rhat"):
             for g, leaf in zip(parts(summary[stat]), parts(tree)):
-                assert np.array_equal(g, diagnostics.agent_summary(leaf, burn_in=10)[stat])
+                assert np.array_equal(g, evaluate.agent_summary(leaf, burn_in=10)[stat])
     # A scalar parameter (no agent axis, e.g. centralized): (chain, draw) -> ().
-    assert diagnostics.ess({"scale": s[:, :, 0, 0]})["scale"].shape == ()
+    assert evaluate.ess({"scale": s[:, :, 0, 0]})["scale"].shape == ()
 
 
 def test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves():
@@ -165,13 +165,13 @@ def test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves():
     rng = np.random.default_rng(10)
     stacked = jax.tree.map(
         lambda x: rng.standard_normal((2, 50, 3, *x.shape)) if eqx.is_array(x) else x, mlp)
-    got = diagnostics.ess(stacked)
+    got = evaluate.ess(stacked)
     assert isinstance(got, eqx.nn.MLP) and got.activation is None  # non-array leaf skipped
     assert got.layers[0].weight.shape == (3, 4, 1)
-    assert np.array_equal(got.layers[1].bias, diagnostics.ess(stacked.layers[1].bias))
-    avg = diagnostics.network_average(stacked)
+    assert np.array_equal(got.layers[1].bias, evaluate.ess(stacked.layers[1].bias))
+    avg = evaluate.network_average(stacked)
     assert np.allclose(avg.layers[0].weight, stacked.layers[0].weight.mean(axis=2))
-    idata_names = diagnostics.to_arviz(stacked).posterior.data_vars
+    idata_names = evaluate.to_arviz(stacked).posterior.data_vars
     assert set(idata_names) == {"layers.0.weight", "layers.0.bias", "layers.1.weight",
                                 "layers.1.bias"}
 
@@ -179,35 +179,35 @@ def test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves():
 def test_network_average_averages_agents_leaf_by_leaf():
     rng = np.random.default_rng(11)
     tree = {"w": rng.standard_normal((2, 6, 4, 3)), "b": rng.standard_normal((2, 6, 4))}
-    avg = diagnostics.network_average(tree)
+    avg = evaluate.network_average(tree)
     assert np.allclose(avg["w"], tree["w"].mean(axis=2)) and avg["b"].shape == (2, 6)
     # Inside a trace_fn the state's positions are (N, ...): axis=0.
-    assert np.allclose(diagnostics.network_average(tree["w"][0, 0], axis=0),
+    assert np.allclose(evaluate.network_average(tree["w"][0, 0], axis=0),
                        tree["w"][0, 0].mean(0))
     with pytest.raises(ValueError, match=r"`positions\['b'\]` has no agent axis 3"):
-        diagnostics.network_average(tree, axis=3)
+        evaluate.network_average(tree, axis=3)
 
 
 def test_diverged_chains_are_refused_or_dropped_with_a_count():
     w, b = ar1((3, 2), 0.5, seed=12)[:, :300], ar1((3,), 0.5, seed=13)[:, :300]
     w[1, 200:] = np.nan  # chain 1 diverged in one leaf only
     tree = {"w": w, "b": b}
-    assert np.array_equal(diagnostics.diverged_chains(tree), [False, True, False, False])
-    for fn in (diagnostics.ess, diagnostics.rhat, diagnostics.agent_summary):
+    assert np.array_equal(evaluate.diverged_chains(tree), [False, True, False, False])
+    for fn in (evaluate.ess, evaluate.rhat, evaluate.agent_summary):
         with pytest.raises(ValueError, match=r"1 of 4 chains diverged.*diverged='drop'"):
             fn(tree)
     with pytest.warns(RuntimeWarning, match="Dropped 1 of 4 diverged chains"):
-        got = diagnostics.ess(tree, diverged="drop")
+        got = evaluate.ess(tree, diverged="drop")
     keep = [0, 2, 3]
-    assert np.array_equal(got["b"], diagnostics.ess(b[keep]))  # the other leaf loses it too
-    assert np.array_equal(got["w"], diagnostics.ess(w[keep]))
+    assert np.array_equal(got["b"], evaluate.ess(b[keep]))  # the other leaf loses it too
+    assert np.array_equal(got["w"], evaluate.ess(w[keep]))
     with pytest.warns(RuntimeWarning, match="Dropped 1 of 4"):
-        idata = diagnostics.to_arviz(fake_trace(tree), diverged="drop")
+        idata = evaluate.to_arviz(fake_trace(tree), diverged="drop")
     assert idata.posterior["w"].shape[0] == 3
     # A chain flagged in trace.divergence counts even if its kept draws are finite.
     trace = fake_trace({"w": w[[0, 2, 3]], "b": b[[0, 2, 3]]})
     trace = trace._replace(divergence=dgsgld.Divergence(np.array([-1, 5, -1]), np.zeros(3)))
     with pytest.raises(ValueError, match="1 of 3 chains diverged"):
-        diagnostics.agent_summary(trace)
+        evaluate.agent_summary(trace)
     with pytest.raises(ValueError, match="`diverged` must be 'raise' or 'drop'"):
-        diagnostics.ess(tree, diverged="ignore")
+        evaluate.ess(tree, diverged="ignore")
