@@ -15,7 +15,7 @@ compresses the messages, and over ``--mixing sparse`` the compressed payloads tr
 writes ``positions``, the final positions of all chains ``(chains, agents, d)``, to ``--out``
 (with ``--channel`` also ``bytes_sent``, the bytes each agent sent ``(chains, agents)``).
 Without ``--coordinator`` the script runs in one process (the reference run).
-See docs/scale.md.
+See docs/guide/scale.md.
 """
 
 import argparse

@@ -4,7 +4,7 @@
 ``reproduce`` runs the paper's figures (step-size tuning included) and writes JSON results and
 PNG plots, the theory report, or one of the real-data, directed, communication or design
 experiments. ``sweep`` repeats figures over several seeds. ``bench posteriors`` scores every
-sampler against the stored NUTS references (``docs/benchmark.md``).
+sampler against the stored NUTS references (``docs/results/posteriors.md``).
 """
 
 import argparse
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=FIGURE_TARGETS + ("methods",),
         metavar="TARGET",
         help="fig2a|fig2b|fig2c|fig3a|fig3b|fig3c, fig2, fig3, all, or methods (every "
-        "sampler and gradient estimator on every panel: docs/methods.md)",
+        "sampler and gradient estimator on every panel: docs/results/methods.md)",
     )
     sweep.add_argument(
         "--seeds",
@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="benchmark the samplers against stored reference posteriors (docs/benchmark.md)",
+        help="benchmark the samplers against stored reference posteriors "
+        "(docs/results/posteriors.md)",
         description="Run every sampler on every target with a stored NUTS reference, with "
         "step sizes from dgsgld.tuning, then simulation-based calibration of DIGing-SGLD and "
         "DE-SGLD on the simulated targets, and write DIR/leaderboard.json and leaderboard.md "

@@ -14,7 +14,7 @@ tuning used, as a user with their own model would give it:
   figure's runs.
 
 ``python -m experiments.proposals --out docs/figures`` writes ``stepsize_proposals.json``
-and ``stepsize_proposals.md`` (the table quoted in ``docs/your-own-model.md``).
+and ``stepsize_proposals.md`` (the table quoted in ``docs/results/step-sizes.md``).
 """
 
 import argparse

@@ -285,7 +285,7 @@ def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
     # benchmarks/references/leaderboard.{json,md} are the output of one `dgsgld bench
     # posteriors` run with the full settings: a row for every (target, network, sampler), the
     # centralized sampler once per target, SBC cells for every simulated target; the Markdown
-    # is the JSON's table, and docs/benchmark.md quotes every line of it verbatim.
+    # is the JSON's table, and docs/results/posteriors.md quotes every line of it verbatim.
     import dataclasses
     import pathlib
 
@@ -309,7 +309,7 @@ def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
                                          for s in full.sbc_samplers}
     table = (shipped / "leaderboard.md").read_text()
     assert markdown(result) == table
-    guide = (root / "docs" / "benchmark.md").read_text()
+    guide = (root / "docs" / "results" / "posteriors.md").read_text()
     missing = [line for line in table.splitlines() if line and line not in guide]
     assert not missing, missing[:3]
 

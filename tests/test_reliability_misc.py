@@ -399,7 +399,7 @@ def test_svrg_schedule_must_return_one_scalar():
 
 @pytest.mark.parametrize("row", [0, 1, 2, 3])
 def test_documented_d_ula_stationary_w2_is_exact(row):
-    """docs/samplers.md's table: the exact stationary W2 of D-ULA's network average (β = 0.5,
+    """docs/guide/samplers.md's table: the exact stationary W2 of D-ULA's network average (β = 0.5,
     β = 1), of one agent, and of centralized ULA at the same step, recomputed with
     theory.exact (float64) to the 3 digits printed: the average is O(α) from the posterior and
     several times further than ULA, so it samples the posterior only as α → 0."""
@@ -408,7 +408,7 @@ def test_documented_d_ula_stationary_w2_is_exact(row):
 
     from dgsgld.theory import exact
 
-    text = (ROOT / "docs" / "samplers.md").read_text()
+    text = (ROOT / "docs" / "guide" / "samplers.md").read_text()
     rows = re.findall(r"^\| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$",
                       text, flags=re.M)
     assert len(rows) == 4, rows

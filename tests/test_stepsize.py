@@ -256,7 +256,7 @@ def test_grid_continues_upwards_while_the_best_score_is_at_its_stable_top():
 # The paper's step sizes were tuned for W2 after 100 iterations (Fig. 2) or test accuracy
 # (Fig. 3) on a grid (docs/figures/*.json). Fig. 2: the proposer's default spread criterion;
 # Fig. 3: the accuracy of a validation split (never the test set) after a pilot as long as
-# the figure's runs (experiments.proposals; table in docs/your-own-model.md).
+# the figure's runs (experiments.proposals; table in docs/results/step-sizes.md).
 PAPER = [(fig, alg) for fig in ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fig3c")
          for alg in ("DIGing-SGLD", "DE-SGLD")]
 

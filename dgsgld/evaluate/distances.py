@@ -19,7 +19,7 @@ result for two identical Gaussians); the error grows with the condition number o
 
 Each JAX function checks its inputs on the host (when they hold values) and then computes in
 one compiled program (``jax.jit``): on a stored trace, op-by-op dispatch would compile every
-operation as a program of its own on first use (``docs/performance.md``). Under a user's
+operation as a program of its own on first use (``docs/results/performance.md``). Under a user's
 ``jit`` they trace like any other function.
 
 Between two sets of draws with no Gaussian fit, :func:`empirical_w2` is the exact W2 of their

@@ -2,7 +2,7 @@
 
 Every process runs the same script and calls :func:`initialize` (``jax.distributed``) first;
 after that ``jax.devices()`` lists the devices of all processes and a mesh can span them. Two
-placements (``docs/scale.md``):
+placements (``docs/guide/scale.md``):
 
 **Chains across processes.** Chains are independent: process ``p`` of ``P`` runs the
 contiguous block :func:`chain_block` of them with :func:`dgsgld.sample`, passing

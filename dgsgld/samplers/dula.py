@@ -16,7 +16,8 @@ decaying steps); at a constant ``α`` its stationary law is ``O(α)`` from the p
 several times further than centralized ULA at the same step. Exactly (``theory.exact``, the
 tests' 5-agent linear regression on a ring, ``β = 0.5``): stationary W2 of the average 0.0279
 at ``α = 0.005`` and 0.0146 at ``α = 0.0025``, against 0.00362 and 0.00180 for ULA
-(``docs/samplers.md``). The consensus weight ``β_k`` and the step ``α_k`` decay as schedules.
+(``docs/guide/samplers.md``). The consensus weight ``β_k`` and the step ``α_k`` decay as
+schedules.
 
 References. The authors' code
 (github.com/AParayil/AParayil-Distribued-Learning-via-Bayesian-Inferencing and
