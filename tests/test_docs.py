@@ -240,6 +240,39 @@ def test_the_reproduction_tables_quote_the_generated_summaries():
                                                                             value, row)
 
 
+def test_the_theory_page_quotes_the_theory_report():
+    """The numbers of "What the bound means in practice" are the generated report's
+    (docs/theory/theory_report.md), rounded to the digits the page prints."""
+    report = " ".join((DOCS / "theory" / "theory_report.md").read_text().split())
+    page = " ".join(section_text("paper/theory.md", "The paper's bounds").split())
+    num = r"([0-9.]+(?:e[+-]?[0-9]+)?)"
+    checks = [  # (the report's number, what the page says, significant digits printed)
+        (rf"L = {num} \(κ", "L = 19.6", 3),
+        (rf"δ = {num}\.", "(δ = 0.860)", 3),
+        (rf"η̄ corrected = {num}", "corrected η̄ = 7.0e-9", 2),
+        (rf"printed = {num} \(fails", "printed η̄ = 1.9e-7", 2),
+        (rf"λ\(η̄\)\^B = {num}\)", "λ(η̄)^B = 1.58", 3),
+        (rf"\(3\.16\): {num}\.", "force η ≤ 2.8e-8", 2),
+        (rf"DIGing-SGLD: tuned η = {num};", "tuned step 7.3e-3", 2),
+        (rf"loop gain over λ, β is {num}\)", "a factor 3e5 in loop gain", 1),
+        (rf"E₁\+E₂\+E₃ at k = 100 is {num} \(best λ, α, β: [0-9.e+-]+\); exact W2 there "
+         r"2\.8709", "the bound at k = 100 is 1.9e10", 2),
+        (rf"exact W2 there {num}: ratio 6", "exact W2 of 2.87", 3),
+        (rf"ratio {num} \(vs the tuned run's exact W2: 7", "(ratio 6.7e9)", 2),
+        (rf"η\* = {num},", "η* = 5.1e-33", 2),
+        (rf"k\*\(ε\) = {num} \(printed", "k*(0.1) = 7.5e35", 2),
+        (rf"DIGing-SGLD {num}, DE-SGLD [0-9.]+, centralized", "read 0.92 (DIGing-SGLD)", 2),
+        (rf"DIGing-SGLD [0-9.]+, DE-SGLD {num}, centralized", "0.87 (DE-SGLD)", 2),
+    ]
+    for pattern, said, digits in checks:
+        assert said in page, said
+        match = re.search(pattern, report)
+        assert match, pattern
+        value = float(match.group(1))
+        quoted = float(re.findall(r"[0-9.]+(?:e[+-]?[0-9]+)?", said.replace("3.16", ""))[-1])
+        assert quoted == pytest.approx(float(f"{value:.{digits}g}"), rel=1e-9), (said, value)
+
+
 # --------------------------------------------------------------------------- results
 
 
