@@ -12,3 +12,9 @@ from . import distances as distances
 from . import plots as plots
 from . import predictive as predictive
 from . import streaming as streaming
+
+# Privacy accounting of each agent's messages (dp-accounting, the ``privacy`` extra, imported
+# on use).
+from . import privacy as privacy
+from .privacy import PrivacyReport as PrivacyReport
+from .privacy import privacy_epsilon as privacy_epsilon
