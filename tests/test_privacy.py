@@ -305,6 +305,29 @@ def test_tracking_samplers_report_infinity_and_their_position_messages():
     assert np.isinf(P.privacy_epsilon(dgsgld.PushDIGingSGLD(eta), pot, steps, delta).epsilon).all()
 
 
+def test_private_tracking_hook_composes_tracker_and_position_releases():
+    """A tracking sampler whose rule gives Gaussian public copies of the tracker (std ``σ``):
+    each step releases ``ŷ = ∇̃f + public + ξ`` and ``x⁺ = public − η ∇̃f + √(2η) w``, one
+    Gaussian mechanism of ``μ² = Δ² (η/2 + 1/σ²)`` (docs/privacy.md), composed over T steps."""
+
+    class PrivateDIGing(dgsgld.DIGingSGLD):
+        pass
+
+    sigma = 30.0
+    P.register_mechanism(PrivateDIGing, lambda a, t, c: P._diging(a, t, c)._replace(
+        tracker_noise=np.full(t, sigma)))
+    try:
+        data = (jnp.ones((4, 10, 2)), jnp.zeros((4, 10)))
+        pot = dgsgld.Potential(_linear, None, data, clip=1.0)
+        eta, steps, delta = 0.01, 100, 1e-5
+        report = P.privacy_epsilon(PrivateDIGing(eta), pot, steps, delta)
+        mu = math.sqrt(steps * 4.0 * (eta / 2 + 1 / sigma ** 2))
+        assert report.unbounded is None
+        np.testing.assert_allclose(report.epsilon, _gaussian_epsilon(mu, delta), rtol=1e-5)
+    finally:
+        del P.MECHANISMS[PrivateDIGing]
+
+
 def test_estimators_and_sampling_schemes_set_the_sensitivity():
     z, y = _data(agents=2, local=20)
     mb = dgsgld.Potential(_linear, None, (z, y), 4, clip=1.0)
@@ -467,3 +490,23 @@ def test_subsampled_step_is_bounded_by_the_without_replacement_accountant():
     for p, q in ((half(shift), half(-shift)), (half(shift), stats.norm.pdf(x, 0, sd))):
         assert epsilon(p, q) <= reported
     assert epsilon(half(shift), half(-shift)) > 0.3 * reported           # not vacuous
+
+
+def test_the_guide_runs_and_prints_the_closed_form():
+    """docs/privacy.md's example: DE-SGLD, full batches, C = 1, η = 0.01: after k steps
+    ``μ² = 2C²kη`` (0.5, 1 and 2 at the checkpoints 25, 50, 100), every agent alike."""
+    import contextlib
+    import io
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "privacy.md").read_text()
+    code = "\n".join(re.findall(r"```python\n(.*?)```", text, re.S))
+    namespace, out = {}, io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "docs/privacy.md", "exec"), namespace)
+    report = namespace["report"]
+    expect = [_gaussian_epsilon(math.sqrt(m), 1e-5) for m in (0.5, 1.0, 2.0)]
+    np.testing.assert_allclose(report.curve, np.repeat(np.array(expect)[:, None], 4, 1),
+                               rtol=1e-6)
+    assert out.getvalue().splitlines()[0] == "[6.57 6.57 6.57 6.57] gaussian"

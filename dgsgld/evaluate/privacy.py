@@ -67,6 +67,11 @@ messages alone (as if the trackers travelled privately) are reported as ``positi
 for a static network: the tracker's sensitivity is ``Δ_y = Δ_i (1 + A_i)`` with
 ``A_i = Σ_{m≥1} |[Wᵐ]_ii − [Wᵐ⁻¹]_ii|`` (the datum's gradient enters ``y_i`` at every step,
 once added and once subtracted, through the products of ``W``), with no amplification.
+Private tracking (``docs/privacy.md``): trackers mixed through Gaussian public copies
+``ŷ_j = y_j + ξ_j``, ``y⁺ = y + γ (W − I) ŷ + ∇̃F(x⁺) − ∇̃F(x)``, keep ``Σ_i y_i = Σ_i ∇̃f_i``
+exactly, and then ``y_j = ∇̃f_j(x_j) +`` (a function of public copies): each copy is a Gaussian
+mechanism on the step's gradient, accounted with the position as one (a rule returns
+``Mechanism(..., tracker_noise=σ)``).
 
 Not covered: the keys' secrecy is assumed (the noise is only as private as its key); the
 32-bit draws of mini-batches favour some subsets by at most ``count / 2³²`` relative
@@ -125,11 +130,16 @@ class Mechanism(NamedTuple):
     """What a sampler releases about agent ``i``'s gradient at steps ``0, ..., T − 1``: the
     update's data-dependent part is ``drift_k ∇̃f_i`` plus Gaussian noise of standard
     deviation ``noise_k``, both ``(T,)`` or ``(T, N)``; ``tracker``: the name of a message
-    that carries gradients without noise (``ε = ∞``), else ``None``."""
+    that carries gradients, else ``None``; ``tracker_noise``: ``None`` (that message is sent
+    without noise: ``ε = ∞``), or ``(T,)``/``(T, N)`` standard deviations ``σ_k`` of Gaussian
+    public copies of the tracker, each a Gaussian mechanism on the same ``∇̃f_i`` as the
+    step's position (private tracking, ``docs/privacy.md``): the step's two releases are one
+    Gaussian mechanism of ``1/z² = (drift_k Δ / noise_k)² + (Δ / σ_k)²``."""
 
     drift: np.ndarray
     noise: np.ndarray
     tracker: str | None = None
+    tracker_noise: np.ndarray | None = None
 
 
 class Sensitivity(NamedTuple):
@@ -413,7 +423,7 @@ def _rdp_sampled(size: int, batch: int, multiplier: float) -> tuple[float, ...]:
     acc = dp.rdp.RdpAccountant(list(ORDERS), dp.NeighboringRelation.REPLACE_ONE)
     acc.compose(dp.SampledWithoutReplacementDpEvent(
         size, batch, dp.GaussianDpEvent(multiplier)))
-    return tuple(float(r) for r in acc._rdp)
+    return tuple(float(r) for r in acc.rdp)
 
 
 def _gaussian_epsilon(mu2: float, delta: float, accountant: str) -> float:
@@ -623,9 +633,15 @@ def privacy_epsilon(
         notes.append("ε = ∞: a datum's gradient is unbounded without clipping")
     else:
         z = noise / (drift * sens.delta[None, :])
+        if mech.tracker is not None and mech.tracker_noise is not None:
+            sigma = np.broadcast_to(np.asarray(mech.tracker_noise, np.float64).reshape(
+                num_steps, -1), (num_steps, n_agents))
+            z = 1.0 / np.sqrt(z ** -2.0 + (sens.delta[None, :] / sigma) ** 2)
+            notes.append(f"private {mech.tracker}: its Gaussian public copies and the position "
+                         "are one Gaussian mechanism per step")
         z_min = np.where(steps > 0, np.where(mask, z, np.inf).min(axis=0), np.inf)
-        unbounded = mech.tracker
-        if mech.tracker is None:
+        unbounded = mech.tracker if mech.tracker_noise is None else None
+        if unbounded is None:
             curve = curves(z, sens.sampling, name)
         else:
             curve = np.full((points.size, n_agents), np.inf)
