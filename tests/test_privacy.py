@@ -280,6 +280,9 @@ def test_mechanisms_of_every_sampler():
     with pytest.raises(ValueError, match="weights"):
         P.privacy_epsilon(dgsgld.PushSumSGLD(0.01), pot, 10, 1e-5)
     report = P.privacy_epsilon(dgsgld.PushSumSGLD(0.01), pot, 10, 1e-5, network=ring)
+    with pytest.raises(ValueError, match="weights"):          # the run's weights differ
+        P.privacy_epsilon(dgsgld.PushSumSGLD(0.01, channel=comm.Channel(activity=0.5)), pot,
+                          10, 1e-5, network=ring)
     v = P.push_sum_weights(ring, 10)
     np.testing.assert_allclose(v[1], ring @ np.ones(4), rtol=1e-6)
     np.testing.assert_allclose(report.noise_multiplier,

@@ -596,6 +596,14 @@ def privacy_epsilon(
     rule = _rule_of(algorithm)
     if weights is None and network is not None and getattr(algorithm, "noise_rule", None) \
             == "mass" and isinstance(algorithm, PushSumSGLD):
+        if channel is not None and (channel.probability < 1 or channel.gossip is not None
+                                    or channel.activity != 1.0 or (
+                                        channel.clock is not None
+                                        and channel.clock.deadline is not None)):
+            raise ValueError(
+                "The channel drops links or agents at random, so the push-sum weights of the "
+                "run differ from the schedule's: pass `weights`, the run's v⁽ᵏ⁾ (a trace of "
+                "state.weight), rather than `network`.")
         weights = push_sum_weights(network, num_steps)
     if weights is not None:
         weights = np.asarray(weights, np.float64)
