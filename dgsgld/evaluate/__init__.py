@@ -61,6 +61,12 @@ from .streaming import streamed_ksd as streamed_ksd
 from .streaming import streamed_moments as streamed_moments
 from .streaming import streamed_per_agent_w2 as streamed_per_agent_w2
 
+# Privacy accounting of each agent's messages (dp-accounting, the ``privacy`` extra, imported
+# on use).
+from . import privacy as privacy
+from .privacy import PrivacyReport as PrivacyReport
+from .privacy import privacy_epsilon as privacy_epsilon
+
 __all__ = [
     # distances
     "consensus_error",
@@ -113,4 +119,8 @@ __all__ = [
     "predictive",
     "stein",
     "streaming",
+    # privacy accounting
+    "privacy",
+    "PrivacyReport",
+    "privacy_epsilon",
 ]
