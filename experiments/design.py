@@ -106,8 +106,8 @@ def _final_w2(kind, hessians, shifts, stack, num_steps, eta):
     d = hessians.shape[-1]
     A, b = jnp.sum(hessians, axis=0), jnp.sum(shifts, axis=0)
     cov = jnp.linalg.inv(A)
-    m = exact.exact_moments(kind, q, stack, jnp.zeros(d, stack.dtype),
-                            jnp.eye(d, dtype=stack.dtype), num_steps, step_size=eta)
+    m = exact.exact_moments(_ALGORITHMS[kind](eta), q, stack, jnp.zeros(d, stack.dtype),
+                            jnp.eye(d, dtype=stack.dtype), num_steps)
     return exact.exact_w2(exact.ExactMoments(*(a[-1] for a in m)), cov @ b, 0.5 * (cov + cov.T))
 
 
@@ -131,7 +131,8 @@ def _retuned(kind, q, stack, num_steps, grid) -> float:
 
 def _stationary(kind, q, stack, eta) -> float:
     """Mean-agent stationary W2 at ``η`` (worst phase of the period)."""
-    st = exact.stationary_moments(kind, q, np.asarray(stack, np.float64), step_size=eta)
+    st = exact.stationary_moments(_ALGORITHMS[kind](eta), q, np.asarray(stack, np.float64),
+                                  step_size=eta)
     with jax.enable_x64(True):
         return float(np.asarray(exact.exact_w2(st, *q.target())).mean(axis=1).max())
 
@@ -346,8 +347,9 @@ def _figure(figure: str, cfg: dict, small: bool, seed: int, start: float, logger
                  [train.quadratic, *extra], runs[best])):
             t0 = time.perf_counter()
             learned, report = nets.learn_weights(
-                kind, [exact.Quadratic(q.hessians.astype(np.float32), q.shifts.astype(np.float32))
-                       for q in quads],
+                _ALGORITHMS[kind](eta),
+                [exact.Quadratic(q.hessians.astype(np.float32), q.shifts.astype(np.float32))
+                 for q in quads],
                 metropolis.astype(np.float32), np.zeros(d), np.eye(d), T, step_size=eta,
                 learn_step_size=joint, shared=shared, init=init.astype(np.float32),
                 num_iterations=cfg["iterations"], learning_rate=cfg["learning_rate"])
