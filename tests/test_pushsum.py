@@ -308,7 +308,7 @@ CHECK_AT = (1, 4, NUM_STEPS)
 
 
 @pytest.mark.parametrize("make", [
-    dgsgld.PushDIGingSGLD, pytest.param(dgsgld.PushSumSGLD, marks=pytest.mark.slow),
+    dgsgld.PushDIGingSGLD, dgsgld.PushSumSGLD,
     pytest.param(lambda eta: dgsgld.PushDIGingSGLD(eta, noise_rule="uniform"),
                  marks=pytest.mark.slow),
     pytest.param(lambda eta: dgsgld.PushSumSGLD(eta, noise_rule="uniform"), marks=pytest.mark.slow),
