@@ -67,7 +67,7 @@ from dgsgld.posteriors.problems import (
 )
 from dgsgld.samplers import DESGLD, DIGingSGLD
 from dgsgld.theory import exact
-from dgsgld.tuning import grid_run
+from dgsgld.tuning import grid_run, learn_weights, learn_weights_by_sampling
 
 from .configs import figure_config
 
@@ -346,7 +346,7 @@ def _figure(figure: str, cfg: dict, small: bool, seed: int, start: float, logger
                 (f"learned per snapshot, {draws} training draws, from {best}", False, False,
                  [train.quadratic, *extra], runs[best])):
             t0 = time.perf_counter()
-            learned, report = nets.learn_weights(
+            learned, report = learn_weights(
                 _ALGORITHMS[kind](eta),
                 [exact.Quadratic(q.hessians.astype(np.float32), q.shifts.astype(np.float32))
                  for q in quads],
@@ -362,7 +362,7 @@ def _figure(figure: str, cfg: dict, small: bool, seed: int, start: float, logger
             t0 = time.perf_counter()
             criterion = functools.partial(
                 _mean_w2, *(jnp.asarray(a, jnp.float32) for a in train.quadratic.target()))
-            learned, report = nets.learn_weights_by_sampling(
+            learned, report = learn_weights_by_sampling(
                 _ALGORITHMS[kind](eta0), train.potential, metropolis.astype(np.float32),
                 jnp.asarray(train.init), train.key, T, criterion,
                 num_iterations=cfg["sampling_iterations"],
