@@ -67,7 +67,7 @@ from dgsgld.posteriors.problems import (
 )
 from dgsgld.samplers import DESGLD, DIGingSGLD
 from dgsgld.theory import exact
-from dgsgld.tuning import grid_run
+from dgsgld.tuning import grid_run, learn_weights, learn_weights_by_sampling
 
 from .configs import figure_config
 
@@ -106,8 +106,8 @@ def _final_w2(kind, hessians, shifts, stack, num_steps, eta):
     d = hessians.shape[-1]
     A, b = jnp.sum(hessians, axis=0), jnp.sum(shifts, axis=0)
     cov = jnp.linalg.inv(A)
-    m = exact.exact_moments(kind, q, stack, jnp.zeros(d, stack.dtype),
-                            jnp.eye(d, dtype=stack.dtype), num_steps, step_size=eta)
+    m = exact.exact_moments(_ALGORITHMS[kind](eta), q, stack, jnp.zeros(d, stack.dtype),
+                            jnp.eye(d, dtype=stack.dtype), num_steps)
     return exact.exact_w2(exact.ExactMoments(*(a[-1] for a in m)), cov @ b, 0.5 * (cov + cov.T))
 
 
@@ -131,7 +131,8 @@ def _retuned(kind, q, stack, num_steps, grid) -> float:
 
 def _stationary(kind, q, stack, eta) -> float:
     """Mean-agent stationary W2 at ``η`` (worst phase of the period)."""
-    st = exact.stationary_moments(kind, q, np.asarray(stack, np.float64), step_size=eta)
+    st = exact.stationary_moments(_ALGORITHMS[kind](eta), q, np.asarray(stack, np.float64),
+                                  step_size=eta)
     with jax.enable_x64(True):
         return float(np.asarray(exact.exact_w2(st, *q.target())).mean(axis=1).max())
 
@@ -345,9 +346,10 @@ def _figure(figure: str, cfg: dict, small: bool, seed: int, start: float, logger
                 (f"learned per snapshot, {draws} training draws, from {best}", False, False,
                  [train.quadratic, *extra], runs[best])):
             t0 = time.perf_counter()
-            learned, report = nets.learn_weights(
-                kind, [exact.Quadratic(q.hessians.astype(np.float32), q.shifts.astype(np.float32))
-                       for q in quads],
+            learned, report = learn_weights(
+                _ALGORITHMS[kind](eta),
+                [exact.Quadratic(q.hessians.astype(np.float32), q.shifts.astype(np.float32))
+                 for q in quads],
                 metropolis.astype(np.float32), np.zeros(d), np.eye(d), T, step_size=eta,
                 learn_step_size=joint, shared=shared, init=init.astype(np.float32),
                 num_iterations=cfg["iterations"], learning_rate=cfg["learning_rate"])
@@ -360,7 +362,7 @@ def _figure(figure: str, cfg: dict, small: bool, seed: int, start: float, logger
             t0 = time.perf_counter()
             criterion = functools.partial(
                 _mean_w2, *(jnp.asarray(a, jnp.float32) for a in train.quadratic.target()))
-            learned, report = nets.learn_weights_by_sampling(
+            learned, report = learn_weights_by_sampling(
                 _ALGORITHMS[kind](eta0), train.potential, metropolis.astype(np.float32),
                 jnp.asarray(train.init), train.key, T, criterion,
                 num_iterations=cfg["sampling_iterations"],

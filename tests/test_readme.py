@@ -8,6 +8,7 @@ import re
 import jax.numpy as jnp
 import numpy as np
 
+import dgsgld
 from dgsgld import theory
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
@@ -37,7 +38,8 @@ def test_quick_start_runs_as_written_and_matches_the_exact_law():
     # fluctuates far less, so 0.06 (twice the floor) fails only on a real discrepancy.
     quad = theory.quadratic_from_potential(ns["potential"], jnp.zeros((20, 6)))
     moments = theory.exact_moments(
-        "diging", quad, ns["mixing"].matrices, np.zeros(6), np.eye(6), 500, step_size=0.005
+        dgsgld.DIGingSGLD(0.005), quad, ns["mixing"].matrices, np.zeros(6), np.eye(6), 500,
+        step_size=0.005
     )
     exact = np.asarray(theory.exact_w2(moments, ns["post_mean"], ns["post_cov"]))
     sampled = np.asarray(ns["w2"])

@@ -419,7 +419,7 @@ def test_documented_d_ula_stationary_w2_is_exact(row):
     alpha, documented = float(rows[row][0]), [float(v) for v in rows[row][1:]]
     half = exact.stationary_moments(dgsgld.DULA(alpha, 0.5), q, ring(5))
     one = exact.stationary_moments(dgsgld.DULA(alpha, 1.0), q, ring(5))
-    ula = exact.stationary_moments("sgld", q, None, step_size=alpha)
+    ula = exact.stationary_moments(dgsgld.SGLD(alpha), q, None, step_size=alpha)
     # One batched float64 W2: the two averages, the five agents, ULA.
     means = np.stack([half.average_mean[0], one.average_mean[0], *half.mean[0], ula.mean[0]])
     covs = np.stack([half.average_cov[0], one.average_cov[0], *half.cov[0], ula.cov[0]])

@@ -81,6 +81,17 @@ SCRIPT = textwrap.dedent(
             "agents_diverged": bool(agents.diverged.any()),
             "scale": float(jnp.abs(ref.positions).max()),
         }
+    # A preconditioned sampler: M acts on each agent's own row, its noise S w on the rows of
+    # the network's noise that a device holds.
+    from dgsgld.samplers import DensePreconditioner
+    pre = dgsgld.DIGingSGLD(0.05, preconditioner=DensePreconditioner(np.array([[1.5, 0.6],
+                                                                             [0.6, 0.8]])))
+    ref = dgsgld.sample(pre, prob.potential, mixing, init, key, 20)
+    out["preconditioned"] = {"scale": float(jnp.abs(ref.positions).max())} | {
+        name + "_diff": float(jnp.abs(dgsgld.sample(pre, prob.potential, mixing, init, key, 20,
+                                                     placement=placement).positions
+                                      - ref.positions).max())
+        for name, placement in (("chains", dgsgld.Chains()), ("agents", dgsgld.Agents()))}
     if full:   # the slow run: divergence and the sparse exchange (more programs)
         # A diverging run: the same first non-finite iteration and agent per chain.
         prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
@@ -185,6 +196,13 @@ def _check_equal(r: dict) -> None:
 def test_chain_and_agent_sharded_runs_equal_single_device_run(result):
     assert result["devices"] == 4
     _check_equal(result["2"])
+
+
+def test_preconditioned_sharded_runs_equal_single_device_run(result):
+    r = result["preconditioned"]
+    assert r["scale"] > 0.1
+    bound = 1e-10 * max(1.0, r["scale"])
+    assert r["chains_diff"] < bound and r["agents_diff"] < bound, r
 
 
 @pytest.mark.slow  # the slow run's subprocess
