@@ -86,7 +86,7 @@ GROUPS = 8
 CLOCK = dict(compute=(5.0,) + (1.0,) * 19, jitter=0.5, latency=0.1)
 #: The deadline row's deadline, seconds: the slow agent is done in time in about 18 % of steps.
 DEADLINE = 3.0
-METHODS = {"DIGing-SGLD": DIGingSGLD, "DE-SGLD": DESGLD}
+METHODS = {cls.name: cls for cls in (DIGingSGLD, DESGLD)}
 #: The problems, in the order they run (``communication_experiment(problems=...)`` picks some).
 PROBLEMS = ("linear", "logistic", "digits")
 #: The digits BNN's run (the other problems share ``_config``'s): the MLP's hidden ``width``

@@ -455,10 +455,9 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
     scorer = _Scorer(task)
     classify = scorer.classify
 
-    methods = [(f"{name} ({net})", make, nets[net], init_net, potentials, grid)
-               for name, make in (("DIGing-SGLD", DIGingSGLD), ("DE-SGLD", DESGLD))
-               for net in nets]
-    methods.append(("SGLD (centralized)", SGLD, None, chains, pooled, sgld_grid))
+    methods = [(f"{make.name} ({net})", make, nets[net], init_net, potentials, grid)
+               for make in (DIGingSGLD, DESGLD) for net in nets]
+    methods.append((f"{SGLD.name} (centralized)", SGLD, None, chains, pooled, sgld_grid))
 
     results = {s: {} for s in split_names}
     tuning, curves, calibration, timings = {}, {s: {} for s in split_names}, {}, {}

@@ -79,9 +79,9 @@ _LOGISTIC = {
 
 #: Method label -> ``step_size -> sampler`` (the same objects across calls: compiled once).
 _MAKERS = {
-    "Push-DIGing-SGLD": PushDIGingSGLD,
+    PushDIGingSGLD.name: PushDIGingSGLD,
     "push-sum SGLD [35]": PushSumSGLD,
-    "DIGing-SGLD (symmetrized)": DIGingSGLD,
+    f"{DIGingSGLD.name} (symmetrized)": DIGingSGLD,
 }
 
 

@@ -66,13 +66,11 @@ __all__ = [
     "run_logistic_regression",
 ]
 
+#: The centralized reference's label: SGLD on the pooled data.
+CENTRALIZED = f"{SGLD.name} (centralized)"
 #: Display name -> sampler factory, in plotting order. The last one is the centralized reference.
-ALGORITHMS: dict[str, Callable] = {
-    "DIGing-SGLD": DIGingSGLD,
-    "DE-SGLD": DESGLD,
-    "SGLD (centralized)": SGLD,
-}
-CENTRALIZED = "SGLD (centralized)"
+ALGORITHMS: dict[str, Callable] = {DIGingSGLD.name: DIGingSGLD, DESGLD.name: DESGLD,
+                                   CENTRALIZED: SGLD}
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ from .figures import _logistic_problem, _sampling_setup, derive_seeds
 __all__ = ["ValidationAccuracy", "paper_case", "compare", "table"]
 
 FIGURES = ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fig3c")
-SAMPLERS = {"DIGing-SGLD": DIGingSGLD, "DE-SGLD": DESGLD}
-_DOCS = Path(__file__).resolve().parents[2] / "docs" / "figures"
+SAMPLERS = {cls.name: cls for cls in (DIGingSGLD, DESGLD)}
+_DOCS = Path(__file__).resolve().parents[1] / "docs" / "figures"
 
 
 class ValidationAccuracy(eqx.Module):

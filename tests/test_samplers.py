@@ -503,3 +503,13 @@ def test_every_mixing_form_gives_the_same_run(key):
     bad[1, 0, 0] += 0.1
     with pytest.raises(ValueError, match="mixing"):
         run(bad)
+
+
+def test_the_top_level_exports_every_sampler_of_the_registry():
+    # The registry (dgsgld.samplers.ALL) is the one list of samplers: a sampler added there and
+    # not exported at the top level (or exported under another name) fails here.
+    from dgsgld import samplers
+
+    for cls in samplers.ALL:
+        assert getattr(dgsgld, cls.__name__) is cls and cls.__name__ in dgsgld.__all__
+        assert samplers.by_name(cls.name) is cls

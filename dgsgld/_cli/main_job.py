@@ -70,11 +70,8 @@ class MainJob:
         return "\n".join(lines)
 
 
-_NAMES = {DIGingSGLD: "DIGing-SGLD", DESGLD: "DE-SGLD", SGLD: "SGLD (centralized)"}
-
-
 def _name(cls) -> str:
-    return _NAMES[cls]
+    return cls.name if cls.decentralized else f"{cls.name} (centralized)"
 
 
 def main_job(
