@@ -21,8 +21,8 @@ import numpy as np
 
 from benchmarks.harness import stream_table
 from dgsgld import communication as comm
+from dgsgld import evaluate
 from dgsgld import networks as nets
-from dgsgld.evaluate import distances as metrics
 from dgsgld.posteriors.problems import linear_regression_problem, split_potentials
 from dgsgld.runner.loop import Output, sample
 from dgsgld.samplers import DESGLD, DIGingSGLD
@@ -66,8 +66,8 @@ def rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64, num_steps: i
             trace = sample(make(0.001), potential, mixing, init, key, num_steps,
                            output=Output(thin=num_steps, positions=True), channel=channel,
                            on_divergence="flag")
-            w2 = np.asarray(metrics.per_agent_w2(trace.positions[:, -1:],
-                                                 problem.posterior_mean, problem.posterior_cov))
+            w2 = np.asarray(evaluate.per_agent_w2(trace.positions[:, -1:],
+                                                  problem.posterior_mean, problem.posterior_cov))
             cells.append((float(channel.bytes_sent(trace.state).mean()) / num_steps,
                           float(w2.mean())))
         out.append((label, cells))
@@ -99,8 +99,8 @@ def clock_rows(seed: int = 0, num_agents: int = 20, num_chains: int = 64,
                            output=Output(thin=every, trace_fn=comm.elapsed_time,
                                          positions=True),
                            channel=channel, on_divergence="flag")
-            w2 = np.asarray(metrics.per_agent_w2(trace.positions, problem.posterior_mean,
-                                                 problem.posterior_cov)).mean(1)
+            w2 = np.asarray(evaluate.per_agent_w2(trace.positions, problem.posterior_mean,
+                                                  problem.posterior_cov)).mean(1)
             elapsed = np.asarray(trace.values).mean(0)
             at = min(int(np.searchsorted(elapsed, budget)), len(elapsed) - 1)
             cells.append((float(elapsed[-1]) / num_steps, float(w2[at]), float(w2[-1])))

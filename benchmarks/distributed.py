@@ -1,5 +1,5 @@
 """Communication per step and wall times of ``examples/multi_process.py`` over 1, 2 and 4 local
-processes (``python -m dgsgld launch``), for ``docs/scale.md``.
+processes (``python -m dgsgld launch``), for ``docs/results/scale.md``.
 
 Bytes: each process reports the bytes it wrote (``wchar`` of ``/proc/self/io``, which counts
 gloo's socket writes) after a run of ``S`` steps; ``(bytes(300) - bytes(100)) / 200`` is what a

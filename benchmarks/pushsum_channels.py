@@ -24,8 +24,8 @@ import numpy as np
 
 from benchmarks.harness import stream_table
 from dgsgld import communication as comm
+from dgsgld import evaluate
 from dgsgld import networks as nets
-from dgsgld.evaluate import distances as metrics
 from dgsgld.posteriors.problems import linear_regression_problem, split_potentials
 from dgsgld.runner.loop import Output, sample
 from dgsgld.samplers import PushDIGingSGLD, PushSumSGLD
@@ -62,7 +62,7 @@ def rows(seed: int = 0, num_agents: int = 16, num_chains: int = 128, num_steps: 
                                on_divergence="flag")
                 last = np.asarray(trace.positions[:, -1:], np.float64)
                 finite = np.isfinite(last).all()
-                w2 = float(np.asarray(metrics.per_agent_w2(
+                w2 = float(np.asarray(evaluate.per_agent_w2(
                     last, problem.posterior_mean, problem.posterior_cov)).mean()) \
                     if finite else float("inf")
                 blown = int((~(np.abs(last) <= 100)).any(axis=(1, 2, 3)).sum())

@@ -422,14 +422,14 @@ def dtype_section(reps: int) -> list[dict]:
 def memory_section(key, quick: bool) -> list[dict]:
     """Compiled memory of trace mode against streaming per-agent W2 (compiled, not run), and
     one streaming run for real."""
-    from dgsgld.evaluate import streaming as streaming
+    from dgsgld import evaluate
 
     rows = []
     sizes = [(200, 100), (20_000, 10_000)] if not quick else [(200, 100), (2_000, 1_000)]
     for chains, steps in sizes:
         w = Workload(f"mem_{chains}x{steps}", "memory", chains=chains, steps=steps)
         prob = problem.make_problem(w.agents, w.dim)
-        w2 = streaming.gaussian_w2(prob.post_mean, prob.post_cov)
+        w2 = evaluate.streamed_per_agent_w2(prob.post_mean, prob.post_cov)
         alg = dgsgld.DIGingSGLD(problem.step_size(prob))
         pot = problem.potential(prob)
         mixing = jnp.asarray(prob.mixing)
@@ -447,7 +447,7 @@ def memory_section(key, quick: bool) -> list[dict]:
     chains, steps = (20_000, 100) if not quick else (2_000, 100)
     w = Workload("stream_run", "memory", chains=chains, steps=steps, repeats=1)
     prob = problem.make_problem()
-    w2 = streaming.gaussian_w2(prob.post_mean, prob.post_cov)
+    w2 = evaluate.streamed_per_agent_w2(prob.post_mean, prob.post_cov)
     print(f"[{time.strftime('%H:%M:%S')}] streaming run {chains}x{steps}", flush=True)
     res = bench_toolkit(w, prob, key, mode="stream", ensemble_fn=w2)
     rows.append({"chains": chains, "steps": steps, "stream_run": res})

@@ -23,6 +23,14 @@ first gradient of a run. Three estimators, each unbiased for ``∇f_i(x_i)``:
   ``(n_i + 1)`` × params per agent (the table is what SAGA is). Evaluations: ``b`` (``n_i``
   once, to fill the table).
 
+Clipping (``Potential(..., clip=C)``): every estimator is built from the potential's clipped
+per-datum gradients (SAGA's table holds clipped rows), so each is unbiased for the clipped
+drift ``Σ_d clip_C(∇ℓ_d) + ∇(−log p)/N``. What a control variate does to privacy: both reuse
+gradients of every datum (SVRG's anchor gradient, SAGA's table sum), so one datum moves every
+step's estimate by up to ``2C (1 + 2 n_i / b)`` whether or not it is in the mini-batch; the
+accountant (:mod:`dgsgld.evaluate.privacy`) takes that sensitivity and no subsampling
+amplification for them.
+
 Where the estimator is chosen: on the sampler (``dgsgld.DIGingSGLD(η, estimator=...)``), not
 on the :class:`~dgsgld.Potential`. A control variate has per-chain state that must ride in the
 loop's carry, and the sampler decides where gradients are evaluated and reused (DIGing-SGLD
@@ -48,7 +56,7 @@ import jax.numpy as jnp
 
 from ._util.types import Array, PRNGKey, PyTree
 from ._util.vmap import any_in_batch
-from .model.potential import first_occurrences
+from .model.potential import clip_rows, first_occurrences
 
 __all__ = [
     "GradientEstimator",
@@ -190,9 +198,11 @@ class SAGAState(NamedTuple):
 
 
 def _datum_grads(potential, positions, data):
-    """``∇(−log p(d | x_i))`` for agent rows of data ``(N, k, ...)``: leaves ``(N, k, *p)``."""
+    """``∇(−log p(d | x_i))`` for agent rows of data ``(N, k, ...)``: leaves ``(N, k, *p)``,
+    each clipped to norm ``potential.clip`` when it has one."""
     one = jax.grad(lambda p, d: -potential.log_likelihood(p, d))
-    return jax.vmap(jax.vmap(one, (None, 0)))(positions, data)
+    grads = jax.vmap(jax.vmap(one, (None, 0)))(positions, data)
+    return grads if potential.clip is None else clip_rows(grads, potential.clip, batch_ndim=2)
 
 
 def batch_indices(potential, key: PRNGKey) -> Array:

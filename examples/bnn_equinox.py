@@ -26,8 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld import networks, tuning
-from dgsgld.evaluate import diagnostics as diagnostics
+from dgsgld import evaluate, networks, tuning
 
 NUM_AGENTS, LOCAL, WIDTH, NOISE = 10, 16, 16, 0.2
 
@@ -86,12 +85,12 @@ def main(small: bool = False, out: str | None = None) -> dict:
           f"iterations on {NUM_AGENTS} agents in {run_s:.1f} s; "
           f"{int(np.sum(trace.diverged))} chains diverged")
 
-    summary = diagnostics.agent_summary(trace, diverged="drop")
+    summary = evaluate.agent_summary(trace, diverged="drop")
     worst_rhat = max(float(np.nanmax(v)) for v in jax.tree.leaves(summary["rhat"]))
     print(f"largest R-hat over all weights and agents {worst_rhat:.3f} (a BNN's weights are not "
           "identifiable: permutations and sign flips; judge it by its predictions)")
 
-    ok = ~np.asarray(diagnostics.diverged_chains(trace))
+    ok = ~np.asarray(evaluate.diverged_chains(trace))
     # trace.positions is an eqx.nn.MLP whose array leaves are (C, K, N, ...): one network per
     # chain, kept iteration (after burn-in) and agent. Keep the non-diverged chains, flatten.
     kept = jax.tree.map(lambda a: a[ok].reshape(-1, *a.shape[3:])

@@ -18,8 +18,7 @@ import numpy as np
 
 import dgsgld
 from dgsgld import communication as comm
-from dgsgld import networks
-from dgsgld.evaluate import distances as metrics
+from dgsgld import evaluate, networks
 
 
 def log_likelihood(x, y):
@@ -54,7 +53,7 @@ def main(small: bool = False) -> dict:
                               jax.random.key(2), num_steps, channel=channel,
                               on_divergence="flag")
         final = trace.positions[:, -1:]                                   # (C, 1, N, d)
-        w2 = float(np.asarray(metrics.per_agent_w2(final, post_mean, post_cov)).mean())
+        w2 = float(np.asarray(evaluate.per_agent_w2(final, post_mean, post_cov)).mean())
         kilobytes = float(channel.bytes_sent(trace.state).mean()) / 1e3  # per agent
         results[name] = (w2, kilobytes)
         print(f"{name:<28} W2 {w2:.4f}   sent {kilobytes:9.1f} kB per agent")

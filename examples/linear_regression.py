@@ -16,8 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-from dgsgld import networks
-from dgsgld.evaluate import distances as metrics
+from dgsgld import evaluate, networks
 
 
 def log_likelihood(x, datum):
@@ -58,7 +57,7 @@ def main(small: bool = False) -> dict:
     ]:
         start = time.perf_counter()
         trace = dgsgld.sample(algorithm, potential, schedule, init, jax.random.key(2), num_steps)
-        w2 = metrics.per_agent_w2(
+        w2 = evaluate.per_agent_w2(
             trace.positions, jnp.asarray(post_mean, jnp.float32), jnp.asarray(post_cov, jnp.float32)
         )  # (T + 1, N)
         final = np.asarray(w2[-1])

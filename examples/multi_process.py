@@ -8,14 +8,14 @@ Start one copy per process, e.g. two on this machine::
 
 (``launch`` adds ``--process-id``, ``--num-processes`` and ``--coordinator``.) ``--placement
 chains``: each process runs a block of the chains on all the data
-(``dgsgld.parallel.processes.sample_chains``; ``--ensemble`` adds a statistic over all chains);
+(``placement=dgsgld.Processes()``; ``--ensemble`` adds a statistic over all chains);
 ``agents``: each process holds only its agents' data, and the mixing is the only communication
 (all rows each step, or with ``--mixing sparse`` only the rows neighbours need; ``--channel``
 compresses the messages, and over ``--mixing sparse`` the compressed payloads travel). Process 0
 writes ``positions``, the final positions of all chains ``(chains, agents, d)``, to ``--out``
 (with ``--channel`` also ``bytes_sent``, the bytes each agent sent ``(chains, agents)``).
 Without ``--coordinator`` the script runs in one process (the reference run).
-See docs/scale.md.
+See docs/guide/scale.md.
 """
 
 import argparse
@@ -145,16 +145,15 @@ def main(argv=None) -> int:
     args = parse(argv)
     import jax
 
-    from dgsgld.parallel import processes as distributed
+    from dgsgld import parallel
 
     if args.coordinator is not None:
-        distributed.initialize(args.process_id, args.num_processes, args.coordinator,
-                               heartbeat_timeout=args.heartbeat_timeout)
+        parallel.initialize(args.process_id, args.num_processes, args.coordinator,
+                            heartbeat_timeout=args.heartbeat_timeout)
         print(f"process {args.process_id} of {args.num_processes} joined", flush=True)
     import numpy as np
 
     import dgsgld
-    from dgsgld.parallel import devices as sharding
 
     problem, mixing, init, key, algorithm = setup(args)
     like = jax.eval_shape(jax.vmap(algorithm.init, (0, None, 0)), init, problem.potential(),
@@ -163,35 +162,37 @@ def main(argv=None) -> int:
         potential = problem.potential(args.batch_size)
         state = init
         if args.resume:  # each process's block of chains, gathered: all chains everywhere
-            state = distributed.gather(distributed.load_process_state(args.resume, like))
+            state = parallel.gather(parallel.load_process_state(args.resume, like))
         ensemble_fn = spread if args.ensemble else None
 
-        placement = distributed.Processes()
+        placement = parallel.Processes()
         output = dgsgld.Output(positions=False, ensemble_fn=ensemble_fn)
 
         def run():
             # This process's block of the chains; the whole Trace gathered on every process.
-            return distributed.sample_chains(algorithm, potential, mixing, state, key,
-                                             args.steps, output=output)
+            return dgsgld.sample(algorithm, potential, mixing, state, key,
+                                 args.steps, output=output,
+                                 placement=dgsgld.Processes())
     else:
-        mesh = sharding.agent_mesh()
-        first, size = distributed.agent_block(args.agents)
+        mesh = parallel.agent_mesh()
+        first, size = parallel.agent_block(args.agents)
         # Keep this process's agents only (a deployment would read only its own files).
         local = dgsgld.Potential(problem.log_likelihood, problem.log_prior,
                                  (problem.features[first:first + size],
                                   problem.targets[first:first + size]),
                                  batch_size=args.batch_size)
         del problem
-        potential = distributed.agent_potential(local, mesh)
+        potential = parallel.agent_potential(local, mesh)
         state = init
         if args.resume:
-            state = distributed.load_process_state(args.resume, like, mesh)
+            state = parallel.load_process_state(args.resume, like, mesh)
 
-        placement, output = sharding.Agents(mesh), dgsgld.Output(positions=False)
+        placement, output = parallel.Agents(mesh), dgsgld.Output(positions=False)
 
         def run():
-            return sharding.sample_agent_sharded(algorithm, potential, mixing, state, key,
-                                                 args.steps, mesh=mesh, output=output)
+            return dgsgld.sample(algorithm, potential, mixing, state, key,
+                                 args.steps, output=output,
+                                 placement=dgsgld.Agents(mesh=mesh))
 
     if args.checkpoint:
         def run():  # the same run in chunks; its Trace whole on every process
@@ -204,19 +205,19 @@ def main(argv=None) -> int:
     for _ in range(args.repeat):
         start = time.perf_counter()
         trace = run()
-        # Whole arrays on every process: a collective (sample_chains and sample_chunked
+        # Whole arrays on every process: a collective (placement=Processes() and sample_chunked
         # have gathered already).
         split = args.placement == "agents" and not args.checkpoint
-        whole = distributed.gather(trace) if split else trace
+        whole = parallel.gather(trace) if split else trace
         times.append(time.perf_counter() - start)
     # The first call compiles; with --repeat R > 1, the median of the other R - 1.
     seconds = float(np.median(times[1:] if len(times) > 1 else times))
     if args.save_state:  # this process's agents, or its block of the (gathered) chains
         state = trace.state
         if args.placement == "chains":
-            offset, size = distributed.chain_block(args.chains)
+            offset, size = parallel.chain_block(args.chains)
             state = jax.tree.map(lambda leaf: leaf[offset:offset + size], state)
-        distributed.save_process_state(args.save_state, state)
+        parallel.save_process_state(args.save_state, state)
     if jax.process_index() == 0:
         extra = {} if whole.ensemble is None else {"ensemble": np.asarray(whole.ensemble)}
         if algorithm.channel is not None:

@@ -25,9 +25,7 @@ import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
 
 import dgsgld
-from dgsgld import networks
-from dgsgld.evaluate import diagnostics as diagnostics
-from dgsgld.evaluate import streaming as streaming
+from dgsgld import evaluate, networks
 from dgsgld.model import data as data_split
 from dgsgld.model import ppl as ppl
 
@@ -70,7 +68,7 @@ def main(small: bool = False, out: str | None = None) -> dict:
         raise RuntimeError("the geometric graph is disconnected; change the seed or radius")
     network = networks.from_graph(graph)
     init = ppl.init_params(potential, jax.random.key(1), num_chains, radius=0.5)
-    w2 = streaming.gaussian_w2(ref.mean(0), np.cov(ref.T), flatten=flat)  # (N,) per kept step
+    w2 = evaluate.streamed_per_agent_w2(ref.mean(0), np.cov(ref.T), flatten=flat)  # (N,) per step
 
     start = time.perf_counter()
     trace = dgsgld.sample(dgsgld.DIGingSGLD(1e-3), potential, network, init,
@@ -80,9 +78,9 @@ def main(small: bool = False, out: str | None = None) -> dict:
     run_s = time.perf_counter() - start
 
     kept = burn_in // thin
-    average = diagnostics.network_average(trace.positions)  # (chains, draws, ...)
+    average = evaluate.network_average(trace.positions)  # (chains, draws, ...)
     sites = ppl.constrain(potential, average)                # alpha, beta, baseline
-    summary = diagnostics.agent_summary(sites, burn_in=kept)
+    summary = evaluate.agent_summary(sites, burn_in=kept)
     print(f"NUTS: 2 chains x {nuts['alpha'].shape[1]} draws in {nuts_s:.1f} s; DIGing-SGLD: "
           f"{num_chains} chains x {num_steps} iterations, {num_agents} agents "
           f"({split.sizes.min()}-{split.sizes.max()} data each), in {run_s:.1f} s")

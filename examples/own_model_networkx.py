@@ -26,8 +26,7 @@ import networkx as nx
 import numpy as np
 
 import dgsgld
-from dgsgld import networks, tuning
-from dgsgld.evaluate import diagnostics as diagnostics
+from dgsgld import evaluate, networks, tuning
 from dgsgld.runner import traceio as traceio
 
 NUM_AGENTS, DIM, PRIOR_PRECISION = 12, 3, 1.0
@@ -116,9 +115,9 @@ def main(small: bool = False, out: str | None = None) -> dict:
         trace = traceio.load_trace(traceio.save_trace(Path(tmp) / "run", trace,
                                                       metadata={"step_size": eta}))
 
-    summary = diagnostics.agent_summary(trace)  # dicts of (N, ...) arrays
-    average = diagnostics.network_average(trace.positions)   # dicts of (C, T, ...) arrays
-    avg_summary = diagnostics.agent_summary(average)  # leaves (...) per parameter
+    summary = evaluate.agent_summary(trace)  # dicts of (N, ...) arrays
+    average = evaluate.network_average(trace.positions)   # dicts of (C, T, ...) arrays
+    avg_summary = evaluate.agent_summary(average)  # leaves (...) per parameter
     ref_mean, ref_sd = laplace_reference(datasets)
     mean, sd = flat(summary["mean"]), flat(summary["sd"])            # (N, 4)
     avg_mean, avg_sd = flat(avg_summary["mean"]), flat(avg_summary["sd"])

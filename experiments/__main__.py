@@ -4,7 +4,7 @@
 ``reproduce`` runs the paper's figures (step-size tuning included) and writes JSON results and
 PNG plots, the theory report, or one of the real-data, directed, communication or design
 experiments. ``sweep`` repeats figures over several seeds. ``bench posteriors`` scores every
-sampler against the stored NUTS references (``docs/benchmark.md``).
+sampler against the stored NUTS references (``docs/results/posteriors.md``).
 """
 
 import argparse
@@ -50,12 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "target",
         choices=FIGURE_TARGETS + ("theory",) + DATA_TARGETS + ("directed", "communication",
-                                                                 "design"),
+                                                                 "design", "privacy"),
         metavar="TARGET",
         help="fig2a|fig2b|fig2c|fig3a|fig3b|fig3c, fig2 or fig3 (a family), all "
         "(the six figures), theory, digits|diabetes (real-data benchmarks), directed "
         "(push-sum samplers on directed networks), communication (compressed messages: "
-        "W2 against bytes) or design (learned mixing weights)",
+        "W2 against bytes), design (learned mixing weights) or privacy (utility against "
+        "each agent's differential-privacy ε)",
     )
     rep.add_argument(
         "--out",
@@ -89,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-plots", action="store_true", help="write JSON only, no PNG files")
     rep.add_argument("--quiet", action="store_true", help="print nothing but errors")
     rep.add_argument("--small", action="store_true",
-                     help="digits|diabetes, directed, communication and design only: the reduced "
-                          "size the tests run")
+                     help="digits|diabetes, directed, communication, design and privacy only: "
+                          "the reduced size the tests run")
     rep.add_argument("--consensus", type=positive_float, default=None, metavar="GAMMA",
                      help="communication only: CHOCO's consensus step in (0, 1] of the "
                           "error-feedback rows (default: 0.3)")
@@ -107,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=FIGURE_TARGETS + ("methods",),
         metavar="TARGET",
         help="fig2a|fig2b|fig2c|fig3a|fig3b|fig3c, fig2, fig3, all, or methods (every "
-        "sampler and gradient estimator on every panel: docs/methods.md)",
+        "sampler and gradient estimator on every panel: docs/results/methods.md)",
     )
     sweep.add_argument(
         "--seeds",
@@ -154,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="benchmark the samplers against stored reference posteriors (docs/benchmark.md)",
+        help="benchmark the samplers against stored reference posteriors "
+        "(docs/results/posteriors.md)",
         description="Run every sampler on every target with a stored NUTS reference, with "
         "step sizes from dgsgld.tuning, then simulation-based calibration of DIGing-SGLD and "
         "DE-SGLD on the simulated targets, and write DIR/leaderboard.json and leaderboard.md "
@@ -278,6 +280,12 @@ def _reproduce(args) -> int:
 
         design_experiment(args.out, small=args.small, seed=args.seed,
                           logger=None if args.quiet else print)
+        return 0
+    if args.target == "privacy":
+        from .privacy import privacy_experiment
+
+        privacy_experiment(args.out, small=args.small, seed=args.seed,
+                           logger=None if args.quiet else print)
         return 0
     from . import reproduce as reproduce
 

@@ -7,9 +7,10 @@ is the toolkit's own proposal (:func:`dgsgld.tuning.propose_step_size`, no score
 and ``seeds x chains`` chains run in one call; seed ``s`` is the group of chains
 ``s * chains, ..., (s + 1) * chains - 1``. Each seed's draws are the second half of its
 chains' kept iterations, every agent's positions pooled (so disagreeing agents count against
-a sampler). Scores per seed (:mod:`dgsgld.posteriors.scores`): standardized mean error (max,
-median), sd ratio (the one farthest from 1, and the median), exact W2 on subsamples of
-standardized coordinates, and the IMQ kernel Stein discrepancy from the model's gradients;
+a sampler). Scores per seed (:mod:`dgsgld.posteriors.scores`, :mod:`dgsgld.evaluate`):
+standardized mean error (max, median), sd ratio (the one farthest from 1, and the median),
+exact W2 on subsamples of standardized coordinates (:func:`dgsgld.evaluate.empirical_w2`), and
+the IMQ kernel Stein discrepancy from the model's gradients (:func:`dgsgld.evaluate.ksd`);
 the leaderboard gives their mean and standard error over seeds. The ``reference`` row scores
 the reference's own draws (W2: one half against the other; KSD: a subsample of the same
 size): the floor at that sample size.
@@ -45,18 +46,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgsgld import communication, gradients, networks
+from dgsgld import communication, evaluate, gradients, networks
 from dgsgld import tuning as stepsize
 from dgsgld.evaluate.plots import pyplot
-from dgsgld.posteriors import sbc
+from dgsgld.posteriors import moment_errors, predictive_scores, sbc
 from dgsgld.posteriors.references import available, load_reference
-from dgsgld.posteriors.scores import (
-    ksd,
-    moment_errors,
-    predictive_scores,
-    stein_scores,
-    wasserstein2,
-)
 from dgsgld.posteriors.targets import TARGETS, get_target
 from dgsgld.runner.loop import Output, sample
 from dgsgld.samplers import (
@@ -240,11 +234,11 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
 def _scores(target, ref, potential, params):
     compared = np.asarray(target.compared(jnp.asarray(params)), np.float64)
     m = moment_errors(compared, ref)
-    scores = np.asarray(stein_scores(potential, jnp.asarray(params)), np.float64)
+    scores = np.asarray(evaluate.stein_scores(potential, jnp.asarray(params)), np.float64)
     out = {"mean_error_max": m["mean_error_max"], "mean_error_median": m["mean_error_median"],
            "sd_ratio_worst": m["sd_ratio_worst"], "sd_ratio_median": m["sd_ratio_median"],
-           "w2": wasserstein2(compared, ref.draws, size=len(compared), scale=ref.sd),
-           "ksd": ksd(params, scores)}
+           "w2": evaluate.empirical_w2(compared, ref.draws, size=len(compared), scale=ref.sd),
+           "ksd": evaluate.ksd(params, scores)}
     if target.predictive is not None:
         out.update(predictive_scores(target.mean_predictive(params),
                                      target.mean_predictive(ref.draws)))
@@ -257,10 +251,11 @@ def _floor(target, ref, potential, size):
     m = moment_errors(ref.draws[:size], ref)
     out = {"mean_error_max": m["mean_error_max"], "mean_error_median": m["mean_error_median"],
            "sd_ratio_worst": m["sd_ratio_worst"], "sd_ratio_median": m["sd_ratio_median"],
-           "w2": wasserstein2(ref.draws[:half], ref.draws[half:], size=size, scale=ref.sd)}
+           "w2": evaluate.empirical_w2(ref.draws[:half], ref.draws[half:], size=size, scale=ref.sd)}
     if target.quantities is None:  # KSD needs parameters, not compared quantities
         x = ref.draws[:size].astype(np.float64)
-        out["ksd"] = ksd(x, np.asarray(stein_scores(potential, jnp.asarray(x, jnp.float32))))
+        out["ksd"] = evaluate.ksd(x, np.asarray(evaluate.stein_scores(
+            potential, jnp.asarray(x, jnp.float32))))
     if target.predictive is not None:
         out.update(predictive_scores(target.mean_predictive(ref.draws[:size]),
                                      target.mean_predictive(ref.draws[size:])))

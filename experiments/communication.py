@@ -7,7 +7,7 @@ problems (:data:`PROBLEMS`):
 - the paper's Bayesian linear regression (§4.1), in its i.i.d. split and (full run only) the
   same data sorted by response (heterogeneous agents); metric: each agent's W2 between the
   Gaussian fit of its ``C`` chains at iteration ``T`` and the exact posterior, averaged over
-  agents (:func:`dgsgld.evaluate.distances.per_agent_w2`; its Monte Carlo floor at ``C`` chains is
+  agents (:func:`dgsgld.evaluate.per_agent_w2`; its Monte Carlo floor at ``C`` chains is
   roughly the exact rows' value);
 - the synthetic Bayesian logistic regression (§4.2.1, ``d + 1 = 6`` parameters) with the
   training set dealt out by label (each agent sees mostly one class); metric: each agent's
@@ -63,9 +63,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgsgld import communication as comm
+from dgsgld import evaluate
 from dgsgld import networks as nets
-from dgsgld.evaluate import distances as metrics
-from dgsgld.evaluate import predictive as predictive
 from dgsgld.evaluate.plots import pyplot
 from dgsgld.model.potential import Potential
 from dgsgld.posteriors.problems import (
@@ -87,7 +86,7 @@ GROUPS = 8
 CLOCK = dict(compute=(5.0,) + (1.0,) * 19, jitter=0.5, latency=0.1)
 #: The deadline row's deadline, seconds: the slow agent is done in time in about 18 % of steps.
 DEADLINE = 3.0
-METHODS = {"DIGing-SGLD": DIGingSGLD, "DE-SGLD": DESGLD}
+METHODS = {cls.name: cls for cls in (DIGingSGLD, DESGLD)}
 #: The problems, in the order they run (``communication_experiment(problems=...)`` picks some).
 PROBLEMS = ("linear", "logistic", "digits")
 #: The digits BNN's run (the other problems share ``_config``'s): the MLP's hidden ``width``
@@ -232,8 +231,8 @@ def _score(problem, final: np.ndarray, groups: int) -> dict:
     W2 with an exact posterior, else test accuracy."""
     if problem.posterior_mean is not None:
         mean, cov = problem.posterior_mean, problem.posterior_cov
-        full = float(np.mean(np.asarray(metrics.per_agent_w2(final[:, None], mean, cov))))
-        parts = np.asarray(metrics.per_agent_w2(_leave_group_out(final, groups), mean, cov))
+        full = float(np.mean(np.asarray(evaluate.per_agent_w2(final[:, None], mean, cov))))
+        parts = np.asarray(evaluate.per_agent_w2(_leave_group_out(final, groups), mean, cov))
         return {"w2": (full, _jackknife(parts.mean(axis=1)))}
     acc = np.asarray(problem.test_accuracy(jnp.asarray(final)), np.float64)     # (C, N)
     full = float(acc.mean())
@@ -249,7 +248,7 @@ def _predictive_score(task: digits.Task, final, groups: int) -> dict:
     log_probs = np.asarray(jax.vmap(jax.vmap(lambda p: task.outputs(p, points)))(final))
 
     def agent_mean(samples):            # (S, N, P, K) draws of each agent's predictive
-        agents, _ = digits._all_scores(predictive.log_predictive(samples, axis=0), labels, None)
+        agents, _ = digits._all_scores(evaluate.log_predictive(samples, axis=0), labels, None)
         return {k: float(np.mean(agents[k])) for k in ("nll", "accuracy")}
 
     full = agent_mean(log_probs)

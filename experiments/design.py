@@ -57,8 +57,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dgsgld import evaluate
 from dgsgld import networks as nets
-from dgsgld.evaluate import distances as metrics
 from dgsgld.posteriors.problems import (
     Problem,
     derive_seeds,
@@ -67,7 +67,7 @@ from dgsgld.posteriors.problems import (
 )
 from dgsgld.samplers import DESGLD, DIGingSGLD
 from dgsgld.theory import exact
-from dgsgld.tuning import grid_run
+from dgsgld.tuning import grid_run, learn_weights, learn_weights_by_sampling
 
 from .configs import figure_config
 
@@ -106,8 +106,8 @@ def _final_w2(kind, hessians, shifts, stack, num_steps, eta):
     d = hessians.shape[-1]
     A, b = jnp.sum(hessians, axis=0), jnp.sum(shifts, axis=0)
     cov = jnp.linalg.inv(A)
-    m = exact.exact_moments(kind, q, stack, jnp.zeros(d, stack.dtype),
-                            jnp.eye(d, dtype=stack.dtype), num_steps, step_size=eta)
+    m = exact.exact_moments(_ALGORITHMS[kind](eta), q, stack, jnp.zeros(d, stack.dtype),
+                            jnp.eye(d, dtype=stack.dtype), num_steps)
     return exact.exact_w2(exact.ExactMoments(*(a[-1] for a in m)), cov @ b, 0.5 * (cov + cov.T))
 
 
@@ -131,7 +131,8 @@ def _retuned(kind, q, stack, num_steps, grid) -> float:
 
 def _stationary(kind, q, stack, eta) -> float:
     """Mean-agent stationary W2 at ``η`` (worst phase of the period)."""
-    st = exact.stationary_moments(kind, q, np.asarray(stack, np.float64), step_size=eta)
+    st = exact.stationary_moments(_ALGORITHMS[kind](eta), q, np.asarray(stack, np.float64),
+                                  step_size=eta)
     with jax.enable_x64(True):
         return float(np.asarray(exact.exact_w2(st, *q.target())).mean(axis=1).max())
 
@@ -203,15 +204,15 @@ def _sampled_w2_se(positions, q, *, resamples: int = 200, seed: int = 0) -> floa
     values = []
     with jax.enable_x64(True):
         for chunk in np.array_split(idx, max(1, resamples // 50)):  # bounded memory
-            w2 = metrics.gaussian_w2_to_target(jnp.asarray(pos[chunk]), jnp.asarray(mean),
-                                               jnp.asarray(cov), axis=1)   # (B, N)
+            w2 = evaluate.gaussian_w2_to_target(jnp.asarray(pos[chunk]), jnp.asarray(mean),
+                                                jnp.asarray(cov), axis=1)   # (B, N)
             values.append(np.asarray(w2).mean(axis=1))
     return float(np.std(np.concatenate(values), ddof=1))
 
 
 def _mean_w2(mean, cov, positions):
     """Mean over agents of the W2 of the chains' Gaussian fit; ``positions (C, N, p)``."""
-    return jnp.mean(metrics.gaussian_w2_to_target(positions, mean, cov, axis=0))
+    return jnp.mean(evaluate.gaussian_w2_to_target(positions, mean, cov, axis=0))
 
 
 def _accuracy(positions, problem) -> np.ndarray:
@@ -345,9 +346,10 @@ def _figure(figure: str, cfg: dict, small: bool, seed: int, start: float, logger
                 (f"learned per snapshot, {draws} training draws, from {best}", False, False,
                  [train.quadratic, *extra], runs[best])):
             t0 = time.perf_counter()
-            learned, report = nets.learn_weights(
-                kind, [exact.Quadratic(q.hessians.astype(np.float32), q.shifts.astype(np.float32))
-                       for q in quads],
+            learned, report = learn_weights(
+                _ALGORITHMS[kind](eta),
+                [exact.Quadratic(q.hessians.astype(np.float32), q.shifts.astype(np.float32))
+                 for q in quads],
                 metropolis.astype(np.float32), np.zeros(d), np.eye(d), T, step_size=eta,
                 learn_step_size=joint, shared=shared, init=init.astype(np.float32),
                 num_iterations=cfg["iterations"], learning_rate=cfg["learning_rate"])
@@ -360,7 +362,7 @@ def _figure(figure: str, cfg: dict, small: bool, seed: int, start: float, logger
             t0 = time.perf_counter()
             criterion = functools.partial(
                 _mean_w2, *(jnp.asarray(a, jnp.float32) for a in train.quadratic.target()))
-            learned, report = nets.learn_weights_by_sampling(
+            learned, report = learn_weights_by_sampling(
                 _ALGORITHMS[kind](eta0), train.potential, metropolis.astype(np.float32),
                 jnp.asarray(train.init), train.key, T, criterion,
                 num_iterations=cfg["sampling_iterations"],

@@ -47,8 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgsgld import networks
-from dgsgld.evaluate import predictive as predictive
+from dgsgld import evaluate, networks
 from dgsgld.model import data as dd
 from dgsgld.model.potential import Potential, stack_potentials
 from dgsgld.runner.loop import Output
@@ -260,7 +259,7 @@ def _ensemble_fn(task: Task, decentralized: bool):
         if not decentralized:
             values = jax.tree.map(lambda v: v[:, None], values)  # a single "agent"
         if classify:
-            return predictive.log_predictive(values, axis=0)
+            return evaluate.log_predictive(values, axis=0)
         return values
 
     return fn
@@ -312,21 +311,21 @@ def _map_baseline(task: Task, potentials, init, config: BenchmarkConfig):
 def _classification_scores(log_pred, labels, ood_log_pred=None) -> dict:
     """Scores of one log predictive ``(P, K)`` (arrays; vmap-able over agents)."""
     out = {
-        "accuracy": predictive.accuracy(log_pred, labels),
-        "nll": predictive.nll(log_pred, labels),
-        "ece": predictive.ece(log_pred, labels),
-        "brier": predictive.brier(log_pred, labels),
+        "accuracy": evaluate.accuracy(log_pred, labels),
+        "nll": evaluate.nll(log_pred, labels),
+        "ece": evaluate.ece(log_pred, labels),
+        "brier": evaluate.brier(log_pred, labels),
     }
     if ood_log_pred is not None:
-        out["ood_auroc"] = predictive.auroc(predictive.entropy(log_pred),
-                                            predictive.entropy(ood_log_pred))
+        out["ood_auroc"] = evaluate.auroc(evaluate.entropy(log_pred),
+                                          evaluate.entropy(ood_log_pred))
     return out
 
 
 def _regression_scores(means, stds, targets) -> dict:
     """RMSE and mixture NLL (standardized units) of samples ``(S, P)``; vmap-able."""
-    return {"rmse": predictive.rmse(means, targets),
-            "nll": predictive.gaussian_nll(means, stds, targets)}
+    return {"rmse": evaluate.rmse(means, targets),
+            "nll": evaluate.gaussian_nll(means, stds, targets)}
 
 
 @jax.jit
@@ -342,7 +341,7 @@ def _all_scores(outs, targets, ood):
         return agents, _regression_scores(*flat, targets)
     agents = jax.vmap(_classification_scores, (0, None, None if ood is None else 0))(
         outs, targets, ood)
-    pool = lambda lp: None if lp is None else predictive.log_predictive(lp, axis=0)  # noqa: E731
+    pool = lambda lp: None if lp is None else evaluate.log_predictive(lp, axis=0)  # noqa: E731
     return agents, _classification_scores(pool(outs), targets, pool(ood))
 
 
@@ -398,7 +397,7 @@ def _post_burn_in(ensemble, classify: bool, burn: int):
     ``(K, C, N, P)`` -> ``(N, K' C, P)``.
     """
     if classify:
-        return np.asarray(predictive.log_predictive(ensemble[burn:], axis=0))
+        return np.asarray(evaluate.log_predictive(ensemble[burn:], axis=0))
     return tuple(np.moveaxis(np.asarray(v[burn:]).reshape(-1, *v.shape[2:]), 1, 0)
                  for v in ensemble)
 
@@ -456,10 +455,9 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
     scorer = _Scorer(task)
     classify = scorer.classify
 
-    methods = [(f"{name} ({net})", make, nets[net], init_net, potentials, grid)
-               for name, make in (("DIGing-SGLD", DIGingSGLD), ("DE-SGLD", DESGLD))
-               for net in nets]
-    methods.append(("SGLD (centralized)", SGLD, None, chains, pooled, sgld_grid))
+    methods = [(f"{make.name} ({net})", make, nets[net], init_net, potentials, grid)
+               for make in (DIGingSGLD, DESGLD) for net in nets]
+    methods.append((f"{SGLD.name} (centralized)", SGLD, None, chains, pooled, sgld_grid))
 
     results = {s: {} for s in split_names}
     tuning, curves, calibration, timings = {}, {s: {} for s in split_names}, {}, {}
@@ -494,9 +492,9 @@ def run_benchmark(task: Task, config: BenchmarkConfig, logger=print) -> dict:
             results[split][label] = scorer.score(outs, "test")
             curves[split][label] = _curves(one, scorer, iterations)
             if classify:
-                lp = np.asarray(predictive.log_predictive(
+                lp = np.asarray(evaluate.log_predictive(
                     scorer.agent_outputs(outs, "test"), axis=0))
-                c, a, f = predictive.calibration_curve(lp, task.test[1])
+                c, a, f = evaluate.calibration_curve(lp, task.test[1])
                 calibration.setdefault(split, {})[label] = {
                     "count": np.asarray(c).tolist(), "accuracy": np.asarray(a).tolist(),
                     "confidence": np.asarray(f).tolist()}

@@ -79,9 +79,9 @@ _LOGISTIC = {
 
 #: Method label -> ``step_size -> sampler`` (the same objects across calls: compiled once).
 _MAKERS = {
-    "Push-DIGing-SGLD": PushDIGingSGLD,
+    PushDIGingSGLD.name: PushDIGingSGLD,
     "push-sum SGLD [35]": PushSumSGLD,
-    "DIGing-SGLD (symmetrized)": DIGingSGLD,
+    f"{DIGingSGLD.name} (symmetrized)": DIGingSGLD,
 }
 
 
@@ -122,9 +122,9 @@ def _pick(scores: np.ndarray, mode: str = "min") -> int:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
-def _final_w2(kind, hessians, shifts, stack, num_steps, grid):
-    """``(G, N)`` per-agent W2 at ``num_steps`` for every step size of ``grid`` (one program per
-    kind, period and size, reused across seeds)."""
+def _final_w2(make, hessians, shifts, stack, num_steps, grid):
+    """``(G, N)`` per-agent W2 at ``num_steps`` for every step size of ``grid``, ``make`` the
+    sampler class (one program per sampler, period and size, reused across seeds)."""
     q = exact.Quadratic(hessians, shifts)
     d = hessians.shape[-1]
     A, b = jnp.sum(hessians, axis=0), jnp.sum(shifts, axis=0)
@@ -132,16 +132,15 @@ def _final_w2(kind, hessians, shifts, stack, num_steps, grid):
     target = (cov @ b, 0.5 * (cov + cov.T))
 
     def one(eta):
-        m = exact.exact_moments(kind, q, stack, jnp.zeros(d), jnp.eye(d), num_steps,
-                                step_size=eta)
+        m = exact.exact_moments(make(eta), q, stack, jnp.zeros(d), jnp.eye(d), num_steps)
         return exact.exact_w2(exact.ExactMoments(*(a[-1] for a in m)), *target)
 
     return jax.vmap(one)(grid)
 
 
-def _tuned_w2(kind: str, quadratic, stack: np.ndarray, grid: np.ndarray, num_steps: int):
+def _tuned_w2(make, quadratic, stack: np.ndarray, grid: np.ndarray, num_steps: int):
     """``(per-agent W2 (N,), step size)`` at the grid point with the smallest mean W2."""
-    w2 = np.asarray(_final_w2(kind, jnp.asarray(quadratic.hessians), jnp.asarray(quadratic.shifts),
+    w2 = np.asarray(_final_w2(make, jnp.asarray(quadratic.hessians), jnp.asarray(quadratic.shifts),
                               jnp.asarray(stack), int(num_steps), jnp.asarray(grid)))
     best = _pick(w2, "min")
     return w2[best], float(grid[best])
@@ -151,9 +150,9 @@ def _one_seed(results: dict, split: str, q, cfg: dict, grid: np.ndarray, seed: i
     for name, schedule in _networks(cfg["num_agents"], cfg["period"], cfg["failure_rates"],
                                     seed).items():
         for method, stack in _stacks(schedule):
-            kind = METHODS[method][0]
-            w2, eta = _tuned_w2(kind, q, stack, grid, cfg["num_steps"])
-            st = exact.stationary_moments(kind, q, stack, step_size=eta)
+            make = _MAKERS[method]
+            w2, eta = _tuned_w2(make, q, stack, grid, cfg["num_steps"])
+            st = exact.stationary_moments(make(eta), q, stack, step_size=eta)
             limit = np.asarray(exact.exact_w2(st, *q.target())).max(axis=0)  # worst phase
             entry = results.setdefault(f"{name}, {split} split", {}).setdefault(
                 method, {"w2": [], "step_size": [], "stationary_w2": []})

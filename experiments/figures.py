@@ -32,9 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgsgld import networks
-from dgsgld.evaluate import distances as metrics
-from dgsgld.evaluate import streaming as streaming
+from dgsgld import evaluate, networks
 from dgsgld.posteriors.problems import (
     Problem,
     breast_cancer_problem,
@@ -68,13 +66,11 @@ __all__ = [
     "run_logistic_regression",
 ]
 
+#: The centralized reference's label: SGLD on the pooled data.
+CENTRALIZED = f"{SGLD.name} (centralized)"
 #: Display name -> sampler factory, in plotting order. The last one is the centralized reference.
-ALGORITHMS: dict[str, Callable] = {
-    "DIGing-SGLD": DIGingSGLD,
-    "DE-SGLD": DESGLD,
-    "SGLD (centralized)": SGLD,
-}
-CENTRALIZED = "SGLD (centralized)"
+ALGORITHMS: dict[str, Callable] = {DIGingSGLD.name: DIGingSGLD, DESGLD.name: DESGLD,
+                                   CENTRALIZED: SGLD}
 
 
 @dataclass(frozen=True)
@@ -87,7 +83,7 @@ class AlgorithmResult:
             (W2 or accuracy) at iterations ``0..T``; ``std`` is zero for centralized SGLD.
         per_agent: ``(T + 1, N)`` the per-agent metric (``N = 1`` for centralized SGLD).
         consensus: ``(T + 1,)`` consensus error over the trials
-            (:func:`dgsgld.evaluate.distances.ensemble_consensus_error`; zero for centralized SGLD).
+            (:func:`dgsgld.evaluate.ensemble_consensus_error`; zero for centralized SGLD).
         grid, grid_scores, grid_diverged: ``(G,)`` step sizes, final value at each (mean over
             agents at the last iteration; ``inf`` / ``0`` where the run diverged) and divergence.
         gradient: gradient-based tuning of the step size, or ``None``.
@@ -223,12 +219,12 @@ def _agent_axis(position):
 
 def _moments(positions):
     """Mean ``(N, p)`` and ``ddof = 1`` covariance ``(N, p, p)`` over chains of ``(C, N, p)``."""
-    return metrics.empirical_moments(positions, axis=0, ddof=1)
+    return evaluate.empirical_moments(positions, axis=0, ddof=1)
 
 
 def _w2(mean, cov, target_mean, target_cov):
     """Per-agent W2 between ``N(mean, cov)`` (leading axes ``...``) and the target."""
-    return metrics.gaussian_w2(
+    return evaluate.gaussian_w2(
         mean,
         cov,
         jnp.broadcast_to(target_mean, mean.shape),
@@ -236,17 +232,18 @@ def _w2(mean, cov, target_mean, target_cov):
     )
 
 
-def _stream(features=None, targets=None, **extra) -> streaming.Metric:
+def _stream(features=None, targets=None, **extra) -> evaluate.Metric:
     """Streamed per iteration over chains, centralized positions as one agent: each agent's
     moments (Fig. 2: ``"moments"``) or test accuracy on ``features``, ``targets`` (Fig. 3:
     ``"accuracy"``), the consensus error (``"consensus"``), and the ``extra`` metrics."""
     if features is None:
-        main = {"moments": streaming.moments(flatten=_agent_axis)}
+        main = {"moments": evaluate.streamed_moments(flatten=_agent_axis)}
     else:
-        main = {"accuracy": streaming.accuracy(logistic_labels, jnp.asarray(features),
-                                               jnp.asarray(targets) > 0.5, flatten=_agent_axis)}
-    return streaming.combine(**main, consensus=streaming.consensus_error(flatten=_agent_axis),
-                             **extra)
+        main = {"accuracy": evaluate.streamed_accuracy(
+            logistic_labels, jnp.asarray(features), jnp.asarray(targets) > 0.5,
+            flatten=_agent_axis)}
+    consensus = evaluate.streamed_consensus_error(flatten=_agent_axis)
+    return evaluate.combine(**main, consensus=consensus, **extra)
 
 
 class _FinalW2(eqx.Module):
@@ -279,8 +276,8 @@ class _FinalAccuracy(eqx.Module):
     targets: jax.Array
 
     def __call__(self, trace):
-        hits = metrics.accuracy(logistic_labels(trace.state.position, self.features),
-                                self.targets > 0.5)
+        hits = evaluate.label_accuracy(logistic_labels(trace.state.position, self.features),
+                                       self.targets > 0.5)
         return jnp.mean(hits)
 
 

@@ -14,7 +14,7 @@ tuning used, as a user with their own model would give it:
   figure's runs.
 
 ``python -m experiments.proposals --out docs/figures`` writes ``stepsize_proposals.json``
-and ``stepsize_proposals.md`` (the table quoted in ``docs/your-own-model.md``).
+and ``stepsize_proposals.md`` (the table quoted in ``docs/results/step-sizes.md``).
 """
 
 import argparse
@@ -27,8 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgsgld import tuning
-from dgsgld.evaluate import distances as metrics
+from dgsgld import evaluate, tuning
 from dgsgld.posteriors.problems import linear_regression_problem, logistic_labels
 from dgsgld.samplers import DESGLD, DIGingSGLD
 
@@ -38,8 +37,8 @@ from .figures import _logistic_problem, _sampling_setup, derive_seeds
 __all__ = ["ValidationAccuracy", "paper_case", "compare", "table"]
 
 FIGURES = ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fig3c")
-SAMPLERS = {"DIGing-SGLD": DIGingSGLD, "DE-SGLD": DESGLD}
-_DOCS = Path(__file__).resolve().parents[2] / "docs" / "figures"
+SAMPLERS = {cls.name: cls for cls in (DIGingSGLD, DESGLD)}
+_DOCS = Path(__file__).resolve().parents[1] / "docs" / "figures"
 
 
 class ValidationAccuracy(eqx.Module):
@@ -50,7 +49,8 @@ class ValidationAccuracy(eqx.Module):
     targets: jax.Array
 
     def __call__(self, positions):
-        hits = metrics.accuracy(logistic_labels(positions, self.features), self.targets > 0.5)
+        hits = evaluate.label_accuracy(logistic_labels(positions, self.features),
+                                       self.targets > 0.5)
         return jnp.mean(hits, axis=-1)
 
 

@@ -23,8 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgsgld import networks
-from dgsgld.evaluate import distances as metrics
+from dgsgld import evaluate, networks, samplers
 from dgsgld.posteriors.problems import linear_regression_problem
 from dgsgld.theory import bounds
 from dgsgld.theory.constants import choose_window, exact_bound_inputs
@@ -40,6 +39,8 @@ __all__ = ["theory_report"]
 
 ALGORITHMS = ("diging", "de")
 LABELS = {"diging": "DIGing-SGLD", "de": "DE-SGLD", "sgld": "centralized ULA (step η/N)"}
+#: The sampler class of each key of the report.
+SAMPLERS = {"diging": samplers.DIGingSGLD, "de": samplers.DESGLD, "sgld": samplers.SGLD}
 
 
 def _paper_problem(seed):
@@ -51,7 +52,7 @@ def _tune(kind, quad, stack, init_cov, grid, num_steps, target):
 
     def final_w2(eta):
         mom = exact_moments(
-            kind, quad, stack, jnp.zeros(quad.dim), init_cov, num_steps, step_size=eta
+            SAMPLERS[kind](eta), quad, stack, jnp.zeros(quad.dim), init_cov, num_steps
         )
         last = jax.tree.map(lambda a: a[-1:], mom)
         return jnp.mean(exact_w2(last, *target))
@@ -135,12 +136,13 @@ def _compute(seed, num_chains, num_steps, epsilon, num_tuning_steps, num_station
     init = jax.random.normal(jax.random.key(seed), (num_chains, N, p), jnp.float64)
     for kind, make in (("diging", dgsgld.DIGingSGLD), ("de", dgsgld.DESGLD)):
         eta, values = _tune(kind, quad, stack, init_cov, grid, num_steps, target)
-        mom = exact_moments(kind, quad, stack, np.zeros(p), init_cov, num_steps, step_size=eta)
+        mom = exact_moments(make(eta), quad, stack, np.zeros(p), init_cov, num_steps,
+                            step_size=eta)
         exact = np.asarray(exact_w2(mom, *target)).mean(axis=1)
         trace = dgsgld.sample(
             make(eta), potential, schedule, init, jax.random.key(seed + 1), num_steps
         )
-        mc = np.asarray(metrics.per_agent_w2(trace.positions, *target)).mean(axis=1)
+        mc = np.asarray(evaluate.per_agent_w2(trace.positions, *target)).mean(axis=1)
         curves[kind] = {"eta": eta, "exact": exact, "mc": mc}
         result[kind] = {
             "tuned_step": eta,
@@ -202,7 +204,8 @@ def _compute(seed, num_chains, num_steps, epsilon, num_tuning_steps, num_station
         inp = exact_bound_inputs(quad, schedule, np.zeros(p), init_cov, eta, B=B)
         paper = bounds.theorem35(inp, ks, eta)  # Lemma 3.6's λ(η), α = 1, β = 2L/μ
         best = bounds.theorem35(inp, ks, eta, *bounds.optimal_parameters(inp, eta))
-        mom = exact_moments("diging", quad, stack, np.zeros(p), init_cov, num_steps, step_size=eta)
+        mom = exact_moments(samplers.DIGingSGLD(eta), quad, stack, np.zeros(p), init_cov,
+                            num_steps, step_size=eta)
         exact = np.asarray(exact_w2(mom, *target)).mean(axis=1)
         curves["bound"][name] = {
             "eta": eta,
@@ -229,9 +232,9 @@ def _compute(seed, num_chains, num_steps, epsilon, num_tuning_steps, num_station
     curves["stationary"] = {"eta": steps}
     for kind in ALGORITHMS + ("sgld",):
         if kind == "sgld":  # the network average of DIGing moves like ULA on f with step η/N
-            w2 = stationary_w2("sgld", quad, None, steps / N)[:, 0]
+            w2 = stationary_w2(samplers.SGLD(1.0), quad, None, steps / N)[:, 0]
         else:
-            w2 = stationary_w2(kind, quad, schedule, steps).mean(axis=(1, 2))
+            w2 = stationary_w2(SAMPLERS[kind](1.0), quad, schedule, steps).mean(axis=(1, 2))
         fit_range = steps <= 2.1e-3
         slope, intercept = loglog_slope(steps[fit_range], w2[fit_range])
         curves["stationary"][kind] = (w2, slope, intercept)
@@ -239,9 +242,9 @@ def _compute(seed, num_chains, num_steps, epsilon, num_tuning_steps, num_station
         # steps gives the order itself (it tends to 1 for every sampler: the W2 is O(η)).
         small = np.array([1e-6, 2e-6])
         if kind == "sgld":
-            w2_small = stationary_w2("sgld", quad, None, small / N)[:, 0]
+            w2_small = stationary_w2(samplers.SGLD(1.0), quad, None, small / N)[:, 0]
         else:
-            w2_small = stationary_w2(kind, quad, schedule, small).mean(axis=(1, 2))
+            w2_small = stationary_w2(SAMPLERS[kind](1.0), quad, schedule, small).mean(axis=(1, 2))
         local, _ = loglog_slope(small, w2_small)
         result["stationary"][kind] = {
             "w2": w2.tolist(),

@@ -40,7 +40,7 @@ def task():
     return digits.digits_task(0)
 
 
-@pytest.mark.slow  # fast twin: tests/test_predictive.py (the scores it pools)
+@pytest.mark.slow  # fast twin: tests/evaluate/test_predictive.py (the scores it pools)
 def test_predictive_score_pools_probabilities_over_chains(task):
     """The digits rows' NLL and accuracy are those of each agent's predictive ``p̂ = mean over
     chains of p_c`` (computed here by hand in float64 to float32 rounding), averaged over
@@ -108,8 +108,8 @@ def _check_bytes(row: dict, num_draws: int) -> None:
         assert row["bytes_per_agent_step"] == per * 4 * sizes[name] / tau, row
 
 
-@pytest.mark.slow  # fast twin: tests/test_predictive.py (the BNN rows' scores); every row's
-# bytes: test_sample_channel_option_counts_bytes
+@pytest.mark.slow  # fast twin: tests/evaluate/test_predictive.py (the BNN rows' scores); every
+# row's bytes: test_sample_channel_option_counts_bytes
 def test_digits_rows_tiny(tmp_path, monkeypatch):
     """The digits BNN rows at a tiny size (DIGing-SGLD, 10 steps, 8 chains, two channels):
     bytes per agent and step exact for messages of 1210 entries, NLL and accuracy with
@@ -198,7 +198,7 @@ def test_jackknife_of_a_mean_is_the_standard_error_of_the_group_means():
 
 
 @pytest.mark.slow  # fast twins: test_sample_channel_option_counts_bytes, the jackknife identity,
-# tests/test_predictive.py
+# tests/evaluate/test_predictive.py
 def test_communication_experiment_small(tmp_path):
     """``reproduce communication --small``: every row's bytes per agent and step are exact
     (:func:`_check_bytes`: the encodings of d = 6 and, for the digits BNN, d = 4810 float32

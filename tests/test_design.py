@@ -77,8 +77,8 @@ def test_exact_w2_gradient_matches_finite_differences():
         tm, tc = q.target()
 
         def objective(theta, log_eta):
-            m = exact.exact_moments("diging", q, par.matrices(theta), np.zeros(2), np.eye(2), 6,
-                                    step_size=jnp.exp(log_eta))
+            m = exact.exact_moments(dgsgld.DIGingSGLD(jnp.exp(log_eta)), q, par.matrices(theta),
+                                    np.zeros(2), np.eye(2), 6)
             return jnp.mean(exact.exact_w2(exact.ExactMoments(*(a[-1] for a in m)), tm, tc))
 
         theta = jnp.asarray(rng.normal(size=par.shape) - 1.0)  # node sums below 1: smooth
@@ -114,12 +114,12 @@ def test_multi_iteration_objective_gradient_matches_finite_differences():
         q = _four_agent_quadratic(rng)
         par = tuning.edge_parametrization(_two_snapshots())
         iterations = (3, 4, 5, 6)
-        objective = _exact_objective("diging", None, [q], np.zeros(2), np.eye(2), iterations,
-                                     "mean")
+        objective = _exact_objective(dgsgld.DIGingSGLD(0.05), [q], np.zeros(2), np.eye(2),
+                                     iterations, "mean")
         theta = jnp.asarray(rng.normal(size=par.shape) - 1.0)  # node sums below 1: smooth
         eta = jnp.asarray(0.05)
-        m = exact.exact_moments("diging", q, par.matrices(theta), np.zeros(2), np.eye(2), 6,
-                                step_size=eta)
+        m = exact.exact_moments(dgsgld.DIGingSGLD(eta), q, par.matrices(theta), np.zeros(2),
+                                np.eye(2), 6)
         per_iteration = np.asarray(exact.exact_w2(m, *q.target())).mean(axis=1)  # (7,)
         value_and_grad = jax.jit(jax.value_and_grad(lambda t: objective(par.matrices(t), eta)))
         value, grad = value_and_grad(theta)
@@ -138,7 +138,7 @@ def test_learn_weights_single_iteration_sequence_is_the_single_iteration_objecti
     rng = np.random.default_rng(3)
     z = rng.normal(size=(6, 4, 2))
     q = exact.Quadratic(np.swapaxes(z, 1, 2) @ z + 0.1 * np.eye(2), rng.normal(size=(6, 2)))
-    args = ("diging", q, sched, np.zeros(2), np.eye(2))
+    args = (dgsgld.DIGingSGLD(0.05), q, sched, np.zeros(2), np.eye(2))
     kw = {"step_size": 0.05, "num_iterations": 3, "learning_rate": 0.1}
     single, rep = tuning.learn_weights(*args, 10, **kw)
     listed, rep_listed = tuning.learn_weights(*args, [10], **kw)
@@ -160,7 +160,7 @@ def test_learn_weights_recovers_two_node_optimum():
     # free too, V(w*(η), η) = 2(1 − η)² + 2η is least at η* = 1/2, so w* = 1/4 and V* = 3/2.
     q = exact.Quadratic(np.ones((2, 1, 1)), np.zeros((2, 1)))
     start = nets.max_degree_weights(np.array([[0, 1], [1, 0]]))  # w = 1/2
-    sched, rep = tuning.learn_weights("de", q, start, np.zeros(1), 4.0 * np.eye(1), 1,
+    sched, rep = tuning.learn_weights(dgsgld.DESGLD(0.1), q, start, np.zeros(1), 4.0 * np.eye(1), 1,
                                     step_size=0.1, num_iterations=300,
                                     optimizer=optax.adam(0.02))
     assert rep.weights.shape == (1, 1)
@@ -176,7 +176,7 @@ def test_learn_weights_and_step_recover_two_node_optimum():
     # The problem of the fast twin with η free: η* = 1/2, w* = 1/4, V* = 3/2 (derived there).
     q = exact.Quadratic(np.ones((2, 1, 1)), np.zeros((2, 1)))
     start = nets.max_degree_weights(np.array([[0, 1], [1, 0]]))
-    _, joint = tuning.learn_weights("de", q, start, np.zeros(1), 4.0 * np.eye(1), 1,
+    _, joint = tuning.learn_weights(dgsgld.DESGLD(0.1), q, start, np.zeros(1), 4.0 * np.eye(1), 1,
                                   step_size=0.1, learn_step_size=True, num_iterations=300,
                                   optimizer=optax.adam(0.02))
     assert abs(joint.step_size_after - 0.5) < 1e-2
@@ -190,18 +190,18 @@ def test_learned_schedule_is_valid_and_lowers_the_exact_w2():
     rng = np.random.default_rng(3)
     z = rng.normal(size=(6, 4, 2))
     q = exact.Quadratic(np.swapaxes(z, 1, 2) @ z + 0.1 * np.eye(2), rng.normal(size=(6, 2)))
-    out, rep = tuning.learn_weights("diging", q, sched, np.zeros(2), np.eye(2), 20,
+    out, rep = tuning.learn_weights(dgsgld.DIGingSGLD(0.05), q, sched, np.zeros(2), np.eye(2), 20,
                                   step_size=0.05, num_iterations=15, learning_rate=0.1)
     assert rep.objective_after < rep.objective_before
     nets.validate_schedule(out.matrices, np.asarray(sched.adjacency))
     nets.check_joint_connectivity(out)
-    m = exact.exact_moments("diging", q, out.matrices, np.zeros(2), np.eye(2), 20,
-                            step_size=0.05)
+    m = exact.exact_moments(dgsgld.DIGingSGLD(0.05), q, out.matrices, np.zeros(2), np.eye(2),
+                            20)
     again = float(np.mean(exact.exact_w2(exact.ExactMoments(*(a[-1] for a in m)), *q.target())))
     assert again == pytest.approx(rep.objective_after, rel=1e-5)
     assert rep.spectral_gap_after.shape == (3,) and rep.history.shape == (15,)
     # Several quadratics: the objective is their mean (the same one twice: unchanged start).
-    _, twice = tuning.learn_weights("diging", [q, q], sched, np.zeros(2), np.eye(2), 20,
+    _, twice = tuning.learn_weights(dgsgld.DIGingSGLD(0.05), [q, q], sched, np.zeros(2), np.eye(2), 20,
                                   step_size=0.05, num_iterations=1)
     assert twice.objective_before == pytest.approx(rep.objective_before, rel=1e-6)
 
@@ -275,21 +275,21 @@ def test_learn_weights_refuses_bad_input():
     W = np.full((2, 2), 0.5)
     args = (q, W, np.zeros(1), np.eye(1), 1)
     with pytest.raises(ValueError, match="`reduce` must be one of"):
-        tuning.learn_weights("de", *args, step_size=0.1, reduce="median")
+        tuning.learn_weights(dgsgld.DESGLD(0.1), *args, step_size=0.1, reduce="median")
     with pytest.raises(ValueError, match="no symmetric mixing weights"):
-        tuning.learn_weights("push_sum", *args, step_size=0.1)
+        tuning.learn_weights(dgsgld.PushSumSGLD(0.1), *args, step_size=0.1)
     with pytest.raises(ValueError, match="`step_size` must be one positive constant"):
-        tuning.learn_weights("de", *args, step_size=-1.0)
+        tuning.learn_weights(dgsgld.DESGLD(0.1), *args, step_size=-1.0)
     with pytest.raises(ValueError, match="`num_iterations` must be an integer >= 1"):
-        tuning.learn_weights("de", *args, step_size=0.1, num_iterations=0)
+        tuning.learn_weights(dgsgld.DESGLD(0.1), *args, step_size=0.1, num_iterations=0)
     with pytest.raises(ValueError, match="`learning_rate` must be a positive number"):
-        tuning.learn_weights("de", *args, step_size=0.1, learning_rate=0.0)
+        tuning.learn_weights(dgsgld.DESGLD(0.1), *args, step_size=0.1, learning_rate=0.0)
     for steps, why in (([], "empty"), ([2, 2], "not strictly increasing"),
                        ([3, 1], "not strictly increasing"), ([1, 2.5], "non-integer"),
                        (2.0, "got 2.0"), ([0, 1], "< 1"), (True, "got True")):
         with pytest.raises(ValueError, match=f"`num_steps` must be an integer >= 1 or a "
                                              f"non-empty, strictly increasing.*{why}"):
-            tuning.learn_weights("de", *args[:4], steps, step_size=0.1)
+            tuning.learn_weights(dgsgld.DESGLD(0.1), *args[:4], steps, step_size=0.1)
     with pytest.raises(ValueError, match="no edges"):
         tuning.edge_parametrization(np.zeros((3, 3)))
     with pytest.raises(ValueError, match="`theta` must have shape"):
@@ -338,13 +338,13 @@ def test_laplace_quadratic_is_exact_for_linear_and_the_map_for_logistic():
 
 
 @pytest.mark.slow  # statistical; the bootstrap serves `reproduce design` only (slow:
-# test_reproduce_design_small); fast twins of the W2 it resamples: tests/test_metrics.py
+# test_reproduce_design_small); fast twins of the W2 it resamples: tests/evaluate/test_distances.py
 def test_sampled_w2_standard_error_matches_independent_repetitions():
     """The bootstrap over chains against the spread of the plug-in W2 over R independent runs
     of C chains: N = 2 independent agents with N(0, I₂) chains, target N(μ, I₂), |μ| = 1.
     To first order W2_i = |x̄_i − μ|, whose standard deviation is 1/√C, so the mean over the
     agents has standard error 1/√(CN)."""
-    from dgsgld.evaluate import distances as metrics
+    from dgsgld import evaluate
     from experiments import design as D
 
     C, N, p, R, K = 400, 2, 2, 2000, 20
@@ -352,7 +352,7 @@ def test_sampled_w2_standard_error_matches_independent_repetitions():
     q = exact.Quadratic(np.broadcast_to(np.eye(p) / N, (N, p, p)), np.broadcast_to(mu / N, (N, p)))
     positions = np.random.default_rng(0).standard_normal((R, C, N, p))
     with jax.enable_x64(True):
-        w2 = np.asarray(metrics.gaussian_w2_to_target(positions, mu, np.eye(p), axis=1)).mean(1)
+        w2 = np.asarray(evaluate.gaussian_w2_to_target(positions, mu, np.eye(p), axis=1)).mean(1)
     truth = np.std(w2, ddof=1)
     truth_se = truth / np.sqrt(2 * (R - 1))        # standard error of a normal sample's sd
     boot = np.array([D._sampled_w2_se(positions[k], q, seed=k) for k in range(K)])

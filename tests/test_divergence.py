@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld.evaluate import diagnostics as diagnostics
+from dgsgld import evaluate
 from dgsgld.runner.checkpoint import sample_chunked
 
 N, D, C, NUM_STEPS = 3, 2, 3, 60
@@ -172,4 +172,4 @@ def test_flag_is_set_per_step_size_under_vmap():
 
 def test_diverged_positions_are_refused_by_diagnostics(flagged):
     with pytest.raises(ValueError, match=r"Did the run diverge\? See `trace.divergence`"):
-        diagnostics.ess(flagged.positions)
+        evaluate.ess(flagged.positions)

@@ -36,6 +36,7 @@ def test_examples_are_all_tested():
         "bnn_equinox.py",
         "numpyro_poisson.py",
         "compressed_messages.py",
+        "privacy.py",
     }
     # multi_process.py runs in tests/test_multiprocess.py (several processes, no --small).
     present = {p.name for p in EXAMPLES.glob("*.py")} - {"theory_report.py", "multi_process.py"}
@@ -153,3 +154,25 @@ def test_compressed_messages_example():
     # about 10 posterior sds); with it the run is back near the exact one.
     assert exact < 0.3 and fed < 0.5 < topk
     assert every < 0.5
+
+
+@pytest.mark.slow  # fast twin: tests/test_privacy.py (the accountant's closed forms)
+def test_privacy_example():
+    out = _run("privacy.py")
+    rows = {tuple(ln.split(" accuracy ")[0].split("C =")): ln for ln in out.splitlines()
+            if " accuracy " in ln}
+    assert len(rows) == 6
+    eps = {(name.strip(), clip.strip()): float(re.search(r"ε per agent (\S+)", ln).group(1))
+           for (name, clip), ln in rows.items()}
+    acc = {(name.strip(), clip.strip()): float(re.search(r"accuracy (\d\.\d+)", ln).group(1))
+           for (name, clip), ln in rows.items()}
+    # Full batches: T = 500 Gaussian mechanisms of shift 2Cη and noise √(2η) compose to
+    # μ = √(T η / 2) 2C; DE-SGLD's agents step at η = 20 η̄, the curator at η̄: μ is √20
+    # times smaller, so ε is far smaller. Without clipping ε is infinite.
+    assert eps[("DE-SGLD", "0.3")] == pytest.approx(2.44, abs=0.01)
+    assert eps[("SGLD (centralized)", "0.3")] < eps[("DE-SGLD", "0.3")] / 3
+    assert eps[("DE-SGLD", "None")] == float("inf")
+    # 16 chains x 20 agents, 500 steps: unclipped accuracy near the posterior predictive's
+    # (about 0.9 on this test set); clipping at 0.3 costs a few points.
+    assert 0.85 < acc[("DE-SGLD", "None")] <= 1.0
+    assert acc[("DE-SGLD", "0.3")] < acc[("DE-SGLD", "None")]

@@ -118,7 +118,7 @@ def test_accuracy_counts_sign_agreement():
     targets = jnp.array([1.0, 1.0, 0.0, 1.0])
     params = jnp.array([[1.0, 1.0], [-1.0, -1.0]])
     # x=(1,1): logits (1,1,-1,-1) -> predictions (1,1,0,0): 3 of 4 right; the negation 1 of 4.
-    got = dgsgld.evaluate.distances.accuracy(problems.logistic_labels(params, features), targets > 0.5)
+    got = dgsgld.evaluate.label_accuracy(problems.logistic_labels(params, features), targets > 0.5)
     np.testing.assert_allclose(np.asarray(got), [0.75, 0.25])
 
 
@@ -307,7 +307,7 @@ def fig2_toy():
 
 @pytest.mark.slow  # fast twins (the toy run compiles a grid run per algorithm, ~10 s in all):
 # tests/test_tuning.py::test_every_grid_point_and_split_is_a_plain_run_with_the_same_draws (the
-# figures' grid runner), tests/test_streaming.py (the streamed W2 curves),
+# figures' grid runner), tests/evaluate/test_streaming.py (the streamed W2 curves),
 # test_linear_problem_matches_the_closed_form_posterior (the problem and its posterior)
 def test_fig2_toy_run_structure_and_invariants(fig2_toy):
     res = fig2_toy

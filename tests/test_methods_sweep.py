@@ -1,4 +1,5 @@
-"""The methods sweep: its records, cost counts and validation (the numbers are in docs/methods.md)."""
+"""The methods sweep: its records, cost counts and validation (the numbers are in
+docs/results/methods.md)."""
 
 import numpy as np
 import pytest

@@ -160,7 +160,8 @@ def _sample_chains_in_one_process(chain_offset: bool):
     spread = _example().spread
     args = (dgsgld.DIGingSGLD(0.05), prob.potential, ring(4), init, jax.random.key(0), 10)
     want = dgsgld.sample(*args, output=Output(thin=2, ensemble_fn=spread))
-    got = distributed.sample_chains(*args, output=Output(thin=2, ensemble_fn=spread))
+    got = dgsgld.sample(*args, output=Output(thin=2, ensemble_fn=spread),
+                        placement=dgsgld.Processes())
     # The same compiled step and draws: equal positions; ensemble_fn applied after the run
     # instead of inside the loop (float32 rounding of the mean and variance at most).
     np.testing.assert_array_equal(got.state.position, want.state.position)
@@ -170,7 +171,8 @@ def _sample_chains_in_one_process(chain_offset: bool):
     if not chain_offset:
         return
     # A chain offset composes with the process's block: global chains 2 + offset + c.
-    np.testing.assert_array_equal(distributed.sample_chains(*args, chain_offset=2).positions,
+    np.testing.assert_array_equal(dgsgld.sample(*args, chain_offset=2,
+                                                placement=dgsgld.Processes()).positions,
                                   dgsgld.sample(*args, chain_offset=2).positions)
 
 

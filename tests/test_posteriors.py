@@ -1,4 +1,4 @@
-"""Benchmark targets, their stored references, and the scores (dgsgld.posteriors)."""
+"""Benchmark targets, their stored references, and the scores against them (dgsgld.posteriors)."""
 
 import json
 
@@ -8,13 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dgsgld.posteriors import available, get_target, load_reference, references
-from dgsgld.posteriors.scores import (
-    ksd,
+from dgsgld.posteriors import (
+    available,
+    get_target,
+    load_reference,
     moment_errors,
     predictive_scores,
-    stein_scores,
-    wasserstein2,
+    references,
 )
 from dgsgld.posteriors.targets import exact_gaussian_posterior
 
@@ -31,16 +31,6 @@ def test_split_potentials_sum_to_the_log_posterior():
             == np.issubdtype(target.data[-1].dtype, np.integer))
     value = eqx.filter_jit(lambda p, x: p.value(x))(potential, x)
     assert float(value) == pytest.approx(-float(target.log_density(x)), rel=1e-5)
-
-
-def test_gaussian_anchor_score_is_the_closed_form():
-    # grad log N(x; m, S) = -S^{-1} (x - m); from the agents' gradients summed.
-    target = get_target("gaussian_linear")
-    mean, cov = exact_gaussian_posterior(target)
-    x = np.asarray(target.init(jax.random.key(2), 3), np.float64) * 10
-    want = -(x - mean) @ np.linalg.inv(cov)
-    got = np.asarray(stein_scores(target.potential(4, "skew"), x))
-    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-3)
 
 
 @pytest.mark.parametrize("name", available())
@@ -102,49 +92,6 @@ def test_moment_errors_known_answer():
     assert out["sd_ratio_median"] == pytest.approx(1.0)
 
 
-def test_wasserstein2_exact_cases():
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(200, 4))
-    shift = np.array([0.3, -1.0, 2.0, 0.0])
-    # A translate: the identity pairing is optimal, W2 = |shift| exactly (any permutation).
-    assert wasserstein2(x, x[rng.permutation(200)] + shift, size=200) == pytest.approx(
-        np.linalg.norm(shift), rel=1e-10)
-    # One dimension: the optimal pairing matches order statistics.
-    a, b = rng.normal(size=(300, 1)), rng.standard_t(3, size=(300, 1))
-    want = np.sqrt(np.mean((np.sort(a[:, 0]) - np.sort(b[:, 0])) ** 2))
-    assert wasserstein2(a, b, size=300) == pytest.approx(want, rel=1e-10)
-    # Scales divide coordinates first.
-    scale = np.array([2.0, 2.0, 2.0, 2.0])
-    assert wasserstein2(x, x + shift, size=200, scale=scale) == pytest.approx(
-        np.linalg.norm(shift) / 2, rel=1e-10)
-
-
-def test_wasserstein2_of_gaussians():
-    # y_i = mu + S x_i with S symmetric positive definite: x -> mu + S x is the gradient of a
-    # convex function, so the pairing i -> i is cyclically monotone and hence optimal between
-    # the empirical measures: W2^2 = mean_i |mu + (S - I) x_i|^2 exactly. For x ~ N(0, I) its
-    # expectation is |mu|^2 + tr (S - I)^2, the closed-form W2^2 between N(0, I) and
-    # N(mu, S^2) (dgsgld.evaluate.distances.gaussian_w2); checked within 4 standard errors of the mean of
-    # the m terms (p ~ 6e-5).
-    from dgsgld.evaluate.distances import gaussian_w2
-
-    rng = np.random.default_rng(5)
-    m, d = 300, 3
-    a = rng.normal(size=(d, d))
-    vals, vecs = np.linalg.eigh(a @ a.T / d + 0.2 * np.eye(d))
-    s = vecs @ np.diag(np.sqrt(vals)) @ vecs.T
-    mu = np.array([0.5, -0.3, 1.0])
-    x = rng.normal(size=(m, d))
-    y = mu + x @ s
-    terms = np.sum((mu + x @ (s - np.eye(d))) ** 2, axis=1)
-    got = wasserstein2(x, y[rng.permutation(m)], size=m)
-    assert got == pytest.approx(np.sqrt(terms.mean()), rel=1e-10)
-    exact = float(gaussian_w2(np.zeros(d), np.eye(d), mu, s @ s))
-    assert exact**2 == pytest.approx(mu @ mu + np.trace((s - np.eye(d)) @ (s - np.eye(d))),
-                                     rel=1e-4)
-    assert abs(got**2 - exact**2) < 4 * terms.std(ddof=1) / np.sqrt(m)
-
-
 def test_predictive_scores_known_answer():
     # Input 0: (1, 0) vs (0.5, 0.5): TV 0.5, argmax agrees (ties go to the first class);
     # input 1: (0.2, 0.8) vs (0.9, 0.1): TV 0.7, disagree. Means 0.6 and 0.5.
@@ -153,88 +100,6 @@ def test_predictive_scores_known_answer():
     assert predictive_scores(p, r) == pytest.approx(
         {"predictive_tv": 0.6, "predictive_agreement": 0.5})
     assert predictive_scores(p, p) == {"predictive_tv": 0.0, "predictive_agreement": 1.0}
-
-
-@pytest.mark.reliability
-def test_scores_refuse_bad_input():
-    with pytest.raises(ValueError, match="`y` has 2 coordinates; expected 3"):
-        wasserstein2(np.zeros((5, 3)), np.zeros((5, 2)))
-    with pytest.raises(ValueError, match="`x` holds non-finite values"):
-        wasserstein2(np.full((5, 3), np.nan), np.zeros((5, 3)))
-    with pytest.raises(ValueError, match="`scores` must have the shape"):
-        ksd(np.zeros((5, 3)), np.zeros((4, 3)))
-    with pytest.raises(ValueError, match="`beta` must lie in"):
-        ksd(np.zeros((5, 3)), np.zeros((5, 3)), beta=-1.5)
-
-
-def _ksd_replicates(mean, num, m, d, unbiased, seed=0):
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(num):
-        x = rng.normal(size=(m, d)) + mean
-        value = ksd(x, -x, unbiased=unbiased)  # scores of N(0, I): -x
-        out.append(value if unbiased else value**2)
-    return np.array(out)
-
-
-def test_ksd_of_the_target_itself_has_its_exact_expectation():
-    # x_i ~ N(0, I_d) = pi: E[V-statistic KSD^2] = E k_pi(x, x) / m = 2d / m exactly (module
-    # doc). 60 replicates: the mean is within 4 standard errors (p ~ 6e-5).
-    m, d = 100, 3
-    v = _ksd_replicates(0.0, 60, m, d, unbiased=False)
-    assert abs(v.mean() - 2 * d / m) < 4 * v.std(ddof=1) / np.sqrt(v.size)
-
-
-def test_ksd_of_a_shifted_gaussian_matches_quadrature():
-    # Q = N(mu, 1) against pi = N(0, 1): the population KSD^2 = E_{x,y~Q} k_pi(x, y), by
-    # 2-D Gauss-Hermite quadrature (the integrand is smooth: error far below 1e-6); the
-    # unbiased U-statistic has this expectation, checked within 4 standard errors.
-    mu, beta = 1.0, -0.5
-    t, w = np.polynomial.hermite_e.hermegauss(80)
-    w = w / w.sum()
-    x, y = np.meshgrid(t + mu, t + mu, indexing="ij")
-    r = x - y
-    u = 1 + r**2
-    k = (x * y * u**beta + 2 * beta * u ** (beta - 1) * (-y + x) * r
-         - 2 * beta * u ** (beta - 1) - 4 * beta * (beta - 1) * u ** (beta - 2) * r**2)
-    exact = float(w @ k @ w)
-    u_stats = _ksd_replicates(mu, 40, 100, 1, unbiased=True, seed=3)
-    assert abs(u_stats.mean() - exact) < 4 * u_stats.std(ddof=1) / np.sqrt(u_stats.size)
-    # and the null's U-statistic averages to zero, far below the shifted one.
-    null = _ksd_replicates(0.0, 40, 100, 1, unbiased=True, seed=4)
-    assert abs(null.mean()) < 4 * null.std(ddof=1) / np.sqrt(null.size)
-    assert exact > 10 * null.std(ddof=1)
-
-
-@pytest.mark.slow  # fast twins: test_gaussian_anchor_score_is_the_closed_form (stein_scores
-# from the agents' gradients), tests/test_streaming.py::test_streamed_ksd_equals_the_ksd_of_the_
-# stored_draws (the streamed KSD is the KSD of the stored draws)
-def test_streamed_ksd_from_the_agents_gradients_equals_the_ksd_of_the_stored_draws():
-    # dgsgld.evaluate.streaming.ksd with the score of stein_scores (minus the sum of the agents' own
-    # full gradients, each agent on its own data) streams, per agent and kept iteration, the
-    # V-statistic that scores.ksd gives from the stored draws of the C = 8 chains. The two
-    # differ only by rounding: the streamed KSD^2 is a float32 sum of C^2 = 64 kernel terms
-    # (the stored one sums the same float32 scores in float64), dominated by the positive
-    # s(x).s(y) u^beta term (scores of order 100 here), so its relative error is at most about
-    # 64 x 6e-8 = 4e-6, half that on the root: rtol 1e-5.
-    import dgsgld
-    from dgsgld import networks
-    from dgsgld.evaluate import streaming as streaming
-
-    target = get_target("gaussian_linear")
-    potential = target.potential(4, "skew")
-    score = lambda x: stein_scores(potential, x[None])[0]
-    init = jnp.broadcast_to(target.init(jax.random.key(0), 8)[:, None], (8, 4, target.dim))
-    trace = dgsgld.sample(dgsgld.DIGingSGLD(2e-3), potential, networks.ring(4), init,
-                          jax.random.key(1), 20,
-                          output=dgsgld.Output(thin=10, positions=True,
-                                               ensemble_fn=streaming.ksd(score)))
-    x = np.asarray(trace.positions)                                    # (C, T', N, d)
-    streamed = np.sqrt(np.asarray(trace.ensemble.total) / 64)         # (T', N)
-    want = np.array([[ksd(x[:, t, i], stein_scores(potential, x[:, t, i]))
-                      for i in range(4)] for t in range(x.shape[1])])
-    np.testing.assert_allclose(streamed, want, rtol=1e-5)
-    assert np.all(want > 0)
 
 
 @pytest.mark.slow  # fast twin: test_stored_references_pass_their_checks
@@ -420,7 +285,7 @@ def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
     # benchmarks/references/leaderboard.{json,md} are the output of one `dgsgld bench
     # posteriors` run with the full settings: a row for every (target, network, sampler), the
     # centralized sampler once per target, SBC cells for every simulated target; the Markdown
-    # is the JSON's table, and docs/benchmark.md quotes every line of it verbatim.
+    # is the JSON's table, and docs/results/posteriors.md quotes every line of it verbatim.
     import dataclasses
     import pathlib
 
@@ -444,7 +309,7 @@ def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
                                          for s in full.sbc_samplers}
     table = (shipped / "leaderboard.md").read_text()
     assert markdown(result) == table
-    guide = (root / "docs" / "benchmark.md").read_text()
+    guide = (root / "docs" / "results" / "posteriors.md").read_text()
     missing = [line for line in table.splitlines() if line and line not in guide]
     assert not missing, missing[:3]
 

@@ -183,8 +183,7 @@ def test_diging_sgld_on_a_numpyro_model_matches_nuts():
     """Fast twin: test_numpyro_potential_equals_the_model_written_by_hand."""
     from numpyro.infer import MCMC, NUTS
 
-    from dgsgld import networks
-    from dgsgld.evaluate import diagnostics as diagnostics
+    from dgsgld import evaluate, networks
 
     rng = np.random.default_rng(0)
     n_agents, local = 6, 10
@@ -199,7 +198,7 @@ def test_diging_sgld_on_a_numpyro_model_matches_nuts():
     init = ppl.init_params(pot, jax.random.key(1), 32, radius=0.5)
     trace = dgsgld.sample(dgsgld.DIGingSGLD(2e-3), pot, networks.ring(n_agents), init,
                           jax.random.key(2), 6000, output=dgsgld.Output(thin=10, burn_in=1000))
-    decentralized = ppl.constrain(pot, diagnostics.network_average(trace.positions))
+    decentralized = ppl.constrain(pot, evaluate.network_average(trace.positions))
     # The centralized sampler on the same potential: no agent axis, step η / N.
     init = ppl.init_params(pot, jax.random.key(3), 32, agents=False, radius=0.5)
     trace = dgsgld.sample(dgsgld.SGLD(2e-3 / n_agents), pot, None, init, jax.random.key(4),
@@ -208,7 +207,7 @@ def test_diging_sgld_on_a_numpyro_model_matches_nuts():
     for draws in (decentralized, centralized):  # leaves (32, 501)
         for name in ("alpha", "beta"):
             ours, ref = np.asarray(draws[name]), np.asarray(nuts[name])
-            mcse = [v.std() / np.sqrt(float(diagnostics.ess(v))) for v in (ours, ref)]
+            mcse = [v.std() / np.sqrt(float(evaluate.ess(v))) for v in (ours, ref)]
             # Means agree within 4 joint Monte Carlo standard errors (a z-test at p ≈ 6e-5);
             # the step's O(η) bias is ~1e-3 posterior sd here, far below either error. The
             # sd's relative error from ESS ≥ 500 draws is below 0.05 each, so 0.15 is 3 sds.

@@ -308,7 +308,7 @@ CHECK_AT = (1, 4, NUM_STEPS)
 
 
 @pytest.mark.parametrize("make", [
-    dgsgld.PushDIGingSGLD, pytest.param(dgsgld.PushSumSGLD, marks=pytest.mark.slow),
+    dgsgld.PushDIGingSGLD, dgsgld.PushSumSGLD,
     pytest.param(lambda eta: dgsgld.PushDIGingSGLD(eta, noise_rule="uniform"),
                  marks=pytest.mark.slow),
     pytest.param(lambda eta: dgsgld.PushSumSGLD(eta, noise_rule="uniform"), marks=pytest.mark.slow),
@@ -369,12 +369,14 @@ def test_push_recursion_reduces_to_diging_and_adapt_then_combine_de():
     q = th.Quadratic(A, rng.normal(size=(3, 2)))
     C = np.full((3, 3), 1 / 3)
     eta = 0.1
-    push, v = th.push_recursion("push_diging", q, C, np.ones(3), eta, xp=np)
-    ref = th.linear_recursion("diging", q, C, eta, xp=np)
-    np.testing.assert_array_equal(v, np.ones(3))
+    push = th.linear_recursion(dgsgld.PushDIGingSGLD(eta), q, C, step_size=eta, weight=np.ones(3),
+                               xp=np)
+    ref = th.linear_recursion(dgsgld.DIGingSGLD(eta), q, C, step_size=eta, xp=np)
+    np.testing.assert_array_equal(C @ np.ones(3), np.ones(3))
     for a, b in zip(push, ref):
         np.testing.assert_allclose(a, b, atol=1e-15)
-    rec, _ = th.push_recursion("push_sum", q, C, np.ones(3), eta, xp=np)
+    rec = th.linear_recursion(dgsgld.PushSumSGLD(eta), q, C, step_size=eta, weight=np.ones(3),
+                              xp=np)
     Cb = np.kron(C, np.eye(2))
     Ab = np.zeros((6, 6))
     for i in range(3):
@@ -388,8 +390,9 @@ def test_push_recursion_reduces_to_diging_and_adapt_then_combine_de():
     q4 = th.Quadratic(np.stack([np.eye(2)] * 4), np.zeros((4, 2)))
     v = np.array([1.3, 0.9, 0.8, 1.0])
     C4 = directed.out_degree_weights(adj)
-    for kind in ("push_diging", "push_sum"):
-        rec, v_next = th.push_recursion(kind, q4, C4, v, eta, xp=np)
+    for make in (dgsgld.PushDIGingSGLD, dgsgld.PushSumSGLD):
+        rec = th.linear_recursion(make(eta), q4, C4, step_size=eta, weight=v, xp=np)
+        v_next = C4 @ v
         mass_noise = np.kron(v_next[None, :], np.eye(2)) @ rec.noise[:8]
         np.testing.assert_allclose(mass_noise @ mass_noise.T, 2 * eta * 4 * np.eye(2), rtol=1e-12)
 
@@ -485,13 +488,15 @@ out = {}
 for make in (dgsgld.PushDIGingSGLD, dgsgld.PushSumSGLD):
     alg = make(0.05)
     ref = dgsgld.sample(alg, prob.potential, mixing, init, key, 20)
-    chains = sharding.sample_sharded(alg, prob.potential, np.asarray(mixing.matrices), init, key, 20)
-    agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
+    chains = dgsgld.sample(alg, prob.potential, np.asarray(mixing.matrices), init, key, 20,
+                           placement=dgsgld.Chains())
+    agents = dgsgld.sample(alg, prob.potential, mixing, init, key, 20, placement=dgsgld.Agents())
     out[make.__name__] = [float(jnp.abs(chains.positions - ref.positions).max()),
                           float(jnp.abs(agents.positions - ref.positions).max()),
                           float(jnp.abs(ref.positions).max())]
 try:
-    sharding.sample_sharded(dgsgld.DIGingSGLD(0.05), prob.potential, mixing, init, key, 2)
+    dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, mixing, init, key, 2,
+                  placement=dgsgld.Chains())
 except ValueError as err:
     out["refused"] = str(err)
 print("RESULT" + json.dumps(out))

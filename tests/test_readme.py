@@ -8,6 +8,7 @@ import re
 import jax.numpy as jnp
 import numpy as np
 
+import dgsgld
 from dgsgld import theory
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
@@ -33,11 +34,12 @@ def test_quick_start_runs_as_written_and_matches_the_exact_law():
     # iteration 500 comes from the exact moment recursion (dgsgld.theory.exact_moments).
     # By the triangle inequality for W2 between Gaussian fits, |W2(fit of 200 draws, π) −
     # W2(exact law, π)| ≤ W2(fit of 200 draws, exact law), whose typical size for 200 draws
-    # in d = 6 is ~0.03 (the floor quoted in docs/reproduction.md); averaged over 20 agents it
+    # in d = 6 is ~0.03 (the floor quoted in docs/paper/reproduction.md); averaged over 20 agents it
     # fluctuates far less, so 0.06 (twice the floor) fails only on a real discrepancy.
     quad = theory.quadratic_from_potential(ns["potential"], jnp.zeros((20, 6)))
     moments = theory.exact_moments(
-        "diging", quad, ns["mixing"].matrices, np.zeros(6), np.eye(6), 500, step_size=0.005
+        dgsgld.DIGingSGLD(0.005), quad, ns["mixing"].matrices, np.zeros(6), np.eye(6), 500,
+        step_size=0.005
     )
     exact = np.asarray(theory.exact_w2(moments, ns["post_mean"], ns["post_cov"]))
     sampled = np.asarray(ns["w2"])

@@ -19,9 +19,8 @@ import scipy.linalg
 from _commands import main, module_for
 
 import dgsgld
-from dgsgld.evaluate import distances as metrics
+from dgsgld import evaluate
 from dgsgld.evaluate import predictive as pr
-from dgsgld.evaluate import streaming as streaming
 from dgsgld.model import data as dd
 
 pytestmark = pytest.mark.reliability
@@ -35,27 +34,30 @@ _Y = np.array([0, 1])
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: pr.nll(_P, _Y), "holds probabilities .* where log-probabilities are expected"),
-    (lambda: pr.brier(_P, _Y), "holds probabilities"),
-    (lambda: pr.ece(_P, _Y), "holds probabilities"),
-    (lambda: pr.accuracy(_P, _Y), "holds probabilities"),
-    (lambda: pr.entropy(_P), "holds probabilities"),
-    (lambda: pr.nll(_LP + 2.0, _Y), r"row 0 sums to 7\.389"),                 # logits
-    (lambda: pr.nll(_LP - 1.0, _Y), r"row 0 sums to 0\.3678"),                # not normalised
-    (lambda: pr.nll(np.where(_P > 0.5, np.nan, _LP), _Y), r"got nan at index \(0, 0\)"),
-    (lambda: pr.ece(np.where(_P > 0.5, np.inf, _LP), _Y), r"got inf at index \(0, 0\)"),
-    (lambda: pr.nll(_LP, np.array([0, 3])), r"classes in \[0, 3\) .* got 3 at index 1"),
-    (lambda: pr.brier(_LP, np.array([-1, 0])), r"got -1 at index 0"),
-    (lambda: pr.calibration_curve(_LP, np.array([0, 7])), r"got 7 at index 1"),
-    (lambda: pr.accuracy(_LP, np.array([0, 2**40])), r"got 1099511627776 at index 1"),
-    (lambda: pr.auroc(np.array([0.1, np.nan]), np.array([0.3])), r"`scores_in` must not be NaN"),
-    (lambda: pr.auroc(np.array([0.1]), np.array([np.nan])), r"`scores_out` must not be NaN"),
-    (lambda: pr.gaussian_nll(np.zeros((2, 3)), np.array([[1.0], [0.0]]), np.zeros(3)),
+    (lambda: evaluate.nll(_P, _Y), "holds probabilities .* where log-probabilities are expected"),
+    (lambda: evaluate.brier(_P, _Y), "holds probabilities"),
+    (lambda: evaluate.ece(_P, _Y), "holds probabilities"),
+    (lambda: evaluate.accuracy(_P, _Y), "holds probabilities"),
+    (lambda: evaluate.entropy(_P), "holds probabilities"),
+    (lambda: evaluate.nll(_LP + 2.0, _Y), r"row 0 sums to 7\.389"),                 # logits
+    (lambda: evaluate.nll(_LP - 1.0, _Y), r"row 0 sums to 0\.3678"),                # not normalised
+    (lambda: evaluate.nll(np.where(_P > 0.5, np.nan, _LP), _Y), r"got nan at index \(0, 0\)"),
+    (lambda: evaluate.ece(np.where(_P > 0.5, np.inf, _LP), _Y), r"got inf at index \(0, 0\)"),
+    (lambda: evaluate.nll(_LP, np.array([0, 3])), r"classes in \[0, 3\) .* got 3 at index 1"),
+    (lambda: evaluate.brier(_LP, np.array([-1, 0])), r"got -1 at index 0"),
+    (lambda: evaluate.calibration_curve(_LP, np.array([0, 7])), r"got 7 at index 1"),
+    (lambda: evaluate.accuracy(_LP, np.array([0, 2**40])), r"got 1099511627776 at index 1"),
+    (lambda: evaluate.auroc(np.array([0.1, np.nan]), np.array([0.3])),
+     r"`scores_in` must not be NaN"),
+    (lambda: evaluate.auroc(np.array([0.1]), np.array([np.nan])), r"`scores_out` must not be NaN"),
+    (lambda: evaluate.gaussian_nll(np.zeros((2, 3)), np.array([[1.0], [0.0]]), np.zeros(3)),
      r"`stds` must be positive and finite; got 0\.0 at index \(1, 0\)"),
-    (lambda: pr.gaussian_nll(np.zeros((2, 3)), -1.0, np.zeros(3)), "`stds` must be positive"),
-    (lambda: pr.gaussian_nll(np.zeros((2, 3)), np.inf, np.zeros(3)), "`stds` must be positive"),
-    (lambda: pr.gaussian_nll(np.full((2, 3), np.nan), 1.0, np.zeros(3)), "`means` must be finite"),
-    (lambda: pr.rmse(np.zeros((2, 3)), np.array([0.0, np.inf, 0.0])),
+    (lambda: evaluate.gaussian_nll(np.zeros((2, 3)), -1.0, np.zeros(3)), "`stds` must be positive"),
+    (lambda: evaluate.gaussian_nll(np.zeros((2, 3)), np.inf, np.zeros(3)),
+     "`stds` must be positive"),
+    (lambda: evaluate.gaussian_nll(np.full((2, 3), np.nan), 1.0, np.zeros(3)),
+     "`means` must be finite"),
+    (lambda: evaluate.rmse(np.zeros((2, 3)), np.array([0.0, np.inf, 0.0])),
      r"`targets` must be finite; got inf at index 1"),
 ])
 def test_scores_refuse_bad_values_on_the_host(call, match):
@@ -65,7 +67,7 @@ def test_scores_refuse_bad_values_on_the_host(call, match):
 
 def test_scores_accept_log_distributions_with_zeros_and_low_precision():
     # Probability zero (-inf) is a valid log-probability (host check; the compiled scores'
-    # handling of it is tested in test_predictive.py).
+    # handling of it is tested in tests/evaluate/test_predictive.py).
     lp = np.array([[0.0, -np.inf, -np.inf], np.log([0.25, 0.25, 0.5])], np.float32)
     pr._host_labels(lp, np.array([0, 2]))
     pr._host_log_probs(lp[None])
@@ -82,11 +84,11 @@ def test_scores_accept_log_distributions_with_zeros_and_low_precision():
 
 
 _JIT_CASES = {
-    "probabilities": (lambda: jax.jit(pr.nll)(_P, _Y), "must be log-probabilities, each row"),
-    "label": (lambda: jax.jit(pr.brier)(_LP, np.array([0, 3])), r"classes in \[0, 3\)"),
-    "nan score": (lambda: jax.jit(pr.auroc)(np.array([0.1, np.nan]), np.array([0.3])),
+    "probabilities": (lambda: jax.jit(evaluate.nll)(_P, _Y), "must be log-probabilities, each row"),
+    "label": (lambda: jax.jit(evaluate.brier)(_LP, np.array([0, 3])), r"classes in \[0, 3\)"),
+    "nan score": (lambda: jax.jit(evaluate.auroc)(np.array([0.1, np.nan]), np.array([0.3])),
                   "must not be NaN"),
-    "zero sd": (lambda: jax.jit(pr.gaussian_nll)(np.zeros((2, 3)), 0.0, np.zeros(3)),
+    "zero sd": (lambda: jax.jit(evaluate.gaussian_nll)(np.zeros((2, 3)), 0.0, np.zeros(3)),
                 "`stds` must be positive and finite"),
 }
 
@@ -318,7 +320,7 @@ def _w2_cases(dim: int, rng):
 def _check_w2(dim: int):
     cases = _w2_cases(dim, np.random.default_rng(dim))
     batch = [np.stack(parts) for parts in zip(*cases)]
-    got = np.asarray(metrics.gaussian_w2(*batch), np.float64)            # one batched call
+    got = np.asarray(evaluate.gaussian_w2(*batch), np.float64)            # one batched call
     for value, case in zip(got, cases):
         m1, c1, m2, c2 = (np.asarray(a, np.float64) for a in case)
         ref = 0.0 if (m1 == m2).all() and (c1 == c2).all() else _w2_reference(m1, c1, m2, c2)
@@ -346,11 +348,11 @@ def test_gaussian_w2_meets_its_stated_tolerance_in_other_dimensions(dim):
 ])
 def test_streaming_w2_refuses_what_metrics_w2_refuses(cov, match):
     with pytest.raises(ValueError, match=match):
-        metrics.gaussian_w2(np.zeros(2), cov, np.zeros(2), np.eye(2))
+        evaluate.gaussian_w2(np.zeros(2), cov, np.zeros(2), np.eye(2))
     with pytest.raises(ValueError, match=match):
-        streaming.gaussian_w2(np.zeros(2), cov)
+        evaluate.streamed_per_agent_w2(np.zeros(2), cov)
     with pytest.raises(ValueError, match="must be finite"):
-        streaming.gaussian_w2(np.array([0.0, np.nan]), np.eye(2))
+        evaluate.streamed_per_agent_w2(np.array([0.0, np.nan]), np.eye(2))
 
 
 # ---------------------------------------------------------------- small input checks
@@ -397,7 +399,7 @@ def test_svrg_schedule_must_return_one_scalar():
 
 @pytest.mark.parametrize("row", [0, 1, 2, 3])
 def test_documented_d_ula_stationary_w2_is_exact(row):
-    """docs/samplers.md's table: the exact stationary W2 of D-ULA's network average (β = 0.5,
+    """docs/guide/samplers.md's table: the exact stationary W2 of D-ULA's network average (β = 0.5,
     β = 1), of one agent, and of centralized ULA at the same step, recomputed with
     theory.exact (float64) to the 3 digits printed: the average is O(α) from the posterior and
     several times further than ULA, so it samples the posterior only as α → 0."""
@@ -406,7 +408,7 @@ def test_documented_d_ula_stationary_w2_is_exact(row):
 
     from dgsgld.theory import exact
 
-    text = (ROOT / "docs" / "samplers.md").read_text()
+    text = (ROOT / "docs" / "guide" / "samplers.md").read_text()
     rows = re.findall(r"^\| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$",
                       text, flags=re.M)
     assert len(rows) == 4, rows
@@ -417,13 +419,13 @@ def test_documented_d_ula_stationary_w2_is_exact(row):
     alpha, documented = float(rows[row][0]), [float(v) for v in rows[row][1:]]
     half = exact.stationary_moments(dgsgld.DULA(alpha, 0.5), q, ring(5))
     one = exact.stationary_moments(dgsgld.DULA(alpha, 1.0), q, ring(5))
-    ula = exact.stationary_moments("sgld", q, None, step_size=alpha)
+    ula = exact.stationary_moments(dgsgld.SGLD(alpha), q, None, step_size=alpha)
     # One batched float64 W2: the two averages, the five agents, ULA.
     means = np.stack([half.average_mean[0], one.average_mean[0], *half.mean[0], ula.mean[0]])
     covs = np.stack([half.average_cov[0], one.average_cov[0], *half.cov[0], ula.cov[0]])
     with jax.enable_x64(True):
-        w = np.asarray(metrics.gaussian_w2(means, covs, np.broadcast_to(target[0], means.shape),
-                                           np.broadcast_to(target[1], covs.shape)))
+        w = np.asarray(evaluate.gaussian_w2(means, covs, np.broadcast_to(target[0], means.shape),
+                                            np.broadcast_to(target[1], covs.shape)))
     values = [w[0], w[1], w[2:7].mean(), w[7]]
     for value, doc in zip(values, documented):
         # to the three significant digits printed

@@ -23,10 +23,9 @@ import numpy as np
 import pytest
 
 import dgsgld
+from dgsgld import evaluate
 from dgsgld._util import validation as _validation
-from dgsgld.evaluate import diagnostics as diagnostics
 from dgsgld.networks import sparse
-from dgsgld.parallel import devices as sharding
 from dgsgld.runner.checkpoint import sample_chunked
 
 pytestmark = pytest.mark.reliability
@@ -188,8 +187,9 @@ def test_every_route_refuses_a_schedule_that_bypassed_its_constructor(fmt):
     routes = {
         "sample": lambda: dgsgld.sample(algorithm, potential, bad, init, jax.random.key(0), 2),
         "checked_network": lambda: dgsgld.checked_network(bad),
-        "agent-sharded": lambda: sharding.sample_agent_sharded(algorithm, potential, bad, init,
-                                                               jax.random.key(0), 2),
+        "agent-sharded": lambda: dgsgld.sample(algorithm, potential, bad, init,
+                                               jax.random.key(0), 2,
+                                               placement=dgsgld.Agents()),
     }
     for route, call in routes.items():
         with pytest.raises(ValueError) as err:
@@ -351,15 +351,15 @@ def test_diagnostics_drop_and_refuse_the_finite_blown_up_chains():
     blown = _flagged()
     # Two healthy chains and the blown-up chain 2, as bare draws (no trace flag to lean on).
     draws = np.concatenate([np.asarray(healthy.positions)[:2], np.asarray(blown.positions)[2:]])
-    assert diagnostics.diverged_chains(draws).tolist() == [False, False, True]
+    assert evaluate.diverged_chains(draws).tolist() == [False, False, True]
     with pytest.raises(ValueError, match=r"1 of 3 chains diverged .*chains \[2\]"):
-        diagnostics.agent_summary(draws)
+        evaluate.agent_summary(draws)
     with pytest.warns(RuntimeWarning, match=r"Dropped 1 of 3 diverged chains \(chains \[2\]\)"):
-        summary = diagnostics.agent_summary(draws, diverged="drop")
+        summary = evaluate.agent_summary(draws, diverged="drop")
     np.testing.assert_allclose(summary["mean"], draws[:2].mean(axis=(0, 1)), rtol=1e-6)
-    assert diagnostics.diverged_chains(draws, divergence_threshold=math.inf).tolist() == [False] * 3
+    assert evaluate.diverged_chains(draws, divergence_threshold=math.inf).tolist() == [False] * 3
     # A Trace: its own flags count.
-    assert diagnostics.diverged_chains(blown).all()
+    assert evaluate.diverged_chains(blown).all()
 
 
 def test_the_threshold_is_checked():
@@ -421,13 +421,14 @@ def test_chunked_and_agent_sharded_runs_flag_like_sample(tmp_path):
                              jax.random.key(1), STEPS, chunk_size=STEPS, path=tmp_path,
                              on_divergence="flag")
     assert np.asarray(chunked.divergence.iteration).tolist() == want.tolist()
-    # sample_agent_sharded is sample(placement=Agents): the same on_divergence, default "raise".
-    sharded = sharding.sample_agent_sharded(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
-                                            jax.random.key(1), STEPS, on_divergence="flag")
+    # placement=Agents runs the same front end: the same on_divergence, default "raise".
+    sharded = dgsgld.sample(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
+                            jax.random.key(1), STEPS, on_divergence="flag",
+                            placement=dgsgld.Agents())
     assert np.asarray(sharded.divergence.iteration).tolist() == want.tolist()
     with pytest.raises(dgsgld.DivergenceError, match=f"{C} of {C} chains diverged"):
-        sharding.sample_agent_sharded(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
-                                      jax.random.key(1), STEPS)
+        dgsgld.sample(dgsgld.DIGingSGLD(1.0), potential, COMPLETE, init,
+                      jax.random.key(1), STEPS, placement=dgsgld.Agents())
 
 
 # -- divergence under the caller's jit and vmap --------------------------------------------

@@ -181,8 +181,8 @@ def test_a_traced_disconnected_stack_raises_inside_jit():
 def test_a_schedule_with_a_traced_key_is_checked_inside_jit():
     potential, _, init = problem()
     run_with = jax.jit(lambda k: dgsgld.sample(
-        dgsgld.DIGingSGLD(0.05), potential,
-        onthefly.link_failures_on_the_fly(nx.cycle_graph(N), 1.0, key=k), init, KEY, 2).positions)
+                                               dgsgld.DIGingSGLD(0.05), potential,
+                                               onthefly.link_failures_on_the_fly(nx.cycle_graph(N), 1.0, key=k), init, KEY, 2).positions)
     with pytest.raises(Exception, match="not jointly connected.*first 100 snapshots"):
         jax.block_until_ready(run_with(jax.random.key(1)))
 
@@ -274,19 +274,19 @@ def test_a_sample_call_on_host_inputs_compiles_one_program(caplog, sampler):
 @pytest.mark.slow  # fast twins: the two named above
 def test_the_agent_sharded_runner_takes_a_checked_network_as_sample_does():
     # Run as it was checked, without checking again (one device here: the same code path).
-    from dgsgld.parallel import devices as sharding
 
     potential, ring, init = problem()
     algorithm = dgsgld.DIGingSGLD(0.05)
-    plain = sharding.sample_agent_sharded(algorithm, potential, ring, init, KEY, 5).positions
-    checked = sharding.sample_agent_sharded(algorithm, potential, dgsgld.checked_network(ring),
-                                            init, KEY, 5).positions
+    plain = dgsgld.sample(algorithm, potential, ring, init, KEY, 5,
+                          placement=dgsgld.Agents()).positions
+    checked = dgsgld.sample(algorithm, potential, dgsgld.checked_network(ring),
+                            init, KEY, 5, placement=dgsgld.Agents()).positions
     np.testing.assert_array_equal(np.asarray(checked), np.asarray(plain))
     eye = np.eye(N, dtype=np.float32)
     with pytest.raises(ValueError, match="not jointly connected"):
-        sharding.sample_agent_sharded(algorithm, potential, eye, init, KEY, 5)
+        dgsgld.sample(algorithm, potential, eye, init, KEY, 5, placement=dgsgld.Agents())
     alone = dgsgld.checked_network(eye, allow_disconnected=True)
-    out = sharding.sample_agent_sharded(algorithm, potential, alone, init, KEY, 5)
+    out = dgsgld.sample(algorithm, potential, alone, init, KEY, 5, placement=dgsgld.Agents())
     assert out.positions.shape == (C, 6, N, D)
 
 
@@ -390,7 +390,6 @@ def test_an_equinox_mlp_passed_directly_matches_the_same_network_written_by_hand
 def test_an_equinox_mlp_runs_through_the_chunked_and_sharded_runners(tmp_path):
     """The checkpointed and sharded runners take the same pytrees as ``sample``: an MLP whose
     activation is a static leaf comes back as an MLP with the same numbers."""
-    from dgsgld.parallel import devices as sharding
 
     xs = jnp.linspace(-1.0, 1.0, N * 3, dtype=jnp.float32).reshape(N, 3, 1)
     potential = dgsgld.Potential(
@@ -413,8 +412,8 @@ def test_an_equinox_mlp_runs_through_the_chunked_and_sharded_runners(tmp_path):
 
     same(dgsgld.sample_chunked(*args, chunk_size=2, path=tmp_path / "run"), exact=True)
     same(dgsgld.sample_chunked(*args, chunk_size=2, path=tmp_path / "run"), exact=True)  # resumed
-    same(sharding.sample_sharded(*args), exact=False)
-    same(sharding.sample_agent_sharded(*args), exact=False)
+    same(dgsgld.sample(*args, placement=dgsgld.Chains()), exact=False)
+    same(dgsgld.sample(*args, placement=dgsgld.Agents()), exact=False)
 
 
 class Line(NamedTuple):
@@ -482,7 +481,7 @@ def test_a_scalar_parameter_reaches_the_gaussian_posterior_mean():
     chains = 32
     trace = dgsgld.sample(dgsgld.DIGingSGLD(0.02),
                           dgsgld.Potential(lambda mu, d: -0.5 * (d - mu) ** 2,
-                                           lambda mu: -0.05 * mu**2, jnp.asarray(y, jnp.float32)),
+                          lambda mu: -0.05 * mu**2, jnp.asarray(y, jnp.float32)),
                           problem()[1], jnp.zeros((chains, N)), KEY, 400,
                           output=dgsgld.Output(burn_in=100))
     per_chain = np.asarray(trace.positions).mean(axis=(1, 2))

@@ -3,7 +3,7 @@
 Runners: ``dgsgld.sample`` on one device; ``sample_chunked`` (chunks of 2 steps); the
 placements ``sharding.Chains`` and ``sharding.Agents`` (here on a one-device mesh: the agent
 loop inside ``shard_map`` with its row operands, noise rows and estimator rows, whose arithmetic
-is that of one device); ``distributed.sample_chains`` in one process. Cells cross the 9
+is that of one device); ``placement=Processes()`` in one process. Cells cross the 9
 samplers, the 3 gradient estimators (SGLD, centralized, has none), 5 parameter kinds and the
 output options; the push-sum samplers run on a directed schedule (one-way link failures of the
 ring, uneven push-sum weights). In one process every runner does the same arithmetic, so the
@@ -32,7 +32,6 @@ import dgsgld
 from dgsgld import gradients
 from dgsgld.networks import directed
 from dgsgld.parallel import devices as sharding
-from dgsgld.parallel import processes as distributed
 from dgsgld.runner.checkpoint import sample_chunked
 
 NUM_AGENTS, LOCAL, CHAINS, STEPS = 4, 3, 3, 4
@@ -147,7 +146,7 @@ RUNNERS = {
     "chunked_whole": lambda *a, **k: sample_chunked(*a, chunk_size=STEPS, **k),
     "chains": lambda *a, **k: dgsgld.sample(*a, placement=CHAINS_1, **k),
     "agents": lambda *a, **k: dgsgld.sample(*a, placement=AGENTS, **k),
-    "processes": lambda *a, **k: distributed.sample_chains(*a, **k),
+    "processes": lambda *a, **k: dgsgld.sample(*a, **k, placement=dgsgld.Processes()),
     "agents_chunked": lambda *a, **k: sample_chunked(*a, chunk_size=2, placement=AGENTS, **k),
 }
 
@@ -219,7 +218,7 @@ def check_cell(sampler, estimator, kind, output, runners=tuple(RUNNERS), agent_r
             assert_close_trace(RUNNERS[name](*args, output=OUTPUTS[output]), want,
                                bound * max(1.0, scale_all))
             continue
-        # sample_chains applies ensemble_fn after gathering the chains: a sum of 3 float32
+        # placement=Processes() applies ensemble_fn after gathering the chains: a sum of 3 float32
         # terms, rounded apart, is off by at most 2 eps = 2.4e-7 relative.
         assert_same_trace(RUNNERS[name](*args, output=OUTPUTS[output]), want,
                           ensemble_rtol=3e-7 if name == "processes" else 0.0)

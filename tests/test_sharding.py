@@ -38,31 +38,37 @@ SCRIPT = textwrap.dedent(
         init = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8, 2)))
         alg = dgsgld.DIGingSGLD(0.05)
         ref = dgsgld.sample(alg, prob.potential, mixing, init, key, 20)
-        chains = sharding.sample_sharded(alg, prob.potential, mixing, init, key, 20)
-        agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, init, key, 20)
+        chains = dgsgld.sample(alg, prob.potential, mixing, init, key, 20,
+                               placement=dgsgld.Chains())
+        agents = dgsgld.sample(alg, prob.potential, mixing, init, key, 20,
+                               placement=dgsgld.Agents())
         pos, state = agents.positions, agents.state
         res = out[str(batch)] = {}
         if batch is not None and full:
             # D-ULA with SAGA: the estimator's table and the network size on agent blocks.
             dula = dgsgld.DULA(0.05, 0.5, dgsgld.gradients.saga())
             res["agents_dula_saga_diff"] = float(jnp.abs(
-                sharding.sample_agent_sharded(dula, prob.potential, mixing, init, key, 20)
+                dgsgld.sample(dula, prob.potential, mixing, init, key, 20,
+                              placement=dgsgld.Agents())
                 .positions - dgsgld.sample(dula, prob.potential, mixing, init, key, 20)
                 .positions).max())
         if full:
             # Any decentralized sampler's own step runs sharded: DE-SGLD, and a resumed run.
             de = dgsgld.DESGLD(0.05)
             ref_de = dgsgld.sample(de, prob.potential, mixing, init, key, 20)
-            de_agents = sharding.sample_agent_sharded(de, prob.potential, mixing, init, key, 20)
+            de_agents = dgsgld.sample(de, prob.potential, mixing, init, key, 20,
+                                      placement=dgsgld.Agents())
             ref_more = dgsgld.sample(alg, prob.potential, mixing, ref.state, key, 5)
-            more_agents = sharding.sample_agent_sharded(alg, prob.potential, mixing, state, key,
-                                                        5, output=dgsgld.Output(positions=False))
+            more_agents = dgsgld.sample(alg, prob.potential, mixing, state, key,
+                                        5, output=dgsgld.Output(positions=False),
+                                        placement=dgsgld.Agents())
             res["agents_de_diff"] = float(jnp.abs(de_agents.positions - ref_de.positions).max())
             res["agents_resume_diff"] = float(jnp.abs(more_agents.state.position
                                                       - ref_more.state.position).max())
-            more = sharding.sample_sharded(alg, prob.potential, mixing, chains.state, key, 5)
-            two = sharding.sample_sharded(alg, prob.potential, mixing, init, key, 20,
-                                          mesh=sharding.chain_mesh(2))
+            more = dgsgld.sample(alg, prob.potential, mixing, chains.state, key, 5,
+                                 placement=dgsgld.Chains())
+            two = dgsgld.sample(alg, prob.potential, mixing, init, key, 20,
+                                placement=dgsgld.Chains(mesh=sharding.chain_mesh(2)))
             res["resume_diff"] = float(jnp.abs(more.positions - ref_more.positions).max())
             res["two_devices_diff"] = float(jnp.abs(two.positions - ref.positions).max())
         res |= {
@@ -75,15 +81,26 @@ SCRIPT = textwrap.dedent(
             "agents_diverged": bool(agents.diverged.any()),
             "scale": float(jnp.abs(ref.positions).max()),
         }
+    # A preconditioned sampler: M acts on each agent's own row, its noise S w on the rows of
+    # the network's noise that a device holds.
+    from dgsgld.samplers import DensePreconditioner
+    pre = dgsgld.DIGingSGLD(0.05, preconditioner=DensePreconditioner(np.array([[1.5, 0.6],
+                                                                             [0.6, 0.8]])))
+    ref = dgsgld.sample(pre, prob.potential, mixing, init, key, 20)
+    out["preconditioned"] = {"scale": float(jnp.abs(ref.positions).max())} | {
+        name + "_diff": float(jnp.abs(dgsgld.sample(pre, prob.potential, mixing, init, key, 20,
+                                                     placement=placement).positions
+                                      - ref.positions).max())
+        for name, placement in (("chains", dgsgld.Chains()), ("agents", dgsgld.Agents()))}
     if full:   # the slow run: divergence and the sparse exchange (more programs)
         # A diverging run: the same first non-finite iteration and agent per chain.
         prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
         blow = dgsgld.DIGingSGLD(1e4)   # non-finite after ~72 steps, agents 1 and 5
         ref = dgsgld.sample(blow, prob.potential, mixing, init, key, 100, on_divergence="flag",
                             output=dgsgld.Output(positions=False))
-        agents = sharding.sample_agent_sharded(blow, prob.potential, mixing, init, key, 100,
-                                               output=dgsgld.Output(positions=False),
-                                               on_divergence="flag")
+        agents = dgsgld.sample(blow, prob.potential, mixing, init, key, 100,
+                               output=dgsgld.Output(positions=False),
+                               on_divergence="flag", placement=dgsgld.Agents())
         out["divergence"] = [np.asarray(ref.divergence).tolist(),
                              np.asarray(agents.divergence).tolist()]
         # Sparse schedules: a neighbour exchange (ppermute of the rows neighbours need) instead of
@@ -106,7 +123,7 @@ SCRIPT = textwrap.dedent(
             sp[name] = {}
             # Whole runs of every format.
             ref = dgsgld.sample(alg, prob.potential, mix, init, key, 20)
-            got = sharding.sample_agent_sharded(alg, prob.potential, mix, init, key, 20)
+            got = dgsgld.sample(alg, prob.potential, mix, init, key, 20, placement=dgsgld.Agents())
             sp[name] = {"diff": float(jnp.abs(got.positions - ref.positions).max()),
                         "tracker_diff": float(jnp.abs(got.state.tracker
                                                       - ref.state.tracker).max())}
@@ -123,13 +140,14 @@ SCRIPT = textwrap.dedent(
     errors = {}
     prob = linear_regression(num_agents=6, dim=2)
     try:
-        sharding.sample_sharded(dgsgld.DIGingSGLD(0.05), prob.potential, np.full((6, 6), 1 / 6),
-                                jnp.zeros((6, 6, 2)), key, 2)
+        dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential, np.full((6, 6), 1 / 6),
+                      jnp.zeros((6, 6, 2)), key, 2, placement=dgsgld.Chains())
     except ValueError as err:
         errors["chains"] = str(err)
     try:
-        sharding.sample_agent_sharded(dgsgld.DIGingSGLD(0.05), prob.potential,
-                                      np.full((6, 6), 1 / 6), jnp.zeros((4, 6, 2)), key, 2)
+        dgsgld.sample(dgsgld.DIGingSGLD(0.05), prob.potential,
+                      np.full((6, 6), 1 / 6), jnp.zeros((4, 6, 2)), key, 2,
+                      placement=dgsgld.Agents())
     except ValueError as err:
         errors["agents"] = str(err)
     out["errors"] = errors
@@ -178,6 +196,13 @@ def _check_equal(r: dict) -> None:
 def test_chain_and_agent_sharded_runs_equal_single_device_run(result):
     assert result["devices"] == 4
     _check_equal(result["2"])
+
+
+def test_preconditioned_sharded_runs_equal_single_device_run(result):
+    r = result["preconditioned"]
+    assert r["scale"] > 0.1
+    bound = 1e-10 * max(1.0, r["scale"])
+    assert r["chains_diff"] < bound and r["agents_diff"] < bound, r
 
 
 @pytest.mark.slow  # the slow run's subprocess

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 import dgsgld
-from dgsgld import networks
+from dgsgld import evaluate, networks
 from dgsgld import tuning as stepsize
-from dgsgld.evaluate import distances as metrics
 
 N, D, n = 4, 2, 6
 rng = np.random.default_rng(0)
@@ -142,11 +141,11 @@ def test_score_is_the_users_criterion_on_the_pilots_final_samples():
     np.testing.assert_allclose(report.score_se[i], per_chain.std(ddof=1) / np.sqrt(8),
                                rtol=1e-3)
     # The consensus column is the package's one aggregate over chains, the root mean square
-    # (metrics.ensemble_consensus_error), not the smaller mean over chains (Jensen).
+    # (evaluate.ensemble_consensus_error), not the smaller mean over chains (Jensen).
     final = trace.state.position
-    np.testing.assert_allclose(report.consensus[i], metrics.ensemble_consensus_error(final),
+    np.testing.assert_allclose(report.consensus[i], evaluate.ensemble_consensus_error(final),
                                rtol=1e-4)
-    mean = float(np.mean(metrics.consensus_error(final)))
+    mean = float(np.mean(evaluate.consensus_error(final)))
     assert report.consensus[i] > (1 + 1e-3) * mean
     assert "score" in report.explain()
     assert_explained(report)
@@ -257,7 +256,7 @@ def test_grid_continues_upwards_while_the_best_score_is_at_its_stable_top():
 # The paper's step sizes were tuned for W2 after 100 iterations (Fig. 2) or test accuracy
 # (Fig. 3) on a grid (docs/figures/*.json). Fig. 2: the proposer's default spread criterion;
 # Fig. 3: the accuracy of a validation split (never the test set) after a pilot as long as
-# the figure's runs (experiments.proposals; table in docs/your-own-model.md).
+# the figure's runs (experiments.proposals; table in docs/results/step-sizes.md).
 PAPER = [(fig, alg) for fig in ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fig3c")
          for alg in ("DIGing-SGLD", "DE-SGLD")]
 
@@ -274,8 +273,8 @@ def test_proposal_against_the_papers_tuned_step(fig, alg):
 
 
 @pytest.mark.slow  # fast twins: test_local_curvature_per_agent_and_pooled (the curvature),
-# tests/test_diagnostics.py::test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves (an
-# equinox model's static leaves skipped)
+# tests/evaluate/test_diagnostics.py::test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves
+# (an equinox model's static leaves skipped)
 def test_curvature_of_an_equinox_model_with_static_leaves():
     eqx = pytest.importorskip("equinox")
     # depth=0: y = final_activation(W x + b) with the identity, so the model is linear in

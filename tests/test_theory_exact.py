@@ -9,8 +9,6 @@ import dgsgld
 from dgsgld import theory as th
 from tests._problems import linear_regression, permuted_rings, ring
 
-KINDS = ("diging", "de", "extra")
-
 
 @pytest.fixture(autouse=True)
 def x64():
@@ -42,7 +40,7 @@ def test_ula_matches_closed_forms():
         np.testing.assert_allclose(out.cov[k], cov, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(out.mean[k], mean, rtol=1e-12, atol=1e-14)
     closed = np.linalg.inv(A @ (np.eye(2) - eta * A / 2))
-    st = th.stationary_moments("sgld", q, None, step_size=eta)
+    st = th.stationary_moments(dgsgld.SGLD(eta), q, None)
     np.testing.assert_allclose(st.cov[0], closed, rtol=1e-10)
     np.testing.assert_allclose(st.mean[0], np.linalg.solve(A, b), rtol=1e-10)
     np.testing.assert_allclose(out.cov[-1], closed, rtol=1e-8)  # 400 steps: ρ⁴⁰⁰ ≈ 1e-10
@@ -50,15 +48,16 @@ def test_ula_matches_closed_forms():
 
 # Default run: DIGing-SGLD on the periodic schedule (a static W is its period-1 case); the static
 # case and DE- and EXTRA-SGLD in the slow set.
-@pytest.mark.parametrize("kind", ["diging", pytest.param("de", marks=pytest.mark.slow),
-                                  pytest.param("extra", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("make", [dgsgld.DIGingSGLD,
+                                  pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),
+                                  pytest.param(dgsgld.EXTRASGLD, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("periodic", [pytest.param(False, marks=pytest.mark.slow), True])
-def test_long_propagation_reaches_the_stationary_law(kind, periodic):
+def test_long_propagation_reaches_the_stationary_law(make, periodic):
     q = small_quadratic()
     mixing = permuted_rings(4, 3, seed=1) if periodic else ring(4)
     eta, T = 0.05, 1501
-    out = th.exact_moments(kind, q, mixing, np.zeros(2), np.eye(2), T, step_size=eta)
-    st = th.stationary_moments(kind, q, mixing, step_size=eta)
+    out = th.exact_moments(make(eta), q, mixing, np.zeros(2), np.eye(2), T)
+    st = th.stationary_moments(make(eta), q, mixing)
     assert st.spectral_radius < 1
     phase = T % st.mean.shape[0]
     np.testing.assert_allclose(out.mean[-1], st.mean[phase], atol=1e-10)
@@ -71,27 +70,28 @@ def test_bias_free_means_for_tracking_methods():
     q = small_quadratic(N=4)
     W = ring(4)
     x_star = q.minimizer()
-    for kind in ("diging", "extra"):
-        st = th.stationary_moments(kind, q, W, step_size=0.02)
+    for make in (dgsgld.DIGingSGLD, dgsgld.EXTRASGLD):
+        st = th.stationary_moments(make(0.02), q, W)
         np.testing.assert_allclose(st.mean[0], np.broadcast_to(x_star, (4, 2)), atol=1e-10)
-    st = th.stationary_moments("de", q, W, step_size=0.02)
+    st = th.stationary_moments(dgsgld.DESGLD(0.02), q, W)
     assert np.max(np.abs(st.mean[0] - x_star)) > 1e-2
 
 
-@pytest.mark.parametrize("kind", ["diging", "extra"])
-def test_conserved_direction_has_unit_eigenvalues(kind):
+@pytest.mark.parametrize("make", [dgsgld.DIGingSGLD, dgsgld.EXTRASGLD])
+def test_conserved_direction_has_unit_eigenvalues(make):
     # The stacked recursion has d eigenvalues of modulus 1 (Σ(y − ∇F(x)) resp. Σz conserved);
     # the reduced one used by `stationary_moments` has none.
     q = small_quadratic()
-    rec = th.linear_recursion(kind, q, ring(4), 0.05, xp=np)
+    rec = th.linear_recursion(make(0.05), q, ring(4), xp=np)
     mods = np.sort(np.abs(np.linalg.eigvals(rec.matrix)))[::-1]
     np.testing.assert_allclose(mods[:2], 1.0, atol=1e-10)
     assert mods[2] < 1 - 1e-3
-    assert th.stationary_moments(kind, q, ring(4), step_size=0.05).spectral_radius < 1 - 1e-3
+    assert th.stationary_moments(make(0.05), q, ring(4)).spectral_radius < 1 - 1e-3
 
 
-# Slow set (fast twins: tests/test_theory_mc.py's DIGing-SGLD chains of the engine against this
-# exact law, positions and trackers; DE- and EXTRA-SGLD's laws also meet Monte Carlo slow).
+# Slow set (fast twins: tests/test_preconditioner.py::test_each_step_is_its_exact_recursion, every
+# sampler's step against its recursion, and tests/test_theory_mc.py's DIGing-SGLD chains of the
+# engine against this exact law, positions and trackers).
 @pytest.mark.parametrize("make", [pytest.param(dgsgld.DIGingSGLD, marks=pytest.mark.slow),
                                   pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),
                                   pytest.param(dgsgld.EXTRASGLD, marks=pytest.mark.slow)])
@@ -104,7 +104,7 @@ def test_recursion_matrix_matches_the_engine_step(make):
     eta = 0.07
     algo = make(eta)
     kind = {dgsgld.DIGingSGLD: "diging", dgsgld.DESGLD: "de", dgsgld.EXTRASGLD: "extra"}[type(algo)]
-    rec = th.linear_recursion(kind, q, W, eta, xp=np)
+    rec = th.linear_recursion(algo, q, W, xp=np)
     rng = np.random.default_rng(0)
     key = jax.random.key(3)
 
@@ -190,7 +190,7 @@ def test_exact_moments_is_jittable_and_vmaps_over_steps():
 
     batched = jax.jit(jax.vmap(final_cov))(etas)
     for i, eta in enumerate(etas):
-        one = th.exact_moments("diging", q, W, np.zeros(2), np.eye(2), 12, step_size=float(eta))
+        one = th.exact_moments(dgsgld.DIGingSGLD(float(eta)), q, W, np.zeros(2), np.eye(2), 12)
         np.testing.assert_allclose(batched[i], one.cov[-1], rtol=1e-12)
 
 
@@ -201,13 +201,13 @@ def test_step_size_schedule():
     W = ring(4)
     sched = lambda k: jnp.where(k < 5, 0.01, 0.03)
     out = th.exact_moments(dgsgld.DESGLD(sched), q, W, np.zeros(2), np.eye(2), 10)
-    first = th.exact_moments("de", q, W, np.zeros(2), np.eye(2), 10, step_size=0.01)
+    first = th.exact_moments(dgsgld.DESGLD(0.01), q, W, np.zeros(2), np.eye(2), 10)
     full = np.asarray(first.mean[5])
     cov0 = np.zeros((8, 8))
     for i in range(4):
         cov0[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = first.cov[5][i]
     # Restarting from the per-agent marginals drops cross-agent covariance, so compare means.
-    second = th.exact_moments("de", q, W, full, cov0, 10, step_size=0.03)
+    second = th.exact_moments(dgsgld.DESGLD(0.03), q, W, full, cov0, 10)
     np.testing.assert_allclose(out.mean[-1], second.mean[5], rtol=1e-12)
 
 
@@ -215,7 +215,7 @@ def test_step_size_schedule():
 # (the exact moments the summaries are computed from, against Monte Carlo)
 def test_summaries_are_consistent():
     q = small_quadratic()
-    out = th.exact_moments("diging", q, ring(4), np.zeros(2), np.eye(2), 5, step_size=0.05)
+    out = th.exact_moments(dgsgld.DIGingSGLD(0.05), q, ring(4), np.zeros(2), np.eye(2), 5)
     # Σ_i E‖x_i − x̄‖² from the per-agent and average moments matches the stored summary.
     per = np.einsum("kiaa->k", out.cov) + np.sum(out.mean**2, axis=(1, 2))
     avg = np.einsum("kaa->k", out.average_cov) + np.sum(out.average_mean**2, axis=1)
@@ -232,6 +232,6 @@ def test_stationary_w2_slope_is_one_for_ula():
     # ULA on a Gaussian: W2 to the target is O(η) (Σ_η − A⁻¹ ≈ η/2 I), slope 1 in log–log.
     q = small_quadratic()
     steps = np.geomspace(1e-4, 1e-3, 5)
-    w2 = th.stationary_w2("sgld", q, None, steps)[:, 0]
+    w2 = th.stationary_w2(dgsgld.SGLD(1.0), q, None, steps)[:, 0]
     slope, _ = th.loglog_slope(steps, w2)
     assert slope == pytest.approx(1.0, abs=0.02)

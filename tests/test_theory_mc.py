@@ -79,7 +79,7 @@ def test_network_average_and_consensus_match_monte_carlo():
         output=dgsgld.Output(trace_fn=stats),
     )
     exact = th.exact_moments(
-        "diging", q, schedule, np.zeros(2), np.eye(2), NUM_STEPS, step_size=eta
+        dgsgld.DIGingSGLD(eta), q, schedule, np.zeros(2), np.eye(2), NUM_STEPS
     )
     x_sq, y_sq, y_norm, avg = (np.asarray(v) for v in trace.values)
     # Averages of squared norms: z-tests with the sample standard deviation over chains.

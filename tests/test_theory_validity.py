@@ -8,8 +8,9 @@ import jax
 import numpy as np
 import pytest
 
+import dgsgld
 from dgsgld import theory as th
-from dgsgld.evaluate.distances import gaussian_w2
+from dgsgld.evaluate import gaussian_w2
 from tests._problems import pair_swaps
 
 
@@ -68,7 +69,7 @@ def test_theorems_bound_exact_w2_at_every_k(case):
     ks = np.arange(K + 1)
     for i, eta in enumerate(etas):
         one = inp._replace(x_consensus=inp.x_consensus[i], y_consensus=inp.y_consensus[i])
-        mom = th.exact_moments("diging", q, W, m0, S0, K, step_size=eta)
+        mom = th.exact_moments(dgsgld.DIGingSGLD(eta), q, W, m0, S0, K)
         w2_agents = np.asarray(th.exact_w2(mom, *target)).mean(axis=1)
         w2_avg = np.asarray(
             gaussian_w2(
@@ -97,7 +98,7 @@ def test_how_loose_on_small_problems():
     probe = th.exact_bound_inputs(q, W, m0, S0, 1e-6)
     eta = 0.3 * th.eta_bar(probe)
     inp = th.exact_bound_inputs(q, W, m0, S0, eta)
-    mom = th.exact_moments("diging", q, W, m0, S0, 2000, step_size=eta)
+    mom = th.exact_moments(dgsgld.DIGingSGLD(eta), q, W, m0, S0, 2000)
     w2 = np.asarray(th.exact_w2(mom, *q.target())).mean(axis=1)
     total = th.theorem35(inp, np.arange(2001), eta).total
     ratio = total / w2

@@ -16,9 +16,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import dgsgld
+from dgsgld import evaluate
 from dgsgld._util import validation as _validation
-from dgsgld.evaluate import diagnostics as diagnostics
-from dgsgld.evaluate import distances as metrics
 from dgsgld.runner.checkpoint import sample_chunked
 
 N, N_LOCAL, D, C = 3, 4, 2, 2
@@ -410,7 +409,7 @@ def test_bad_gaussians_are_refused_by_gaussian_w2(case, first):
     d = mean.shape[0]
     good = (np.zeros(d), np.eye(d))
     args = (mean, cov, *good) if first else (*good, mean, cov)
-    assert_names(lambda: metrics.gaussian_w2(*map(jnp.asarray, args)),
+    assert_names(lambda: evaluate.gaussian_w2(*map(jnp.asarray, args)),
                  argument + ("1" if first else "2"))
 
 
@@ -420,29 +419,29 @@ def test_positions_from_a_diverged_run_are_refused_by_metrics(ndim_drop, value, 
     positions = np.zeros((2, 5, N, D), np.float32)
     if ndim_drop < 2:  # wrong number of axes
         bad = positions[(0,) * (ndim_drop + 1)]
-        assert_names(lambda: metrics.per_agent_w2(jnp.asarray(bad), jnp.zeros(D), jnp.eye(D)),
+        assert_names(lambda: evaluate.per_agent_w2(jnp.asarray(bad), jnp.zeros(D), jnp.eye(D)),
                      "positions")
         return
     index = tuple(data.draw(st.integers(0, s - 1)) for s in positions.shape)
     positions[index] = value
     message = assert_names(
-        lambda: metrics.per_agent_w2(jnp.asarray(positions), jnp.zeros(D), jnp.eye(D)),
+        lambda: evaluate.per_agent_w2(jnp.asarray(positions), jnp.zeros(D), jnp.eye(D)),
         "positions",
     )
     assert f"at index {index}" in message and "trace.divergence" in message
-    assert_names(lambda: metrics.consensus_error(jnp.asarray(positions)), "positions")
-    assert_names(lambda: diagnostics.ess(positions), "samples")
+    assert_names(lambda: evaluate.consensus_error(jnp.asarray(positions)), "positions")
+    assert_names(lambda: evaluate.ess(positions), "samples")
 
 
 def test_other_metric_shapes_are_checked():
-    assert_names(lambda: metrics.per_agent_w2(jnp.zeros((2, 5, N, D)), jnp.zeros(3), jnp.eye(3)),
+    assert_names(lambda: evaluate.per_agent_w2(jnp.zeros((2, 5, N, D)), jnp.zeros(3), jnp.eye(3)),
                  "mean", "2 coordinates")
-    assert_names(lambda: metrics.consensus_error(jnp.zeros(3)), "positions")
-    assert_names(lambda: metrics.empirical_moments(jnp.zeros((1, 2))), "samples", "ddof")
-    assert_names(lambda: metrics.empirical_moments(jnp.zeros((5, 2)), axis=-1), "axis")
-    assert_names(lambda: metrics.sqrtm_psd(jnp.zeros((2, 3))), "matrix")
-    assert_names(lambda: diagnostics.ess(np.zeros((2, 3))), "samples", "4 draws")
-    assert_names(lambda: diagnostics.rhat(np.zeros((1, 10))), "samples", "2 chains")
+    assert_names(lambda: evaluate.consensus_error(jnp.zeros(3)), "positions")
+    assert_names(lambda: evaluate.empirical_moments(jnp.zeros((1, 2))), "samples", "ddof")
+    assert_names(lambda: evaluate.empirical_moments(jnp.zeros((5, 2)), axis=-1), "axis")
+    assert_names(lambda: evaluate.sqrtm_psd(jnp.zeros((2, 3))), "matrix")
+    assert_names(lambda: evaluate.ess(np.zeros((2, 3))), "samples", "4 draws")
+    assert_names(lambda: evaluate.rhat(np.zeros((1, 10))), "samples", "2 chains")
 
 
 def test_chunked_runs_validate_like_sample(tmp_path):

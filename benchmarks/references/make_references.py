@@ -31,7 +31,7 @@ import numpy as np
 from numpyro.infer import MCMC, NUTS
 from scipy import stats
 
-from dgsgld.evaluate import diagnostics as diagnostics
+from dgsgld import evaluate
 from dgsgld.posteriors import references
 from dgsgld.posteriors.targets import TARGETS, exact_gaussian_posterior, get_target
 
@@ -65,7 +65,7 @@ def summarize(x):
         "mcse_mean": mcse(x, method="mean"), "mcse_sd": mcse(x, method="sd"),
         "mcse_quantiles": np.stack([mcse(x, method="quantile", prob=p)
                                     for p in references.QUANTILES]),
-        "rhat": np.asarray(diagnostics.rhat(x)), "ess_bulk": np.asarray(diagnostics.ess(x)),
+        "rhat": np.asarray(evaluate.rhat(x)), "ess_bulk": np.asarray(evaluate.ess(x)),
     }
 
 

@@ -17,8 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import communication, networks
-from ..evaluate import distances
+from .. import communication, evaluate, networks
 from ..posteriors.problems import derive_seeds, linear_regression_problem
 from ..runner.loop import Output, sample
 from ..samplers import DESGLD, SGLD, DIGingSGLD
@@ -71,11 +70,8 @@ class MainJob:
         return "\n".join(lines)
 
 
-_NAMES = {DIGingSGLD: "DIGing-SGLD", DESGLD: "DE-SGLD", SGLD: "SGLD (centralized)"}
-
-
 def _name(cls) -> str:
-    return _NAMES[cls]
+    return cls.name if cls.decentralized else f"{cls.name} (centralized)"
 
 
 def main_job(
@@ -196,7 +192,7 @@ def _final_w2(schedule, steps, potential, init_dec, init_cen, seed, num_steps, d
         sent.append(jnp.zeros((1,), jnp.int32) if central
                     else communication.messages_sent(trace.state)[0])
     positions = jnp.concatenate([*finals, draws], axis=1)
-    mean, cov = distances.empirical_moments(positions, axis=0, ddof=1)
-    w2 = distances.gaussian_w2(mean, cov, jnp.broadcast_to(target_mean, mean.shape),
-                               jnp.broadcast_to(target_cov, cov.shape))
+    mean, cov = evaluate.empirical_moments(positions, axis=0, ddof=1)
+    w2 = evaluate.gaussian_w2(mean, cov, jnp.broadcast_to(target_mean, mean.shape),
+                              jnp.broadcast_to(target_cov, cov.shape))
     return w2, divergences, sent

@@ -1,6 +1,6 @@
 """Convergence diagnostics per agent: effective sample size, split R-hat.
 
-(Consensus error over time: :func:`dgsgld.evaluate.distances.consensus_error` of ``trace.positions``.)
+(Consensus error over time: :func:`dgsgld.evaluate.consensus_error` of ``trace.positions``.)
 
 Every function takes draws laid out chain-major, ``(chain, draw, ...)``, as in
 ``trace.positions`` (``(num_chains, num_kept, N, *param_shape)``), and treats each trailing
@@ -31,8 +31,8 @@ such as its activation function, come back as ``None``). ``ess(trace.positions)`
 A diverged chain never enters a summary silently: a chain flagged by the run
 (``trace.divergence``) or with a diverged draw in any leaf (non-finite, or at least
 ``divergence_threshold`` times ``max(1, max |first draw|)`` of the chain: the runner's
-definition, :mod:`dgsgld.evaluate._divergence`) is refused (``diverged="raise"``, the default, says how
-many chains and how to drop them) or left out of every leaf with a warning
+definition, :mod:`dgsgld.evaluate._divergence`) is refused (``diverged="raise"``, the default,
+says how many chains and how to drop them) or left out of every leaf with a warning
 (``diverged="drop"``).
 
 ArviZ itself is optional (``pip install dgsgld[diagnostics]``: ArviZ 0.x on Python 3.11, 1.x
@@ -414,7 +414,7 @@ def _import_arviz():
         import arviz
     except ImportError as err:
         raise ImportError(
-            "dgsgld.evaluate.diagnostics.to_arviz needs ArviZ, an optional extra: "
+            "dgsgld.evaluate.to_arviz needs ArviZ, an optional extra: "
             "pip install 'dgsgld[diagnostics]'"
         ) from err
     return arviz

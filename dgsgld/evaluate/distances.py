@@ -1,6 +1,7 @@
 """Distances and errors computed from traces.
 
-The 2-Wasserstein distance between Gaussians (§4.1):
+The 2-Wasserstein distance between Gaussians (§4.1), :func:`gaussian_w2` (and from draws,
+:func:`gaussian_w2_to_target` and :func:`per_agent_w2`, which fit a Gaussian to them):
 
     W2² = ‖m₁ − m₂‖² + tr Σ₁ + tr Σ₂ − 2 tr (Σ₁^{1/2} Σ₂ Σ₁^{1/2})^{1/2}.
 
@@ -16,20 +17,26 @@ scales 10⁻⁴..10⁴ and ``d`` up to 50 for covariances of condition number up
 ``|Ŵ − W| <= 2e-3 W + 2e-5 sqrt(tr Σ₁ + tr Σ₂)`` in float32 (the second term bounds the
 result for two identical Gaussians); the error grows with the condition number of the product.
 
-Each function checks its inputs on the host (when they hold values) and then computes in one
-compiled program (``jax.jit``): on a stored trace, op-by-op dispatch would compile every
-operation as a program of its own on first use (``docs/performance.md``). Under a user's
+Each JAX function checks its inputs on the host (when they hold values) and then computes in
+one compiled program (``jax.jit``): on a stored trace, op-by-op dispatch would compile every
+operation as a program of its own on first use (``docs/results/performance.md``). Under a user's
 ``jit`` they trace like any other function.
+
+Between two sets of draws with no Gaussian fit, :func:`empirical_w2` is the exact W2 of their
+empirical measures, by an optimal assignment in float64 on the host (NumPy and SciPy).
 """
 
 from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 from .._util import validation as _validation
 from .._util.tree import as_array
 from .._util.types import Array
+from ._checks import host_draws
 
 __all__ = [
     "sqrtm_psd",
@@ -39,7 +46,7 @@ __all__ = [
     "consensus_error",
     "ensemble_consensus_error",
     "gaussian_w2_to_target",
-    "accuracy",
+    "empirical_w2",
 ]
 
 
@@ -216,27 +223,35 @@ def _ensemble_consensus_error(positions):
     return jnp.sqrt(jnp.mean(_squared_consensus(positions), axis=0))
 
 
-def accuracy(predicted: Array, labels: Array) -> Array:
-    """Fraction of points whose predicted label equals the label.
+def empirical_w2(x: Array, y: Array, *, size: int = 500, scale: Array | None = None,
+                 seed: int = 0) -> float:
+    """Exact ``W2`` between the empirical measures of ``size``-point subsamples of ``x (m, q)``
+    and ``y (n, q)`` (all points when ``size`` is at least both sizes and they are equal).
 
-    The one implementation of classification accuracy: :func:`dgsgld.evaluate.predictive.accuracy`
-    (from log-probabilities) and :func:`dgsgld.evaluate.streaming.accuracy` (inside a run) call it.
+    An optimal assignment (``scipy.optimize.linear_sum_assignment`` on squared Euclidean costs,
+    ``O(size³)``) in float64 on the host; no Gaussian fit, unlike :func:`gaussian_w2_to_target`.
 
     Args:
-        predicted: ``(..., P)`` predicted labels (e.g. ``argmax`` of class scores).
-        labels: ``(P,)`` true labels, of a dtype comparable with ``predicted``.
-
-    Returns:
-        ``(...)``.
+        x, y: draws; rows are points.
+        size: points of each subsample (without replacement; at most ``min(m, n)``).
+        scale: optional ``(q,)`` positive scales dividing every coordinate first (e.g. a
+            reference's sds, so that scores of different targets are comparable).
+        seed: NumPy seed of the subsamples.
     """
-    shape, labels = jnp.shape(predicted), jnp.asarray(labels)
-    if not shape or labels.shape != shape[-1:]:
-        raise ValueError(
-            f"`labels` must have shape ({shape[-1] if shape else 'P'},) to match `predicted` "
-            f"{shape} (..., P); got {labels.shape}."
-        )
-    if shape[-1] == 0:
-        raise ValueError("`predicted` holds no points.")
-    return jnp.mean(predicted == jnp.broadcast_to(labels, shape), axis=-1)
-
-
+    x, y = host_draws(x, "x"), host_draws(y, "y", np.shape(x)[1])
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ValueError(f"`size` must be a positive int; got {size!r}.")
+    size = min(size, x.shape[0], y.shape[0])
+    if scale is not None:
+        scale = np.asarray(scale, np.float64)
+        if scale.shape != (x.shape[1],) or not np.all(scale > 0):
+            raise ValueError(f"`scale` must be ({x.shape[1]},) positive; got {scale}.")
+        x, y = x / scale, y / scale
+    rng = np.random.default_rng(seed)
+    if size < x.shape[0]:
+        x = x[rng.choice(x.shape[0], size, replace=False)]
+    if size < y.shape[0]:
+        y = y[rng.choice(y.shape[0], size, replace=False)]
+    cost = np.sum((x[:, None, :] - y[None, :, :]) ** 2, axis=-1)
+    rows, cols = linear_sum_assignment(cost)
+    return float(np.sqrt(cost[rows, cols].mean()))

@@ -3,7 +3,7 @@ network beside it (matplotlib is an optional dependency, imported on use).
 
 A run's per-agent metric is an array ``(T, N)`` (kept iteration, agent). :func:`per_agent`
 reads it from what :func:`dgsgld.sample` returns: a streamed ``ensemble_fn`` metric such as
-``dgsgld.evaluate.streaming.gaussian_w2`` (``trace.ensemble``, ``(T, N)``), or a per-chain
+``dgsgld.evaluate.streamed_per_agent_w2`` (``trace.ensemble``, ``(T, N)``), or a per-chain
 ``trace_fn`` metric (``trace.values``, ``(C, T, N)``, averaged over chains). The x axis is the
 iteration (:func:`iterations`), the bytes the agents have sent (:func:`communication_bytes`)
 or any other ``(T,)`` array, e.g. the wall-clock seconds of each kept iteration.
@@ -56,8 +56,8 @@ def per_agent(source: Any, metric: str | None = None) -> np.ndarray:
 
     Args:
         source: a :class:`dgsgld.Trace` (its ``ensemble`` when stored, else its ``values``), a
-            dict of streamed metrics (e.g. ``trace.ensemble`` of ``dgsgld.evaluate.streaming.combine``),
-            or an array: ``(T, N)`` as is, ``(C, T, N)`` averaged over the chains.
+            dict of streamed metrics (e.g. ``trace.ensemble`` of ``dgsgld.evaluate.combine``), or
+            an array: ``(T, N)`` as is, ``(C, T, N)`` averaged over the chains.
         metric: the entry to take when the metrics are a dict.
 
     Returns:

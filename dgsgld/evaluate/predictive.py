@@ -8,7 +8,9 @@ classes). The posterior predictive is the MEAN of the samples' probabilities,
 not the mean of their logs (that would score a geometric mean and reward overconfidence).
 The scores then take the predictive ``(P, K)``:
 
-* :func:`accuracy`: fraction of points whose most probable class is the label;
+* :func:`accuracy`: fraction of points whose most probable class is the label (the fraction
+  itself, from predicted labels, is :func:`label_accuracy`, which the streamed
+  :func:`dgsgld.evaluate.streamed_accuracy` computes with too);
 * :func:`nll`: mean negative log predictive probability of the label (nats);
 * :func:`ece`: expected calibration error with equal-width confidence bins (15 by default):
   ``sum_b (n_b / P) |accuracy_b − mean confidence_b|``, confidence ``= max_k p̂_k``; bins are
@@ -23,6 +25,8 @@ mixture ``(1/S) sum_s N(y; μ_s, σ_s²)``, again by ``logsumexp``.
 
 Every score is one compiled program (``jax.jit``, checked at tracing on shapes and dtypes):
 on host arrays, op-by-op dispatch would compile each of its operations on its own.
+:func:`label_accuracy`, the arithmetic the accuracies share, is traced into its callers'
+programs.
 
 Values are checked too: labels must lie in ``[0, K)``; every row of ``log_probs`` must be a
 log-distribution, ``|logsumexp_k log p̂_k| <= tol`` with ``tol = max(1e-3, 10 K eps)``
@@ -45,7 +49,6 @@ import numpy as np
 from .._util.tree import as_array
 from .._util.types import Array
 from .._util.validation import is_concrete_tree
-from . import distances as metrics
 
 __all__ = [
     "accuracy",
@@ -55,6 +58,7 @@ __all__ = [
     "ece",
     "entropy",
     "gaussian_nll",
+    "label_accuracy",
     "log_predictive",
     "nll",
     "rmse",
@@ -201,11 +205,35 @@ def log_predictive(log_probs: Array, axis: int | tuple[int, ...] = 0) -> Array:
     return jax.nn.logsumexp(log_probs, axis=axes) - jnp.log(float(count))
 
 
+def label_accuracy(predicted: Array, labels: Array) -> Array:
+    """Fraction of points whose predicted label equals the label.
+
+    The one implementation of classification accuracy: :func:`accuracy` (from
+    log-probabilities) and :func:`dgsgld.evaluate.streamed_accuracy` (inside a run) call it.
+
+    Args:
+        predicted: ``(..., P)`` predicted labels (e.g. ``argmax`` of class scores).
+        labels: ``(P,)`` true labels, of a dtype comparable with ``predicted``.
+
+    Returns:
+        ``(...)``.
+    """
+    shape, labels = jnp.shape(predicted), jnp.asarray(labels)
+    if not shape or labels.shape != shape[-1:]:
+        raise ValueError(
+            f"`labels` must have shape ({shape[-1] if shape else 'P'},) to match `predicted` "
+            f"{shape} (..., P); got {labels.shape}."
+        )
+    if shape[-1] == 0:
+        raise ValueError("`predicted` holds no points.")
+    return jnp.mean(predicted == jnp.broadcast_to(labels, shape), axis=-1)
+
+
 @_compiled(check=_host_labels)
 def accuracy(log_probs: Array, labels: Array) -> Array:
     """Fraction of points whose arg-max class equals ``labels``; ``log_probs (P, K)``."""
     log_probs, labels = _check_labels(log_probs, labels)
-    return metrics.accuracy(jnp.argmax(log_probs, axis=-1), labels)
+    return label_accuracy(jnp.argmax(log_probs, axis=-1), labels)
 
 
 @_compiled(check=_host_labels)

@@ -9,24 +9,33 @@ the metrics return, so the memory of a run is that of the metric, ``O(num_kept �
 per-agent W2, instead of the ``O(num_chains · num_kept · N · d)`` of the positions; ``thin``
 reduces ``num_kept`` further::
 
-    w2 = dgsgld.evaluate.streaming.gaussian_w2(post_mean, post_cov)
+    w2 = dgsgld.evaluate.streamed_per_agent_w2(post_mean, post_cov)
     trace = dgsgld.sample(alg, potential, mixing, init, key, num_steps=10_000,
                           output=dgsgld.Output(thin=10, ensemble_fn=w2))
     trace.ensemble              # (1001, N): W2 of every agent at iterations 0, 10, ..., 10 000
 
-The lowercase functions :func:`moments`, :func:`gaussian_w2`, :func:`ksd`,
-:func:`consensus_error`, :func:`accuracy` and :func:`combine` are the only constructors of the
-metrics: they check their arguments and return the module. A metric's arrays (a target's mean
-and covariance, a test set) are its pytree leaves, traced by ``dgsgld.sample`` rather than
-compiled in as constants: two metrics of the same kind whose arrays have the same shapes and
-dtypes, and whose functions (``score``, ``predict``, ``flatten``) are the same objects, share
-one compilation; a function that is itself an ``eqx.Module`` adds its arrays to the leaves. A
-metric's flags (``full``, ``per_chain``, ``c``, ``beta``) are static.
+The functions :func:`streamed_moments`, :func:`streamed_per_agent_w2`, :func:`streamed_ksd`,
+:func:`streamed_consensus_error`, :func:`streamed_accuracy` and :func:`combine` are the only
+constructors of the metrics: they check their arguments and return the module. A streamed
+metric gives at each kept iteration what a function of :mod:`dgsgld.evaluate` gives from the
+stored trace, and computes it with that function: ``streamed_per_agent_w2`` with
+:func:`~dgsgld.evaluate.per_agent_w2`'s W2, ``streamed_consensus_error`` with
+:func:`~dgsgld.evaluate.consensus_error`, ``streamed_accuracy`` with
+:func:`~dgsgld.evaluate.label_accuracy`, ``streamed_ksd`` with the Stein kernel of
+:func:`~dgsgld.evaluate.ksd`, ``streamed_moments`` with
+:func:`~dgsgld.evaluate.empirical_moments`.
+
+A metric's arrays (a target's mean and covariance, a test set) are its pytree leaves, traced by
+``dgsgld.sample`` rather than compiled in as constants: two metrics of the same kind whose
+arrays have the same shapes and dtypes, and whose functions (``score``, ``predict``,
+``flatten``) are the same objects, share one compilation; a function that is itself an
+``eqx.Module`` adds its arrays to the leaves. A metric's flags (``full``, ``per_chain``, ``c``,
+``beta``) are static.
 
 Positions may be an array or a pytree; metrics of the parameter vector need an array of shape
 ``(..., N, d)`` (flatten a pytree first, e.g. with ``flatten=``).
 
-Moments over chains use ``ddof = 1`` like :func:`dgsgld.evaluate.distances.empirical_moments`, so the
+Moments over chains use ``ddof = 1`` like :func:`dgsgld.evaluate.empirical_moments`, so the
 streamed values equal those computed afterwards from ``trace.positions``.
 """
 
@@ -42,20 +51,22 @@ import jax.numpy as jnp
 
 from .._util import validation as _validation
 from .._util.types import Array, PyTree
-from . import distances as metrics
+from . import distances
+from .predictive import label_accuracy
+from .stein import _check_kernel, _kernel_matrix
 
 __all__ = [
     "Metric",
     "Moments",
     "SteinSums",
-    "accuracy",
     "combine",
-    "consensus_error",
-    "gaussian_w2",
-    "ksd",
-    "moments",
     "pool_ksd",
     "pool_moments",
+    "streamed_accuracy",
+    "streamed_consensus_error",
+    "streamed_per_agent_w2",
+    "streamed_ksd",
+    "streamed_moments",
 ]
 
 
@@ -121,7 +132,7 @@ def _check_per_chain(per_chain) -> bool:
 
 
 class _Moments(_Ensemble):
-    """:func:`moments`."""
+    """:func:`streamed_moments`."""
 
     full: bool = eqx.field(static=True)
     flatten: Callable | None
@@ -132,18 +143,18 @@ class _Moments(_Ensemble):
         if c < 2:
             raise ValueError(f"moments over chains need at least 2 chains; got {c}.")
         if self.full:
-            mean, cov = metrics.empirical_moments(x, axis=0, ddof=1)
+            mean, cov = distances.empirical_moments(x, axis=0, ddof=1)
         else:
             mean = jnp.mean(x, axis=0)
             cov = jnp.sum((x - mean[None]) ** 2, axis=0) / (c - 1)
         return Moments(mean, cov, jnp.asarray(c, jnp.int32))
 
 
-def moments(*, full: bool = True, flatten: Callable | None = None) -> Metric:
+def streamed_moments(*, full: bool = True, flatten: Callable | None = None) -> Metric:
     """Ensemble metric: mean and covariance over chains of every agent's position.
 
     Args:
-        full: full ``(d, d)`` covariances (:func:`dgsgld.evaluate.distances.empirical_moments`);
+        full: full ``(d, d)`` covariances (:func:`dgsgld.evaluate.empirical_moments`);
             ``False`` keeps only the variances (memory ``O(N d)`` per kept iteration instead
             of ``O(N d²)``; use it for large ``d``).
         flatten: maps the positions pytree (leaves ``(C, N, ...)``) to ``(C, N, d)``.
@@ -158,8 +169,8 @@ def moments(*, full: bool = True, flatten: Callable | None = None) -> Metric:
     return _Moments(full, flatten)
 
 
-class _GaussianW2(_Ensemble):
-    """:func:`gaussian_w2`."""
+class _PerAgentW2(_Ensemble):
+    """:func:`streamed_per_agent_w2`."""
 
     mean: Array
     cov: Array
@@ -175,14 +186,14 @@ class _GaussianW2(_Ensemble):
         dtype = m.mean.dtype
         target_mean = jnp.broadcast_to(self.mean.astype(dtype), m.mean.shape)
         target_cov = jnp.broadcast_to(self.cov.astype(dtype), m.cov.shape)
-        return metrics.gaussian_w2(m.mean, m.cov, target_mean, target_cov)
+        return distances.gaussian_w2(m.mean, m.cov, target_mean, target_cov)
 
 
-def gaussian_w2(mean: Array, cov: Array, *, flatten: Callable | None = None) -> Metric:
+def streamed_per_agent_w2(mean: Array, cov: Array, *, flatten: Callable | None = None) -> Metric:
     """Ensemble metric: each agent's W2 to the Gaussian target ``N(mean, cov)``.
 
     The agent's samples across chains are summarised by their mean and covariance (the
-    paper's §4.1 metric), exactly as :func:`dgsgld.evaluate.distances.per_agent_w2` does on a stored
+    paper's §4.1 metric), exactly as :func:`dgsgld.evaluate.per_agent_w2` does on a stored
     trace.
 
     Args:
@@ -199,15 +210,15 @@ def gaussian_w2(mean: Array, cov: Array, *, flatten: Callable | None = None) -> 
             f"`mean` must be (d,) and `cov` (d, d); got shapes {jnp.shape(mean)} and "
             f"{jnp.shape(cov)}."
         )
-    # The checks of metrics.gaussian_w2 (finite, symmetric, PSD), now rather than at every
+    # The checks of distances.gaussian_w2 (finite, symmetric, PSD), now rather than at every
     # kept iteration inside the run.
     _validation.check_gaussian(mean, cov)
     _check_flatten(flatten)
-    return _GaussianW2(jnp.asarray(mean), jnp.asarray(cov), flatten)
+    return _PerAgentW2(jnp.asarray(mean), jnp.asarray(cov), flatten)
 
 
 class SteinSums(NamedTuple):
-    """Stein kernel sums over chains at one kept iteration (:func:`ksd`).
+    """Stein kernel sums over chains at one kept iteration (:func:`streamed_ksd`).
 
     Attributes:
         total: ``(N,)`` (a scalar for the centralized sampler): ``Σ_{a,b} k_π(x_a, x_b)`` over
@@ -219,22 +230,8 @@ class SteinSums(NamedTuple):
     num_pairs: Array
 
 
-def _stein_kernel_sum(x: Array, s: Array, c: float, beta: float) -> Array:
-    """``Σ_{a,b} k_π(x_a, x_b)`` of the IMQ Stein kernel for draws ``x (..., C, d)`` with scores
-    ``s (..., C, d)`` (``k_π`` as in :mod:`dgsgld.posteriors.scores`), over the leading axes."""
-    d = x.shape[-1]
-    r = x[..., :, None, :] - x[..., None, :, :]                       # r_ab = x_a − x_b
-    r2 = jnp.sum(r * r, axis=-1)
-    u = c**2 + r2
-    ss = jnp.einsum("...ak,...bk->...ab", s, s)
-    sr = jnp.einsum("...bk,...abk->...ab", s, r) - jnp.einsum("...ak,...abk->...ab", s, r)
-    k = (ss * u**beta + 2 * beta * u ** (beta - 1) * sr - 2 * beta * d * u ** (beta - 1)
-         - 4 * beta * (beta - 1) * u ** (beta - 2) * r2)
-    return jnp.sum(k, axis=(-2, -1))
-
-
 class _KSD(_Ensemble):
-    """:func:`ksd`."""
+    """:func:`streamed_ksd`."""
 
     score: Callable[[Array], Array]
     c: float = eqx.field(static=True)
@@ -247,18 +244,19 @@ class _KSD(_Ensemble):
         flat = x.reshape(-1, x.shape[-1])
         s = jax.vmap(self.score)(flat).reshape(x.shape).astype(x.dtype)
         per_agent = jnp.moveaxis(x, 0, -2)                         # (N, C, d) or (C, d)
-        total = _stein_kernel_sum(per_agent, jnp.moveaxis(s, 0, -2), self.c, self.beta)
+        k = _kernel_matrix(per_agent, jnp.moveaxis(s, 0, -2), self.c, self.beta)
+        total = jnp.sum(k, axis=(-2, -1))
         return SteinSums(total, jnp.asarray(chains * chains, jnp.int32))
 
 
-def ksd(score: Callable[[Array], Array], *, c: float = 1.0, beta: float = -0.5,
-        flatten: Callable | None = None) -> Metric:
+def streamed_ksd(score: Callable[[Array], Array], *, c: float = 1.0, beta: float = -0.5,
+                 flatten: Callable | None = None) -> Metric:
     """Ensemble metric: each agent's kernel Stein discrepancy over chains, streamed as sums.
 
     At each kept iteration the ``C`` chains' positions of agent ``i`` are ``C`` draws; their
     V-statistic is ``KSD_i² = Σ_{a,b} k_π(x_a, x_b) / C²`` with the IMQ Stein kernel
-    ``k_π`` of ``(c² + ‖x − y‖²)^β`` (the kernel and defaults of
-    :func:`dgsgld.posteriors.scores.ksd`, which gives the same value from stored draws). Only
+    ``k_π`` of ``(c² + ‖x − y‖²)^β`` (the kernel and defaults of :func:`dgsgld.evaluate.ksd`,
+    which gives the same value from stored draws: :mod:`dgsgld.evaluate.stein`). Only
     the sum and ``C²`` are kept (:class:`SteinSums`), so that :func:`pool_ksd` can pool
     iterations. Cost per kept iteration ``O(N C² d)``, memory ``O(N)``.
 
@@ -277,22 +275,20 @@ def ksd(score: Callable[[Array], Array], *, c: float = 1.0, beta: float = -0.5,
     """
     if not callable(score):
         raise TypeError(f"`score` must be a function x (d,) -> (d,); got {type(score).__name__}.")
-    if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
-        raise ValueError(f"`c` must be a positive number; got {c!r}.")
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not -1 < beta < 0:
-        raise ValueError(f"`beta` must lie in (-1, 0); got {beta!r}.")
+    c, beta = _check_kernel(c, beta)
     _check_flatten(flatten)
-    return _KSD(score, float(c), float(beta), flatten)
+    return _KSD(score, c, beta, flatten)
 
 
 def pool_ksd(per_iteration: SteinSums, start: int = 0) -> Array:
     """``(N,)`` KSD per agent pooled over kept iterations ``start, start + 1, ...``:
     ``sqrt(Σ_t total_t / Σ_t C²)``, the root of the mean over iterations of the per-iteration
-    ``KSD²`` of :func:`ksd` (pairs of chains at the same iteration only: no trace is kept to
-    pair draws of different iterations).
+    ``KSD²`` of :func:`streamed_ksd` (pairs of chains at the same iteration only: no trace is
+    kept to pair draws of different iterations).
 
     Args:
-        per_iteration: ``trace.ensemble`` of a run with ``output=Output(ensemble_fn=ksd(...))``.
+        per_iteration: ``trace.ensemble`` of a run with
+            ``output=Output(ensemble_fn=streamed_ksd(...))``.
         start: first kept iteration used (burn-in = ``start * thin`` iterations).
     """
     total = per_iteration.total[start:]
@@ -304,7 +300,7 @@ def pool_ksd(per_iteration: SteinSums, start: int = 0) -> Array:
 
 
 class _ConsensusError(Metric):
-    """:func:`consensus_error`."""
+    """:func:`streamed_consensus_error`."""
 
     per_chain: bool = eqx.field(static=True)
     flatten: Callable | None
@@ -312,18 +308,19 @@ class _ConsensusError(Metric):
     def __call__(self, states) -> Array:
         x = _vector(states.position, self.flatten)
         if self.per_chain:
-            return metrics.consensus_error(x)
-        return metrics.ensemble_consensus_error(x)
+            return distances.consensus_error(x)
+        return distances.ensemble_consensus_error(x)
 
 
-def consensus_error(*, per_chain: bool = False, flatten: Callable | None = None) -> Metric:
+def streamed_consensus_error(*, per_chain: bool = False,
+                             flatten: Callable | None = None) -> Metric:
     """Root-mean-square distance of the agents to their network average.
 
     Args:
-        per_chain: a per-chain metric (a ``trace_fn``: :func:`dgsgld.evaluate.distances.consensus_error`,
+        per_chain: a per-chain metric (a ``trace_fn``: :func:`dgsgld.evaluate.consensus_error`,
             one value per chain and kept iteration, ``trace.values`` of shape
             ``(C, num_kept)``); by default an ensemble metric (an ``ensemble_fn``:
-            :func:`dgsgld.evaluate.distances.ensemble_consensus_error`, the root mean over chains of the
+            :func:`dgsgld.evaluate.ensemble_consensus_error`, the root mean over chains of the
             squared error, the quantity of the paper's consensus bound; ``trace.ensemble`` of
             shape ``(num_kept,)``).
         flatten: maps the positions pytree to ``(..., N, d)``.
@@ -336,7 +333,7 @@ def consensus_error(*, per_chain: bool = False, flatten: Callable | None = None)
 
 
 class _Accuracy(Metric):
-    """:func:`accuracy`."""
+    """:func:`streamed_accuracy`."""
 
     predict: Callable[[Any, Array], Array]
     inputs: PyTree
@@ -346,7 +343,7 @@ class _Accuracy(Metric):
 
     def _one_chain(self, position) -> Array:
         def one_agent(params):
-            return metrics.accuracy(self.predict(params, self.inputs), self.labels)
+            return label_accuracy(self.predict(params, self.inputs), self.labels)
 
         return jax.vmap(one_agent)(position)
 
@@ -357,12 +354,12 @@ class _Accuracy(Metric):
         return jnp.mean(jax.vmap(self._one_chain)(position), axis=0)
 
 
-def accuracy(
+def streamed_accuracy(
     predict: Callable[[Any, Array], Array], inputs: PyTree, labels: Array,
     *, per_chain: bool = False, flatten: Callable | None = None,
 ) -> Metric:
     """Every agent's classification accuracy on a test set
-    (:func:`dgsgld.evaluate.distances.accuracy`).
+    (:func:`dgsgld.evaluate.label_accuracy`).
 
     Args:
         predict: ``(params, inputs) -> predicted labels (n_test,)`` for ONE agent's parameters
@@ -411,7 +408,8 @@ def combine(**fns: Callable) -> Metric:
     ``{"w2": ..., "ce": ...}``. Its metrics must all be per-chain or all ensemble metrics;
     other functions of the states (of the same kind) may be combined with them."""
     if not fns:
-        raise ValueError("`combine` needs at least one metric, e.g. combine(w2=gaussian_w2(m, S)).")
+        raise ValueError("`combine` needs at least one metric, e.g. "
+                         "combine(w2=streamed_per_agent_w2(m, S)).")
     for name, fn in fns.items():
         if not callable(fn):
             raise ValueError(f"`{name}` must be a function of the states; got {type(fn).__name__}.")
@@ -431,7 +429,7 @@ def combine(**fns: Callable) -> Metric:
 def pool_moments(per_iteration: Moments, start: int = 0) -> tuple[Array, Array]:
     """Mean and covariance over chains AND kept iterations ``start, start + 1, ...``.
 
-    Combines the per-iteration moments streamed by :func:`moments` (``full=True``) without the
+    Combines the per-iteration moments of :func:`streamed_moments` (``full=True``) without the
     trace, by the law of total covariance: with ``n = C T`` samples and ``m`` the mean of the
     ``m_t``, the pooled covariance is ``((C − 1) Σ_t Σ_t + C Σ_t (m_t − m)(m_t − m)ᵀ) / (n − 1)``
     (centred sums: no cancellation in float32). Equal, up to rounding, to the sample covariance
@@ -439,7 +437,7 @@ def pool_moments(per_iteration: Moments, start: int = 0) -> tuple[Array, Array]:
 
     Args:
         per_iteration: ``trace.ensemble`` of a run with
-            ``output=Output(ensemble_fn=moments())``: leaves
+            ``output=Output(ensemble_fn=streamed_moments())``: leaves
             ``(num_kept, N, d)``, ``(num_kept, N, d, d)``, ``(num_kept,)``.
         start: first kept iteration used (burn-in = ``start * thin`` iterations).
 

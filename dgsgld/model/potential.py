@@ -20,8 +20,21 @@ chain), so a step costs what a step with replacement costs at every ``n_i`` (mea
 whenever any chain or agent drew one, and ranking ``n_i`` uniforms (``top_k``) costs O(n_i).
 With replacement each index is ``word mod n_i``. (``mod`` favours some values by at most
 ``count / 2**32`` relative probability, far below Monte Carlo error.)
+
+Clipping (``clip=C``, for differential privacy: :mod:`dgsgld.evaluate.privacy`): every
+per-datum gradient ``∇(−log p(d | x))`` is scaled to global norm (over all parameter leaves)
+at most ``C`` before the sum, ``clip_C(g) = g · min(1, C / ‖g‖)``, in every gradient of the
+data term (mini-batch, full batch, the estimators' anchors and tables, a device's rows); the
+prior's gradient is data-independent and is not clipped. The data term keeps its value; only
+its gradient is clipped (a custom JVP, :func:`_clipped_data_value`), so that every caller of
+``jax.grad`` of it takes the clipped gradient. The clipped drift ``Σ_d clip_C(∇ℓ_d)`` is in
+general the gradient of no potential; it is one for a linear-Gaussian likelihood, where
+``clip_C((zᵀx − y) z) = ψ_{C/‖z‖}(zᵀx − y) z`` with ``ψ_c(r) = max(−c, min(c, r))``, the
+derivative of Huber's loss ``H_c``: clipped Langevin dynamics then sample the posterior of
+a Huber regression, ``exp(−Σ_d σ⁻² H_{c_d}(zᵀx − y) − (−log p(x)))``.
 """
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -36,7 +49,7 @@ from .._util import validation as _validation
 from .._util.types import Array, PRNGKey, PyTree
 from . import ppl
 
-__all__ = ["Potential", "distinct_batch", "first_occurrences", "pad_agent_data",
+__all__ = ["Potential", "clip_rows", "distinct_batch", "first_occurrences", "pad_agent_data",
            "stack_potentials"]
 
 #: Largest table of mini-batch subsets (entries N * max_i C(n_i, b) * b) kept on a Potential.
@@ -117,6 +130,59 @@ def _subset_table(counts: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray] |
     return table, sizes.astype(np.uint32)
 
 
+def clip_rows(grads: PyTree, clip: Array, batch_ndim: int = 1) -> PyTree:
+    """Per-datum gradients ``grads`` (leaves ``(*batch, *param_shape)``, ``batch_ndim``
+    leading axes) each scaled to global norm at most ``clip``: ``g · min(1, clip / ‖g‖)``,
+    the norm over every leaf of one datum. A zero gradient stays zero; a NaN stays NaN."""
+    leaves = jax.tree.leaves(grads)
+    axes = lambda leaf: tuple(range(batch_ndim, leaf.ndim))  # noqa: E731
+    norm = jnp.sqrt(sum(jnp.sum(jnp.square(leaf), axis=axes(leaf)) for leaf in leaves))
+    factor = jnp.minimum(1.0, clip / norm).astype(leaves[0].dtype)   # clip / 0 = inf -> 1
+
+    def one(leaf):
+        return leaf * factor.reshape(factor.shape + (1,) * (leaf.ndim - batch_ndim))
+
+    return jax.tree.map(one, grads)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _clipped_data_value(log_likelihood, params, data, weights, scale, clip):
+    """``−scale Σ_j weights_j log p(d_j | params)``, whose derivative in ``params`` is that of
+    the clipped gradient ``scale Σ_j weights_j clip_C(∇(−log p(d_j | params)))`` (weights 0/1).
+
+    A custom JVP rather than a VJP, so that forward-over-reverse derivatives (Hessians of the
+    clipped field, ``jax.jvp`` of ``full_grad``) work too. Derivatives in ``weights`` and
+    ``scale`` are those of the value; in ``data`` and ``clip`` they are taken as zero."""
+    ll = jax.vmap(log_likelihood, in_axes=(None, 0))(params, data)
+    return -scale * jnp.sum(weights * ll)
+
+
+@_clipped_data_value.defjvp
+def _clipped_data_value_jvp(log_likelihood, primals, tangents):
+    params, data, weights, scale, clip = primals
+    d_params, _, d_weights, d_scale, _ = tangents
+    ll = jax.vmap(log_likelihood, in_axes=(None, 0))(params, data)
+    per = jax.vmap(jax.grad(lambda p, d: -log_likelihood(p, d)), in_axes=(None, 0))(params, data)
+    total = jax.tree.map(lambda g: jnp.tensordot(weights.astype(g.dtype), g, axes=1),
+                         clip_rows(per, clip))
+    along = sum(jnp.vdot(g, t) for g, t in zip(jax.tree.leaves(total), jax.tree.leaves(d_params)))
+    value = -scale * jnp.sum(weights * ll)
+    tangent = scale * along - scale * jnp.sum(d_weights * ll) - d_scale * jnp.sum(weights * ll)
+    return value, tangent
+
+
+def _clip_value(clip) -> Array | None:
+    """``None``, or the clipping norm as a float array (a leaf: a new ``C`` reuses compiled
+    runs); a positive finite number."""
+    if clip is None:
+        return None
+    if isinstance(clip, bool) or not _validation.is_concrete(clip) or np.ndim(clip) != 0 \
+            or not 0 < float(clip) < math.inf:
+        raise ValueError(f"`clip` must be None or a positive finite number (the norm bound of "
+                         f"each datum's gradient); got {clip!r}.")
+    return jnp.asarray(float(clip), jnp.result_type(float))
+
+
 def pad_agent_data(datasets: Sequence[PyTree]) -> tuple[PyTree, Array]:
     """Stack per-agent data sets of different sizes into padded arrays and a mask.
 
@@ -178,6 +244,9 @@ class Potential(eqx.Module):
         replace: draw mini-batches with replacement (default: without).
         gradient_fn: optional oracle ``(params, agent_data, key) -> grad`` of ``f_i`` for models
             that do not factor per datum; ``agent_data`` is the agent's slice of ``data``.
+        clip: ``C``, optional: every per-datum log-likelihood gradient is clipped to global
+            norm ``C`` before the sum (module docstring; not with ``gradient_fn``). The values
+            (:meth:`value`, :meth:`agent_values`) stay those of the unclipped potential.
 
     Derived fields: ``counts`` ``(N,)``, the agents' data counts (``None`` without a mask: all
     ``local_size``), kept so that a step never sums the mask;
@@ -198,6 +267,7 @@ class Potential(eqx.Module):
     counts: Array | None
     subsets: Array | None
     num_subsets: Array | None
+    clip: Array | None
     log_likelihood: Callable | None = eqx.field(static=True)
     log_prior: Callable | None = eqx.field(static=True)
     batch_size: int | None = eqx.field(static=True)
@@ -216,6 +286,7 @@ class Potential(eqx.Module):
         mask: Array | None = None,
         replace: bool = False,
         gradient_fn: Callable | None = None,
+        clip: float | None = None,
     ):
         if log_likelihood is None and gradient_fn is None:
             raise ValueError("Give `log_likelihood` or `gradient_fn`; both are None.")
@@ -229,6 +300,10 @@ class Potential(eqx.Module):
         if log_prior is not None and not callable(log_prior):
             raise ValueError(f"`log_prior` must be callable or None; got {type(log_prior)}.")
         _validation.check_callable(gradient_fn, name="gradient_fn")
+        if clip is not None and gradient_fn is not None:
+            raise ValueError("`clip` needs per-datum gradients, from `log_likelihood`; a "
+                             "`gradient_fn` oracle's sum cannot be clipped per datum.")
+        self.clip = _clip_value(clip)
         leaves = jax.tree.leaves(data)
         if not leaves:
             raise ValueError("`data` must be a pytree with at least one array leaf.")
@@ -301,7 +376,8 @@ class Potential(eqx.Module):
     @classmethod
     def from_numpyro(cls, model: Callable, data: PyTree, batch_size: int | None = None, *,
                      mask: Array | None = None, replace: bool = False,
-                     model_kwargs: dict | None = None, plate: str | None = None) -> "Potential":
+                     model_kwargs: dict | None = None, plate: str | None = None,
+                     clip: float | None = None) -> "Potential":
         """The potential of a numpyro model on its unconstrained space: observed sites in a
         plate over ``data`` (a dict of the model's data arguments, leaves ``(N, n_local,
         ...)``), latent sites outside it (:func:`dgsgld.model.ppl.factorize`: its arguments
@@ -309,7 +385,7 @@ class Potential(eqx.Module):
         ``numpyro`` extra), imported on use."""
         info = ppl.factorize(model, data, model_kwargs=model_kwargs, plate=plate)
         return cls(info.log_likelihood, info.log_prior, data, batch_size, mask=mask,
-                   replace=replace)
+                   replace=replace, clip=clip)
 
     # -- one agent -------------------------------------------------------------------------
 
@@ -328,7 +404,11 @@ class Potential(eqx.Module):
         return -self.log_prior(params) / self.num_agents
 
     def _data_value(self, params, agent_data, weights, scale) -> Array:
-        """``-scale * sum_j weights_j log p(d_j | params)``."""
+        """``-scale * sum_j weights_j log p(d_j | params)`` (its gradient clipped per datum
+        with ``clip``)."""
+        if self.clip is not None:
+            return _clipped_data_value(self.log_likelihood, params, agent_data, weights,
+                                       jnp.asarray(scale), self.clip)
         ll = jax.vmap(self.log_likelihood, in_axes=(None, 0))(params, agent_data)
         return -scale * jnp.sum(weights * ll)
 

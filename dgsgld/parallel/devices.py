@@ -1,8 +1,8 @@
 """Runs spread over several devices: chains sharded with ``jax.sharding``, agents with
 ``shard_map``.
 
-**Chains across devices** (:func:`sample_sharded`): the chains of :func:`dgsgld.sample` are
-independent, so their axis is split over a one-axis mesh (``NamedSharding``) and the compiler
+**Chains across devices** (``dgsgld.sample(..., placement=Chains(mesh))``): the chains of
+:func:`dgsgld.sample` are independent, so their axis is split over a one-axis mesh (``NamedSharding``) and the compiler
 partitions the whole run along it; nothing is exchanged between devices during the run.
 Chain ``c`` draws from ``fold_in(key, c)`` whatever device it lands on, so every chain makes the
 same draws as in the single-device run with the same key, and the results agree to
@@ -10,8 +10,8 @@ floating-point rounding: matrix products over a different number of chains per d
 round differently in the last bit (``~1e-7`` relative in float32, ``~1e-16`` in float64), as
 they also do on one device between runs with different numbers of chains.
 
-**Agents across devices** (:func:`sample_agent_sharded`): for networks or models too large
-for one device, a decentralized sampler's ``N`` agents are split into blocks of ``N / D`` rows
+**Agents across devices** (``dgsgld.sample(..., placement=Agents(mesh))``): for networks or
+models too large for one device, a decentralized sampler's ``N`` agents are split into blocks of ``N / D`` rows
 with ``jax.shard_map``, and the sampler's own ``step`` runs on each block: its mixing matrix is
 the device's rows of ``W⁽ᵏ⁾`` (:mod:`dgsgld.parallel.rows`; for a dense ``W`` a ``RowBlock``,
 whose ``@`` all-gathers the agents' rows and multiplies the device's rows of ``W⁽ᵏ⁾``), and its
@@ -28,10 +28,9 @@ row from each side instead of ``N - N / D``), and sums them in the snapshot form
 Sparse snapshots generated on the fly (``GatheredRows``) are all-gathered. This module places
 the run (meshes, ``shard_map``, partition specs); the row operands are the network's.
 
-**Several processes** (hosts): :mod:`dgsgld.parallel.processes`. The mesh of
-:func:`sample_agent_sharded` may span processes (inputs are placed with :func:`place`).
-:func:`sample_sharded` may not: :func:`dgsgld.sample` checks its inputs on the host, so across
-processes each process runs its own block of chains (``dgsgld.parallel.processes.chain_block``).
+**Several processes** (hosts): :mod:`dgsgld.parallel.processes`. The mesh of ``Agents`` may
+span processes (inputs are placed with :func:`place`). That of ``Chains`` may not:
+:func:`dgsgld.sample` checks its inputs on the host, so across processes each process runs its own block of chains (``dgsgld.parallel.processes.chain_block``).
 """
 
 from __future__ import annotations
@@ -50,11 +49,11 @@ from .._util.validation import is_concrete_tree
 from ..model.potential import Potential
 from ..networks.directed import is_directed_network
 from ..networks.sparse import SparseSchedule
-from ..runner.loop import Divergence, Prepared, Trace, _execute_here, _loop, chain_keys, sample
+from ..runner.loop import Divergence, Prepared, Trace, _execute_here, _loop, chain_keys
 from .rows import copy_slots, rows_at, split_rows, symmetric_links
 
 __all__ = ["AgentBlock", "AgentRows", "Agents", "Chains", "agent_mesh", "chain_mesh", "place",
-           "sample_agent_sharded", "sample_sharded", "shard_chains"]
+           "shard_chains"]
 
 
 def chain_mesh(num_devices: int | None = None, axis_name: str = "chains") -> Mesh:
@@ -124,7 +123,7 @@ class Chains:
 
     Attributes:
         mesh: a mesh (default :func:`chain_mesh` over all devices); one process only (across
-            processes: :func:`dgsgld.parallel.processes.sample_chains`).
+            processes: ``placement=Processes()``).
         axis_name: the mesh axis of the chains (default: the mesh's only axis).
     """
 
@@ -144,24 +143,11 @@ class Chains:
         return _execute_here(prep, every, token)
 
 
-def sample_sharded(algorithm, potential: Potential, mixing, init, key, num_steps: int, *,
-                   mesh: Mesh | None = None, axis_name: str | None = None, **kwargs) -> Trace:
-    """:func:`dgsgld.sample` with ``placement=Chains(mesh, axis_name)``: the chains split
-    across the devices of ``mesh`` (their number a multiple of the mesh axis' size).
-
-    Returns:
-        The :class:`~dgsgld.Trace` of :func:`dgsgld.sample`, its chain axes sharded over the mesh;
-        equal to the single-device run for the same key up to rounding (module docstring).
-    """
-    return sample(algorithm, potential, mixing, init, key, num_steps,
-                  placement=Chains(mesh, axis_name), **kwargs)
-
-
 # ------------------------------------------------------------------------ agents across devices
 
 
 def agent_mesh(num_devices: int | None = None, axis_name: str = "agents") -> Mesh:
-    """A one-axis mesh for :func:`sample_agent_sharded`."""
+    """A one-axis mesh for ``placement=Agents(mesh)``."""
     return chain_mesh(num_devices, axis_name)
 
 
@@ -322,25 +308,6 @@ class Agents:
                           store_positions=out.stores_positions,
                           stop=prep.on_divergence == "stop", every=every,
                           threshold=np.float32(prep.divergence_threshold))
-
-
-def sample_agent_sharded(algorithm, potential: Potential, mixing, init, key, num_steps: int, *,
-                         mesh: Mesh | None = None, axis_name: str | None = None,
-                         **kwargs) -> Trace:
-    """:func:`dgsgld.sample` with ``placement=Agents(mesh, axis_name)``: a decentralized
-    sampler with its agents split across the devices of ``mesh`` (see :class:`Agents`).
-
-    Same keys and draws as :func:`dgsgld.sample` (each device keeps its rows of the whole
-    network's noise and mini-batch draws), so the results equal the single-device run's up to
-    rounding of the distributed products. ``potential``'s data may be a global array holding on
-    each process only that process's agents (:func:`dgsgld.parallel.processes.agent_potential`).
-
-    Returns:
-        A :class:`~dgsgld.Trace` whose positions (leaves ``(num_chains, num_kept, N, ...)``) and
-        state are split along the agent axis.
-    """
-    return sample(algorithm, potential, mixing, init, key, num_steps,
-                  placement=Agents(mesh, axis_name), **kwargs)
 
 
 def _keys(key_data, impl):

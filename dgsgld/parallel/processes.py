@@ -2,18 +2,18 @@
 
 Every process runs the same script and calls :func:`initialize` (``jax.distributed``) first;
 after that ``jax.devices()`` lists the devices of all processes and a mesh can span them. Two
-placements (``docs/scale.md``):
+placements (``docs/guide/scale.md``):
 
 **Chains across processes.** Chains are independent: process ``p`` of ``P`` runs the
 contiguous block :func:`chain_block` of them with :func:`dgsgld.sample`, passing
 ``chain_offset`` so that its chain ``c`` draws as global chain ``offset + c``
 (``fold_in(key, offset + c)``, the runner's chain identity rule) with the same key on every
 process. Nothing is exchanged during the run; :func:`gather` concatenates the blocks at the end.
-:func:`sample_chains` does all three, and computes ``ensemble_fn`` over all processes' chains.
+``dgsgld.sample(..., placement=Processes())`` does all three, and computes ``ensemble_fn`` over all processes' chains.
 
 **Agents across processes.** Process ``p`` holds only the data of its agents
 (:func:`agent_block`, :func:`agent_potential`) and runs
-:func:`dgsgld.parallel.devices.sample_agent_sharded` over a mesh of all devices: each step every device
+``dgsgld.sample(..., placement=Agents(mesh))`` over a mesh of all devices: each step every device
 receives the positions and trackers it mixes (the mixing product is the only communication: all
 rows for a dense stack, only its agents' neighbours' rows for a sparse schedule) and
 differentiates its own agents' potentials.
@@ -47,7 +47,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import jax
 import numpy as np
@@ -57,10 +56,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..model.potential import Potential
 from ..runner import _npz as _npz
 from ..runner import checkpoint as checkpoint
-from ..runner.loop import _execute_here, sample
+from ..runner.loop import _execute_here
 
 __all__ = ["Processes", "agent_block", "agent_potential", "chain_block", "gather", "initialize",
-           "launch", "load_process_state", "sample_chains", "save_process_state"]
+           "launch", "load_process_state", "save_process_state"]
 
 #: Environment variables read by :func:`initialize` when an argument is not given.
 ENV = {"process_id": "DGSGLD_PROCESS_ID", "num_processes": "DGSGLD_NUM_PROCESSES",
@@ -181,7 +180,7 @@ def agent_potential(local: Potential, mesh: Mesh, axis_name: str | None = None) 
     Its data become one global array split over ``axis_name`` of ``mesh``
     (``jax.make_array_from_process_local_data``; nothing is sent); the small per-agent tables
     (mask, mini-batch subsets) are gathered whole. Every process must call it with the same
-    ``n_local`` and options. Pass the result to :func:`dgsgld.parallel.devices.sample_agent_sharded`.
+    ``n_local`` and options. Pass the result to ``dgsgld.sample(..., placement=Agents(mesh))``.
     """
     if not isinstance(local, Potential):
         raise ValueError(f"`local` must be a dgsgld.Potential; got {type(local).__name__}.")
@@ -209,7 +208,7 @@ def gather(tree):
     """Every leaf whole on every process: blocks of chains run per process are concatenated
     along the chain axis, global (agent-split) arrays assembled. A collective: every process
     must call it. E.g. ``gather(trace)`` gives the whole :class:`~dgsgld.Trace` (``ensemble``
-    excepted: ``dgsgld.sample``'s is over the process's own chains; :func:`sample_chains`
+    excepted: ``dgsgld.sample``'s is over the process's own chains; ``dgsgld.sample(..., placement=Processes())``
     computes it over all)."""
     return multihost_utils.process_allgather(tree, tiled=True)
 
@@ -256,21 +255,6 @@ class Processes:
         values, states = trace.values                            # states: leaves (C, K, ...)
         return trace._replace(values=values,
                               ensemble=jax.vmap(out.ensemble_fn, in_axes=1)(states))
-
-
-def sample_chains(algorithm, potential: Potential, mixing, init, key, num_steps: int,
-                  **kwargs: Any):
-    """:func:`dgsgld.sample` with ``placement=Processes()``: this process runs its
-    :func:`chain_block` of ``init``'s chains and every process gets the whole
-    :class:`~dgsgld.Trace` (see :class:`Processes`).
-
-    Args:
-        algorithm, potential, mixing, key, num_steps, **kwargs: as for :func:`dgsgld.sample`.
-        init: all chains' positions ``(num_chains, ...)`` (or a gathered ``trace.state``), the
-            same on every process; ``num_chains`` a multiple of the number of processes.
-    """
-    return sample(algorithm, potential, mixing, init, key, num_steps, placement=Processes(),
-                  **kwargs)
 
 
 # ---------------------------------------------------------------------------- checkpoints

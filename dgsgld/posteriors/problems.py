@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._util.types import Array
-from ..evaluate import distances as metrics
+from ..evaluate import label_accuracy
 from ..model.potential import Potential
 
 __all__ = [
@@ -89,7 +89,7 @@ def logistic_labels(params: Array, features: Array) -> Array:
 
     Returns:
         ``(..., n)`` booleans; compare with ``targets > 0.5`` through
-        :func:`dgsgld.evaluate.distances.accuracy`.
+        :func:`dgsgld.evaluate.label_accuracy`.
     """
     return jnp.einsum("...p,tp->...t", params, features) > 0
 
@@ -157,8 +157,8 @@ class Problem(eqx.Module):
         ``(...)``."""
         if self.test_features is None:
             raise ValueError(f"Problem {self.name!r} has no test set.")
-        return metrics.accuracy(logistic_labels(params, self.test_features),
-                                self.test_targets > 0.5)
+        return label_accuracy(logistic_labels(params, self.test_features),
+                              self.test_targets > 0.5)
 
 
 def split_potentials(problem: Problem) -> dict[str, Potential]:

@@ -42,8 +42,8 @@ from .._util import params as _params
 from .._util import tree as _tree
 from .._util import validation as _validation
 from .._util.types import Array, PRNGKey, PyTree
+from ..evaluate import Metric
 from ..evaluate import _divergence as _divergence
-from ..evaluate.streaming import Metric
 from ..model.potential import Potential
 from ..networks._mixing import abstract_matrix, as_mixing
 from ..networks.checked import check_mixing_role, check_network, unwrap_checked
@@ -73,11 +73,11 @@ class Output(NamedTuple):
         positions: store the positions; by default only when neither ``trace_fn`` nor
             ``ensemble_fn`` is given.
         trace_fn: optional ``state -> pytree`` stored per chain and kept iteration (e.g. a
-            per-chain :class:`dgsgld.evaluate.streaming.Metric`). Pass the same function object to
+            per-chain :class:`dgsgld.evaluate.Metric`). Pass the same function object to
             reuse compilation.
         ensemble_fn: optional ``states -> pytree`` over all chains at once (leaves
             ``(num_chains, ...)``) per kept iteration, for streamed cross-chain statistics
-            (e.g. an ensemble :class:`dgsgld.evaluate.streaming.Metric`). A metric passed as the other
+            (e.g. an ensemble :class:`dgsgld.evaluate.Metric`). A metric passed as the other
             kind (its ``per_chain``) is refused with an error naming the field.
 
     Example:
@@ -124,7 +124,7 @@ def _check_output(output, num_steps: int) -> Output:
 
 
 def _check_metric_kind(fn, *, per_chain: bool) -> None:
-    """A :class:`dgsgld.evaluate.streaming.Metric` of the other kind (per-chain vs ensemble) refused."""
+    """A :class:`dgsgld.evaluate.Metric` of the other kind (per-chain vs ensemble) refused."""
     kind = fn.per_chain if isinstance(fn, Metric) else None
     if kind is None or kind == per_chain:
         return
@@ -132,7 +132,8 @@ def _check_metric_kind(fn, *, per_chain: bool) -> None:
         raise ValueError(
             "`output.trace_fn` is an ensemble metric (per_chain=False: a function of all "
             "chains' states); pass it as `output.ensemble_fn`, or build the per-chain form "
-            "(streaming.consensus_error and streaming.accuracy take per_chain=True).")
+            "(evaluate.streamed_consensus_error and evaluate.streamed_accuracy take "
+            "per_chain=True).")
     raise ValueError(
         "`output.ensemble_fn` is a per-chain metric (per_chain=True: a function of one chain's "
         "state); pass it as `output.trace_fn`, or build it with per_chain=False.")

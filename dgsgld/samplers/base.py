@@ -27,6 +27,8 @@ import jax
 
 from .._util import tree as _tree
 from .._util.types import Array, PRNGKey, PyTree, StepSize
+from . import precondition as _pre
+from .precondition import Preconditioner
 
 
 def step_keys(key: PRNGKey) -> tuple[PRNGKey, PRNGKey]:
@@ -64,14 +66,25 @@ class SamplingAlgorithm(eqx.Module):
             the noise ``w`` (default ``jax.random.normal``; :func:`dgsgld.fast_normal` is the
             faster table transform of the same bits), called with each leaf's flat shape
             ``(size,)``. Static: a new step size with the same generator reuses compiled runs.
+        preconditioner: keyword-only; ``None`` (default) or a constant
+            :class:`~dgsgld.samplers.precondition.Preconditioner` ``M``: each agent's drift
+            ``η g`` becomes ``η M g`` and its noise ``√(2η) w`` becomes ``√(2η) S w``
+            (``S Sᵀ = M``); ``w`` itself, drawn or passed, stays standard normal. Its arrays
+            are leaves: a new ``M`` of the same shapes reuses compiled runs.
         decentralized: ``True`` when positions carry an agent axis and a mixing matrix is used.
+        name: the sampler's display name (``"DIGing-SGLD"``), the key of
+            :func:`dgsgld.samplers.by_name`.
     """
 
     step_size: StepSize = eqx.field(converter=_tree.as_step_size)
     normal: Callable = eqx.field(
         default=jax.random.normal, converter=_normal, static=True, kw_only=True
     )
+    preconditioner: Preconditioner | None = eqx.field(
+        default=None, converter=_pre.as_preconditioner, kw_only=True
+    )
     decentralized: ClassVar[bool] = True
+    name: ClassVar[str]
 
     def init(self, position: PyTree, potential, key: PRNGKey):  # pragma: no cover - interface
         raise NotImplementedError
@@ -84,11 +97,21 @@ class SamplingAlgorithm(eqx.Module):
         """The standard normal ``w`` that ``step(key, ...)`` draws, shaped like ``position``."""
         return _tree.normal_like(step_keys(key)[0], position, self.normal)
 
+    def _precondition(self, tree: PyTree, position: PyTree) -> PyTree:
+        """``M g`` agent by agent for a drift ``g`` shaped like ``position``; ``tree`` itself
+        (no operation) without a preconditioner."""
+        if self.preconditioner is None:
+            return tree
+        self.preconditioner.check(_pre.parameter_shapes(position, self.decentralized))
+        return _pre.per_agent(self.preconditioner.apply, tree, position,
+                                       self.decentralized)
+
     def _step_inputs(self, key: PRNGKey, state, noise: PyTree | None, gradient):
-        """``(η, gradient key, ∇̃F(position), w)`` of one step.
+        """``(η, gradient key, ∇̃F(position), S w)`` of one step.
 
         The gradient is the state's kept one, or ``gradient(position, grad_key)`` when the
-        state has none (``grad=None``); ``w`` is ``noise`` or drawn from the key.
+        state has none (``grad=None``); ``w`` is ``noise`` or drawn from the key, and ``S w``
+        is ``w`` without a preconditioner.
         """
         eta = _tree.resolve_step_size(self.step_size, state.count)
         _, grad_key = step_keys(key)
@@ -97,4 +120,9 @@ class SamplingAlgorithm(eqx.Module):
             grad = gradient(state.position, grad_key)
         if noise is None:
             noise = self.noise(key, state.position)
+        if self.preconditioner is not None:
+            self.preconditioner.check(
+                _pre.parameter_shapes(state.position, self.decentralized))
+            noise = _pre.per_agent(self.preconditioner.noise, noise, state.position,
+                                            self.decentralized)
         return eta, grad_key, grad, noise

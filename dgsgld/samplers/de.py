@@ -1,6 +1,8 @@
 """DE-SGLD: decentralized SGLD (eq. 2.3), the baseline without gradient tracking.
 
-    x⁺ = W x − η ∇̃F(x) + √(2η) w.
+    x⁺ = W x − η ∇̃F(x) + √(2η) w,
+
+and with ``preconditioner=M`` (``S Sᵀ = M``) ``x⁺ = W x − η M ∇̃F(x) + √(2η) S w``.
 
 Each agent follows its own gradient, so on heterogeneous data the agents keep a network-induced
 bias even with full batches; DIGing-SGLD and EXTRA-SGLD remove it.
@@ -11,7 +13,7 @@ Same algorithm; keeping every input of the position update in the state lets
 ``dgsgld.sample`` run it in one memory layout (2x faster at paper size).
 """
 
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -46,6 +48,7 @@ class DESGLD(SamplingAlgorithm):
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
+    name: ClassVar[str] = "DE-SGLD"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGLDState:
         grad, est = self.estimator.start(potential, position, key)
@@ -60,7 +63,8 @@ class DESGLD(SamplingAlgorithm):
             key, state, noise, self.estimator.gradient(state.estimator, potential))
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
                               state.position, state.count)
-        position = _tree.langevin_update(mixed, grad, noise, eta)
+        position = _tree.langevin_update(mixed, self._precondition(grad, state.position), noise,
+                                         eta)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = DESGLDState(position, new_grad, state.count + 1, est, channel)
         return hold(self.channel, key, state, new, mixing_matrix)

@@ -7,9 +7,13 @@ The stochastic gradient at ``x⁺`` is drawn once, used in ``y⁺``, kept in the
 subtracted again at the next step (eq. 3.5). Hence ``sum_i y_i = sum_i ∇̃f_i(x_i)`` holds at
 every iteration up to rounding; re-drawing a mini-batch for the old point would break this and
 let the average tracker random-walk.
+
+With ``preconditioner=M`` the step is ``x⁺ = W x − η M y + √(2η) S w`` (``S Sᵀ = M``) and the
+tracker is unchanged: the network average then moves like preconditioned Langevin dynamics,
+``x̄⁺ = x̄ − (η/N) M Σ_i ∇̃f_i(x_i) + √(2η/N) S w̄``.
 """
 
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -55,6 +59,7 @@ class DIGingSGLD(SamplingAlgorithm):
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
+    name: ClassVar[str] = "DIGing-SGLD"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingState:
         """State at ``k = 0``: ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``. ``position`` leaves are ``(N, ...)``."""
@@ -73,7 +78,8 @@ class DIGingSGLD(SamplingAlgorithm):
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
                               state.position, state.count)
-        position = _tree.langevin_update(mixed, state.tracker, noise, eta)
+        position = _tree.langevin_update(mixed, self._precondition(state.tracker, state.position),
+                                         noise, eta)
         grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         mixed_tracker, channel = send(self.channel, key, channel, "tracker", mixing_matrix,
                                       state.tracker, state.count)

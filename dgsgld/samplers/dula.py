@@ -16,7 +16,8 @@ decaying steps); at a constant ``α`` its stationary law is ``O(α)`` from the p
 several times further than centralized ULA at the same step. Exactly (``theory.exact``, the
 tests' 5-agent linear regression on a ring, ``β = 0.5``): stationary W2 of the average 0.0279
 at ``α = 0.005`` and 0.0146 at ``α = 0.0025``, against 0.00362 and 0.00180 for ULA
-(``docs/samplers.md``). The consensus weight ``β_k`` and the step ``α_k`` decay as schedules.
+(``docs/guide/samplers.md``). The consensus weight ``β_k`` and the step ``α_k`` decay as
+schedules.
 
 References. The authors' code
 (github.com/AParayil/AParayil-Distribued-Learning-via-Bayesian-Inferencing and
@@ -34,9 +35,11 @@ weights (``β₀ = 1.01/λ_max(L)`` in the authors' code); here ``L = I − W`` 
 weighted by the mixing matrix (``Σ_j L_ij x_j = Σ_j W_ij (x_i − x_j)``), so that D-ULA runs on
 the same time-varying ``W⁽ᵏ⁾`` as the other samplers and ``(1 − β) I + β W`` stays doubly
 stochastic for ``β ∈ (0, 1]``.
+
+With ``preconditioner=M``: ``x⁺ = x − β_k (I − W⁽ᵏ⁾) x − α_k N M ∇̃F(x) + √(2Nα_k) S w``.
 """
 
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -106,6 +109,7 @@ class DULA(SamplingAlgorithm):
     consensus: StepSize = eqx.field(default=1.0, converter=_consensus)
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
+    name: ClassVar[str] = "D-ULA"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DULAState:
         grad, est = self.estimator.start(potential, position, key)
@@ -125,7 +129,8 @@ class DULA(SamplingAlgorithm):
             lambda x, wx: x + beta.astype(x.dtype) * (wx - x), state.position, mixed
         )
         # α N ∇̃F with noise √(2Nα): the Langevin step at Nα (module docstring)
-        position = _tree.langevin_update(base, grad, noise, potential.num_agents * alpha)
+        position = _tree.langevin_update(base, self._precondition(grad, state.position), noise,
+                                         potential.num_agents * alpha)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = DULAState(position, new_grad, state.count + 1, est, channel)
         return hold(self.channel, key, state, new, mixing_matrix)

@@ -15,10 +15,11 @@ Time-varying stacks: the step uses ``W⁽ᵏ⁾`` in both places. ``sum_i z_i = 
 ``I − W⁽ᵏ⁾`` has zero column sums), so the network average still follows centralized SGLD, but
 the bias correction and the theory of [31] assume a static ``W``; use DIGing-SGLD there.
 
-The state keeps ``∇̃F(x)`` like DE-SGLD's (see :mod:`dgsgld.samplers.de`).
+The state keeps ``∇̃F(x)`` like DE-SGLD's (see :mod:`dgsgld.samplers.de`). With
+``preconditioner=M``: ``x⁺ = W̃ x − z − η M ∇̃F(x) + √(2η) S w``, ``z`` unchanged.
 """
 
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -56,6 +57,7 @@ class EXTRASGLD(SamplingAlgorithm):
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
+    name: ClassVar[str] = "EXTRA-SGLD"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> EXTRAState:
         dual = jax.tree.map(jnp.zeros_like, position)
@@ -73,7 +75,8 @@ class EXTRASGLD(SamplingAlgorithm):
                               state.position, state.count)
         # W̃ x − z = (x + W x)/2 − z
         base = jax.tree.map(lambda x, wx, z: 0.5 * (x + wx) - z, state.position, mixed, state.dual)
-        position = _tree.langevin_update(base, grad, noise, eta)
+        position = _tree.langevin_update(base, self._precondition(grad, state.position), noise,
+                                         eta)
         mixed_new, channel = send(self.channel, key, channel, "next_position", mixing_matrix,
                                   position, state.count)
         dual = jax.tree.map(lambda z, x, wx: z + 0.5 * (x - wx), state.dual, position, mixed_new)

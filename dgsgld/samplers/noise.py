@@ -14,7 +14,8 @@ XLA:CPU (``benchmarks/targets.md``). :func:`fast_normal` turns the same words,
 
 Largest error against ``Φ⁻¹(p)`` over all 2²³ inputs: 2.5e-6 (``jax.random.normal``'s own
 transform: 2.2e-5 against the quantile of its uniform); ``|z| < 5.3``. No transcendental, no
-division, so on XLA:CPU it costs little more than the bits (``docs/performance.md``).
+division, so on XLA:CPU it costs little more than the bits (``docs/results/performance.md``;
+the option in ``docs/guide/samplers.md``).
 
 Since both invert the normal CDF at the same uniform, the numbers are close to
 ``jax.random.normal``'s for the same key (within 1e-5 where ``|z| < 3``, 3e-4 where

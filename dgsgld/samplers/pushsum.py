@@ -68,6 +68,10 @@ column stochastic: ``Σ_i v_i = N`` and, with exact or error-feedback messages,
 ``noise_rule="uniform"`` gives ``s_i = √(2η)`` (``a = 0``, the update as printed in [35]). Both are
 exact for the average; they differ in the agents' spread around it, most where ``v`` is uneven
 (``tests/test_pushsum.py`` compares their exact laws).
+
+With ``preconditioner=M`` (``S Sᵀ = M``, the same on every agent) the drift is ``η M y`` resp.
+``α M ∇̃F(x)`` and the noise ``s ⊙ (S w)``, agent by agent: the average is then preconditioned
+ULA on ``f`` at step ``η/N`` under the same condition ``Σ_i s_i² = 2ηN``.
 """
 
 from typing import ClassVar, Literal, NamedTuple
@@ -174,6 +178,7 @@ class PushDIGingSGLD(SamplingAlgorithm):
                                 kw_only=True)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
     network_kind: ClassVar[str] = "column_stochastic"
+    name: ClassVar[str] = "Push-DIGing-SGLD"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> PushDIGingState:
         """``v⁽⁰⁾ = 1``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``."""
@@ -196,7 +201,7 @@ class PushDIGingSGLD(SamplingAlgorithm):
             return (b - e * d + jnp.sqrt(scale2.astype(b.dtype) * mass) * w) * inv
 
         position = _tree.in_noise_shape(
-            one, noise, mixed, state.tracker,
+            one, noise, mixed, self._precondition(state.tracker, state.position),
             _per_agent(_mass(weight, self.noise_rule), mixed),
             _per_agent(_reciprocal(weight), mixed))
         grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
@@ -236,6 +241,7 @@ class PushSumSGLD(SamplingAlgorithm):
                                 kw_only=True)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
     network_kind: ClassVar[str] = "column_stochastic"
+    name: ClassVar[str] = "Push-Sum-SGLD"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> PushSumState:
         grad, est = self.estimator.start(potential, position, key)
@@ -253,7 +259,7 @@ class PushSumSGLD(SamplingAlgorithm):
             return v * x - a * d + jnp.sqrt(scale2.astype(x.dtype) * mass) * w
 
         u = _tree.in_noise_shape(
-            one, noise, state.position, grad,
+            one, noise, state.position, self._precondition(grad, state.position),
             _per_agent(_mass(state.weight, self.noise_rule), state.position),
             _per_agent(state.weight, state.position))
         mixed, weight, channel = send_mass(self.channel, key, state.channel, "position",

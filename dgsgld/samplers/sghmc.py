@@ -30,9 +30,14 @@ agent at the minimiser of ``f`` with ``v = 0``: no network bias.
 
 With ``γη = 1`` the velocity forgets itself each step and ``x⁺ = W x − η²∇̃F(x) + η√2 w``: DE-SGLD
 with step ``η²``. Both samplers take the estimator of :mod:`dgsgld.gradients`.
+
+With ``preconditioner=M`` the velocity step is ``v⁺ = v − η (γ v + M g) + √(2γη) S w``
+(``g = ∇̃F(x)`` resp. ``y``; ``S Sᵀ = M``), the Euler step of ``dv = −(γ v + M ∇f) dt +
+√(2γ) S dB``, ``dx = v dt``, whose invariant law is ``exp(−f(x)) N(v; 0, M)``: the
+``x``-marginal is still the posterior.
 """
 
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -110,6 +115,7 @@ class DESGHMC(SamplingAlgorithm):
     friction: Array = eqx.field(default=1.0, converter=_friction)
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
+    name: ClassVar[str] = "DE-SGHMC"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGHMCState:
         """``v⁽⁰⁾ = 0``; ``position`` leaves ``(N, *param_shape)``."""
@@ -123,7 +129,8 @@ class DESGHMC(SamplingAlgorithm):
         noise: PyTree | None = None,
     ) -> DESGHMCState:
         eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
-        velocity = _velocity_update(state.velocity, grad, noise, eta, self.friction)
+        velocity = _velocity_update(state.velocity, self._precondition(grad, state.position),
+                                    noise, eta, self.friction)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
                               state.position, state.count)
         position = _position_update(mixed, velocity, eta)
@@ -139,6 +146,7 @@ class DIGingSGHMC(SamplingAlgorithm):
     friction: Array = eqx.field(default=1.0, converter=_friction)
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
+    name: ClassVar[str] = "DIGing-SGHMC"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingSGHMCState:
         """``v⁽⁰⁾ = 0``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``; ``position`` leaves ``(N, *param_shape)``."""
@@ -153,7 +161,9 @@ class DIGingSGHMC(SamplingAlgorithm):
         noise: PyTree | None = None,
     ) -> DIGingSGHMCState:
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
-        velocity = _velocity_update(state.velocity, state.tracker, noise, eta, self.friction)
+        velocity = _velocity_update(state.velocity,
+                                    self._precondition(state.tracker, state.position), noise,
+                                    eta, self.friction)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
                               state.position, state.count)
         position = _position_update(mixed, velocity, eta)

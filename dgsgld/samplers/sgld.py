@@ -1,6 +1,8 @@
 """Centralized SGLD (ULA with full batches) on the pooled potential ``f = sum_i f_i``.
 
-    x⁺ = x − η ∇̃f(x) + √(2η) w.
+    x⁺ = x − η ∇̃f(x) + √(2η) w,
+
+and with ``preconditioner=M`` (``S Sᵀ = M``) ``x⁺ = x − η M ∇̃f(x) + √(2η) S w``.
 
 The reference that the decentralized samplers are compared with: one sampler that sees all the
 data. Positions carry no agent axis; the gradient estimate sums every agent's local estimator
@@ -38,6 +40,7 @@ class SGLD(SamplingAlgorithm):
     common signature); :func:`dgsgld.sample` refuses a ``mixing`` for it."""
 
     decentralized: ClassVar[bool] = False
+    name: ClassVar[str] = "SGLD"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> SGLDState:
         return SGLDState(position, potential.pooled_grad(position, key), jnp.zeros((), jnp.int32))
@@ -48,6 +51,7 @@ class SGLD(SamplingAlgorithm):
     ) -> SGLDState:
         del mixing_matrix
         eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.pooled_grad)
-        position = _tree.langevin_update(state.position, grad, noise, eta)
+        position = _tree.langevin_update(state.position,
+                                         self._precondition(grad, state.position), noise, eta)
         new_grad = potential.pooled_grad(position, grad_key)
         return SGLDState(position, new_grad, state.count + 1)

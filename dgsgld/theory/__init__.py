@@ -5,9 +5,10 @@
   re-derived corrections by default (``variant="printed"`` for the paper's text).
 * :mod:`~dgsgld.theory.constants`: ``μ, L, σ², δ, B`` and the initial moments from a
   ``Potential`` and a schedule.
-* :mod:`~dgsgld.theory.exact`: exact mean/covariance propagation of DIGing-SGLD, DE-SGLD,
-  EXTRA-SGLD, ULA and the push-sum samplers on quadratic potentials, and their stationary
-  limits.
+* :mod:`~dgsgld.theory.recursions`: each sampler's step on quadratic potentials as a linear
+  Gaussian recursion, registered per sampler class (:func:`register_recursion`).
+* :mod:`~dgsgld.theory.exact`: exact mean/covariance propagation of every sampler on quadratic
+  potentials (channels included), and their stationary limits.
 """
 
 from .bounds import BoundInputs as BoundInputs
@@ -44,16 +45,18 @@ from .constants import estimate_mu_L as estimate_mu_L
 from .constants import estimate_sigma2 as estimate_sigma2
 from .constants import exact_bound_inputs as exact_bound_inputs
 from .exact import ExactMoments as ExactMoments
-from .exact import LinearRecursion as LinearRecursion
-from .exact import Quadratic as Quadratic
 from .exact import StationaryMoments as StationaryMoments
 from .exact import agent_hessians as agent_hessians
 from .exact import exact_moments as exact_moments
 from .exact import exact_w2 as exact_w2
 from .exact import laplace_quadratic as laplace_quadratic
-from .exact import linear_recursion as linear_recursion
 from .exact import loglog_slope as loglog_slope
-from .exact import push_recursion as push_recursion
 from .exact import quadratic_from_potential as quadratic_from_potential
 from .exact import stationary_moments as stationary_moments
 from .exact import stationary_w2 as stationary_w2
+from .recursions import LinearRecursion as LinearRecursion
+from .recursions import Quadratic as Quadratic
+from .recursions import SamplerRecursion as SamplerRecursion
+from .recursions import linear_recursion as linear_recursion
+from .recursions import recursion_of as recursion_of
+from .recursions import register_recursion as register_recursion

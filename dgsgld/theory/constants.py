@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import networks
 from .._util.types import ArrayLike, PRNGKey
+from ..samplers import DIGingSGLD
 from .bounds import BoundInputs
 from .exact import Quadratic, agent_hessians, exact_moments, laplace_quadratic
 
@@ -180,7 +181,7 @@ def exact_bound_inputs(
     etas = np.asarray(step_size, np.float64)
 
     def run(eta):
-        return exact_moments("diging", quadratic, mixing, init_mean, init_cov, B - 1, step_size=eta)
+        return exact_moments(DIGingSGLD(eta), quadratic, mixing, init_mean, init_cov, B - 1)
 
     mom = jax.vmap(run)(jnp.asarray(etas.ravel()))
     x_cons = np.sqrt(np.clip(np.asarray(mom.consensus_sq, np.float64), 0.0, None))

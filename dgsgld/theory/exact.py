@@ -1,44 +1,23 @@
 """Exact moments of the samplers on quadratic potentials with full-batch gradients.
 
-When every ``f_i(x) = ½ xᵀA_i x − b_iᵀx`` and gradients are exact, DIGing-SGLD, DE-SGLD,
-EXTRA-SGLD and centralized ULA are linear Gaussian recursions in their stacked state ``s``,
+When every ``f_i(x) = ½ xᵀA_i x − b_iᵀx`` and gradients are exact, each sampler is a linear
+Gaussian recursion in its stacked state ``s`` (:mod:`dgsgld.theory.recursions`, one per sampler
+class, dispatched on the sampler's type),
 
     s⁺ = M⁽ᵏ⁾ s + c⁽ᵏ⁾ + G⁽ᵏ⁾ w,      w ~ N(0, I),
 
 so a Gaussian initialization stays Gaussian and its mean and covariance propagate exactly:
-``m⁺ = M m + c``, ``S⁺ = M S Mᵀ + G Gᵀ``. With ``𝒲 = W⁽ᵏ⁾ ⊗ I_d`` (``x⁺ = W x`` means
-``x_i⁺ = Σ_j W_ij x_j``), ``𝐀 = blockdiag(A_i)`` and ``𝐛 = (b_1, …, b_N)``:
-
-* DIGing-SGLD, ``s = (x, y)``, ``y⁽⁰⁾ = 𝐀x⁽⁰⁾ − 𝐛``:
-  ``M = [[𝒲, −ηI], [𝐀(𝒲 − I), 𝒲 − η𝐀]]``, ``c = 0``, ``G = √(2η) [I; 𝐀]``.
-* DE-SGLD, ``s = x``: ``M = 𝒲 − η𝐀``, ``c = η𝐛``, ``G = √(2η) I``.
-* EXTRA-SGLD, ``s = (x, z)``, ``z⁽⁰⁾ = 0``, ``W̃ = (I+𝒲)/2``, ``V² = (I−𝒲)/2``:
-  ``M = [[W̃ − η𝐀, −I], [V²(W̃ − η𝐀), I − V²]]``, ``c = η[𝐛; V²𝐛]``, ``G = √(2η) [I; V²]``.
-* centralized ULA on ``f = Σ f_i``, ``s = x ∈ R^d``: ``M = I − ηA``, ``c = ηb``, ``G = √(2η) I``.
-* DE-SGHMC with friction ``γ``, ``s = (x, v)``, ``v⁽⁰⁾ = 0``, ``a = 1 − ηγ``:
-  ``M = [[𝒲 − η²𝐀, ηa I], [−η𝐀, a I]]``, ``c = [η²𝐛; η𝐛]``, ``G = √(2γη) [ηI; I]``.
-* DIGing-SGHMC, ``s = (x, v, y)``, ``v⁽⁰⁾ = 0``, ``y⁽⁰⁾ = 𝐀x⁽⁰⁾ − 𝐛``:
-  ``M = [[𝒲, ηa I, −η²I], [0, a I, −ηI], [𝐀(𝒲 − I), ηa𝐀, 𝒲 − η²𝐀]]``, ``c = 0``,
-  ``G = √(2γη) [ηI; I; η𝐀]``.
-* D-ULA with step ``α = η`` and consensus weight ``β``, ``s = x``:
-  ``M = (1 − β)I + β𝒲 − ηN𝐀``, ``c = ηN𝐛``, ``G = √(2Nη) I``.
-* The push-sum samplers over column-stochastic ``C⁽ᵏ⁾`` (:mod:`dgsgld.samplers.pushsum`): their
-  weights ``v⁽ᵏ⁺¹⁾ = C⁽ᵏ⁾v⁽ᵏ⁾``, ``v⁽⁰⁾ = 1``, do not depend on the state, so given them the
-  recursion is linear. With ``𝒱 = diag(v⁽ᵏ⁾) ⊗ I_d``, ``𝒱⁺ = diag(v⁽ᵏ⁺¹⁾) ⊗ I_d``,
-  ``𝒞 = C⁽ᵏ⁾ ⊗ I_d`` and ``𝒟 = diag(√(2η m)) ⊗ I_d`` (``m = v⁽ᵏ⁺¹⁾`` for Push-DIGing-SGLD,
-  ``v⁽ᵏ⁾`` for push-sum SGLD, ``1`` with ``noise="uniform"``):
-  Push-DIGing-SGLD, ``s = (x, y)``, ``𝒫 = 𝒱⁺⁻¹𝒞𝒱``:
-  ``M = [[𝒫, −η𝒱⁺⁻¹], [𝐀(𝒫 − I), 𝒞 − η𝐀𝒱⁺⁻¹]]``, ``c = 0``, ``G = [𝒱⁺⁻¹𝒟; 𝐀𝒱⁺⁻¹𝒟]``;
-  push-sum SGLD, ``s = x``: ``M = 𝒱⁺⁻¹𝒞(𝒱 − η𝐀)``, ``c = η𝒱⁺⁻¹𝒞𝐛``, ``G = 𝒱⁺⁻¹𝒞𝒟``.
-  With ``v ≡ 1`` (doubly stochastic ``C``) the first is DIGing-SGLD's recursion.
+``m⁺ = M m + c``, ``S⁺ = M S Mᵀ + G Gᵀ``. A sampler's constant preconditioner (its
+``preconditioner=``, written ``P`` here to keep ``M`` for the recursion) enters its recursion:
+``η ∇F → η P ∇F``, ``w → S w`` with ``S Sᵀ = P``. ``𝒲 = W⁽ᵏ⁾ ⊗ I_d`` below.
 
 Random link drops (``Channel(probability=p, per_link=True)``, ``channel=`` of
 :func:`exact_moments`): every undirected link ``l = {i, j}`` of the snapshot is up with
 probability ``p``, independently at every step and of the state, its weight moved to the
 diagonals when down, so ``W' = W̄ + Σ_l ζ_l E_l`` with ``W̄ = E[W']``, ``ζ_l = ξ_l − p``
 (``Var ζ_l = p(1 − p)``) and ``E_l = W_ij (e_i e_jᵀ + e_j e_iᵀ − e_i e_iᵀ − e_j e_jᵀ)``. The
-recursions above are affine in ``𝒲`` (with ``c`` and ``G`` free of it for every kind but
-EXTRA), so ``M = M̄ + Σ_l ζ_l F_l``, ``F_l = M(W̄ + E_l) − M(W̄)``, and, ``M`` being
+recursions are affine in ``𝒲`` (with ``c`` and ``G`` free of it for every sampler but
+EXTRA-SGLD), so ``M = M̄ + Σ_l ζ_l F_l``, ``F_l = M(W̄ + E_l) − M(W̄)``, and, ``M`` being
 independent of ``s``: ``m⁺ = M̄ m + c``, ``S⁺ = M̄ S M̄ᵀ + p(1 − p) Σ_l F_l (S + m mᵀ) F_lᵀ +
 G Gᵀ``. The state is then no longer Gaussian (a mixture over the masks); its mean and
 covariance are exact.
@@ -83,9 +62,10 @@ Random-k messages (``Channel(random_k(f))``, no error feedback): sender ``j`` se
 ``q_j = m_j ⊙ x_j``, ``m_j`` a scaled mask (``d / k`` on ``k = ⌈f d⌉`` entries drawn uniformly
 without replacement, ``0`` elsewhere; independent over agents, messages and steps), and agent
 ``i`` mixes ``W_ii x_i + Σ_{j≠i} W_ij q_j``: the message's operator is ``𝒲 + 𝒪 diag(ζ)`` with
-``𝒪`` the off-diagonal part of ``𝒲`` and ``ζ = m − 1`` (mean zero). Every recursion above is
-``M = L_x 𝒲_x + L_y 𝒲_y + (free of 𝒲)``, each message's operator entering through its own
-column block (``x``; the tracker ``y`` of the DIGing kinds), with ``L`` read off
+``𝒪`` the off-diagonal part of ``𝒲`` and ``ζ = m − 1`` (mean zero). Every recursion whose
+messages are blocks of the state before the step is ``M = L_x 𝒲_x + L_y 𝒲_y + (free of 𝒲)``,
+each message's operator entering through its own column block (``x``; the tracker ``y`` of the
+DIGing samplers), with ``L`` read off
 ``M(W + I) − M(W)``; so ``m⁺ = M m + c`` and ``S⁺ = M S Mᵀ + G Gᵀ + Σ_msg L_msg 𝒪 (C_ζ ⊙
 E[s_msg s_msgᵀ]) 𝒪ᵀ L_msgᵀ``, with ``C_ζ = I_N ⊗ Σ``, ``Σ_rr = d/k − 1`` and
 ``Σ_rs = −(d − k) / (k (d − 1))`` (``r ≠ s``) the covariance of one agent's mask. The law is
@@ -104,15 +84,14 @@ feedback the spread is this term with ``ρB`` replaced by ``L (I ⊗ 𝒪)`` and
 is no round (``every``) sends nothing: ``D = 0``, the copies kept. Not for EXTRA-SGLD, which
 sends the new ``x⁽ᵏ⁺¹⁾`` and whose offset depends on ``W``.
 
-The second parameter of the momentum samplers (``γ``) and of D-ULA (``β_k``, a schedule too)
-is read off the sampler, or given as ``parameter=`` with a kind string.
+The momentum samplers' friction ``γ`` and D-ULA's consensus weight ``β_k`` (a schedule too)
+are read off the sampler.
 
 Precision: moments are computed in the dtype JAX gives (float32 by default). Near stationarity
 the W2 of interest is a small difference of traces; run under ``jax.enable_x64(True)``
 for float64. :func:`stationary_moments` always works in NumPy float64.
 """
 
-import functools
 from typing import NamedTuple
 
 import equinox as eqx
@@ -125,83 +104,26 @@ from .._util import tree as _tree
 from .._util import validation as _validation
 from .._util.types import Array, ArrayLike
 from ..evaluate import distances as metrics
-from ..samplers import (
-    DESGHMC,
-    DESGLD,
-    DULA,
-    EXTRASGLD,
-    SGLD,
-    DIGingSGHMC,
-    DIGingSGLD,
-    PushDIGingSGLD,
-    PushSumSGLD,
-)
+from .recursions import LinearRecursion, Quadratic, SamplerRecursion, block_diag, is_directed
+from .recursions import label as _label
+from .recursions import recursion_of as _recursion_of
 
 __all__ = [
+    "MAX_ENUMERATED_AGENTS",
     "ExactMoments",
-    "LinearRecursion",
-    "Quadratic",
     "StationaryMoments",
     "agent_hessians",
     "exact_moments",
     "exact_w2",
     "laplace_quadratic",
-    "linear_recursion",
-    "push_recursion",
     "loglog_slope",
     "quadratic_from_potential",
     "stationary_moments",
     "stationary_w2",
 ]
 
-KINDS = ("diging", "de", "extra", "sgld", "de_sghmc", "diging_sghmc", "d_ula", "push_diging",
-         "push_sum", "push_diging_uniform", "push_sum_uniform")
-#: The push-sum kinds: ``(base kind, noise rule)``.
-_PUSH = {"push_diging": ("diging", "mass"), "push_sum": ("de", "mass"),
-         "push_diging_uniform": ("diging", "uniform"), "push_sum_uniform": ("de", "uniform")}
-#: Kinds with a second per-step parameter: friction ``γ`` (SGHMC), consensus ``β_k`` (D-ULA).
-_PARAMETER = {"de_sghmc": "friction", "diging_sghmc": "friction", "d_ula": "consensus"}
-#: Blocks of ``n = N d`` in the stacked state, and the block of the auxiliary variable.
-_BLOCKS = {"de": 1, "d_ula": 1, "diging": 2, "extra": 2, "de_sghmc": 2, "diging_sghmc": 3,
-           **{k: 2 if b == "diging" else 1 for k, (b, _) in _PUSH.items()}}
-_AUX_BLOCK = {"diging": 1, "extra": 1, "diging_sghmc": 2,
-              **{k: 1 for k, (b, _) in _PUSH.items() if b == "diging"}}
-
-
 #: Most agents whose ``2^N`` active sets :func:`exact_moments` enumerates for ``activity=q``.
 MAX_ENUMERATED_AGENTS = 12
-
-
-class Quadratic(NamedTuple):
-    """Quadratic agent potentials ``f_i(x) = ½ xᵀA_i x − b_iᵀx`` (up to constants).
-
-    Attributes:
-        hessians: ``(N, d, d)``, the symmetric positive definite ``A_i``.
-        shifts: ``(N, d)``, the ``b_i`` (so ``∇f_i(x) = A_i x − b_i``).
-    """
-
-    hessians: ArrayLike
-    shifts: ArrayLike
-
-    @property
-    def num_agents(self) -> int:
-        return int(np.shape(self.hessians)[0])
-
-    @property
-    def dim(self) -> int:
-        return int(np.shape(self.hessians)[-1])
-
-    def target(self) -> tuple[np.ndarray, np.ndarray]:
-        """The target ``π ∝ exp(−Σ_i f_i) = N(A⁻¹b, A⁻¹)``, ``A = Σ A_i``, ``b = Σ b_i``
-        (float64)."""
-        A = np.sum(np.asarray(self.hessians, dtype=np.float64), axis=0)
-        b = np.sum(np.asarray(self.shifts, dtype=np.float64), axis=0)
-        cov = np.linalg.inv(A)
-        return cov @ b, 0.5 * (cov + cov.T)
-
-    def minimizer(self) -> np.ndarray:
-        """``x*``, the minimizer of ``f = Σ f_i`` (the target mean)."""
-        return self.target()[0]
 
 
 def agent_hessians(potential, positions: ArrayLike) -> Array:
@@ -320,179 +242,52 @@ def _quadratic_parts(potential, x):
     return A, b, jnp.max(jnp.abs(grad(probe) - predicted)), jnp.max(jnp.abs(predicted)) + 1.0
 
 
-# ---------------------------------------------------------------- recursions
+# ---------------------------------------------------------------- propagation
 
 
-class LinearRecursion(NamedTuple):
-    """``s⁺ = matrix @ s + offset + noise @ w`` with ``w ~ N(0, I)``; ``(n, n)``, ``(n,)``,
-    ``(n, m)``."""
-
-    matrix: Array
-    offset: Array
-    noise: Array
-
-
-def _kind(algorithm) -> tuple[str, object]:
-    """``(kind, step_size)`` of a dgsgld sampler, or ``(name, None)`` for a string."""
-    if isinstance(algorithm, str):
-        if algorithm not in KINDS:
-            raise ValueError(f"Unknown algorithm {algorithm!r}; expected one of {KINDS}.")
-        return algorithm, None
-    classes = ((DIGingSGLD, "diging"), (DESGLD, "de"), (EXTRASGLD, "extra"), (SGLD, "sgld"),
-               (DESGHMC, "de_sghmc"), (DIGingSGHMC, "diging_sghmc"), (DULA, "d_ula"))
-    for cls, kind in classes:
-        if isinstance(algorithm, cls):
-            return kind, algorithm.step_size
-    for cls, kind in ((PushDIGingSGLD, "push_diging"), (PushSumSGLD, "push_sum")):
-        if isinstance(algorithm, cls):
-            suffix = "" if algorithm.noise_rule == "mass" else "_uniform"
-            return kind + suffix, algorithm.step_size
-    raise TypeError(
-        "`algorithm` must be a dgsgld sampler (DIGingSGLD, DESGLD, EXTRASGLD, SGLD, DESGHMC, "
-        "DIGingSGHMC, DULA, PushDIGingSGLD, PushSumSGLD) or one of "
-        f"{KINDS}; got {type(algorithm).__name__}."
-    )
+def _conserved(law: SamplerRecursion) -> int | None:
+    """The block summarized as the auxiliary variable: the tracker or the dual, if any."""
+    for i, name in enumerate(law.blocks):
+        if name in ("tracker", "dual"):
+            return i
+    return None
 
 
-def _parameter(algorithm, kind: str, override):
-    """The second parameter (``γ`` or ``β``) of ``kind``: ``override``, else the sampler's."""
-    if kind not in _PARAMETER:
-        return None
-    if override is not None:
-        return override
-    if isinstance(algorithm, str):
-        raise ValueError(f"Give `parameter` ({_PARAMETER[kind]}) when `algorithm` is {kind!r}.")
-    return getattr(algorithm, _PARAMETER[kind])
-
-
-def _block_diag(xp, A):
-    N, d = A.shape[0], A.shape[-1]
-    return xp.einsum("ij,iab->iajb", xp.eye(N, dtype=A.dtype), A).reshape(N * d, N * d)
-
-
-def linear_recursion(
-    kind: str, quadratic: Quadratic, W, eta, xp=jnp, parameter=None
-) -> LinearRecursion:
-    """The one-step recursion of ``kind`` (module docstring) with mixing ``W (N, N)`` and
-    step ``η``.
-
-    ``xp`` is ``jax.numpy`` (jittable) or ``numpy``. ``W`` is ignored for ``"sgld"``.
-    ``parameter`` is the friction ``γ`` (SGHMC kinds) or the consensus weight ``β`` (D-ULA).
-    """
-    A = xp.asarray(quadratic.hessians)
-    b = xp.asarray(quadratic.shifts)
-    dtype = xp.result_type(A.dtype, b.dtype, float) if xp is np else A.dtype
-    A, b = A.astype(dtype), b.astype(dtype)
-    root = xp.sqrt(2.0 * eta)
-    if kind == "sgld":
-        Atot, btot = xp.sum(A, axis=0), xp.sum(b, axis=0)
-        eye = xp.eye(A.shape[-1], dtype=dtype)
-        return LinearRecursion(eye - eta * Atot, eta * btot, root * eye)
-    N, d = A.shape[0], A.shape[-1]
-    n = N * d
-    Wb = xp.kron(xp.asarray(W, dtype=dtype), xp.eye(d, dtype=dtype))
-    Ab = _block_diag(xp, A)
-    bb = b.reshape(n)
-    eye = xp.eye(n, dtype=dtype)
-    if kind == "de":
-        return LinearRecursion(Wb - eta * Ab, eta * bb, root * eye)
-    if kind == "diging":
-        M = xp.block([[Wb, -eta * eye], [Ab @ (Wb - eye), Wb - eta * Ab]])
-        return LinearRecursion(M, xp.zeros(2 * n, dtype), root * xp.concatenate([eye, Ab]))
-    if kind == "extra":
-        Wt, V2 = 0.5 * (eye + Wb), 0.5 * (eye - Wb)
-        top = Wt - eta * Ab
-        M = xp.block([[top, -eye], [V2 @ top, eye - V2]])
-        c = eta * xp.concatenate([bb, V2 @ bb])
-        return LinearRecursion(M, c, root * xp.concatenate([eye, V2]))
-    if kind == "d_ula":
-        M = (1 - parameter) * eye + parameter * Wb - eta * N * Ab
-        return LinearRecursion(M, eta * N * bb, xp.sqrt(2.0 * N * eta) * eye)
-    if kind in ("de_sghmc", "diging_sghmc"):
-        a, kick = 1 - eta * parameter, xp.sqrt(2.0 * parameter * eta)
-        zero = xp.zeros((n, n), dtype)
-        if kind == "de_sghmc":
-            M = xp.block([[Wb - eta**2 * Ab, eta * a * eye], [-eta * Ab, a * eye]])
-            c = xp.concatenate([eta**2 * bb, eta * bb])
-            return LinearRecursion(M, c, kick * xp.concatenate([eta * eye, eye]))
-        M = xp.block([
-            [Wb, eta * a * eye, -(eta**2) * eye],
-            [zero, a * eye, -eta * eye],
-            [Ab @ (Wb - eye), eta * a * Ab, Wb - eta**2 * Ab],
-        ])
-        noise = kick * xp.concatenate([eta * eye, eye, eta * Ab])
-        return LinearRecursion(M, xp.zeros(3 * n, dtype), noise)
-    raise ValueError(f"Unknown kind {kind!r}; expected one of {KINDS}.")
-
-
-def push_recursion(kind: str, quadratic: Quadratic, C, weight, eta, xp=jnp
-                   ) -> tuple[LinearRecursion, Array]:
-    """The one-step recursion of a push-sum kind (module docstring) with the column-stochastic
-    ``C (N, N)``, the weights ``v⁽ᵏ⁾ = weight (N,)`` and step ``η``; returns it with
-    ``v⁽ᵏ⁺¹⁾ = C v⁽ᵏ⁾``."""
-    base, rule = _PUSH[kind]
-    A = xp.asarray(quadratic.hessians)
-    b = xp.asarray(quadratic.shifts)
-    dtype = xp.result_type(A.dtype, b.dtype, float) if xp is np else A.dtype
-    A, b = A.astype(dtype), b.astype(dtype)
-    N, d = A.shape[0], A.shape[-1]
-    n = N * d
-    C = xp.asarray(C, dtype=dtype)
-    v = xp.asarray(weight, dtype=dtype)
-    v_next = C @ v
-    per = lambda a: xp.repeat(a, d)  # noqa: E731 - agent values on the stacked (N d) axis
-    Cb = xp.kron(C, xp.eye(d, dtype=dtype))
-    Ab = _block_diag(xp, A)
-    eye = xp.eye(n, dtype=dtype)
-    inv_next = 1.0 / per(v_next)
-    mass = (v_next if base == "diging" else v) if rule == "mass" else xp.ones_like(v)
-    root = xp.sqrt(2.0 * eta * per(mass))
-    if base == "diging":
-        P = inv_next[:, None] * Cb * per(v)[None, :]
-        top_noise = inv_next[:, None] * xp.diag(root)
-        M = xp.block([[P, -eta * xp.diag(inv_next)],
-                      [Ab @ (P - eye), Cb - eta * Ab * inv_next[None, :]]])
-        return LinearRecursion(M, xp.zeros(2 * n, dtype),
-                               xp.concatenate([top_noise, Ab @ top_noise])), v_next
-    mixed = inv_next[:, None] * Cb
-    M = mixed @ (xp.diag(per(v)) - eta * Ab)
-    return LinearRecursion(M, eta * mixed @ b.reshape(n), mixed * root[None, :]), v_next
-
-
-def _initial_state(kind, quadratic, mean0, cov0, xp=jnp):
-    """Stacked state moments at ``k = 0`` from the moments of ``x⁽⁰⁾``: ``s⁽⁰⁾ = T₀ x⁽⁰⁾ + o₀``."""
-    kind = _PUSH.get(kind, (kind,))[0]
-    if kind in ("sgld", "de", "d_ula"):
+def _initial_state(law: SamplerRecursion, decentralized, quadratic, mean0, cov0, xp=jnp):
+    """Stacked state moments at ``k = 0`` from those of ``x⁽⁰⁾``: ``s⁽⁰⁾ = T₀ x⁽⁰⁾ + o₀``, block by
+    block (:mod:`~dgsgld.theory.recursions`): ``x⁽⁰⁾``; a tracker ``∇F(x⁽⁰⁾) = 𝐀x⁽⁰⁾ − 𝐛``; a
+    velocity or dual ``0``."""
+    if not decentralized or len(law.blocks) == 1:
         return mean0, cov0
     n = mean0.shape[0]
     eye = xp.eye(n, dtype=mean0.dtype)
     zeros, zero = xp.zeros((n, n), mean0.dtype), xp.zeros(n, mean0.dtype)
-    if kind in ("diging", "diging_sghmc"):  # y⁽⁰⁾ = ∇F(x⁽⁰⁾) = 𝐀x⁽⁰⁾ − 𝐛; v⁽⁰⁾ = 0
-        Ab = _block_diag(xp, xp.asarray(quadratic.hessians, dtype=mean0.dtype))
-        minus_b = -xp.asarray(quadratic.shifts, mean0.dtype).reshape(n)
-        if kind == "diging":
-            T0, o0 = xp.concatenate([eye, Ab]), xp.concatenate([zero, minus_b])
+    T0, o0 = [], []
+    for name in law.blocks:
+        if name == "position":
+            T0.append(eye), o0.append(zero)
+        elif name == "tracker":
+            T0.append(block_diag(xp, xp.asarray(quadratic.hessians, dtype=mean0.dtype)))
+            o0.append(-xp.asarray(quadratic.shifts, mean0.dtype).reshape(n))
         else:
-            T0 = xp.concatenate([eye, zeros, Ab])
-            o0 = xp.concatenate([zero, zero, minus_b])
-    else:  # EXTRA: z⁽⁰⁾ = 0; DE-SGHMC: v⁽⁰⁾ = 0
-        T0 = xp.concatenate([eye, zeros])
-        o0 = xp.zeros(2 * n, mean0.dtype)
+            T0.append(zeros), o0.append(zero)
+    T0, o0 = xp.concatenate(T0), xp.concatenate(o0)
     return T0 @ mean0 + o0, T0 @ cov0 @ T0.T
 
 
-def _stacked_init(kind, quadratic, init_mean, init_cov, xp=jnp):
-    """Flatten the initial moments: ``(Nd,)`` and ``(Nd, Nd)`` (``(d,)``, ``(d, d)`` for SGLD),
-    in JAX's dtype for them (float32 unless x64 is on) whether ``xp`` is NumPy or jnp."""
+def _stacked_init(decentralized, quadratic, init_mean, init_cov, xp=jnp):
+    """Flatten the initial moments: ``(Nd,)`` and ``(Nd, Nd)`` (``(d,)``, ``(d, d)`` for a
+    centralized sampler), in JAX's dtype for them (float32 unless x64 is on) whether ``xp`` is
+    NumPy or jnp."""
     d = quadratic.dim
     mean = xp.asarray(init_mean)
     cov = xp.asarray(init_cov)
     dtype = jnp.result_type(mean, cov, float)
     mean, cov = mean.astype(dtype), cov.astype(dtype)
-    if kind == "sgld":
+    if not decentralized:
         if mean.shape != (d,) or cov.shape != (d, d):
             raise ValueError(
-                f"Centralized ULA needs init_mean (d,) and init_cov (d, d) with d={d}; "
+                f"A centralized sampler needs init_mean (d,) and init_cov (d, d) with d={d}; "
                 f"got {mean.shape} and {cov.shape}."
             )
         return mean, cov
@@ -505,7 +300,7 @@ def _stacked_init(kind, quadratic, init_mean, init_cov, xp=jnp):
     if cov.shape == (d, d):
         cov = xp.broadcast_to(cov, (N, d, d))
     if cov.shape == (N, d, d):  # independent agents
-        cov = _block_diag(xp, cov)
+        cov = block_diag(xp, cov)
     if cov.shape != (n, n):
         raise ValueError(
             f"`init_cov` must be (d, d), (N, d, d) or (Nd, Nd) with N={N}, d={d}; got {cov.shape}."
@@ -517,12 +312,13 @@ class ExactMoments(NamedTuple):
     """Exact moments per iteration ``k = 0..T``.
 
     Attributes:
-        mean: ``(T+1, N, d)`` each agent's mean (``(T+1, d)`` for centralized ULA).
-        cov: ``(T+1, N, d, d)`` each agent's covariance (``(T+1, d, d)`` for ULA).
+        mean: ``(T+1, N, d)`` each agent's mean (``(T+1, d)`` for centralized SGLD).
+        cov: ``(T+1, N, d, d)`` each agent's covariance (``(T+1, d, d)`` for SGLD).
         average_mean: ``(T+1, d)`` mean of the network average ``x̄⁽ᵏ⁾``.
         average_cov: ``(T+1, d, d)`` covariance of ``x̄⁽ᵏ⁾``.
         consensus_sq: ``(T+1,)`` ``E‖x̃⁽ᵏ⁾‖² = E Σ_i ‖x_i − x̄‖²``.
-        aux_consensus_sq: ``(T+1,)`` the same for ``y`` (DIGing) or ``z`` (EXTRA); zeros otherwise.
+        aux_consensus_sq: ``(T+1,)`` the same for the tracker ``y`` (DIGing) or the dual ``z``
+            (EXTRA); zeros otherwise.
         aux_sq: ``(T+1,)`` ``E‖y⁽ᵏ⁾‖²`` (DIGing; Lemma 3.8) or ``E‖z⁽ᵏ⁾‖²``; zeros otherwise.
         sq_norm: ``(T+1,)`` ``E‖x⁽ᵏ⁾‖²`` of the stacked positions.
     """
@@ -547,9 +343,11 @@ def _second_moment_parts(m, S, N, d):
     return sq, consensus, avg_mean, avg_cov
 
 
-def _summaries(kind, N, d, m, S):
+def _summaries(aux, decentralized, N, d, m, S):
+    """The :class:`ExactMoments` fields of one iteration; ``aux`` the auxiliary block or
+    ``None``."""
     zero = jnp.zeros((), m.dtype)
-    if kind == "sgld":
+    if not decentralized:
         sq = jnp.trace(S) + m @ m
         return (m, S, m, S, zero, zero, zero, sq)
     n = N * d
@@ -557,19 +355,19 @@ def _summaries(kind, N, d, m, S):
     sq, cons, avg_mean, avg_cov = _second_moment_parts(mx, Sx, N, d)
     mean = mx.reshape(N, d)
     cov = jnp.einsum("iaib->iab", Sx.reshape(N, d, N, d))
-    if kind in _AUX_BLOCK:
-        lo, hi = _AUX_BLOCK[kind] * n, (_AUX_BLOCK[kind] + 1) * n
+    if aux is not None:
+        lo, hi = aux * n, (aux + 1) * n
         aux_sq, aux_cons, _, _ = _second_moment_parts(m[lo:hi], S[lo:hi, lo:hi], N, d)
     else:
         aux_sq, aux_cons = zero, zero
     return (mean, cov, avg_mean, avg_cov, cons, aux_cons, aux_sq, sq)
 
 
-def _mixing_stack(mixing, kind, xp=jnp):
-    if kind == "sgld":
+def _mixing_stack(mixing, algorithm, xp=jnp):
+    if not algorithm.decentralized:
         return None
     if mixing is None:
-        raise ValueError(f"Algorithm {kind!r} needs a mixing schedule; got None.")
+        raise ValueError(f"{_label(algorithm)} needs a mixing schedule; got None.")
     stack = xp.asarray(getattr(mixing, "matrices", mixing))
     if stack.ndim == 2:
         stack = stack[None]
@@ -581,11 +379,19 @@ def _mixing_stack(mixing, kind, xp=jnp):
 def _step_sizes(step_size, override, num_steps, xp=jnp) -> Array:
     """``(T,)`` step sizes ``η_0..η_{T−1}`` from a constant or a schedule ``count -> η``."""
     value = override if override is not None else step_size
-    if value is None:
-        raise ValueError("Give `step_size` when `algorithm` is a string.")
     if callable(value):
         return jnp.broadcast_to(jax.vmap(value)(jnp.arange(num_steps)), (num_steps,))
     return xp.broadcast_to(xp.asarray(value), (num_steps,))
+
+
+def _law_view(algorithm):
+    """``algorithm`` as the compiled propagation takes it: its step size (passed per step) and
+    channel (:func:`_channel_law`'s) replaced, so that neither a schedule's function nor a
+    channel's settings make a new program."""
+    algorithm = eqx.tree_at(lambda a: a.step_size, algorithm, np.zeros((), np.float32))
+    if getattr(algorithm, "channel", None) is not None:
+        algorithm = eqx.tree_at(lambda a: a.channel, algorithm, None)
+    return algorithm
 
 
 def exact_moments(
@@ -597,7 +403,6 @@ def exact_moments(
     num_steps: int,
     *,
     step_size=None,
-    parameter=None,
     channel=None,
 ) -> ExactMoments:
     """Propagate the exact mean and covariance of a sampler's stacked state through a schedule.
@@ -606,17 +411,17 @@ def exact_moments(
     sampler's step size (a constant or a schedule). Jittable; ``vmap`` over step sizes works.
 
     Args:
-        algorithm: ``dgsgld.DIGingSGLD(η)``, ``DESGLD``, ``EXTRASGLD``, ``SGLD``, the
-            push-sum samplers, ..., or a kind of :data:`KINDS` with ``step_size``.
+        algorithm: a sampler whose class has a registered recursion
+            (:func:`dgsgld.theory.register_recursion`; every sampler of
+            :data:`dgsgld.samplers.ALL` has one), e.g. ``dgsgld.DIGingSGLD(0.05)``; its
+            friction, consensus weight and preconditioner enter the law.
         quadratic: the agents' quadratic potentials (:func:`quadratic_from_potential`).
         mixing: ``(P, N, N)`` stack, one ``(N, N)`` matrix, or a schedule with ``.matrices``;
-            ignored (may be ``None``) for centralized ULA.
-        init_mean: ``(N, d)`` or ``(d,)`` (shared) mean of ``x⁽⁰⁾``; ``(d,)`` for ULA.
+            ignored (may be ``None``) for centralized SGLD.
+        init_mean: ``(N, d)`` or ``(d,)`` (shared) mean of ``x⁽⁰⁾``; ``(d,)`` for SGLD.
         init_cov: ``(d, d)`` (i.i.d. agents), ``(N, d, d)`` (independent agents) or ``(Nd, Nd)``.
         num_steps: ``T``.
-        step_size: overrides the sampler's step size (required with a string ``algorithm``).
-        parameter: overrides the friction ``γ`` of ``"de_sghmc"``/``"diging_sghmc"`` or the
-            consensus weight ``β`` (constant or schedule) of ``"d_ula"``.
+        step_size: a constant or schedule that overrides the sampler's step size.
         channel: ``None`` (exact mixing), ``Channel()``, random link drops
             ``Channel(probability=p, per_link=True)``, random-k messages
             ``Channel(random_k(f))`` with or without error feedback (neither for
@@ -624,40 +429,38 @@ def exact_moments(
             rounds ``every=τ``, and the finite mixtures of stragglers (``activity``, a clock's
             deadline), rounds for all agents at once (``probability=p``) and gossip, error
             feedback with exact messages, ``threshold=0`` (module docstring). Not for
-            centralized ULA; the push-sum samplers take ``every`` only. Other channels are
-            refused with the reason.
+            centralized SGLD; the push-sum samplers take ``every`` only. Other channels are
+            refused with the reason. The sampler's own ``channel`` is not read.
 
     Returns:
         :class:`ExactMoments` with ``T + 1`` entries (``k = 0`` first).
 
     Example:
-        >>> import numpy as np
+        >>> import numpy as np, dgsgld
         >>> q = Quadratic(np.stack([np.eye(2), 2 * np.eye(2)]), np.ones((2, 2)))
         >>> W = np.full((2, 2), 0.5)
-        >>> out = exact_moments("diging", q, W, np.zeros(2), np.eye(2), 3, step_size=0.1)
+        >>> out = exact_moments(dgsgld.DIGingSGLD(0.1), q, W, np.zeros(2), np.eye(2), 3)
         >>> out.mean.shape, out.cov.shape
         ((4, 2, 2), (4, 2, 2, 2))
     """
-    kind, sampler_step = _kind(algorithm)
-    extra = _parameter(algorithm, kind, parameter)
-    law = _channel_law(channel, kind, quadratic.num_agents)
+    _recursion_of(algorithm)
+    law = _channel_law(channel, algorithm, quadratic.num_agents)
     # Host inputs are prepared by NumPy (an eager jnp operation is a compiled program of its
     # own); traced ones (under the caller's jit or vmap) by jnp.
-    host = _validation.is_concrete_tree((quadratic, mixing, init_mean, init_cov, sampler_step,
-                                         step_size, extra))
+    host = _validation.is_concrete_tree((quadratic, mixing, init_mean, init_cov, algorithm,
+                                         step_size))
     xp = np if host else jnp
-    stack = _mixing_stack(mixing, kind, xp)
-    mean0, cov0 = _stacked_init(kind, quadratic, init_mean, init_cov, xp)
-    etas = _step_sizes(sampler_step, step_size, num_steps, xp).astype(mean0.dtype)
-    extras = (xp.zeros_like(etas) if extra is None
-              else _step_sizes(extra, None, num_steps, xp).astype(mean0.dtype))
+    stack = _mixing_stack(mixing, algorithm, xp)
+    mean0, cov0 = _stacked_init(algorithm.decentralized, quadratic, init_mean, init_cov, xp)
+    etas = _step_sizes(algorithm.step_size, step_size, num_steps, xp).astype(mean0.dtype)
     A = xp.asarray(quadratic.hessians).astype(mean0.dtype)
     b = xp.asarray(quadratic.shifts).astype(mean0.dtype)
     stack = None if stack is None else stack.astype(mean0.dtype)
     mixture = _mixture(law, stack, mixing, mean0.dtype)
     mask = None if law.fraction is None else _random_k_mask(law.fraction, A.shape[-1])
-    return ExactMoments(*_propagate(kind, int(num_steps), law.link_p, law.every, law.consensus,
-                                    A, b, stack, mean0, cov0, etas, extras, mixture, mask))
+    return ExactMoments(*_propagate(_law_view(algorithm), int(num_steps), law.link_p, law.every,
+                                    law.consensus, A, b, stack, mean0, cov0, etas, mixture,
+                                    mask))
 
 
 class _ChannelLaw(NamedTuple):
@@ -684,9 +487,10 @@ class _ChannelLaw(NamedTuple):
     consensus: float | None = None
 
 
-def _channel_law(channel, kind: str, num_agents: int) -> _ChannelLaw:
-    """The :class:`_ChannelLaw` of ``channel`` for ``kind``; a ``ValueError`` naming
-    ``channel`` and why for a channel whose recursion is not linear, or not propagated."""
+def _channel_law(channel, algorithm, num_agents: int) -> _ChannelLaw:
+    """The :class:`_ChannelLaw` of ``channel`` for the sampler ``algorithm``; a ``ValueError``
+    naming ``channel`` and why for a channel whose recursion is not linear, or not
+    propagated."""
     if channel is None:
         return _ChannelLaw()
     from ..communication import Channel, Identity, RandomK
@@ -701,8 +505,9 @@ def _channel_law(channel, kind: str, num_agents: int) -> _ChannelLaw:
     compressor = channel.compressor
     thresholds = ([v for _, v in channel.threshold] if isinstance(channel.threshold, tuple)
                   else [channel.threshold])
-    if kind == "sgld":
-        refuse("centralized ULA ('sgld') sends no messages")
+    name = _label(algorithm)
+    if not algorithm.decentralized:
+        refuse(f"the centralized {name} sends no messages")
     if not isinstance(compressor, (Identity, RandomK)):
         refuse(f"{type(compressor).__name__} messages are not linear in the message (exact "
                "moments need identity or random_k(f) messages)")
@@ -716,8 +521,8 @@ def _channel_law(channel, kind: str, num_agents: int) -> _ChannelLaw:
     random_matrix = {"link drops": link_p, "random rounds": round_p,
                      "gossip": channel.gossip, "stragglers": activity}
     drawn = [name for name, value in random_matrix.items() if value is not None]
-    if kind in _PUSH and (drawn or fraction is not None or channel.error_feedback):
-        refuse(f"for the push-sum samplers ({kind!r}) only exact messages and every=τ are "
+    if is_directed(algorithm) and (drawn or fraction is not None or channel.error_feedback):
+        refuse(f"for the push-sum samplers ({name}) only exact messages and every=τ are "
                "propagated (a random or compressed push makes the weights v random, and the "
                "recursion divides by them)")
     if fraction is not None and drawn:
@@ -725,10 +530,11 @@ def _channel_law(channel, kind: str, num_agents: int) -> _ChannelLaw:
                f"{' and '.join(drawn)}")
     if link_p is not None and len(drawn) > 1:
         refuse(f"link drops are propagated alone, not with {' and '.join(drawn[1:])}")
-    if kind == "extra" and (fraction is not None or link_p is not None):
+    if not _recursion_of(algorithm).messages_before_step and (fraction is not None
+                                                               or link_p is not None):
         refuse(f"{'random-k messages' if link_p is None else 'random link drops'} are "
-               "propagated for the kinds whose offset and noise do not depend on W, not for "
-               "'extra'")
+               "propagated for the samplers whose messages are blocks of the state before the "
+               f"step (offset and noise free of W), not for {name}")
     return _ChannelLaw(channel.every, link_p, round_p, channel.gossip, activity, fraction,
                        channel.consensus if channel.error_feedback else None)
 
@@ -852,19 +658,20 @@ def _with_consensus(W, consensus):
     return (1 - consensus) * jnp.eye(W.shape[0], dtype=W.dtype) + consensus * W
 
 
-def _held(kind, q, W, eta, extra, mask, d, consensus=None):
+def _held(step, W, eta, mask, d, blocks, consensus=None):
     """``(M_a, c_a, G_a)`` of the used matrix ``W (N, N)`` and active set ``mask (N,)``
-    (module docstring)."""
+    (module docstring); ``step(W, eta)`` is the sampler's recursion, ``blocks`` its number of
+    blocks."""
     from ..communication import without_inactive
 
     used = _with_consensus(without_inactive(W, mask > 0), consensus)
-    rec = linear_recursion(kind, q, used, eta, parameter=extra)
-    rows = jnp.tile(jnp.repeat(mask, d), _BLOCKS[kind])                 # Π_a's diagonal
+    rec = step(used, eta)
+    rows = jnp.tile(jnp.repeat(mask, d), blocks)                         # Π_a's diagonal
     M = rows[:, None] * rec.matrix + jnp.diag(1 - rows)
     return M, rows * rec.offset, rows[:, None] * rec.noise
 
 
-def _components(kind, q, W, talk, eta, extra, k, mixture, consensus, d):
+def _components(step, blocks, W, talk, eta, k, mixture, consensus, d):
     """``(M (K, n, n), c (K, n), G (K, n, m), probabilities (K,))`` of step ``k``'s outcomes:
     every gossip matrix × round or none × active set. ``W``: the step's matrix; ``talk``:
     whether ``every`` makes it a round (``None``: always)."""
@@ -889,33 +696,33 @@ def _components(kind, q, W, talk, eta, extra, k, mixture, consensus, d):
     used = jnp.repeat(used, num_sets, axis=0)
     sets = jnp.tile(sets, (probs.shape[0], 1))
     probs = (probs[:, None] * chance[None]).reshape(-1)
-    M, c, G = jax.vmap(lambda U, a: _held(kind, q, U, eta, extra, a, d, consensus))(used, sets)
+    M, c, G = jax.vmap(lambda U, a: _held(step, U, eta, a, d, blocks, consensus))(used, sets)
     return M, c, G, probs
 
 
-def _masked(kind, q, W, eta, extra, mask, consensus, talk):
+def _masked(step, blocks, q, W, eta, mask, consensus, talk):
     """``(rec, B, J, C)`` of a step with random-k messages over ``W (N, N)``: given the masks the
     step is ``z⁺ = (rec.matrix + B diag(ζ) J) z + rec.offset + rec.noise w``, ``ζ`` the masks'
     deviation from their mean, independent of ``z`` with ``Cov ζ = C`` (module docstring).
-    ``mask``: ``(k / d, Σ (d, d))``, one agent's keep probability and scaled mask covariance.
-    ``consensus``: ``γ`` with error feedback, whose public copies ride along (``z = (s, ŝ)``),
-    ``None`` without (``z = s``). ``talk``: whether the step is a round (``None``: always); a
-    step that is none sends nothing (``W = I`` already; with error feedback ``ŝ`` is kept)."""
+    ``step(W, eta)``: the sampler's recursion, of ``blocks`` blocks. ``mask``: ``(k / d, Σ (d,
+    d))``, one agent's keep probability and scaled mask covariance. ``consensus``: ``γ`` with
+    error feedback, whose public copies ride along (``z = (s, ŝ)``), ``None`` without
+    (``z = s``). ``talk``: whether the step is a round (``None``: always); a step that is none
+    sends nothing (``W = I`` already; with error feedback ``ŝ`` is kept)."""
     N, d = q.hessians.shape[0], q.hessians.shape[-1]
-    blocks, dtype = _BLOCKS[kind], W.dtype
+    dtype = W.dtype
     keep, spread = jnp.asarray(mask[0], dtype), jnp.asarray(mask[1], dtype)
     if talk is not None:
         keep, spread = jnp.where(talk, keep, 0), jnp.where(talk, spread, 0)
     cov = jnp.kron(jnp.eye(blocks * N, dtype=dtype), spread)   # agents and messages independent
-    rec = linear_recursion(kind, q, W, eta, parameter=extra)
+    rec = step(W, eta)
     if consensus is None:  # each message's operator 𝒲 + 𝒪 diag(ζ)
-        L = linear_recursion(kind, q, W + jnp.eye(N, dtype=dtype), eta,
-                             parameter=extra).matrix - rec.matrix
+        L = step(W + jnp.eye(N, dtype=dtype), eta).matrix - rec.matrix
         off = jnp.kron(W - jnp.diag(jnp.diagonal(W)), jnp.eye(d, dtype=dtype))
         B = L @ jnp.kron(jnp.eye(blocks, dtype=dtype), off)
         return rec, B, jnp.eye(B.shape[1], dtype=dtype), cov
     # error feedback: ŝ⁺ = ŝ + D (s − ŝ), s⁺ = M(I) s + K ŝ⁺ + c + G w, D = keep I + diag(ζ)
-    local = linear_recursion(kind, q, jnp.eye(N, dtype=dtype), eta, parameter=extra).matrix
+    local = step(jnp.eye(N, dtype=dtype), eta).matrix
     K = consensus * (rec.matrix - local)
     eye = jnp.eye(K.shape[0], dtype=dtype)
     M = jnp.block([[local + keep * K, (1 - keep) * K], [keep * eye, (1 - keep) * eye]])
@@ -925,41 +732,49 @@ def _masked(kind, q, W, eta, extra, mask, consensus, talk):
     return lifted, jnp.concatenate([K, eye]), jnp.concatenate([eye, -eye], 1), keep**2 * cov
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _propagate(kind, num_steps, link_p, every, consensus, A, b, stack, mean0, cov0, etas, extras,
+@eqx.filter_jit
+def _propagate(algorithm, num_steps, link_p, every, consensus, A, b, stack, mean0, cov0, etas,
                mixture=None, mask=None):
-    """The compiled moment recursion (cached across step sizes, data and initial laws)."""
+    """The compiled moment recursion (cached across step sizes, data, initial laws and the
+    sampler's array parameters)."""
+    law = _recursion_of(algorithm)
+    decentralized, directed = algorithm.decentralized, is_directed(algorithm)
+    blocks, aux = len(law.blocks), _conserved(law)
     q = Quadratic(A, b)
     N, d = A.shape[0], A.shape[-1]
-    m, S = _initial_state(kind, q, mean0, cov0)
+    m, S = _initial_state(law, decentralized, q, mean0, cov0, jnp)
     if mask is not None and consensus is not None:  # the public copies ŝ⁽⁰⁾ = 0 ride along
         m = jnp.concatenate([m, jnp.zeros_like(m)])
         S = jax.scipy.linalg.block_diag(S, jnp.zeros_like(S))
     period = 1 if stack is None else stack.shape[0]
 
     def step(carry, xs):
-        k, eta, extra = xs
+        k, eta = xs
         m, S, v = carry
+
+        def recursion(W, eta, weight=None):
+            return law.step(algorithm, q, W, eta, count=k, weight=weight, xp=jnp)
+
         W = None if stack is None else stack[k % period]
         talk = None
         if every > 1:  # local steps between rounds: every message mixed with I
             talk = k % every == 0
             W = jnp.where(talk, W, jnp.eye(N, dtype=W.dtype))
         links = 0.0
-        if kind in _PUSH:  # the push-sum weights v⁽ᵏ⁾ ride along: v⁽ᵏ⁺¹⁾ = C⁽ᵏ⁾ v⁽ᵏ⁾
-            rec, v = push_recursion(kind, q, W, v, eta)
+        if directed:  # the push-sum weights v⁽ᵏ⁾ ride along: v⁽ᵏ⁺¹⁾ = C⁽ᵏ⁾ v⁽ᵏ⁾
+            rec, v = recursion(W, eta, v), W @ v
         elif link_p is not None:  # random link drops: the mean recursion and its spread
             W, E = _link_directions(W, link_p)
-            rec = linear_recursion(kind, q, W, eta, parameter=extra)
-            F = jax.vmap(lambda e: linear_recursion(kind, q, W + e, eta, parameter=extra)
-                         .matrix)(E) - rec.matrix[None]
+            rec = recursion(W, eta)
+            F = jax.vmap(lambda e: recursion(W + e, eta).matrix)(E) - rec.matrix[None]
             links = link_p * (1 - link_p) * jnp.einsum("lab,bc,ldc->ad", F,
                                                        S + jnp.outer(m, m), F)
         elif mask is not None:  # random-k messages: the masks' spread
-            rec, B, J, cov = _masked(kind, q, W, eta, extra, mask, consensus, talk)
+            rec, B, J, cov = _masked(recursion, blocks, q, W, eta, mask, consensus, talk)
             links = B @ (cov * (J @ (S + jnp.outer(m, m)) @ J.T)) @ B.T
         elif mixture is not None:  # a mixture over gossip matrices, rounds and active sets
-            M, c, G, probs = _components(kind, q, W, talk, eta, extra, k, mixture, consensus, d)
+            M, c, G, probs = _components(recursion, blocks, W, talk, eta, k, mixture, consensus,
+                                         d)
             second = S + jnp.outer(m, m)
             Mm = jnp.einsum("kab,b->ka", M, m)
             m_new = probs @ (Mm + c)
@@ -970,18 +785,17 @@ def _propagate(kind, num_steps, link_p, every, consensus, A, b, stack, mean0, co
                 + jnp.einsum("k,kab,kcb->ac", probs, G, G)
             S = moment - jnp.outer(m_new, m_new)
             S = 0.5 * (S + S.T)
-            return (m_new, S, v), _summaries(kind, N, d, m_new, S)
+            return (m_new, S, v), _summaries(aux, decentralized, N, d, m_new, S)
         else:
-            rec = linear_recursion(kind, q, None if W is None else _with_consensus(W, consensus),
-                                   eta, parameter=extra)
+            rec = recursion(None if W is None else _with_consensus(W, consensus), eta)
         m = rec.matrix @ m + rec.offset
         S = rec.matrix @ S @ rec.matrix.T + rec.noise @ rec.noise.T + links
         S = 0.5 * (S + S.T)
-        return (m, S, v), _summaries(kind, N, d, m, S)
+        return (m, S, v), _summaries(aux, decentralized, N, d, m, S)
 
     ones = jnp.ones(N, mean0.dtype)
-    _, rest = jax.lax.scan(step, (m, S, ones), (jnp.arange(num_steps), etas, extras))
-    first = _summaries(kind, N, d, m, S)
+    _, rest = jax.lax.scan(step, (m, S, ones), (jnp.arange(num_steps), etas))
+    first = _summaries(aux, decentralized, N, d, m, S)
     return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
 
 
@@ -1024,83 +838,77 @@ class StationaryMoments(NamedTuple):
     spectral_radius: float
 
 
-def _reachable_coordinates(kind, quadratic, N, d):
-    """``s = T r + o``: the affine subspace the stacked state never leaves.
+def _reachable_coordinates(law: SamplerRecursion, decentralized, quadratic, N, d):
+    """``s = T r + o``: the affine subspace the stacked state never leaves (float64).
 
-    DIGing conserves ``Σ_i (y_i − ∇f_i(x_i))`` (``= 0`` from ``y⁽⁰⁾ = ∇F(x⁽⁰⁾)``) and EXTRA
-    conserves ``Σ_i z_i`` (``= 0``): each adds ``d`` unit-modulus directions to ``M`` that noise
-    never excites. Writing the auxiliary variable as ``∇F(x) + 𝐐v`` (DIGing) or ``𝐐v`` (EXTRA),
-    with ``𝐐 = Q ⊗ I_d`` and ``Q`` an orthonormal basis of ``1^⊥``, removes them.
+    A tracker conserves ``Σ_i (y_i − ∇f_i(x_i))`` (``= 0`` from ``y⁽⁰⁾ = ∇F(x⁽⁰⁾)``), a dual
+    variable ``Σ_i z_i`` (``= 0``): each adds ``d`` unit-modulus directions to ``M`` that noise
+    never excites. ``T`` is an orthonormal basis of the directions these linear functionals
+    ``K s = k₀`` leave free and ``o`` the least-norm solution of ``K o = k₀``.
     """
     n = N * d
-    kind = _PUSH.get(kind, (kind,))[0]  # push-sum DIGing conserves Σ(y − ∇F(x)) like DIGing
-    if kind in ("sgld", "de", "d_ula", "de_sghmc"):
-        size = d if kind == "sgld" else _BLOCKS[kind] * n
+    size = d if not decentralized else len(law.blocks) * n
+    rows, values = [], []
+    total = np.kron(np.ones((1, N)), np.eye(d))                      # (d, n): Σ_i over agents
+    for i, name in enumerate(law.blocks):
+        if name not in ("tracker", "dual") or not decentralized:
+            continue
+        K = np.zeros((d, size))
+        K[:, i * n:(i + 1) * n] = total
+        if name == "tracker":  # Σ y − Σ A_i x_i = −Σ b_i
+            K[:, :n] -= total @ block_diag(np, np.asarray(quadratic.hessians, np.float64))
+            values.append(-np.sum(np.asarray(quadratic.shifts, np.float64), axis=0))
+        else:
+            values.append(np.zeros(d))
+        rows.append(K)
+    if not rows:
         return np.eye(size), np.zeros(size)
-    basis = np.linalg.svd(np.eye(N) - np.full((N, N), 1.0 / N))[0][:, : N - 1]
-    Q = np.kron(basis, np.eye(d))
-    zeros = np.zeros((n, (N - 1) * d))
-    if kind == "diging":
-        Ab = _block_diag(np, np.asarray(quadratic.hessians, np.float64))
-        T = np.block([[np.eye(n), zeros], [Ab, Q]])
-        o = np.concatenate([np.zeros(n), -np.asarray(quadratic.shifts, np.float64).reshape(n)])
-    elif kind == "diging_sghmc":  # (x, v) free, y = ∇F(x) + 𝐐r as for DIGing
-        Ab = _block_diag(np, np.asarray(quadratic.hessians, np.float64))
-        zero_n = np.zeros((n, n))
-        T = np.block([[np.eye(n), zero_n, zeros], [zero_n, np.eye(n), zeros], [Ab, zero_n, Q]])
-        o = np.concatenate([np.zeros(2 * n), -np.asarray(quadratic.shifts, np.float64).reshape(n)])
-    else:
-        T = np.block([[np.eye(n), zeros], [np.zeros((n, n)), Q]])
-        o = np.zeros(2 * n)
-    return T, o
+    K, k0 = np.concatenate(rows), np.concatenate(values)
+    _, _, vt = np.linalg.svd(K)
+    return vt[K.shape[0]:].T, np.linalg.lstsq(K, k0, rcond=None)[0]
 
 
-def stationary_moments(
-    algorithm, quadratic: Quadratic, mixing, *, step_size=None, parameter=None
-) -> StationaryMoments:
+def stationary_moments(algorithm, quadratic: Quadratic, mixing, *, step_size=None
+                       ) -> StationaryMoments:
     """The exact (periodic-)stationary law for a constant step and a static or periodic schedule.
 
     For a static ``W`` (``P = 1``) this solves the discrete Lyapunov equation
     ``S = M S Mᵀ + G Gᵀ`` and ``m = (I − M)⁻¹ c``. For a period-``P`` schedule the same is solved
     for the period map ``Φ = M⁽ᴾ⁻¹⁾⋯M⁽⁰⁾`` (phase 0), then propagated through one period. The
-    conserved directions of DIGing and EXTRA are removed first by restricting the recursion to
-    the affine subspace the state lives on (see ``_reachable_coordinates``): ``r⁺ = T⁺(M(Tr + o)
-    + c − o) + T⁺G w``, exact because that subspace is invariant. For the push-sum kinds the
-    weights are their periodic limit (``_periodic_weights``): the law the run settles into.
+    conserved directions of a tracker or dual variable are removed first by restricting the
+    recursion to the affine subspace the state lives on (see ``_reachable_coordinates``):
+    ``r⁺ = T⁺(M(Tr + o) + c − o) + T⁺G w``, exact because that subspace is invariant. For the
+    push-sum samplers the weights are their periodic limit (``_periodic_weights``): the law
+    the run settles into.
 
     Args:
-        algorithm: a dgsgld sampler with a constant step, or a kind string with ``step_size``.
+        algorithm: a sampler with a registered recursion and constant step size, friction
+            and consensus weight (``step_size`` may replace a schedule).
         quadratic: the agents' quadratic potentials.
-        mixing: ``(P, N, N)``, ``(N, N)`` or a schedule; ``None`` for centralized ULA.
-        step_size: overrides the sampler's step size.
-        parameter: overrides the sampler's friction ``γ`` or constant consensus weight ``β``.
+        mixing: ``(P, N, N)``, ``(N, N)`` or a schedule; ``None`` for centralized SGLD.
+        step_size: a constant that overrides the sampler's step size.
 
     Returns:
         :class:`StationaryMoments` in float64.
     """
-    kind, sampler_step = _kind(algorithm)
-    extra = _parameter(algorithm, kind, parameter)
-    if callable(extra):
-        raise ValueError("The stationary limit needs a constant `parameter` (β or γ).")
-    extra = None if extra is None else float(np.asarray(extra))
-    eta = step_size if step_size is not None else sampler_step
+    law = _recursion_of(algorithm)
+    eta = step_size if step_size is not None else algorithm.step_size
     if eta is None or callable(eta):
         raise ValueError("The stationary limit needs one constant step size.")
-    eta = float(np.asarray(eta))
+    eta = np.float64(np.asarray(eta))
+    decentralized, directed = algorithm.decentralized, is_directed(algorithm)
     N, d = quadratic.num_agents, quadratic.dim
     q = Quadratic(
         np.asarray(quadratic.hessians, np.float64), np.asarray(quadratic.shifts, np.float64)
     )
-    stack = [None] if kind == "sgld" else np.asarray(_mixing_stack(mixing, kind, np), np.float64)
-    T, o = _reachable_coordinates(kind, q, N, d)
+    stack = ([None] if not decentralized
+             else np.asarray(_mixing_stack(mixing, algorithm, np), np.float64))
+    T, o = _reachable_coordinates(law, decentralized, q, N, d)
     T_pinv = np.linalg.pinv(T)
-    weights = _periodic_weights(stack) if kind in _PUSH else [None] * len(stack)
+    weights = _periodic_weights(stack) if directed else [None] * len(stack)
 
     def reduced(W, v):
-        if kind in _PUSH:
-            rec = push_recursion(kind, q, W, v, eta, xp=np)[0]
-        else:
-            rec = linear_recursion(kind, q, W, eta, xp=np, parameter=extra)
+        rec = law.step(algorithm, q, W, eta, count=None, weight=v, xp=np)
         return (
             T_pinv @ rec.matrix @ T,
             T_pinv @ (rec.matrix @ o + rec.offset - o),
@@ -1120,14 +928,14 @@ def stationary_moments(
         S = scipy.linalg.solve_discrete_lyapunov(phi, s_phi)
     phases = []
     for M, c, G in steps:
-        phases.append((m, 0.5 * (S + S.T)))
+        S = 0.5 * (S + S.T)
+        phases.append((T @ m + o, T @ S @ T.T))   # back to the stacked state
         m, S = M @ m + c, M @ S @ M.T + G @ G.T
-    # x is the leading block of r in every coordinate system.
-    if kind == "sgld":
+    if not decentralized:
         mean = np.stack([p[0] for p in phases])
         cov = np.stack([p[1] for p in phases])
         return StationaryMoments(mean, cov, mean, cov, radius)
-    n = N * d
+    n = N * d  # x is the leading block of the stacked state
     mean = np.stack([p[0][:n].reshape(N, d) for p in phases])
     blocks = np.stack([p[1][:n, :n].reshape(N, d, N, d) for p in phases])
     cov = np.einsum("piaib->piab", blocks)
@@ -1166,14 +974,14 @@ def stationary_w2(algorithm, quadratic: Quadratic, mixing, step_sizes: ArrayLike
     """Stationary W2 of every agent to the target, for each step size.
 
     Args:
-        algorithm: a kind string (``"diging"``, ``"de"``, ``"extra"``, ``"sgld"``) or sampler
-            (its own step size is replaced by each of ``step_sizes``).
+        algorithm: a sampler with a registered recursion (its own step size is replaced by
+            each of ``step_sizes``).
         quadratic: the agents' quadratic potentials.
-        mixing: ``(P, N, N)``, ``(N, N)``, a schedule, or ``None`` for ULA.
+        mixing: ``(P, N, N)``, ``(N, N)``, a schedule, or ``None`` for centralized SGLD.
         step_sizes: ``(M,)``.
 
     Returns:
-        ``(M, P, N)`` (``(M, 1)`` for ULA) float64; ``nan`` where the step is unstable.
+        ``(M, P, N)`` (``(M, 1)`` for SGLD) float64; ``nan`` where the step is unstable.
     """
     target = quadratic.target()
     out = []

@@ -211,7 +211,7 @@ def _iterations(num_steps) -> tuple[int, ...]:
     return tuple(int(t) for t in steps)
 
 
-def _exact_objective(kind, parameter, quadratics, init_mean, init_cov, iterations, reduce):
+def _exact_objective(algorithm, quadratics, init_mean, init_cov, iterations, reduce):
     """``(W (P, N, N), η) -> mean over the quadratics and over the ``iterations`` ``k`` of
     reduce_i W2(law of x_i⁽ᵏ⁾, target)`` (jittable; one ``vmap`` over the quadratics, one
     recursion up to the last iteration)."""
@@ -229,8 +229,8 @@ def _exact_objective(kind, parameter, quadratics, init_mean, init_cov, iteration
     index = np.asarray(iterations)
 
     def one(stack, eta, A, b, mean, cov):
-        moments = exact.exact_moments(kind, exact.Quadratic(A, b), stack, init_mean, init_cov,
-                                      iterations[-1], step_size=eta, parameter=parameter)
+        moments = exact.exact_moments(algorithm, exact.Quadratic(A, b), stack, init_mean,
+                                      init_cov, iterations[-1], step_size=eta)
         scored = exact.ExactMoments(*(a[index] for a in moments))   # (K, N, ...)
         return jnp.mean(_REDUCE[reduce](exact.exact_w2(scored, mean, cov), axis=-1))
 
@@ -257,7 +257,6 @@ def learn_weights(
     learning_rate: float = 0.05,
     optimizer=None,
     reduce: str = "mean",
-    parameter=None,
     name: str | None = None,
 ):
     """Mixing weights (and optionally ``η``) minimizing the exact per-agent W2 at iteration ``T``
@@ -273,8 +272,8 @@ def learn_weights(
     iterate is a valid schedule on the same graphs; the best one seen is returned.
 
     Args:
-        algorithm: a dgsgld sampler (DIGing-SGLD, DE-SGLD, EXTRA-SGLD, ...) or a kind of
-            :data:`dgsgld.theory.exact.KINDS` (undirected kinds only).
+        algorithm: a dgsgld sampler for undirected networks (DIGing-SGLD, DE-SGLD,
+            EXTRA-SGLD, ...; its friction, consensus weight and preconditioner enter the law).
         quadratic: :class:`dgsgld.theory.Quadratic` of the agents' potentials, or a sequence
             of them (same ``N`` and ``d``; e.g. several data draws): then the objective is the
             mean over them, weights designed for a family of problems rather than one.
@@ -294,7 +293,6 @@ def learn_weights(
         learning_rate: Adam's learning rate (on ``θ`` and ``log η``) when ``optimizer`` is None.
         optimizer: an ``optax.GradientTransformation`` to use instead.
         reduce: ``"mean"`` or ``"max"`` over agents.
-        parameter: friction ``γ`` / consensus ``β`` of the kinds that have one.
         name: name of the returned schedule.
 
     Returns:
@@ -304,16 +302,18 @@ def learn_weights(
     Raises:
         ValueError: for a non-positive ``num_iterations``/``learning_rate``, a ``num_steps``
             that is not an integer ``>= 1`` or a non-empty, strictly increasing sequence of
-            them, an unknown ``reduce``, a step-size schedule, a directed kind, or a non-finite
-            objective at the start (an unstable step size).
+            them, an unknown ``reduce``, a step-size schedule, a directed or centralized
+            sampler, or a non-finite objective at the start (an unstable step size).
     """
     import optax
 
-    from ..theory import exact
+    from ..theory import exact, recursions
 
-    kind, sampler_step = exact._kind(algorithm)
-    if kind.startswith("push") or kind == "sgld":
-        raise ValueError(f"`algorithm` {kind!r} has no symmetric mixing weights to learn.")
+    recursions.recursion_of(algorithm)
+    sampler_name = recursions.label(algorithm)
+    if recursions.is_directed(algorithm) or not algorithm.decentralized:
+        raise ValueError(f"`algorithm` {sampler_name} has no symmetric mixing weights to learn.")
+    sampler_step = algorithm.step_size
     _check_count("num_iterations", num_iterations)
     iterations = _iterations(num_steps)
     if optimizer is None and not (np.isscalar(learning_rate) and learning_rate > 0):
@@ -323,7 +323,6 @@ def learn_weights(
     eta0 = step_size if step_size is not None else sampler_step
     if eta0 is None or callable(eta0) or not np.isfinite(eta0) or not eta0 > 0:
         raise ValueError(f"`step_size` must be one positive constant; got {eta0!r}.")
-    extra = exact._parameter(algorithm, kind, parameter)
 
     par = edge_parametrization(network, shared=shared)
     start = np.asarray(getattr(init if init is not None else network, "matrices",
@@ -336,7 +335,7 @@ def learn_weights(
     if not quadratics or not all(isinstance(q, exact.Quadratic) for q in quadratics):
         raise TypeError("`quadratic` must be a dgsgld.theory.Quadratic or a non-empty sequence "
                         "of them.")
-    objective = _exact_objective(kind, extra, quadratics, init_mean, init_cov, iterations,
+    objective = _exact_objective(algorithm, quadratics, init_mean, init_cov, iterations,
                                  reduce)
 
     def loss(p):
@@ -350,7 +349,7 @@ def learn_weights(
         raise ValueError(f"The objective is {first} at the start: is η = {eta0!r} stable?")
     eta = float(np.exp(best["log_step"])) if learn_step_size else float(eta0)
     return _result(par, start, best, first, best_value, history, float(eta0), eta,
-                   name or f"learned weights ({kind}, T={_label(iterations)})")
+                   name or f"learned weights ({sampler_name}, T={_label(iterations)})")
 
 
 def learn_weights_by_sampling(

@@ -70,9 +70,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import evaluate
 from .._util import params as _params
 from .._util.types import Array, PRNGKey, PyTree
-from ..evaluate import streaming as streaming
 from ..networks import spectral as network_spectral
 from ..networks.checked import checked_if_concrete
 from ..runner import loop as run
@@ -395,7 +395,7 @@ class StepSizeReport(NamedTuple):
         inflation: ``(G,)`` the largest, over agents, ratio of an agent's spread to its smallest
             over the stable grid points (``inf`` where unstable).
         consensus: ``(G,)`` consensus error of the chains at the end
-            (:func:`dgsgld.evaluate.distances.ensemble_consensus_error`; 0 without a network).
+            (:func:`dgsgld.evaluate.ensemble_consensus_error`; 0 without a network).
         stable: ``(G,)`` boolean.
         curvature: ``(N,)`` largest Hessian eigenvalue magnitude of each ``f_i``.
         spectral_gap: mean spectral gap of the mixing matrices (``nan`` without a network).
@@ -619,12 +619,12 @@ class _LogSpread(eqx.Module):
         return jnp.mean(jnp.log(jnp.maximum(jnp.std(flat, axis=0, ddof=1), tiny)), -1)
 
 
-def _pilot_stats(decentralized: bool) -> streaming.Metric:
+def _pilot_stats(decentralized: bool) -> evaluate.Metric:
     """The pilot's streamed statistics: :class:`_LogSpread` and the chains'
-    :func:`streaming.consensus_error` (zero without agents)."""
+    :func:`dgsgld.evaluate.streamed_consensus_error` (zero without agents)."""
     flat = _PilotFlat(decentralized)
-    return streaming.combine(log_spread=_LogSpread(flat),
-                             consensus=streaming.consensus_error(flatten=flat))
+    return evaluate.combine(log_spread=_LogSpread(flat),
+                            consensus=evaluate.streamed_consensus_error(flatten=flat))
 
 
 class _AtFinalPositions(eqx.Module):

@@ -234,13 +234,14 @@ def test_channel_errors(key):
 
 @pytest.mark.slow  # fast twin: test_sample_channel_option_counts_bytes
 def test_guide_example_runs():
-    """docs/communication.md's example prints 100 steps x 2 messages x 2 links x 8 B."""
+    """docs/guide/communication.md's example prints 100 steps x 2 messages x 2 links x 8 B."""
     import contextlib
     import io
     import pathlib
     import re
 
-    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "communication.md").read_text()
+    docs = pathlib.Path(__file__).resolve().parents[2] / "docs"
+    text = (docs / "guide" / "communication.md").read_text()
     code = "\n".join(re.findall(r"```python\n(.*?)```", text, re.S))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -76,7 +76,7 @@ def test_exact_moments_under_random_link_drops_match_monte_carlo(key):
         exact.exact_moments(dgsgld.DESGLD(0.1), exact_quadratic(problem), W, np.zeros(2),
                             np.eye(2), 2, channel=C.Channel(probability=0.5, per_link=True,
                                                             activity=0.5))
-    with pytest.raises(ValueError, match="not for 'extra'"):
+    with pytest.raises(ValueError, match="not for EXTRA-SGLD"):
         exact.exact_moments(dgsgld.EXTRASGLD(0.1), exact_quadratic(problem), W, np.zeros(2),
                             np.eye(2), 2, channel=channel)
 
@@ -188,10 +188,10 @@ def test_exact_moments_with_random_k_messages_match_monte_carlo(cells, key):
         _, z_plain = _data_z(x, np.asarray(plain.mean[-1]), np.asarray(plain.cov[-1]))
         assert np.abs(z_plain).max() > bound, type(alg).__name__
     problem2 = exact_quadratic(problem)
-    with pytest.raises(ValueError, match="random-k messages are propagated .* not for 'extra'"):
+    with pytest.raises(ValueError, match="random-k messages are propagated .* not for EXTRA-SGLD"):
         exact.exact_moments(dgsgld.EXTRASGLD(eta), problem2, W, np.zeros(3), np.eye(3), 2,
                             channel=channel)
-    with pytest.raises(ValueError, match="random-k messages are propagated .* not for 'extra'"):
+    with pytest.raises(ValueError, match="random-k messages are propagated .* not for EXTRA-SGLD"):
         exact.exact_moments(dgsgld.EXTRASGLD(eta), problem2, W, np.zeros(3), np.eye(3), 2,
                             channel=C.Channel(C.random_k(2 / 3), error_feedback=True))
 
@@ -458,13 +458,14 @@ def test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture(c
     kinds = (("diging", 2, 1, 1), ("de", 3, 2, 2))[:1 if cells == "diging" else 2]
     quadratics = {d: exact_quadratic(linear_regression(num_agents=N, local_size=3, dim=d))
                   for _, d, _, _ in kinds}
+    samplers = {"diging": dgsgld.DIGingSGLD(eta), "de": dgsgld.DESGLD(eta)}
     for kind, d, k, every in kinds:
         q = quadratics[d]
         channel = C.Channel(C.random_k(k / d), error_feedback=True, consensus=gamma,
                             every=every)
         with jax.enable_x64(True):
-            law = exact.exact_moments(kind, q, W, np.zeros(d), np.eye(d), T, step_size=eta,
-                                      channel=channel)
+            law = exact.exact_moments(samplers[kind], q, W, np.zeros(d), np.eye(d), T,
+                                      step_size=eta, channel=channel)
         mean, cov = _feedback_mixture(kind, q, W, eta, gamma, k, T, every)
         np.testing.assert_allclose(law.mean[-1], mean, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(law.cov[-1], cov, rtol=1e-10, atol=1e-12)
@@ -472,7 +473,7 @@ def test_exact_moments_with_random_k_and_error_feedback_equal_the_mask_mixture(c
         return
     with jax.enable_x64(True):
         full, exact_messages = (
-            exact.exact_moments("diging", quadratics[2], W, np.zeros(2), np.eye(2), T,
+            exact.exact_moments(samplers["diging"], quadratics[2], W, np.zeros(2), np.eye(2), T,
                                 step_size=eta,
                                 channel=C.Channel(c, error_feedback=True, consensus=gamma))
             for c in (C.random_k(1.0), C.identity()))
@@ -572,13 +573,16 @@ def test_exact_moments_refuses_other_channels_naming_channel_and_why():
         except ValueError:
             with pytest.raises(ValueError) as error:
                 exact.exact_moments(kind, quadratic, mixing, np.zeros(2), np.eye(2), 1,
-                                    step_size=0.1, parameter=0.5, channel=channel)
+                                    channel=channel)
             return str(error.value)
         return None
 
+    every_sampler = [make(0.1) for make in dgsgld.samplers.ALL] + [
+        dgsgld.PushDIGingSGLD(0.1, noise_rule="uniform"),
+        dgsgld.PushSumSGLD(0.1, noise_rule="uniform")]
     refused = 0
     for kwargs, channel in _channel_grid():
-        for kind in exact.KINDS:
+        for kind in every_sampler:
             message = refusal(channel, kind)
             if message is not None:
                 refused += 1
@@ -587,49 +591,49 @@ def test_exact_moments_refuses_other_channels_naming_channel_and_why():
                 why = message[len("`channel`: "):-len(f"; got {channel!r}.")]
                 assert len(why.split()) >= 5, (kwargs, kind, message)     # a reason, not a tag
     assert refused > 100, refused
+    de, diging = dgsgld.DESGLD(0.1), dgsgld.DIGingSGLD(0.1)
     reasons = [
-        (C.Channel(C.top_k(0.5)), "de", "TopK messages are not linear in the message"),
-        (C.Channel(C.quantize(4)), "diging", "Quantize messages are not linear"),
-        (C.Channel(C.top_k(0.5), error_feedback=True), "de",
+        (C.Channel(C.top_k(0.5)), de, "TopK messages are not linear in the message"),
+        (C.Channel(C.quantize(4)), diging, "Quantize messages are not linear"),
+        (C.Channel(C.top_k(0.5), error_feedback=True), de,
          "TopK messages are not linear in the message"),
-        (C.Channel(C.random_k(0.5), error_feedback=True, activity=0.5), "diging",
+        (C.Channel(C.random_k(0.5), error_feedback=True, activity=0.5), diging,
          "random-k messages are propagated over a fixed matrix only, not with stragglers"),
-        (C.Channel(threshold=0.1), "de", "a function of the state, so the recursion is not "
-                                         "linear"),
-        (C.Channel(threshold={"tracker": 0.5}), "diging", "a function of the state"),
-        (C.Channel(probability=0.5, per_link=True, activity=0.5), "de",
+        (C.Channel(threshold=0.1), de, "a function of the state, so the recursion is not "
+                                       "linear"),
+        (C.Channel(threshold={"tracker": 0.5}), diging, "a function of the state"),
+        (C.Channel(probability=0.5, per_link=True, activity=0.5), de,
          "link drops are propagated alone, not with stragglers"),
-        (C.Channel(C.random_k(0.5), gossip="edge"), "diging",
+        (C.Channel(C.random_k(0.5), gossip="edge"), diging,
          "random-k messages are propagated over a fixed matrix only, not with gossip"),
-        (C.Channel(probability=0.5, per_link=True), "extra",
-         "random link drops are propagated for the kinds whose offset and noise do not "
-         "depend on W, not for 'extra'"),
-        (C.Channel(gossip="edge"), "push_sum", "only exact messages and every=τ are "
-                                               "propagated"),
-        (C.Channel(), "sgld", "centralized ULA .* sends no messages"),
-        (C.Channel(activity=np.ones((2, 3))), "de", "`activity` pattern has 3 agents per "
-                                                    "row; the quadratic has 4"),
+        (C.Channel(probability=0.5, per_link=True), dgsgld.EXTRASGLD(0.1),
+         r"random link drops are propagated for the samplers whose messages are blocks of the "
+         r"state before the step \(offset and noise free of W\), not for EXTRA-SGLD"),
+        (C.Channel(gossip="edge"), dgsgld.PushSumSGLD(0.1), "only exact messages and every=τ "
+                                                           "are propagated"),
+        (C.Channel(), dgsgld.SGLD(0.1), "the centralized SGLD sends no messages"),
+        (C.Channel(activity=np.ones((2, 3))), de, "`activity` pattern has 3 agents per "
+                                                  "row; the quadratic has 4"),
     ]
     for channel, kind, why in reasons:
         message = refusal(channel, kind)
         assert message is not None and re.search(why, message), (channel, kind, message)
     with pytest.raises(ValueError, match="`channel` must be None or a dgsgld.communication"):
-        exact.exact_moments("de", problem, W, np.zeros(2), np.eye(2), 1, step_size=0.1,
-                            channel="drop")
+        exact.exact_moments(de, problem, W, np.zeros(2), np.eye(2), 1, channel="drop")
     many = hessians_only(13, 2)
     with pytest.raises(ValueError, match=r"`channel`: random stragglers enumerate the 2\^N "
                                          r"active sets; N = 13 > 12"):
-        exact.exact_moments("de", many, np.full((13, 13), 1 / 13), np.zeros(2), np.eye(2), 1,
-                            step_size=0.1, channel=C.Channel(activity=0.5))
+        exact.exact_moments(de, many, np.full((13, 13), 1 / 13), np.zeros(2), np.eye(2), 1,
+                            channel=C.Channel(activity=0.5))
     seven = hessians_only(7, 2)
     with pytest.raises(ValueError, match="`channel`: gossip='matching' is not enumerable "
                                          "here: `mode`: .* 279936 proposal profiles"):
-        exact.exact_moments("de", seven, complete_graph(7), np.zeros(2), np.eye(2), 1,
-                            step_size=0.1, channel=C.Channel(gossip="matching"))
+        exact.exact_moments(de, seven, complete_graph(7), np.zeros(2), np.eye(2), 1,
+                            channel=C.Channel(gossip="matching"))
     with pytest.raises(ValueError, match="`channel`: gossip's outcomes are enumerated from the "
                                          "links of `mixing`, which must then be concrete"):
-        jax.jit(lambda m: exact.exact_moments("de", problem, m, np.zeros(2), np.eye(2), 1,
-                                              step_size=0.1, channel=C.Channel(gossip="edge"))
+        jax.jit(lambda m: exact.exact_moments(de, problem, m, np.zeros(2), np.eye(2), 1,
+                                              channel=C.Channel(gossip="edge"))
                 .mean)(W)
 
 
@@ -649,12 +653,14 @@ def test_exact_moments_propagates_every_accepted_channel():
     problem = exact_quadratic(linear_regression(num_agents=N, local_size=3, dim=2))
     eta, propagated = 0.1, 0
     for _, channel in _channel_grid():
-        for kind in ("de", "diging", "extra", "push_diging"):
+        for kind in (dgsgld.DESGLD(eta), dgsgld.DIGingSGLD(eta), dgsgld.EXTRASGLD(eta),
+                     dgsgld.PushDIGingSGLD(eta)):
             try:
                 exact._channel_law(channel, kind, N)
             except ValueError:
                 continue
-            mixing = _directed_ring() if kind == "push_diging" else np.asarray(ring(N))
+            directed = isinstance(kind, dgsgld.PushDIGingSGLD)
+            mixing = _directed_ring() if directed else np.asarray(ring(N))
             with jax.enable_x64(True):
                 law = exact.exact_moments(kind, problem, mixing, np.zeros(2), np.eye(2), 4,
                                           step_size=eta, channel=channel)

@@ -260,7 +260,7 @@ def test_one_way_drops_keep_push_diging_stationary_mean(key):
     each of the 2 coordinates of the 4 agents is within 5 standard errors (8 z-scores: a false
     failure has probability < 5e-6). (On the sparser directed barbell the same drops make the
     weights heavy-tailed, min v 0.0045 over these chains, and some chains blow up at this
-    step: docs/networks.md.)"""
+    step: docs/results/directed.md.)"""
     problem = linear_regression(num_agents=N, local_size=3, dim=2)
     chains, steps = 2000, 400
     channel = C.Channel(probability=0.5, per_link=True)
