@@ -1,6 +1,6 @@
 """The communication experiment: each sampler's error against the bytes its agents send.
 
-``dgsgld reproduce communication --out DIR [--small]``. ``N = 20`` agents on a static random
+``python -m experiments reproduce communication --out DIR [--small]``. ``N = 20`` agents on a static random
 4-regular graph (four out-neighbours per agent, Metropolis–Hastings weights), on three
 problems (:data:`PROBLEMS`):
 

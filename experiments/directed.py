@@ -1,6 +1,6 @@
 """The directed-network experiment: push-sum samplers against DIGing-SGLD on a symmetrized graph.
 
-``dgsgld reproduce directed --out DIR [--small]``. The paper's Bayesian linear regression (§4.1,
+``python -m experiments reproduce directed --out DIR [--small]``. The paper's Bayesian linear regression (§4.1,
 eq. 4.2; ``N`` a power of two so that the one-peer exponential graph exists) over directed
 time-varying networks:
 

@@ -45,3 +45,39 @@ def test_quick_start_runs_as_written_and_matches_the_exact_law():
     sampled = np.asarray(ns["w2"])
     assert abs(sampled[-1].mean() - exact[-1].mean()) < 0.06
     assert abs(sampled[0].mean() - exact[0].mean()) < 0.06 * 3  # W2 ~ 3 at the start: ~3x noise
+
+
+def test_readme_is_a_front_page():
+    """At most 150 lines; its relative links all lead to files of the repository."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 150
+    root = README.parent
+    for target in re.findall(r"\]\(([^)#\s]+)", text):
+        if not re.match(r"^[a-z]+:", target):
+            assert (root / target).exists(), target
+
+
+def test_readme_results_are_the_generated_summary():
+    """The results table quotes docs/figures/summary.md (``python -m experiments reproduce all
+    --out docs/figures``): the three samplers' values, figure by figure."""
+    text = README.read_text()
+    rows = [line for line in text[text.index("## Results in brief"):].splitlines()
+            if line.startswith("| ") and line[2].isdigit()]
+    summary = {}
+    for line in (README.parent / "docs" / "figures" / "summary.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if re.fullmatch(r"fig\d\w", cells[0]):
+            summary[cells[0][3:]] = cells[1:5]
+    assert len(rows) == len(summary) == 6
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1:5] == summary[cells[0].split()[0].replace("(", "").replace(")", "")], row
+
+
+def test_readme_commands_are_those_ci_runs():
+    """The test command is the one `.ci/run` runs, and the main job is the library's."""
+    text = README.read_text()
+    ci = (README.parent / ".ci" / "run").read_text()
+    tests = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest'
+    assert tests in text and tests in ci
+    assert ".venv/bin/pip install -e . && .venv/bin/python -m dgsgld run" in text

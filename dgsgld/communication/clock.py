@@ -14,7 +14,7 @@ and by the state update.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -22,9 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._util.types import Array, PRNGKey
-
-if TYPE_CHECKING:
-    from .channel import Channel
 
 __all__ = ["Clock", "active_agents", "elapsed_time"]
 
@@ -137,7 +134,7 @@ def _activity(activity):
     return tuple(tuple(bool(a) for a in row) for row in pattern)
 
 
-def active_agents(channel: Channel | None, key: PRNGKey, count, num_agents: int):
+def active_agents(channel: Any, key: PRNGKey, count, num_agents: int):
     """``(N,)`` bool, the agents active at the step of ``key`` (the step's key) and iteration
     ``count``: drawn by ``activity`` and, with a :class:`Clock` that has a deadline, done
     computing by it; ``None`` when all always are (no channel, ``activity=1``, no deadline)."""
@@ -147,7 +144,7 @@ def active_agents(channel: Channel | None, key: PRNGKey, count, num_agents: int)
     return _with_deadline(channel, _by_activity(channel, key, count, num_agents), times)
 
 
-def _with_deadline(channel: Channel, active, times):
+def _with_deadline(channel: Any, active, times):
     """``active`` (``None``: all) less the agents not done by the clock's deadline."""
     if times is None or channel.clock.deadline is None:
         return active
@@ -155,7 +152,7 @@ def _with_deadline(channel: Channel, active, times):
     return done if active is None else active & done
 
 
-def _by_activity(channel: Channel | None, key: PRNGKey, count, num_agents: int):
+def _by_activity(channel: Any, key: PRNGKey, count, num_agents: int):
     """The agents active by ``activity`` alone (``None``: all)."""
     if channel is None or channel.activity == 1.0:
         return None
