@@ -2,7 +2,7 @@
 
     python -m benchmarks.networks_generation [--sizes 100,300,1000] [--period 50]
 
-The tests check the guarantee behind these times (tests/test_networks.py: Python-level work
+The tests check the guarantee behind these times (tests/networks/test_networks.py: Python-level work
 independent of N, host memory at most twice the schedule); this script measures the times.
 """
 

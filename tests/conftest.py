@@ -21,7 +21,7 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile("repeatable")
 
 # Tests that call the command line in-process must not store programs in the user's cache
-# (nor point JAX's cache elsewhere for the rest of the session); tests/test_cache.py opts in.
+# (nor point JAX's cache elsewhere for the rest of the session); tests/cli/test_cache.py opts in.
 os.environ.setdefault("DGSGLD_NO_CACHE", "1")
 
 # Catch ``(n, d)`` vs ``(d,)`` broadcasting slips in mixing and gradient code.

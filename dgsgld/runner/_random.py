@@ -15,7 +15,7 @@ fused loop and vector code for JAX's), which rounds some normals differently in 
 It is registered through JAX's extension point (``jax.extend.random.define_prng_impl``), so
 library code calls plain ``jax.random``; only :func:`dgsgld.sample` converts the user's key
 (:func:`fast_key`). The numbers are those of ``jax.random`` with JAX's default key
-(``threefry2x32``, ``jax_threefry_partitionable`` on) bit for bit (``tests/test_random.py``):
+(``threefry2x32``, ``jax_threefry_partitionable`` on) bit for bit (``tests/runner/test_random.py``):
 the same key gives the same draws in ``sample`` and in a user's own loop.
 """
 

@@ -669,7 +669,7 @@ def _chain_axes(state, num_chains: int, chains_last: bool):
     vectorises elementwise work along the last axis and runs the per-chain ``W @ x`` as one
     matrix product when chains are last; with chains first a paper-size run (200 chains,
     leaves ``(20, 6)``) is 3-5x slower. Only ``vmap``'s ``in_axes``/``out_axes`` change: the
-    numbers are the same (``tests/test_samplers.py``).
+    numbers are the same (``tests/samplers/test_samplers.py``).
     """
 
     def axis(leaf):

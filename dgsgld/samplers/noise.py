@@ -20,7 +20,7 @@ the option in ``docs/guide/samplers.md``).
 Since both invert the normal CDF at the same uniform, the numbers are close to
 ``jax.random.normal``'s for the same key (within 1e-5 where ``|z| < 3``, 3e-4 where
 ``|z| < 4``, up to 0.08 beyond, where the midpoint matters) but not equal: a different run, with
-the same law to the accuracy of ``tests/test_noise.py``. They do not depend on ``jit``,
+the same law to the accuracy of ``tests/samplers/test_noise.py``. They do not depend on ``jit``,
 ``vmap`` or how chains are batched, nor on whether XLA fuses the multiply-add.
 """
 

@@ -67,7 +67,7 @@ column stochastic: ``Σ_i v_i = N`` and, with exact or error-feedback messages,
 
 ``noise_rule="uniform"`` gives ``s_i = √(2η)`` (``a = 0``, the update as printed in [35]). Both are
 exact for the average; they differ in the agents' spread around it, most where ``v`` is uneven
-(``tests/test_pushsum.py`` compares their exact laws).
+(``tests/samplers/test_pushsum.py`` compares their exact laws).
 
 With ``preconditioner=M`` (``S Sᵀ = M``, the same on every agent) the drift is ``η M y`` resp.
 ``α M ∇̃F(x)`` and the noise ``s ⊙ (S w)``, agent by agent: the average is then preconditioned

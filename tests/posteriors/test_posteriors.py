@@ -1,0 +1,697 @@
+"""Benchmark targets, their stored references, and the scores against them (dgsgld.posteriors)."""
+
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dgsgld.posteriors import (
+    available,
+    get_target,
+    load_reference,
+    moment_errors,
+    predictive_scores,
+    references,
+)
+from dgsgld.posteriors.targets import exact_gaussian_posterior
+
+pytest.importorskip("sklearn")
+
+
+def test_split_potentials_sum_to_the_log_posterior():
+    # Splitting only deals data out: sum_i f_i = -log posterior (float32: relative rounding
+    # ~1e-6 of the ~1e2 magnitudes). Wine's labels stay integers.
+    target = get_target("multinomial_wine")
+    x = target.init(jax.random.key(1), 1)[0]
+    potential = target.potential(4, "skew")
+    assert (jnp.issubdtype(potential.data[-1].dtype, jnp.integer)
+            == np.issubdtype(target.data[-1].dtype, np.integer))
+    value = eqx.filter_jit(lambda p, x: p.value(x))(potential, x)
+    assert float(value) == pytest.approx(-float(target.log_density(x)), rel=1e-5)
+
+
+@pytest.mark.parametrize("name", available())
+def test_stored_references_pass_their_checks(name):
+    target = get_target(name)
+    ref = load_reference(name, fingerprint=target.fingerprint)
+    q = len(target.names)
+    assert ref.names == target.names
+    assert ref.draws.shape == (references.NUM_DRAWS, q)
+    assert ref.quantiles.shape == (len(references.QUANTILES), q)
+    settings = json.loads(ref.settings)
+    assert settings["passed"] and settings["divergent"] == 0
+    assert (ref.rhat < 1.01).all() and (ref.ess_bulk >= 2000).all()
+    # The kept draws are a thinning of the summarized ones (or i.i.d. exact draws): their mean
+    # lies within 5 standard errors sd / sqrt(ess) of the summary mean; the thinned draws are
+    # at least as independent as the chains, so ess >= min(2000, ess_bulk) is conservative
+    # except for antithetic chains, hence 5 and not 4.
+    se = ref.sd / np.sqrt(np.minimum(references.NUM_DRAWS, ref.ess_bulk))
+    assert (np.abs(ref.draws.mean(0) - ref.mean) < 5 * se).all()
+    assert (np.diff(ref.quantiles, axis=0) > 0).all()
+
+
+def test_reference_of_other_data_is_refused():
+    with pytest.raises(ValueError, match="the target's data have 0000"):
+        load_reference(available()[0], fingerprint="0000")
+    with pytest.raises(ValueError, match="no stored reference for target 'nope'"):
+        load_reference("nope")
+    with pytest.raises(ValueError, match="unknown target 'nope'"):
+        get_target("nope")
+
+
+@pytest.mark.reliability
+def test_split_refuses_bad_arguments():
+    target = get_target("multinomial_wine")
+    with pytest.raises(ValueError, match=r"`split` must be one of \('iid', 'skew'\); got 'x'"):
+        target.split(4, "x")
+    with pytest.raises(ValueError, match="needs `num_agents` >= its 3 groups"):
+        target.split(2, "skew")
+    # The skew split gives each agent one class.
+    split = target.split(3, "skew")
+    assert [len(set(target.groups[i])) for i in split.indices] == [1, 1, 1]
+
+
+def _reference_like(mean, sd):
+    z = np.zeros_like(mean)
+    return references.Reference("t", (), None, mean, sd, None, z, z, None, z, z, "", "", "")
+
+
+def test_moment_errors_known_answer():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(400, 3))
+    z = (z - z.mean(0)) / z.std(0, ddof=1)  # exactly mean 0, sd 1
+    mean, sd = np.array([1.0, -2.0, 3.0]), np.array([0.5, 2.0, 1.0])
+    draws = mean + 0.5 * sd * np.array([1, 1, 1]) + sd * z * np.array([1.0, 2.0, 0.8])
+    out = moment_errors(draws, _reference_like(mean, sd))
+    np.testing.assert_allclose(out["mean_error"], 0.5)
+    np.testing.assert_allclose(out["sd_ratio"], [1.0, 2.0, 0.8])
+    assert out["sd_ratio_worst"] == pytest.approx(2.0)
+    assert out["sd_ratio_median"] == pytest.approx(1.0)
+
+
+def test_predictive_scores_known_answer():
+    # Input 0: (1, 0) vs (0.5, 0.5): TV 0.5, argmax agrees (ties go to the first class);
+    # input 1: (0.2, 0.8) vs (0.9, 0.1): TV 0.7, disagree. Means 0.6 and 0.5.
+    p = np.array([[1.0, 0.0], [0.2, 0.8]])
+    r = np.array([[0.5, 0.5], [0.9, 0.1]])
+    assert predictive_scores(p, r) == pytest.approx(
+        {"predictive_tv": 0.6, "predictive_agreement": 0.5})
+    assert predictive_scores(p, p) == {"predictive_tv": 0.0, "predictive_agreement": 1.0}
+
+
+@pytest.mark.slow  # fast twin: test_stored_references_pass_their_checks
+def test_fresh_nuts_agrees_with_the_stored_reference():
+    # A new NUTS run (other seed) on poisson_linnerud: each mean within 4 combined MCSEs of
+    # the stored one, each sd within 4 combined MCSEs.
+    numpyro = pytest.importorskip("numpyro")
+    from numpyro.infer import MCMC, NUTS
+
+    target = get_target("poisson_linnerud")
+    ref = load_reference(target.name, fingerprint=target.fingerprint)
+    mcmc = MCMC(NUTS(potential_fn=lambda x: -target.log_density(x)), num_warmup=500,
+                num_samples=1000, num_chains=4, chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(123), init_params=jnp.zeros((4, target.dim)))
+    x = np.asarray(mcmc.get_samples(group_by_chain=True), np.float64)
+    ess = np.asarray(numpyro.diagnostics.effective_sample_size(x))
+    flat = x.reshape(-1, target.dim)
+    mcse_mean = flat.std(0) / np.sqrt(ess)
+    assert (np.abs(flat.mean(0) - ref.mean) < 4 * np.hypot(mcse_mean, ref.mcse_mean)).all()
+    # sd's MCSE ~ sd / sqrt(2 ess) for near-Gaussian marginals.
+    mcse_sd = flat.std(0) / np.sqrt(2 * ess)
+    assert (np.abs(flat.std(0) - ref.sd) < 4 * np.hypot(mcse_sd, ref.mcse_sd)).all()
+
+
+@pytest.mark.slow  # fast twins: the score and reference tests above
+def test_bench_small_runs_without_numpyro(tmp_path):
+    # The command reads only the stored references: numpyro and arviz are blocked. Its
+    # centralized SGLD on the Gaussian anchor must land near the exact posterior: each
+    # seed's mean error is over 8 chains x 100 draws of a chain with autocorrelation time
+    # well below 100 steps, so a standardized mean error above 1 would be a real bias.
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['numpyro'] = None; sys.modules['arviz'] = None; "
+            "from experiments.__main__ import main; "
+            f"sys.exit(main(['bench', 'posteriors', '--small', '--out', {str(tmp_path)!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "leaderboard.json").read_text())
+    rows = {(r["target"], r["sampler"]): r for r in result["rows"]}
+    assert set(rows) == {(t, s) for t in ("gaussian_linear", "eight_schools")
+                         for s in ("reference", "DIGing-SGLD", "SGLD (centralized)",
+                                   "DIGing-SGHMC", "D-ULA", "DIGing-SGLD+SVRG")}
+    sgld_row = rows[("gaussian_linear", "SGLD (centralized)")]
+    assert sgld_row["seeds_finite"] == 2 and sgld_row["mean_error_max"][0] < 1.0
+    assert all(k in sgld_row for k in ("sd_ratio_worst", "sd_ratio_median", "w2", "ksd"))
+    # SVRG draws one datum per step where the others use full local batches.
+    assert rows[("gaussian_linear", "DIGing-SGLD+SVRG")]["batch_size"] == 1
+    assert rows[("gaussian_linear", "DIGing-SGLD")]["batch_size"] is None
+    assert (tmp_path / "leaderboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| gaussian_linear | ring | DIGing-SGLD |" in (tmp_path / "leaderboard.md").read_text()
+    # SBC of the three simulated targets: the exact draws and the two samplers on each.
+    cells = {(c["target"], c["sampler"]) for c in result["sbc"]}
+    assert cells == {("gaussian_linear", "exact")} | {
+        (t, s) for t in ("gaussian_linear", "poisson_linnerud", "logistic_breast_cancer")
+        for s in ("DIGing-SGLD", "DE-SGLD")}
+    assert (tmp_path / "sbc_ranks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+#: Messages each agent sends each out-neighbour per step, from the samplers' update rules
+#: (DIGing: position and tracker; EXTRA: the position before and after the step; DE, D-ULA,
+#: DE-SGHMC: the position): the independent count the bench's accounting is checked against.
+MESSAGES_PER_STEP = {"DIGing-SGLD": 2, "DE-SGLD": 1, "EXTRA-SGLD": 2, "DIGing-SGHMC": 2,
+                     "DE-SGHMC": 1, "D-ULA": 1, "DIGing-SGLD+SVRG": 2, "DIGing-SGLD+SAGA": 2,
+                     "SGLD (centralized)": 0}
+
+
+# One compile per sampler (~2 s each): DE-SGHMC in the default run; the other samplers (the
+# centralized sampler's zero bytes among them) in the slow set.
+@pytest.mark.parametrize("name", [n if n == "DE-SGHMC" else
+                                  pytest.param(n, marks=pytest.mark.slow)
+                                  for n in MESSAGES_PER_STEP])
+def test_bench_bytes_are_the_messages_the_samplers_send(name):
+    # The bench's bytes come from the channel's own accounting; they must equal messages per
+    # step x 4 d bytes (float32) x out-neighbours (ring of 4: 2 each, 8 in all) x steps x
+    # chains of one seed, and 0 for the centralized sampler. Exact integers: no tolerance.
+    import dataclasses
+
+    import dgsgld
+    from dgsgld import networks
+    from experiments.bench import SAMPLERS, BenchSettings, run_chains
+
+    assert set(SAMPLERS) == set(MESSAGES_PER_STEP)
+    method = SAMPLERS[name]
+    d, steps = 2, 3
+    settings = dataclasses.replace(BenchSettings.small(), seeds=2, chains=2, num_steps=steps,
+                                   thin=1)
+    data = (jnp.ones((4, 3, d)), jnp.ones((4, 3)))
+    potential = dgsgld.Potential(lambda t, x: -0.5 * (x[0] @ t - x[1]) ** 2,
+                                 lambda t: -0.5 * t @ t, data, 1)
+    algorithm = method.builder(4)(0.01)
+    total = settings.seeds * settings.chains
+    if method.centralized:
+        init, mixing = jnp.zeros((total, d)), None
+    else:
+        init, mixing = jnp.zeros((total, 4, d)), networks.ring(4)
+    _, sent = run_chains(algorithm, potential, mixing, init, jax.random.key(0), settings)
+    assert sent == MESSAGES_PER_STEP[name] * 4 * d * 8 * steps * settings.chains
+
+
+def test_leaderboard_figure_has_one_marker_per_method_and_target(tmp_path):
+    # A fake result: 2 targets, a reference row each, two samplers; "B" has no finite seed on
+    # t2 (no scores), so its marker there is missing.
+    pytest.importorskip("matplotlib")
+    from matplotlib.container import ErrorbarContainer
+
+    from experiments.bench import FIGURE_SCORES, leaderboard_figure
+
+    def row(target, sampler, network, mean=None, se=0.1):
+        r = {"target": target, "sampler": sampler, "network": network}
+        if mean is not None:
+            r.update(mean_error_max=[mean, se], sd_ratio_worst=[1 + mean, se])
+        return r
+
+    result = {"rows": [row("t1", "reference", "-", 0.1, float("nan")),
+                       row("t1", "A", "ring", 0.5), row("t1", "B", "-", 0.7),
+                       row("t2", "reference", "-", 0.2, float("nan")),
+                       row("t2", "A", "ring", 0.9, 0.05), row("t2", "B", "-")]}
+    fig = leaderboard_figure(result)
+    assert len(fig.axes) == len(FIGURE_SCORES) == 2
+    for ax, (key, _, _) in zip(fig.axes, FIGURE_SCORES):
+        bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        assert [c.get_label() for c in bars] == ["A (ring)", "B"]
+        a, b = (np.asarray(c.lines[0].get_ydata(), float) for c in bars)
+        want = 0.0 if key == "mean_error_max" else 1.0
+        np.testing.assert_allclose(a, np.array([0.5, 0.9]) + want)
+        np.testing.assert_allclose(b, [0.7 + want])
+        # error bars span mean ± se: the first of A's segments is 0.5 ± 0.1 (+ offset)
+        seg = bars[0].lines[2][0].get_segments()[0]
+        np.testing.assert_allclose(sorted(seg[:, 1]), [0.4 + want, 0.6 + want])
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["t1", "t2"]
+    path = tmp_path / "board.png"
+    fig.savefig(path, dpi=30)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_full_bench_runs_every_sampler_on_every_target_over_both_networks():
+    # The command without --small: every target with a stored reference (all of them), every
+    # sampler of SAMPLERS, the ring and the complete graph, SBC on every simulated target.
+    from dgsgld.posteriors.sbc import SIMULATED
+    from dgsgld.posteriors.targets import TARGETS
+    from experiments.bench import NETWORKS, SAMPLERS, BenchSettings
+
+    full = BenchSettings.full()
+    assert set(available()) == set(TARGETS) and full.targets == tuple(TARGETS)
+    assert full.samplers == tuple(SAMPLERS) and len(SAMPLERS) == 9
+    assert full.networks == tuple(NETWORKS) == ("ring", "complete")
+    assert full.sbc_targets == SIMULATED and full.seeds >= 3
+
+
+def test_leaderboard_markdown_has_a_cell_per_score():
+    # One row per sampler with mean ± standard error of every score (predictive ones only
+    # where present), "-" where a score is absent, the same number of cells as the header.
+    from experiments.bench import _KEYS, BenchSettings, markdown
+
+    settings = BenchSettings.small()
+    scores = {k: [0.5 + i, 0.01] for i, k in enumerate(_KEYS) if not k.startswith("pred")}
+    rows = [{"target": "t", "network": "-", "sampler": "reference", "step_size": None,
+             "wall_s": None, "bytes_sent": None, "diverged": 0, "batch_size": None,
+             **{k: [v[0], float("nan")] for k, v in scores.items()}},
+            {"target": "t", "network": "ring", "sampler": "A", "step_size": 1e-3,
+             "wall_s": 2.0, "bytes_sent": 3_000_000, "diverged": 1, "batch_size": 32,
+             **scores}]
+    text = markdown({"settings": {k: getattr(settings, k) for k in
+                                  settings.__dataclass_fields__}, "wall_s": 5.0, "rows": rows})
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert "median sd ratio" in header and "worst sd ratio" in header
+    assert all(line.count("|") == table[0].count("|") for line in table)
+    cells = dict(zip(header, (c.strip() for c in table[3].strip("|").split("|"))))
+    assert cells["sampler"] == "A (1 diverged)" and cells["batch"] == "32"
+    assert cells["median sd ratio"] == "%.3f ± 0.010" % scores["sd_ratio_median"][0]
+    assert cells["pred. TV"] == "-" and cells["MB sent"] == "3.00"
+    reference = dict(zip(header, (c.strip() for c in table[2].strip("|").split("|"))))
+    assert reference["median sd ratio"] == "%.3f" % scores["sd_ratio_median"][0]
+
+
+def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
+    # benchmarks/references/leaderboard.{json,md} are the output of one `dgsgld bench
+    # posteriors` run with the full settings: a row for every (target, network, sampler), the
+    # centralized sampler once per target, SBC cells for every simulated target; the Markdown
+    # is the JSON's table, and docs/results/posteriors.md quotes every line of it verbatim.
+    import dataclasses
+    import pathlib
+
+    from experiments.bench import SAMPLERS, BenchSettings, markdown
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    shipped = root / "benchmarks" / "references"
+    result = json.loads((shipped / "leaderboard.json").read_text())
+    full = BenchSettings.full()
+    assert result["settings"] == json.loads(json.dumps(dataclasses.asdict(full)))
+    rows = [(r["target"], r["network"], r["sampler"]) for r in result["rows"]]
+    want = []
+    for t in full.targets:
+        want.append((t, "-", "reference"))
+        for network in full.networks:
+            want += [(t, "-" if SAMPLERS[s].centralized else network, s) for s in full.samplers
+                     if not (SAMPLERS[s].centralized and network != full.networks[0])]
+    assert rows == want and len(rows) == 8 * (1 + 2 * 8 + 1)
+    assert {(c["target"], c["sampler"]) for c in result["sbc"]} == {
+        ("gaussian_linear", "exact")} | {(t, s) for t in full.sbc_targets
+                                         for s in full.sbc_samplers}
+    table = (shipped / "leaderboard.md").read_text()
+    assert markdown(result) == table
+    guide = (root / "docs" / "results" / "posteriors.md").read_text()
+    missing = [line for line in table.splitlines() if line and line not in guide]
+    assert not missing, missing[:3]
+
+
+def test_sbc_ranks_count_draws_below_the_truth():
+    from dgsgld.posteriors.sbc import sbc_ranks
+
+    draws = np.array([[[0.0, 5.0], [2.0, -1.0], [1.0, 0.5]]])  # S = 1, L = 3, q = 2
+    assert sbc_ranks(draws, np.array([[1.5, 0.0]])).tolist() == [[2, 1]]
+    per_agent = np.stack([draws, draws + 10], axis=2)  # (S, L, N = 2, q)
+    assert sbc_ranks(per_agent, np.array([[1.5, 0.0]])).tolist() == [[[2, 1], [0, 0]]]
+
+
+def test_sbc_of_the_exact_posterior_is_uniform_and_miscalibration_is_rejected():
+    # Exact posterior draws given simulated data: ranks uniform on {0..15}, so each of the 6
+    # chi-square p-values is uniform; all above 1e-3 fails with probability <= 6e-3 (fixed
+    # seeds: the outcome is fixed, the bound says why the threshold is safe). Draws spread
+    # 1.5 or 0.67 times around their posterior mean move ~20 % of ranks between the 4 bins'
+    # expected 100 each (S = 400): chi-square ~ 40 on 3 degrees of freedom, p ~ 1e-8.
+    from dgsgld.posteriors.sbc import (
+        exact_draws,
+        rank_uniformity,
+        sbc_ranks,
+        simulate,
+    )
+
+    theta, y = simulate("gaussian_linear", 0, 400)
+    draws = exact_draws(y, 15, seed=1)
+    ranks = sbc_ranks(draws, theta)
+    assert ranks.shape == (400, 6) and ranks.min() >= 0 and ranks.max() <= 15
+    assert (rank_uniformity(ranks, 15) > 1e-3).all()
+    assert (rank_uniformity(ranks, 15, num_bins=4) > 1e-3).all()
+    centre = draws.mean(1, keepdims=True)
+    for factor in (1.5, 0.67):
+        wrong = sbc_ranks(centre + factor * (draws - centre), theta)
+        assert (rank_uniformity(wrong, 15, num_bins=4) < 1e-4).all(), factor
+
+
+def test_rank_dispersion_known_answers_and_direction():
+    from dgsgld.posteriors.sbc import exact_draws, rank_dispersion, sbc_ranks, simulate
+
+    # Known answers, L = 3 (uniform variance (4^2 - 1) / 12 = 1.25): constant ranks give 0;
+    # S = 4 ranks 0, 3, 0, 3 have sample variance 3 (ddof=1), ratio 2.4.
+    assert rank_dispersion(np.full((5, 2), 2), 3).tolist() == [0.0, 0.0]
+    assert rank_dispersion(np.array([0, 3, 0, 3]), 3) == pytest.approx(2.4, rel=1e-12)
+    # Uniform ranks: the ratio is unbiased for 1 with standard error sqrt(0.7906 / S) for
+    # L = 15 (module doc). 2000 coordinates of S = 50: their mean is within 4 standard errors
+    # sqrt(0.7906 / 50 / 2000) of 1, and their sd within 10 % of sqrt(0.7906 / 50) (the
+    # first-order value; the sd of 2000 sample sds is ~2 % of it).
+    rng = np.random.default_rng(2)
+    v = rank_dispersion(rng.integers(0, 16, size=(50, 2000)), 15)
+    assert abs(v.mean() - 1) < 4 * np.sqrt(0.7906 / 50 / 2000)
+    assert v.std(ddof=1) == pytest.approx(np.sqrt(0.7906 / 50), rel=0.1)
+    # Exact posterior draws (S = 400): within 4 standard errors (0.89 / 20 = 0.044) of 1;
+    # draws spread 1.5 times around their mean pile ranks in the middle (below 1), 0.67 times
+    # at the ends (above 1), each beyond 4 standard errors.
+    theta, y = simulate("gaussian_linear", 0, 400)
+    draws = exact_draws(y, 15, seed=1)
+    se = 0.89 / np.sqrt(400)
+    assert np.all(np.abs(rank_dispersion(sbc_ranks(draws, theta), 15) - 1) < 4 * se)
+    centre = draws.mean(1, keepdims=True)
+    wide = rank_dispersion(sbc_ranks(centre + 1.5 * (draws - centre), theta), 15)
+    narrow = rank_dispersion(sbc_ranks(centre + 0.67 * (draws - centre), theta), 15)
+    assert np.all(wide < 1 - 4 * se) and np.all(narrow > 1 + 4 * se)
+    with pytest.raises(ValueError, match="must lie in"):
+        rank_dispersion(np.array([0, 16]), 15)
+
+
+def test_sbc_simulators_draw_from_the_models():
+    # theta ~ N(0, I / precision); given theta, Pearson residuals (y - E y) / sd(y) have mean 0
+    # and variance 1 for all three models. Over S = 200 data sets x n data, their mean is within
+    # 4 / sqrt(S n) of 0 and their variance within 0.1 of 1. Poisson residuals at small rates
+    # are skewed, excess kurtosis 1/rate, and Bernoulli ones at p near 0 or 1 heavy-tailed,
+    # E r^4 = 1 / (p (1 - p)) - 3: data at rates below 0.05, or with p outside (0.05, 0.95),
+    # are left out, so E r^4 <= 18 and the variance's standard error sqrt((E r^4 - 1) / m)
+    # stays below 0.03 for the m >= 20 000 residuals kept (about 0.02 at the logistic's 55 000).
+    from dgsgld.posteriors.sbc import simulate
+
+    for name in ("gaussian_linear", "poisson_linnerud", "logistic_breast_cancer"):
+        target = get_target(name)
+        theta, y = simulate(name, 1, 200)
+        assert theta.shape == (200, target.dim) and y.shape == (200, target.num_data)
+        prior_sd = theta.std(0, ddof=1) * np.sqrt(target.log_prior.precision)
+        assert np.all(np.abs(prior_sd - 1) < 4 / np.sqrt(2 * 200)), name
+        eta = theta @ np.asarray(target.data[0], np.float64).T
+        if name == "gaussian_linear":
+            resid = y - eta
+        elif name == "poisson_linnerud":
+            assert np.all(y == np.round(y)) and y.min() >= 0
+            keep = np.exp(eta) > 0.05
+            resid = ((y - np.exp(eta)) / np.exp(eta / 2))[keep]
+        else:
+            assert set(np.unique(y)) == {0.0, 1.0}
+            p = 1 / (1 + np.exp(-eta))
+            keep = (p > 0.05) & (p < 0.95)
+            resid = (y - p)[keep] / np.sqrt(p * (1 - p))[keep]
+        assert abs(resid.mean()) < 4 / np.sqrt(resid.size), name
+        assert abs(resid.var() - 1) < 0.1, name
+
+
+def test_sbc_curvature_scales():
+    # Gaussian anchor: exactly 1 / lambda_min of the closed-form posterior covariance. Logistic:
+    # an upper bound of the Hessian's largest eigenvalue at any theta (checked at prior draws),
+    # attained at theta = 0 where every sigma' = 1/4. Poisson: the Hessian at a point whose
+    # rates are the counts y, an upper bound of it when some rates are below 1. No sampling:
+    # the comparisons allow float64 rounding only (relative 1e-12, or 1e-10 through an inverse).
+    from dgsgld.posteriors.sbc import curvature_scale, simulate
+
+    target = get_target("gaussian_linear")
+    _, cov = exact_gaussian_posterior(target)
+    _, y = simulate("gaussian_linear", 0, 3)
+    np.testing.assert_allclose(curvature_scale("gaussian_linear", y),
+                               1 / np.linalg.eigvalsh(cov)[0], rtol=1e-10)
+    z = np.asarray(get_target("logistic_breast_cancer").data[0], np.float64)
+    theta, y = simulate("logistic_breast_cancer", 0, 5)
+    bound = curvature_scale("logistic_breast_cancer", y)
+    for t in np.concatenate([theta, np.zeros((1, z.shape[1]))]):
+        p = 1 / (1 + np.exp(-z @ t))
+        top = np.linalg.eigvalsh((z * (p * (1 - p))[:, None]).T @ z)[-1] + 1
+        assert top <= bound[0] * (1 + 1e-12)
+    assert top == pytest.approx(bound[0], rel=1e-12)  # theta = 0, the last one
+    z = np.asarray(get_target("poisson_linnerud").data[0], np.float64)
+    for theta in (np.array([0.3, -0.2, 0.1, 0.5]), np.array([0.0, 0.0, 0.0, 1.0])):
+        rates = np.exp(z @ theta)                      # counts y = the rates at theta
+        hessian = np.linalg.eigvalsh((z * rates[:, None]).T @ z)[-1] + 1
+        scale = curvature_scale("poisson_linnerud", rates[None])[0]
+        assert hessian <= scale * (1 + 1e-12)
+        if rates.min() >= 1:                           # the second: all rates e > 1
+            assert hessian == pytest.approx(scale, rel=1e-12)
+
+
+def _logistic_imh_draws(y, num_draws, seed, burn=100, thin=10, df=8.0):
+    """``(S, L, d)`` posterior draws of the logistic target (prior N(0, I)) given each
+    simulated ``y (S, n)``: independence Metropolis-Hastings (exact in the limit) with a
+    multivariate-t proposal (``df``) at each data set's Laplace approximation (Newton's mode,
+    the Hessian there), from a proposal draw, ``burn`` steps of burn-in, every ``thin``-th
+    state kept."""
+    z = np.asarray(get_target("logistic_breast_cancer").data[0], np.float64)
+    rng = np.random.default_rng(seed)
+    s, d = y.shape[0], z.shape[1]
+
+    def sigmoid(eta):
+        return 0.5 * (1 + np.tanh(0.5 * eta))
+
+    def hessian(p):
+        return np.matmul(z.T[None] * (p * (1 - p))[:, None, :], z) + np.eye(d)
+
+    mode = np.zeros((s, d))
+    for _ in range(8):  # the log posterior is strongly concave: Newton from 0 converges
+        p = sigmoid(mode @ z.T)
+        grad = (y - p) @ z - mode
+        mode = mode + np.linalg.solve(hessian(p), grad[..., None])[..., 0]
+    # The chain is exact whatever the proposal; a close mode only keeps acceptance high.
+    assert np.abs((y - sigmoid(mode @ z.T)) @ z - mode).max() < 1e-2
+    chol = np.linalg.cholesky(np.linalg.inv(hessian(sigmoid(mode @ z.T))))
+
+    def log_post(x):
+        eta = x @ z.T
+        return np.sum(y * eta - np.logaddexp(0, eta), -1) - 0.5 * np.sum(x * x, -1)
+
+    def propose():
+        r = rng.normal(size=(s, d)) / np.sqrt(rng.chisquare(df, size=(s, 1)) / df)
+        log_q = -0.5 * (df + d) * np.log1p(np.sum(r * r, -1) / df)
+        x = mode + np.einsum("sij,sj->si", chol, r)
+        return x, log_post(x) - log_q
+
+    x, log_w = propose()
+    kept = []
+    for k in range(burn + thin * num_draws):
+        new, new_w = propose()
+        accept = np.log(rng.uniform(size=s)) < new_w - log_w
+        x, log_w = np.where(accept[:, None], new, x), np.where(accept, new_w, log_w)
+        if k >= burn and (k - burn) % thin == thin - 1:
+            kept.append(x)
+    return np.stack(kept, 1)
+
+
+@pytest.mark.slow  # fast twin: test_sbc_of_the_exact_posterior_is_uniform_and_... (the same
+# rank-uniformity and rejection checks, on exact draws of the Gaussian anchor)
+def test_sbc_of_the_logistic_posterior_is_uniform_and_miscalibration_is_rejected():
+    # Exact-in-the-limit draws (independence Metropolis-Hastings, about 32 % acceptance, so
+    # kept states 10 steps apart have autocorrelation about 0.68^10 = 0.02): each of the 31
+    # coordinates' p-values (16 and 4 bins) is uniform, all 62 above 1e-4 fails with
+    # probability <= 6.2e-3. Draws spread 1.5 or 0.67 times around their mean move about a
+    # fifth of the ranks between the 4 bins (as for the Gaussian anchor: chi-square ~ 40 on 3
+    # degrees of freedom at S = 400, p ~ 1e-8 for a Gaussian marginal); the logistic's skewed
+    # marginals move fewer in a few coordinates, so: the median p-value below 1e-6 and all
+    # but 3 of the 31 below 1e-3.
+    from dgsgld.posteriors.sbc import rank_uniformity, sbc_ranks, simulate
+
+    theta, y = simulate("logistic_breast_cancer", 0, 400)
+    draws = _logistic_imh_draws(y, 15, seed=1)
+    ranks = sbc_ranks(draws, theta)
+    assert ranks.shape == (400, 31)
+    assert (rank_uniformity(ranks, 15) > 1e-4).all()
+    assert (rank_uniformity(ranks, 15, num_bins=4) > 1e-4).all()
+    centre = draws.mean(1, keepdims=True)
+    for factor in (1.5, 0.67):
+        p = rank_uniformity(sbc_ranks(centre + factor * (draws - centre), theta), 15,
+                            num_bins=4)
+        assert np.median(p) < 1e-6 and np.sum(p >= 1e-3) <= 3, (factor, np.sort(p))
+
+
+@pytest.mark.reliability
+def test_sbc_refuses_bad_input():
+    from dgsgld import SGLD, DIGingSGLD, networks
+    from dgsgld.posteriors.sbc import rank_uniformity, sbc_ranks, sbc_run
+
+    with pytest.raises(ValueError, match="`algorithm` must be a decentralized sampler"):
+        sbc_run("gaussian_linear", SGLD(0.01), networks.ring(4), jax.random.key(0))
+    with pytest.raises(ValueError, match="`num_datasets` must be a positive int; got 0"):
+        sbc_run("gaussian_linear", DIGingSGLD(0.01), networks.ring(4), jax.random.key(0),
+                num_datasets=0)
+    with pytest.raises(ValueError, match="`target` must be one of"):
+        sbc_run("eight_schools", DIGingSGLD(0.01), networks.ring(4), jax.random.key(0))
+    with pytest.raises(ValueError, match="`algorithm` must be a function h -> sampler"):
+        sbc_run("gaussian_linear", DIGingSGLD(0.01), networks.ring(4), jax.random.key(0),
+                step_sizes=np.ones(100))
+    with pytest.raises(ValueError, match="`step_sizes` must be 100 positive finite steps"):
+        sbc_run("gaussian_linear", DIGingSGLD, networks.ring(4), jax.random.key(0),
+                step_sizes=np.ones(3))
+    with pytest.raises(ValueError, match="must be finite"):
+        sbc_ranks(np.full((2, 3, 1), np.nan), np.zeros((2, 1)))
+    with pytest.raises(ValueError, match=r"`draws` must be \(S, L, ..., q\)"):
+        sbc_ranks(np.zeros((2, 3)), np.zeros((2, 1)))
+    with pytest.raises(ValueError, match="`num_bins` must divide num_draws"):
+        rank_uniformity(np.zeros((5, 2), int), 15, num_bins=5)
+    with pytest.raises(ValueError, match=r"`ranks` must lie in \[0, 15\]"):
+        rank_uniformity(np.full((5, 2), 16), 15)
+
+
+@pytest.mark.slow  # fast twin: test_sbc_of_the_exact_posterior_is_uniform_and_...
+def test_sbc_shows_the_constant_step_bias_of_diging_sgld():
+    # The Gaussian anchor's pooled curvature is at most 153; Langevin's stationary variance
+    # along curvature lam is 1 / (lam (1 - h lam / 2)): at h = 5e-4 at most 4 % too wide,
+    # below what 200 data sets detect, and every (agent, coordinate) p-value stays above 1e-4
+    # (24 tests: a false alarm <= 2.4e-3); at h = 4.5e-3 up to 1.5 times too wide (sd x 1.23,
+    # more with the network's disagreement), and some p-value falls below 1e-4.
+    from dgsgld import DIGingSGLD, networks
+    from dgsgld.posteriors.sbc import sbc_run
+
+    p = {h: sbc_run("gaussian_linear", DIGingSGLD(h), networks.ring(4), jax.random.key(0),
+                    num_datasets=200, num_steps=1000)["pvalues"]
+         for h in (5e-4, 4.5e-3)}
+    assert p[5e-4].shape == (4, 6)
+    assert p[5e-4].min() > 1e-4
+    assert p[4.5e-3].min() < 1e-4
+
+
+@pytest.mark.slow  # fast twin: test_sbc_of_the_exact_posterior_is_uniform_and_... (and the
+# logistic target's exact-in-the-limit draws: test_sbc_of_the_logistic_posterior_..., slow)
+def test_sbc_of_a_well_tuned_diging_sghmc_on_the_logistic_target():
+    # The logistic posterior is ill-conditioned: curvature from about 1 (the prior, along
+    # directions the standardized, correlated features barely see) to at most
+    # lambda_max(Z'Z) / 4 + 1 = 1890 (sbc.curvature_scale). Overdamped Langevin needs about
+    # kappa steps to mix; underdamped Langevin about sqrt(kappa): eta = 0.012 puts the
+    # stiffest frequency at eta * omega <= 0.012 * sqrt(1890) = 0.52 (the Euler scheme's
+    # variance error (eta omega)^2 / 4 <= 7 %, about 2 % at the typical top curvature ~700),
+    # and friction 2 damps the softest direction (curvature 1) critically, relaxing in about
+    # 1 / eta = 83 steps: 1000 steps are 12 relaxation times from the starts near zero.
+    # Not rejected: all 4 agents x 31 coordinates above 1e-4 (124 tests per binning: a false
+    # alarm <= 2.5e-2 over both). The same draws spread 1.5 times around each data set's
+    # mean are rejected: at S = 100, L = 7 (4 bins of 2 ranks, 25 expected each) about a
+    # fifth of the ranks move between bins, chi-square ~ 10-20 on 3 degrees of freedom, so
+    # the median (agent, coordinate) p-value falls below 1e-2.
+    from dgsgld import DIGingSGHMC, networks
+    from dgsgld.posteriors.sbc import rank_uniformity, sbc_ranks, sbc_run
+
+    out = sbc_run("logistic_breast_cancer", DIGingSGHMC(0.012, 2.0), networks.ring(4),
+                  jax.random.key(0), num_datasets=100, num_draws=7, num_steps=1000)
+    ranks, draws = out["ranks"], out["draws"]
+    assert ranks.shape == (100, 4, 31) and draws.shape == (100, 7, 4, 31)
+    assert out["pvalues"].min() > 1e-4
+    assert min(rank_uniformity(ranks[:, i], 7, num_bins=4).min() for i in range(4)) > 1e-4
+    centre = draws.mean(1, keepdims=True)
+    wide = sbc_ranks(centre + 1.5 * (draws - centre), out["truth"])
+    p = np.stack([rank_uniformity(wide[:, i], 7, num_bins=4) for i in range(4)])
+    assert np.median(p) < 1e-2, np.sort(p.ravel())
+
+
+@pytest.mark.slow  # fast twin: test_bench_writes_the_sbc_cells_without_matplotlib (per-data-set
+# steps run there)
+def test_sbc_run_with_one_step_per_data_set_is_the_run_at_that_step():
+    # step_sizes all equal to h: the same chains as the sampler built at h (the same keys; the
+    # step a traced leaf instead of a constant, so float32 rounding may differ: rtol 1e-4 on
+    # draws of size ~1 after 20 steps).
+    from dgsgld import DIGingSGLD, networks
+    from dgsgld.posteriors.sbc import sbc_run
+
+    kw = {"num_datasets": 3, "num_draws": 2, "num_steps": 20}
+    fixed = sbc_run("gaussian_linear", DIGingSGLD(1e-3), networks.ring(4), jax.random.key(0),
+                    **kw)
+    per_set = sbc_run("gaussian_linear", DIGingSGLD, networks.ring(4), jax.random.key(0),
+                      step_sizes=lambda y: np.full(len(y), 1e-3), **kw)
+    np.testing.assert_allclose(per_set["draws"], fixed["draws"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(per_set["step_sizes"], np.full(3, 1e-3))
+
+
+def _bench_sbc_cells(out, log):
+    """The bench with no leaderboard targets, SBC on the Gaussian anchor only: the exact cell
+    and DIGing-SGLD's at h = 0.1 / lambda_max of the posterior precision, their p-values in
+    the JSON and the Markdown, the ranks in a file. (Calibration itself: the SBC tests above.)"""
+    import dataclasses
+
+    from dgsgld.posteriors.sbc import curvature_scale, simulate
+    from experiments.bench import BenchSettings, bench_posteriors
+
+    settings = dataclasses.replace(
+        BenchSettings.small(), targets=(), sbc_targets=("gaussian_linear",),
+        sbc_samplers=("DIGing-SGLD",), sbc_datasets=12, sbc_draws=3, sbc_steps=10)
+    result = bench_posteriors(out, settings, log=log)
+    exact, diging = result["sbc"]
+    assert (exact["sampler"], diging["sampler"]) == ("exact", "DIGing-SGLD")
+    assert np.asarray(exact["pvalues"]).shape == (1, 6)
+    assert np.asarray(diging["pvalues"]).shape == (4, 6) and diging["tests"] == 24
+    h = 0.1 / curvature_scale("gaussian_linear", simulate("gaussian_linear", 0, 2)[1])[0]
+    assert diging["h_min"] == diging["h_max"] == pytest.approx(h, rel=1e-12)
+    assert diging["min_p"] == pytest.approx(min(map(min, diging["pvalues"])))
+    assert json.loads((out / "leaderboard.json").read_text())["sbc"] == result["sbc"]
+    ranks = json.loads((out / "sbc_ranks.json").read_text())
+    assert np.asarray(ranks[1]["ranks"]).shape == (12, 4, 6)
+    assert "| gaussian_linear | ring | DIGing-SGLD | 12 x 3 | 10 |" in (
+        out / "leaderboard.md").read_text()
+
+
+@pytest.mark.slow  # fast twin: test_bench_writes_the_sbc_cells_without_matplotlib (all but the
+# figures; the figures' contents: test_rank_histograms_... and test_leaderboard_figure_...)
+def test_bench_writes_the_sbc_cells(tmp_path):
+    # The cells (_bench_sbc_cells), and the ranks' histograms in a figure (with matplotlib).
+    _bench_sbc_cells(tmp_path, log=lambda *_: None)
+    if (tmp_path / "sbc_ranks.png").exists():  # with matplotlib
+        assert (tmp_path / "sbc_ranks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_writes_the_sbc_cells_without_matplotlib(tmp_path, monkeypatch):
+    # The same cells (_bench_sbc_cells) where matplotlib (the optional plots extra) is missing:
+    # the JSON, Markdown and ranks are written, each figure is skipped with a log line.
+    from experiments import bench as bench
+
+    def no_matplotlib(*args, **kwargs):
+        raise ImportError("no module named 'matplotlib'")
+
+    monkeypatch.setattr(bench, "leaderboard_figure", no_matplotlib)
+    monkeypatch.setattr(bench, "sbc_figure", no_matplotlib)
+    lines = []
+    _bench_sbc_cells(tmp_path, log=lines.append)
+    assert not list(tmp_path.glob("*.png"))
+    assert [line for line in lines if line.startswith("no ")] == [
+        "no leaderboard.png: no module named 'matplotlib'",
+        "no sbc_ranks.png: no module named 'matplotlib'"]
+
+
+def test_rank_histograms_draw_each_agents_bin_counts():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from dgsgld.posteriors.sbc import rank_histograms
+
+    # S = 8 data sets, 2 agents, 1 coordinate, L = 3 (4 ranks, one per bin).
+    ranks = np.array([0, 0, 0, 1, 2, 3, 3, 3] + [1] * 8).reshape(2, 8).T[:, :, None]
+    fig = rank_histograms(ranks, 3, num_bins=4)
+    (ax,) = fig.axes
+    lines = [line for line in ax.get_lines() if line.get_label().startswith("agent")]
+    assert [np.asarray(line.get_ydata()).tolist() for line in lines] == [[3, 1, 1, 3],
+                                                                          [0, 8, 0, 0]]
+    plt.close(fig)
+
+
+def test_bench_builds_every_target_before_any_run(tmp_path, monkeypatch):
+    # A target whose data cannot be loaded (scikit-learn missing) stops the command before
+    # the targets listed ahead of it run, and before the output directory is made.
+    import dataclasses
+
+    from dgsgld.posteriors import targets
+    from experiments.bench import BenchSettings, bench_posteriors
+
+    def missing():
+        raise ImportError("this benchmark target uses a data set bundled with scikit-learn")
+
+    monkeypatch.setitem(targets.TARGETS, "needs_sklearn", missing)
+    settings = dataclasses.replace(BenchSettings.small(),
+                                   targets=("gaussian_linear", "needs_sklearn"), sbc_targets=())
+    with pytest.raises(ImportError, match="scikit-learn"):
+        bench_posteriors(tmp_path / "out", settings, log=lambda *_: None)
+    assert not (tmp_path / "out").exists()

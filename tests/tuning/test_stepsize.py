@@ -1,0 +1,294 @@
+"""Step-size proposal: exact curvature on a Gaussian model, the pilot's ranges, the warnings,
+and (slow) the proposal against the paper's tuned step sizes."""
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dgsgld
+from dgsgld import evaluate, networks
+from dgsgld import tuning as stepsize
+
+N, D, n = 4, 2, 6
+rng = np.random.default_rng(0)
+Z = rng.standard_normal((N, n, D)).astype(np.float32)
+Y = rng.standard_normal((N, n)).astype(np.float32)
+PRIOR = 0.5
+
+
+def log_likelihood(x, datum):
+    z, y = datum
+    return -0.5 * (z @ x - y) ** 2
+
+
+def potential():
+    return dgsgld.Potential(log_likelihood, lambda x: -0.5 * PRIOR * x @ x, (Z, Y))
+
+
+def assert_explained(report):
+    """The first sentence of ``explain()`` names the proposal and the criterion that chose it,
+    in agreement with the report's own ranges: inside the accurate range it says so; outside
+    it, it names the best-scoring accurate step and what the proposal gives up for its score."""
+    first = report.explain().splitlines()[0]
+    i = int(np.flatnonzero(report.step_sizes == report.step_size)[0])
+    accurate = report.stable & (report.inflation <= report.spread_tolerance)
+    assert first.startswith(f"Proposed step size {report.step_size:.4g} ")
+    if report.score is None:
+        assert accurate[i] and report.step_size == report.accurate_range[1]
+        assert first.endswith("the largest step of the accurate range.")
+    elif accurate[i]:
+        assert first.endswith(f"({report.score[i]:.4g}), inside the accurate range.")
+    else:
+        j = int(np.argmax(np.where(accurate, report.score, -np.inf)))
+        assert "chosen by score_fn over the spread criterion" in first
+        assert (f"mean score {report.score[i]:.4g} against {report.score[j]:.4g} at "
+                f"{report.step_sizes[j]:.4g}") in first
+        assert f"(pass {report.step_sizes[j]:.4g} for accurate samples)." in first
+        above = report.step_size > report.step_sizes[j]
+        assert ("spread is" in first) == above and ("not reached" in first) == (not above)
+
+
+def _check_local_curvature():
+    """The per-agent and pooled curvatures against the Hessians' eigenvalues; returns the
+    pooled one."""
+    # f_i(x) = ½ Σ_j (z_jᵀx − y_j)² + PRIOR ‖x‖² / (2N): Hessian Z_iᵀZ_i + PRIOR/N I, exactly.
+    want = np.linalg.eigvalsh(np.einsum("inp,inq->ipq", Z, Z) + PRIOR / N * np.eye(D))[:, -1]
+    got = stepsize.local_curvature(potential(), jnp.zeros((N, D)), jax.random.key(0))
+    # Power iteration converges like (λ₂/λ₁)^(2k); 50 iterations on a 2x2 problem: float32.
+    assert np.allclose(got, want, rtol=1e-4)
+    # Pooled (centralized SGLD's): f = Σ_i f_i at one point, Hessian Σ_i Z_iᵀZ_i + PRIOR I.
+    pooled = np.linalg.eigvalsh(np.einsum("inp,inq->pq", Z, Z) + PRIOR * np.eye(D))[-1]
+    got = stepsize.local_curvature(potential(), jnp.zeros((1, D)), jax.random.key(0),
+                                   pooled=True)
+    assert got.shape == (1,) and np.allclose(got, pooled, rtol=1e-4)
+    return pooled
+
+
+def test_local_curvature_per_agent_and_pooled():
+    # The curvature checks of the test below, without its pilot run of centralized SGLD.
+    _check_local_curvature()
+
+
+@pytest.mark.slow  # fast twin: test_local_curvature_per_agent_and_pooled (the curvatures; the
+# proposer's pilot: test_proposal_lies_in_the_stable_range_and_warnings_fire_outside)
+def test_local_curvature_is_the_largest_hessian_eigenvalue():
+    pooled = _check_local_curvature()
+    # The proposer takes it for a centralized sampler on the agents' potential (it measured
+    # a (1, D) point against N agents before, and failed).
+    init = jnp.asarray(rng.standard_normal((8, D)), jnp.float32)
+    report = stepsize.propose_step_size(dgsgld.SGLD, potential(), None, init,
+                                        jax.random.key(1), num_steps=20, num_step_sizes=3)
+    np.testing.assert_allclose(report.step_sizes[-1], 3.0 / pooled, rtol=1e-4)
+
+
+def test_proposal_lies_in_the_stable_range_and_warnings_fire_outside():
+    init = jnp.asarray(rng.standard_normal((16, N, D)), jnp.float32)
+    report = stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
+                                        init, jax.random.key(1), num_steps=100,
+                                        num_step_sizes=9)
+    low, high = report.accurate_range
+    assert report.stable_range[0] <= low <= high == report.step_size <= report.stable_range[1]
+    # The grid's top, 3/L, is beyond gradient descent's stability limit 2/L of the stiffest
+    # agent on this full-batch Gaussian model, so the pilot must flag it.
+    assert not report.stable[-1]
+    assert np.all(report.spread[report.stable] > 0)
+    assert_explained(report)
+    assert stepsize.check_step_size(report.step_size, report)
+    with pytest.warns(RuntimeWarning, match="above the stable range"):
+        assert not stepsize.check_step_size(2 * report.stable_range[1], report)
+    if report.accurate_range[1] < report.stable_range[1]:
+        with pytest.warns(RuntimeWarning, match="largest accurate step"):
+            stepsize.check_step_size(report.stable_range[1], report)
+
+
+def test_bad_arguments():
+    init = jnp.zeros((2, N, D))
+    with pytest.raises(ValueError, match="at least 4 chains"):
+        stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N), init,
+                                   jax.random.key(0))
+    with pytest.raises(ValueError, match="`num_steps` must be an even integer"):
+        stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
+                                   jnp.zeros((4, N, D)), jax.random.key(0), num_steps=3)
+    with pytest.raises(ValueError, match="`spread_tolerance`"):
+        stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
+                                   jnp.zeros((4, N, D)), jax.random.key(0), spread_tolerance=1)
+
+
+@pytest.mark.slow  # fast twins: tests/tuning/test_tuning.py::test_every_grid_point_and_split_is_a_plain_
+# run_with_the_same_draws (the grid runner's score_fn of plain runs, same draws), test_explanation_
+# says_which_criterion_chose_the_step_and_what_it_gives_up (a score's choice, explained)
+def test_score_is_the_users_criterion_on_the_pilots_final_samples():
+    # The pilot's score at a grid step is score_fn of the positions a plain dgsgld.sample run
+    # at that step reaches after num_steps iterations with the pilot's key (the second half of
+    # split(key)) and chains: same key, same draws. Checked at the proposal, which must be the
+    # stable grid step with the best mean score.
+    init = jnp.asarray(rng.standard_normal((8, N, D)), jnp.float32)
+    key = jax.random.key(3)
+    target = jnp.asarray([[[0.3, -0.2]]], jnp.float32)  # (1, 1, D)
+    score = lambda x: -jnp.mean(jnp.sum((x - target) ** 2, -1), -1)  # noqa: E731  (C,)
+    report = stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N), init,
+                                        key, num_steps=40, num_step_sizes=7, score_fn=score)
+    i = int(np.argmax(np.where(report.stable, report.score, -np.inf)))
+    assert report.step_size == report.step_sizes[i]
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(jnp.float32(report.step_size)), potential(),
+                          networks.ring(N), init, jax.random.split(key)[1], 40)
+    per_chain = np.asarray(score(trace.state.position))
+    np.testing.assert_allclose(report.score[i], per_chain.mean(), rtol=1e-4)
+    np.testing.assert_allclose(report.score_se[i], per_chain.std(ddof=1) / np.sqrt(8),
+                               rtol=1e-3)
+    # The consensus column is the package's one aggregate over chains, the root mean square
+    # (evaluate.ensemble_consensus_error), not the smaller mean over chains (Jensen).
+    final = trace.state.position
+    np.testing.assert_allclose(report.consensus[i], evaluate.ensemble_consensus_error(final),
+                               rtol=1e-4)
+    mean = float(np.mean(evaluate.consensus_error(final)))
+    assert report.consensus[i] > (1 + 1e-3) * mean
+    assert "score" in report.explain()
+    assert_explained(report)
+    with pytest.raises(ValueError, match=r"shape \(8,\) for the pilot's 8 chains; got \(8, 4\)"):
+        stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N), init,
+                                   key, score_fn=lambda x: x[..., 0])
+
+
+def _report(score, inflation, consensus, pick):
+    """A report on a 5-point grid, all stable, with the given per-step columns, as
+    propose_step_size builds it; ``pick``: the index of the proposal."""
+    grid = np.geomspace(1e-3, 1e-1, 5)
+    inflation = np.asarray(inflation, float)
+    accurate = np.flatnonzero(inflation <= 1.5)
+    if not accurate.size:  # as the proposer does: the least inflated step alone
+        accurate = np.array([np.argmin(inflation)])
+    return stepsize.StepSizeReport(
+        step_size=float(grid[pick]), stable_range=(grid[0], grid[-1]),
+        accurate_range=(grid[accurate[0]], grid[accurate[-1]]), step_sizes=grid,
+        spread=np.ones(5), inflation=inflation, consensus=np.asarray(consensus, float),
+        stable=np.ones(5, bool), curvature=np.array([10.0]), spectral_gap=0.5,
+        spread_tolerance=1.5, num_steps=100, num_chains=8,
+        score=None if score is None else np.asarray(score, float))
+
+
+def test_explanation_says_which_criterion_chose_the_step_and_what_it_gives_up():
+    # Score and spread criterion disagree: the accurate steps are 1-3, the best score at step
+    # 4 (above them; step 2 scores best among the accurate ones) or at step 0 (below them).
+    inflation, consensus = [2.0, 1.2, 1.0, 1.4, 3.0], [0.1, 0.2, 0.4, 0.6, 0.92]
+    above = _report([0.1, 0.5, 0.7, 0.6, 0.8], inflation, consensus, pick=4)
+    first = above.explain().splitlines()[0]
+    assert first == (
+        "Proposed step size 0.1 (η·L = 1): chosen by score_fn over the spread criterion: mean "
+        "score 0.8 against 0.7 at 0.01, the best-scoring step of the accurate range "
+        "[0.003162, 0.03162]; what it gives up: at the proposal the worst agent's spread is "
+        "3x its smallest (tolerance 1.5) and the consensus error 0.92 (0.4 there): the agents' "
+        "samples are biased, less faithful to the posterior (pass 0.01 for accurate samples).")
+    below = _report([0.9, 0.5, 0.7, 0.6, 0.1], inflation, consensus, pick=0)
+    assert "at the proposal the chains had not reached their spread in 100 iterations" in \
+        below.explain().splitlines()[0]
+    # Agreeing criteria, the spread criterion alone, and no accurate step at all.
+    inside = _report([0.1, 0.5, 0.9, 0.6, 0.8], inflation, consensus, pick=2)
+    plain = _report(None, inflation, consensus, pick=3)
+    for report in (above, below, inside, plain):
+        assert_explained(report)
+    assert "Accurate (every agent's spread <= 1.5 x its smallest): [0.003162, 0.03162]." in \
+        plain.explain()
+    none = _report(None, [2.0, 1.8, 1.6, 1.9, 3.0], consensus, pick=2)
+    assert none.explain().splitlines()[0].endswith(
+        "no step is accurate; the one whose worst agent's spread is least inflated.")
+    assert "1.5 x its smallest): none; the closest is 0.01, where the worst agent's spread is " \
+        "1.6x its smallest." in none.explain()
+
+
+@pytest.mark.slow  # fast twin: test_explanation_says_which_criterion_chose_the_step_and_...
+def test_a_score_preferring_unconverged_chains_is_explained_against_the_spread():
+    # Chains start N(0, 1), wider than the posterior: at the grid's smallest steps they barely
+    # move in 40 iterations, so a score rewarding spread-out samples is best there, below the
+    # accurate range; the explanation says so, and names the best-scoring accurate step,
+    # which check_step_size accepts while it warns about the proposal.
+    init = jnp.asarray(np.random.default_rng(0).standard_normal((8, N, D)), jnp.float32)
+    report = stepsize.propose_step_size(
+        dgsgld.DIGingSGLD, potential(), networks.ring(N), init, jax.random.key(3),
+        num_steps=40, num_step_sizes=7, score_fn=lambda x: jnp.mean(jnp.abs(x), axis=(1, 2)))
+    assert report.step_size < report.accurate_range[0]
+    assert_explained(report)
+    accurate = report.stable & (report.inflation <= report.spread_tolerance)
+    alternative = report.step_sizes[np.argmax(np.where(accurate, report.score, -np.inf))]
+    with pytest.warns(RuntimeWarning, match="below the accurate range"):
+        assert not stepsize.check_step_size(report.step_size, report)
+    assert stepsize.check_step_size(alternative, report)
+
+
+@pytest.mark.slow  # default run: the stable-range proposal and the score's explanation (above)
+def test_grid_continues_upwards_while_the_best_score_is_at_its_stable_top():
+    # Logistic regression with a flat prior: every datum's gradient is bounded by |z| = 1, so
+    # nothing overflows, and the drift η∇ (up to η n per agent and step) makes the samples'
+    # norm grow with η. A score rewarding the norm is best at the top of every stable grid: the
+    # grid is continued twice (_MAX_EXTENSIONS), by num_step_sizes points at its spacing each
+    # time. The chains travel ~10 η in the 20 steps: past the divergence bound 1e8 x max(1,
+    # max|x⁰|) (|x⁰| ~ 1) for η above ~1e7, inside the last extension, where the pilot counts
+    # them diverged, as dgsgld.sample does.
+    own = np.random.default_rng(11)
+    z = np.where(own.standard_normal((N, n, 1)) > 0, 1.0, -1.0).astype(np.float32)
+    y = (own.uniform(size=(N, n)) < 0.5).astype(np.float32)
+    pot = dgsgld.Potential(lambda x, d: d[1] * (d[0] @ x) - jax.nn.softplus(d[0] @ x),
+                           None, (z, y))
+    init = jnp.asarray(own.standard_normal((16, N, 1)), jnp.float32)
+    report = stepsize.propose_step_size(dgsgld.DIGingSGLD, pot, networks.ring(N), init,
+                                        jax.random.key(4), num_steps=20, num_step_sizes=4,
+                                        score_fn=lambda x: jnp.mean(jnp.abs(x)))
+    lmax = report.curvature.max()
+    ratio = 3000.0 ** (1 / 3)  # 4 points over [1e-3, 3] / L
+    np.testing.assert_allclose(report.step_sizes * lmax, 1e-3 * ratio ** np.arange(12),
+                               rtol=1e-4)
+    assert report.score_se is None  # a scalar score
+    k = int(report.stable.sum())
+    assert report.stable[:k].all() and 8 < k < 12, report.stable  # cut in the last extension
+    assert report.step_size == report.step_sizes[k - 1]  # the best score at the stable top
+    # The pilot's verdict is sample's with its defaults: the proposal runs, the next step raises.
+    run = lambda eta: dgsgld.sample(dgsgld.DIGingSGLD(float(eta)), pot,  # noqa: E731
+                                    networks.ring(N), init, jax.random.key(5), 20)
+    assert not np.asarray(run(report.step_size).diverged).any()
+    with pytest.raises(dgsgld.DivergenceError, match="divergence_threshold = 1e"):
+        run(report.step_sizes[k])
+
+
+# The paper's step sizes were tuned for W2 after 100 iterations (Fig. 2) or test accuracy
+# (Fig. 3) on a grid (docs/figures/*.json). Fig. 2: the proposer's default spread criterion;
+# Fig. 3: the accuracy of a validation split (never the test set) after a pilot as long as
+# the figure's runs (experiments.proposals; table in docs/results/step-sizes.md).
+PAPER = [(fig, alg) for fig in ("fig2a", "fig2b", "fig2c", "fig3a", "fig3b", "fig3c")
+         for alg in ("DIGing-SGLD", "DE-SGLD")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fig,alg", PAPER)
+def test_proposal_against_the_papers_tuned_step(fig, alg):
+    from experiments import proposals as proposals
+
+    report = proposals.paper_case(fig, alg)
+    tuned = json.loads((Path(__file__).resolve().parents[2] / "docs" / "figures" /
+                        f"{fig}.json").read_text())["algorithms"][alg]
+    assert 0.5 <= report.step_size / tuned["step_size"] <= 2.0, (report.step_size, tuned)
+
+
+@pytest.mark.slow  # fast twins: test_local_curvature_per_agent_and_pooled (the curvature),
+# tests/evaluate/test_diagnostics.py::test_statistics_of_an_equinox_mlp_skip_its_non_array_leaves
+# (an equinox model's static leaves skipped)
+def test_curvature_of_an_equinox_model_with_static_leaves():
+    eqx = pytest.importorskip("equinox")
+    # depth=0: y = final_activation(W x + b) with the identity, so the model is linear in
+    # (W, b) and the Hessian of f_i is Σ_j (z_j, 1)(z_j, 1)ᵀ + PRIOR/N I exactly; the MLP's
+    # activation functions are non-array (static) leaves.
+    mlp = eqx.nn.MLP(D, "scalar", 4, 0, key=jax.random.key(0))
+    pot = dgsgld.Potential(
+        lambda m, d: -0.5 * (m(d[0]) - d[1]) ** 2,
+        lambda m: -0.5 * PRIOR * sum(jnp.sum(w**2) for w in
+                                     jax.tree.leaves(eqx.filter(m, eqx.is_array))),
+        (Z, Y))
+    position = jax.tree.map(lambda a: jnp.broadcast_to(a, (N, *a.shape))
+                            if eqx.is_array(a) else a, mlp)
+    z1 = np.concatenate([Z, np.ones((N, n, 1), np.float32)], axis=-1)
+    want = np.linalg.eigvalsh(np.einsum("inp,inq->ipq", z1, z1) + PRIOR / N * np.eye(D + 1))
+    got = stepsize.local_curvature(pot, position, jax.random.key(1))
+    assert np.allclose(got, want[:, -1], rtol=1e-3)
