@@ -1,6 +1,6 @@
 """Overhead of the divergence check, old (non-finite only) vs new (the bound of
-``dgsgld.evaluate._divergence``), in one process: a paper-size run (200 chains x 20 agents x d = 6 x 100
-steps, DIGing-SGLD on a ring), alternated rounds, wall and CPU medians.
+``dgsgld.evaluate._divergence``), in one process: a paper-size run (200 chains x 20 agents x d = 6 x
+100 steps, DIGing-SGLD on a ring), alternated rounds, wall and CPU medians.
 
     PYTHONPATH=$PWD python benchmarks/divergence_overhead.py [rounds]
 """
@@ -62,8 +62,11 @@ for rnd in range(int(sys.argv[1]) if len(sys.argv) > 1 else 4):
             times[which].append(time.perf_counter() - t0)
             cpu[which].append(time.process_time() - c0)
 for k, v in times.items():
-    print(k, f"median {1e3 * statistics.median(v):.1f} ms  (n={len(v)}, min {1e3 * min(v):.1f}, max {1e3 * max(v):.1f})")
+    print(k, f"median {1e3 * statistics.median(v):.1f} ms  (n={len(v)}, "
+             f"min {1e3 * min(v):.1f}, max {1e3 * max(v):.1f})")
 for k, v in cpu.items():
     print(k, f"CPU median {1e3 * statistics.median(v):.1f} ms  min {1e3 * min(v):.1f}")
-print("CPU overhead", f"{100 * (statistics.median(cpu['new']) / statistics.median(cpu['old']) - 1):+.1f} %")
-print("overhead", f"{100 * (statistics.median(times['new']) / statistics.median(times['old']) - 1):+.1f} %")
+print("CPU overhead",
+      f"{100 * (statistics.median(cpu['new']) / statistics.median(cpu['old']) - 1):+.1f} %")
+print("overhead",
+      f"{100 * (statistics.median(times['new']) / statistics.median(times['old']) - 1):+.1f} %")

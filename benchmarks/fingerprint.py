@@ -1,7 +1,7 @@
 """What a checkpoint's fingerprint costs per ``sample_chunked`` call (ms, median of 5).
 
-Two models: the Gaussian mean model of ``tests/runner/test_checkpoint.py`` (3 agents, 2 chains, d = 2)
-and the digits MLP 64-64-10 of ``experiments.digits`` (8 agents, 4 chains, batches of
+Two models: the Gaussian mean model of ``tests/runner/test_checkpoint.py`` (3 agents, 2 chains,
+d = 2) and the digits MLP 64-64-10 of ``experiments.digits`` (8 agents, 4 chains, batches of
 32). For each: the shape probe ``sample_chunked`` already ran before it had a fingerprint (a
 cold ``jax.eval_shape`` of the first chunk), the named fields (:func:`describe`), the program
 hash of the whole first chunk, the programs of the potential's functions, and the whole

@@ -45,7 +45,8 @@ class Problem:
 
 def make_problem(num_agents: int = 20, dim: int = 6, seed: int = 0, network: str = "barbell",
                  period: int = PERIOD) -> Problem:
-    """Synthetic data and network; ``network`` is ``"barbell"`` (``period`` snapshots) or ``"ring"``."""
+    """Synthetic data and network; ``network`` is ``"barbell"`` (``period`` snapshots) or
+    ``"ring"``."""
     if network == "barbell":
         mixing = np.asarray(networks.barbell(num_agents, period=period, seed=seed).matrices)
     elif network == "ring":
@@ -68,7 +69,8 @@ def log_prior(x):
     return -0.5 * LAMBDA * x @ x
 
 
-def potential(problem: Problem, batch_size: int | None = None, dtype=jnp.float32) -> dgsgld.Potential:
+def potential(problem: Problem, batch_size: int | None = None,
+              dtype=jnp.float32) -> dgsgld.Potential:
     data = (jnp.asarray(problem.features, dtype), jnp.asarray(problem.responses, dtype))
     return dgsgld.Potential(log_likelihood, log_prior, data, batch_size=batch_size)
 

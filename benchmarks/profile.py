@@ -1,10 +1,11 @@
 """Where the time of a paper-size run goes: the toolkit's compiled run taken apart.
 
 Each row is a compiled ``lax.scan`` over the run's 100 iterations doing one part of a
-DIGing-SGLD step for all 200 chains, batched by a plain ``vmap`` over chains inside the scan
-body (chains first; the engine's own loop keeps them last, see ``dgsgld.runner.loop._chain_axis_rule``),
-with the same keys (``fold_in`` per chain and step, then ``split``). Comparing the parts with the whole says which one to optimise; the one-shot noise
-row is the floor of the noise (all normals of the run in one call).
+DIGing-SGLD step for all 200 chains, batched by a plain ``vmap`` over chains inside the scan body
+(chains first; the engine's own loop keeps them last, see ``dgsgld.runner.loop._chain_axis_rule``),
+with the same keys (``fold_in`` per chain and step, then ``split``). Comparing the parts with the
+whole says which one to optimise; the one-shot noise row is the floor of the noise (all normals of
+the run in one call).
 
 ``python -m benchmarks.profile [--prng philox4x32]``
 """
@@ -75,7 +76,8 @@ def parts(key, chains=200, steps=100, agents=20, dim=6, batch=None, repeats=7) -
                              on_divergence="flag").state.position
 
     compiled, _ = compile_jax(whole, alg, pot, stack, x0, key)
-    out["whole toolkit run (compiled)"] = time_calls(lambda: compiled(alg, pot, stack, x0, key), repeats).median
+    out["whole toolkit run (compiled)"] = time_calls(
+        lambda: compiled(alg, pot, stack, x0, key), repeats).median
     out["whole toolkit run, dgsgld.sample call"] = time_calls(
         lambda: whole(alg, pot, stack, x0, key), repeats).median
     return out

@@ -39,14 +39,17 @@ def grid_table(rows) -> str:
         lines.append(
             f"| {w['name']} | {w['chains']:,} | {w['steps']:,} | {w['agents']:,} | {w['dim']:,} | "
             f"{w['batch'] or 'full'} | {w['algorithm']} | "
-            f"{_ms(tk.get('sample_call_s', tk['steady_s']))}{'†' if 'sample_call_s' in tk else ''} | "
-            f"{tk['compile_s']:.2f} | {_rate(r['agent_steps_per_s'])} | {_mb(tk['memory_bytes'])} | "
+            f"{_ms(tk.get('sample_call_s', tk['steady_s']))}"
+            f"{'†' if 'sample_call_s' in tk else ''} | "
+            f"{tk['compile_s']:.2f} | {_rate(r['agent_steps_per_s'])} | "
+            f"{_mb(tk['memory_bytes'])} | "
             f"{_ms(fast)} | {_ms(numpy)} | {_ms(scan)} | {_ms(fl['floor_s'])} "
             f"({_ms(fl['noise_s'])} + {_ms(fl['mixing_s'])}) | "
             f"{_x(ra.get('strongest_numpy_over_toolkit'))} | {_x(ra.get('numpy_over_toolkit'))} | "
             f"{_x(ra.get('scan_over_toolkit'))} | {_x(ra['toolkit_over_floor'])} |"
         )
-    notes = [f"- {r['workload']['name']}: {r['workload']['note']}" for r in rows if r["workload"]["note"]]
+    notes = [f"- {r['workload']['name']}: {r['workload']['note']}" for r in rows
+             if r["workload"]["note"]]
     if any("sample_call_s" in r["toolkit"] for r in rows):
         notes.insert(0, "- †: the `dgsgld.sample(...)` call as a user makes it (host-side checks "
                         "included); other rows: the compiled run. The ratios use the same figure.")
@@ -104,7 +107,8 @@ def prng_table(rows) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
-            f"| {r['prng']} | {_toolkit_ms(r['toolkit_bNone'])} | {_ms(r['scan_bNone']['steady_s'])} | "
+            f"| {r['prng']} | {_toolkit_ms(r['toolkit_bNone'])} | "
+            f"{_ms(r['scan_bNone']['steady_s'])} | "
             f"{_toolkit_ms(r['toolkit_b3'])} | {_ms(r['scan_b3']['steady_s'])} | "
             f"{_ms(r['noise_flat_s'])} | {_ms(r['noise_shaped_s'])} | "
             f"{'yes' if r['chain_invariant'] else 'NO'} |")
@@ -120,15 +124,15 @@ def dtype_table(rows) -> str:
 
 
 def memory_table(rows) -> str:
-    lines = ["| chains × iterations | positions of the trace MB | trace mode MB | streaming W2 MB | "
-             "final state only MB |", "|---|---|---|---|---|"]
+    lines = ["| chains × iterations | positions of the trace MB | trace mode MB | "
+             "streaming W2 MB | final state only MB |", "|---|---|---|---|---|"]
     extra = []
     for r in rows:
         if "stream_run" in r:
             s = r["stream_run"]
-            extra.append(f"A real streaming run (per-agent W2 at every iteration) of {r['chains']:,} "
-                         f"chains × {r['steps']:,} iterations: {_ms(s['steady_s'])} ms, compiled "
-                         f"memory {_mb(s['memory_bytes'])} MB.")
+            extra.append(f"A real streaming run (per-agent W2 at every iteration) of "
+                         f"{r['chains']:,} chains × {r['steps']:,} iterations: "
+                         f"{_ms(s['steady_s'])} ms, compiled memory {_mb(s['memory_bytes'])} MB.")
             continue
         lines.append(f"| {r['chains']:,} × {r['steps']:,} | {_mb(r['trace_positions_bytes'])} | "
                      f"{_mb(r['trace_memory_bytes'])} | {_mb(r['stream_memory_bytes'])} | "
@@ -200,7 +204,8 @@ def noise_table(section: dict) -> str:
               "variant and the strongest NumPy on the shared 2-core machine, medians; ratios are "
               "medians of per-round ratios (wall, CPU in brackets).",
               "",
-              f"* Of the default run's CPU time the noise is {1 - cpu['none'] / cpu['default']:.0%} "
+              f"* Of the default run's CPU time the noise is "
+              f"{1 - cpu['none'] / cpu['default']:.0%} "
               f"({_ms(cpu['default'] - cpu['none'])} ms: keys, words and transform) and the "
               f"normal transform alone {1 - cpu['uniform'] / cpu['default']:.0%} "
               f"({_ms(cpu['default'] - cpu['uniform'])} ms); the words and keys cost "
@@ -281,7 +286,8 @@ def markdown(results: dict) -> str:
         f"{env['numpy']}; PRNG of the grid: {results['prng']}"
         + (" (quick grid)" if results.get("quick") else "") + ".",
         "Times are medians of repeated calls of the compiled run after a warm-up call (wall "
-        "clock; one call without warm-up for the largest workloads); compile time is `jax.jit(...).lower(...).compile()`; memory is XLA's "
+        "clock; one call without warm-up for the largest workloads); compile time is "
+        "`jax.jit(...).lower(...).compile()`; memory is XLA's "
         "`memory_analysis()` (arguments + outputs + temporaries) for JAX and tracemalloc's peak "
         "for NumPy. Ratios > 1× in the NumPy and scan columns mean the toolkit is faster.",
     ]
@@ -300,7 +306,8 @@ def markdown(results: dict) -> str:
         r = results["recompile"]
         parts += ["## Recompilation", f"{r['what']} Compilations observed: {r['compilations']} "
                   f"(in {r['calls']} calls); with a new number of chains: "
-                  f"{r['compilations_new_shape']} (first call {r['first_call_new_shape_s']:.2f} s)."]
+                  f"{r['compilations_new_shape']} (first call "
+                  f"{r['first_call_new_shape_s']:.2f} s)."]
     if "prng_options" in results:
         parts += ["## PRNG implementations (paper size)", prng_table(results["prng_options"])]
     if "profile" in results:
@@ -309,7 +316,8 @@ def markdown(results: dict) -> str:
                  + " | ".join(f"{p} ms" for p in results["profile"]) + " |",
                  "|---|" + "---|" * len(results["profile"])]
         for name in names:
-            lines.append(f"| {name} | " + " | ".join(_ms(v[name]) for v in results["profile"].values()) + " |")
+            lines.append(f"| {name} | "
+                         + " | ".join(_ms(v[name]) for v in results["profile"].values()) + " |")
         parts += ["## Where the time goes (paper size)", "\n".join(lines)]
     if "noise" in results:
         n = results["noise"]
@@ -317,8 +325,8 @@ def markdown(results: dict) -> str:
         parts += ["## Fast noise? Normals from the same random words (paper size)",
                   f"{n['count']:,} normals in one call: the words {_ms(n['bits_s'])} ms (JAX's "
                   f"own threefry, XLA's rolled loop; the toolkit's written-out hash is one "
-                  f"vectorized loop, see the next table); JAX's transform (`√2 erf⁻¹(2u − 1)`, what "
-                  f"`jax.random.normal` does) {_ms(n['erf_inv_s'])} ms; Box–Muller "
+                  f"vectorized loop, see the next table); JAX's transform (`√2 erf⁻¹(2u − 1)`, "
+                  f"what `jax.random.normal` does) {_ms(n['erf_inv_s'])} ms; Box–Muller "
                   f"{_ms(n['box_muller_s'])} ms (mean {m[0]:.4f}, variance {m[1]:.4f}, fourth "
                   f"moment {m[2]:.3f}; normal: 0, 1, 3)"
                   + ("" if p is None else

@@ -252,7 +252,8 @@ def bench_workload(w: Workload, key, baselines: bool = True, pairs: int = 21) ->
         ratios["strongest_numpy_over_toolkit"] = out["numpy_fast"]["steady_s"] / tk
         ratios["scan_over_toolkit"] = out["scan"]["steady_s"] / tk
     out["ratios"] = ratios
-    print(f"    toolkit {tk * 1e3:9.1f} ms (compile {out['toolkit']['compile_s']:.2f} s) | floor {out['floors']['floor_s'] * 1e3:.1f} ms"
+    print(f"    toolkit {tk * 1e3:9.1f} ms (compile {out['toolkit']['compile_s']:.2f} s) | floor "
+          f"{out['floors']['floor_s'] * 1e3:.1f} ms"
           + (f" | scan {out['scan']['steady_s'] * 1e3:.1f} ms | numpy "
              f"{min(r['steady_s'] for r in out['numpy']) * 1e3:.1f} ms | strongest numpy "
              f"{out['numpy_fast']['steady_s'] * 1e3:.1f} ms" if baselines else ""),
@@ -494,7 +495,8 @@ def sparse_section(key, quick: bool, rounds: int = 3) -> list[dict]:
         row["dense_over_circulant_cpu"] = round_ratio(t["dense"], t["circulant"], cpu=True)
         row["dense_over_neighbors"] = round_ratio(t["dense"], t["neighbors"])
         row["dense_over_neighbors_cpu"] = round_ratio(t["dense"], t["neighbors"], cpu=True)
-        row["mixing_dense_s"] = floors.mixing(mixings["dense"], w.chains, w.dim, w.steps, 1)[0].median
+        row["mixing_dense_s"] = floors.mixing(mixings["dense"], w.chains, w.dim, w.steps,
+                                              1)[0].median
         row["mixing_circulant_s"] = floors.mixing(mixings["circulant"], w.chains, w.dim, w.steps,
                                                   3)[0].median
         row["mixing_neighbors_s"] = floors.mixing(mixings["neighbors"], w.chains, w.dim, w.steps,
@@ -528,7 +530,8 @@ def environment() -> dict:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small grid (about a minute)")
     parser.add_argument("--out", default="benchmarks/results.json", help="JSON result file")
     parser.add_argument("--md", default=None, help="markdown tables (default: next to --out)")

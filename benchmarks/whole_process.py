@@ -312,7 +312,8 @@ def breakdown_table(res: dict) -> str:
     for name in b["first"]["stages_s"]:
         lines.append(f"| {name} | {b['first']['stages_s'][name]:.3f} | "
                      f"{b['second']['stages_s'][name]:.3f} |")
-    lines.append(f"| **whole process** | {b['first']['wall_s']:.2f} | {b['second']['wall_s']:.2f} |")
+    lines.append(f"| **whole process** | {b['first']['wall_s']:.2f} | "
+                 f"{b['second']['wall_s']:.2f} |")
     return "\n".join(lines + [
         "", f"Compiled programs per run: {b['first']['programs']} (cache hits: first run "
         f"{b['first']['cache_hits']}, second run {b['second']['cache_hits']}). Modules the "

@@ -1,7 +1,7 @@
 """The communication experiment: each sampler's error against the bytes its agents send.
 
-``python -m experiments reproduce communication --out DIR [--small]``. ``N = 20`` agents on a static random
-4-regular graph (four out-neighbours per agent, Metropolis–Hastings weights), on three
+``python -m experiments reproduce communication --out DIR [--small]``. ``N = 20`` agents on a static
+random 4-regular graph (four out-neighbours per agent, Metropolis–Hastings weights), on three
 problems (:data:`PROBLEMS`):
 
 - the paper's Bayesian linear regression (§4.1), in its i.i.d. split and (full run only) the

@@ -1,7 +1,8 @@
 """The network-design experiment: learned mixing weights against Metropolis and fastest mixing.
 
-``python -m experiments reproduce design --out DIR [--small]``, on the set-ups of Figures 2(a)–(c) and 3(a)–(b)
-(``N = 20``, period 50, DIGing-SGLD and DE-SGLD, ``x_i⁽⁰⁾ ~ N(0, I)`` i.i.d., ``T = 100``):
+``python -m experiments reproduce design --out DIR [--small]``, on the set-ups of Figures 2(a)–(c)
+and 3(a)–(b) (``N = 20``, period 50, DIGing-SGLD and DE-SGLD, ``x_i⁽⁰⁾ ~ N(0, I)`` i.i.d.,
+``T = 100``):
 
 * 2(a), 2(c): the paper's Bayesian linear regression (§4.1, full local batches) over the
   time-varying barbell and lollipop. Score: each agent's exact W2 to the posterior at ``T``
@@ -32,9 +33,9 @@ Weights compared on the same graphs, snapshot by snapshot:
   training draw) of Metropolis and fastest mixing, each at its re-tuned step, keeping that
   step.
 
-Step sizes: for 2(a) and 2(c) the ones ``python -m experiments reproduce fig2a`` tunes (0.00825 DIGing-SGLD,
-0.01 DE-SGLD); elsewhere (and with ``--small``) the best of a grid for Metropolis on the
-panel's score at the training draw; for the baselines also each re-tuned on that grid. Weights
+Step sizes: for 2(a) and 2(c) the ones ``python -m experiments reproduce fig2a`` tunes (0.00825
+DIGing-SGLD, 0.01 DE-SGLD); elsewhere (and with ``--small``) the best of a grid for Metropolis on
+the panel's score at the training draw; for the baselines also each re-tuned on that grid. Weights
 are learned on the training draw (``derive_seeds(seed)``) and evaluated on held-out draws
 (``derive_seeds(seed + s)``, ``s = 1..heldout``: new data, new chains' starts and noise, the same
 graph schedule). Also reported: each schedule's mean spectral gap and, for the exact panels, the

@@ -1,8 +1,8 @@
 """The directed-network experiment: push-sum samplers against DIGing-SGLD on a symmetrized graph.
 
-``python -m experiments reproduce directed --out DIR [--small]``. The paper's Bayesian linear regression (§4.1,
-eq. 4.2; ``N`` a power of two so that the one-peer exponential graph exists) over directed
-time-varying networks:
+``python -m experiments reproduce directed --out DIR [--small]``. The paper's Bayesian linear
+regression (§4.1, eq. 4.2; ``N`` a power of two so that the one-peer exponential graph exists) over
+directed time-varying networks:
 
 * the directed one-peer exponential graph (``i → i + 2^τ``),
 * the directed barbell (two cliques, one random one-way bridge per snapshot, alternating),
@@ -245,7 +245,8 @@ def directed_experiment(out_dir: str | Path, *, small: bool = False, num_seeds: 
     return record
 
 
-def _summary_rows(results: dict, metric: str, mode: str, extra: Callable[[dict], str] | None = None):
+def _summary_rows(results: dict, metric: str, mode: str,
+                  extra: Callable[[dict], str] | None = None):
     """Per network and method, the table cells of a per-seed, per-agent ``metric`` ``(seeds,
     N)``: the agents' mean and worst (mean ± sd over seeds), the median tuned step and in how
     many seeds the method has the best mean over agents; ``mode`` ``"min"`` (a loss) or

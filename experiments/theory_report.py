@@ -267,30 +267,34 @@ def summary(result: dict) -> str:
         f"# Theory report: {result['setup']['problem']}, {result['setup']['schedule']}",
         "",
         (
-            f"- μ = {c['mu']:.4g}, L = {c['L']:.4g} (κ = {c['kappa']:.4g}), N = {c['N']}, d = {c['d']}, "
-            f"σ² = 0 (full batch); window B = {c['B']} (maximizes (1−δ_B)²/B²), δ = {c['delta']:.4f}."
+            f"- μ = {c['mu']:.4g}, L = {c['L']:.4g} (κ = {c['kappa']:.4g}), N = {c['N']}, "
+            f"d = {c['d']}, σ² = 0 (full batch); window B = {c['B']} (maximizes (1−δ_B)²/B²), "
+            f"δ = {c['delta']:.4f}."
         ),
         (
-            f"- Lemma 3.6: J₁ = {c['J1']:.3e}; η̄ corrected = {c['eta_bar']['corrected']:.3e}, printed = "
-            f"{c['eta_bar']['printed']:.3e} (fails (3.16): {', '.join(c['printed_eta_bar_fails'])}; "
+            f"- Lemma 3.6: J₁ = {c['J1']:.3e}; η̄ corrected = {c['eta_bar']['corrected']:.3e}, "
+            f"printed = {c['eta_bar']['printed']:.3e} (fails (3.16): "
+            f"{', '.join(c['printed_eta_bar_fails'])}; "
             f"λ(η̄)^B = {c['printed_eta_bar_lambda_B']:.3f}); D̄ = {c['D_bar']['corrected']:.3e} "
             f"(printed: {c['D_bar']['printed']}, barred loop gain {c['gain_bar']['printed']:.3g})."
         ),
         f"- Largest step any (λ, α, β) allows in (3.16): {c['max_step_316']:.3e}.",
         (
-            f"- Corollary 3.7 (ε = {result['setup']['epsilon']}): η* = {cor['eta_star']:.3e}, k*(ε) = "
-            f"{cor['k_star']:.3e} (printed variant: η* = {corp['eta_star']:.3e}, k* = {corp['k_star']:.3e})."
+            f"- Corollary 3.7 (ε = {result['setup']['epsilon']}): η* = {cor['eta_star']:.3e}, "
+            f"k*(ε) = {cor['k_star']:.3e} (printed variant: η* = {corp['eta_star']:.3e}, "
+            f"k* = {corp['k_star']:.3e})."
         ),
     ]
     for kind in ALGORITHMS:
         r = result[kind]
         lines.append(
-            f"- {LABELS[kind]}: tuned η = {r['tuned_step']:.3e}; W2 at k = {result['setup']['num_steps']}: "
-            f"exact {r['exact_w2_final']:.4f}, Monte Carlo {r['mc_w2_final']:.4f}."
+            f"- {LABELS[kind]}: tuned η = {r['tuned_step']:.3e}; W2 at k = "
+            f"{result['setup']['num_steps']}: exact {r['exact_w2_final']:.4f}, "
+            f"Monte Carlo {r['mc_w2_final']:.4f}."
         )
     lines.append(
-        f"- At the tuned DIGing step (3.16) fails ({', '.join(c['tuned_diging_step_fails'])}; smallest "
-        f"loop gain over λ, β is {c['tuned_diging_step_min_loop_gain']:.3e})."
+        f"- At the tuned DIGing step (3.16) fails ({', '.join(c['tuned_diging_step_fails'])}; "
+        f"smallest loop gain over λ, β is {c['tuned_diging_step_min_loop_gain']:.3e})."
     )
     for name, b in result["bound"].items():
         lines.append(

@@ -63,7 +63,8 @@ class Site(NamedTuple):
 
 
 class NumpyroModel:
-    """A numpyro model read as a per-datum potential (built by :meth:`dgsgld.Potential.from_numpyro`).
+    """A numpyro model read as a per-datum potential (built by
+    :meth:`dgsgld.Potential.from_numpyro`).
 
     Attributes:
         model: the numpyro model.
@@ -331,7 +332,8 @@ def numpyro_model(potential) -> NumpyroModel:
 
 
 def constrain(potential, draws: PyTree) -> dict[str, Array]:
-    """Constrained sites of unconstrained ``draws`` of a :meth:`dgsgld.Potential.from_numpyro` potential.
+    """Constrained sites of unconstrained ``draws`` of a :meth:`dgsgld.Potential.from_numpyro`
+    potential.
 
     Args:
         potential: a potential built by :meth:`dgsgld.Potential.from_numpyro`.

@@ -122,13 +122,15 @@ class _Barbell(OnTheFlySchedule):
         i = jnp.arange(n)
         side = i < half
         adj = (side[:, None] == side[None, :]) & (i[:, None] != i[None, :])
-        bridge = ((i[:, None] == left) & (i[None, :] == right)) | ((i[:, None] == right) & (i[None, :] == left))
+        bridge = (((i[:, None] == left) & (i[None, :] == right))
+                  | ((i[:, None] == right) & (i[None, :] == left)))
         return _metropolis(adj | bridge, self.eps, self.dtype)
 
 
 def barbell_on_the_fly(num_agents: int, key: Any = 0, *, period: int | None = None,
                        eps: float = 1e-6, dtype: Any = jnp.float32) -> OnTheFlySchedule:
-    """The paper's time-varying barbell, drawn at each iteration (see :func:`~dgsgld.networks.barbell`).
+    """The paper's time-varying barbell, drawn at each iteration (see
+    :func:`~dgsgld.networks.barbell`).
 
     Agents ``0..⌈N/2⌉−1`` and ``⌈N/2⌉..N−1`` form two cliques; one agent of each, drawn
     uniformly, are linked. Weights eq. (4.1) with ``eps``.
@@ -172,8 +174,8 @@ def lollipop_on_the_fly(num_agents: int, key: Any = 0, *, period: int | None = N
                         branch_lengths: tuple[int, int] = (3, 4), num_links: int = 3,
                         eps: float = 1e-6, dtype: Any = jnp.float32) -> OnTheFlySchedule:
     """The paper's generalized lollipop ``L^s_{m,r}``, drawn at each iteration
-    (see :func:`~dgsgld.networks.lollipop` for the law: ``r ~ U{r_min..r_max}``, clique of the
-    first ``m = N − r`` agents, path ``m..N−1``, ``s`` distinct clique agents linked to agent ``m``).
+    (see :func:`~dgsgld.networks.lollipop` for the law: ``r ~ U{r_min..r_max}``, clique of the first
+    ``m = N − r`` agents, path ``m..N−1``, ``s`` distinct clique agents linked to agent ``m``).
 
     Example:
         >>> s = lollipop_on_the_fly(8, key=1)
@@ -184,9 +186,11 @@ def lollipop_on_the_fly(num_agents: int, key: Any = 0, *, period: int | None = N
     r_min, r_max = (int(r) for r in branch_lengths)
     s = _positive_int(num_links, "num_links")
     if not 1 <= r_min <= r_max:
-        raise ValueError(f"`branch_lengths` must satisfy 1 <= r_min <= r_max; got {branch_lengths!r}.")
+        raise ValueError("`branch_lengths` must satisfy 1 <= r_min <= r_max; "
+                         f"got {branch_lengths!r}.")
     if n - r_max < s:
-        raise ValueError(f"the clique (N - r_max = {n - r_max} agents) is smaller than num_links = {s}.")
+        raise ValueError(f"the clique (N - r_max = {n - r_max} agents) is smaller than "
+                         f"num_links = {s}.")
     return _Lollipop(_as_key(key), n, _check_period(period), dtype, r_min, r_max, s, float(eps))
 
 
@@ -205,10 +209,12 @@ class _LinkFailures(OnTheFlySchedule):
         up_slot = jnp.concatenate([up, jnp.zeros((1,), bool)])[self.slot_edge]   # (N, K)
         if self.dense:
             adj = jnp.zeros((n, n), bool)
-            adj = adj.at[self.edges[:, 0], self.edges[:, 1]].set(up).at[self.edges[:, 1], self.edges[:, 0]].set(up)
+            adj = (adj.at[self.edges[:, 0], self.edges[:, 1]].set(up)
+                   .at[self.edges[:, 1], self.edges[:, 0]].set(up))
             return _metropolis(adj, self.eps, self.dtype)
         deg = jnp.sum(up_slot, axis=1).astype(self.dtype)
-        edge = 1.0 / (jnp.maximum(deg[:, None], deg[self.neighbors]) + jnp.asarray(self.eps, self.dtype))
+        edge = 1.0 / (jnp.maximum(deg[:, None], deg[self.neighbors])
+                      + jnp.asarray(self.eps, self.dtype))
         weights = jnp.where(up_slot, edge, 0.0)
         return sparse.NeighborMixing(self.neighbors, weights, 1.0 - jnp.sum(weights, axis=1))
 

@@ -165,7 +165,8 @@ class EdgeMixing(_Snapshot):
 
     def todense(self) -> Array:
         n = self.num_agents
-        dense = jnp.zeros((n, n), self.weights.dtype).at[self.receivers, self.senders].add(self.weights)
+        dense = jnp.zeros((n, n), self.weights.dtype).at[self.receivers, self.senders].add(
+            self.weights)
         return dense + jnp.diag(self.diagonal)
 
 
@@ -268,7 +269,8 @@ class SparseSchedule(eqx.Module):
         s = self.snapshots
         if isinstance(s, CirculantMixing):
             return self.num_agents * len(s.shifts)
-        return int(np.prod(s.neighbors.shape[1:])) if isinstance(s, NeighborMixing) else int(s.senders.shape[1])
+        return (int(np.prod(s.neighbors.shape[1:])) if isinstance(s, NeighborMixing)
+                else int(s.senders.shape[1]))
 
     @property
     def dtype(self):
@@ -337,7 +339,8 @@ def from_dense(mixing: Any, *, format: str = "auto", dtype: Any = None) -> Spars
 
     Example:
         >>> import numpy as np
-        >>> ring = np.array([[.5, .25, 0, .25], [.25, .5, .25, 0], [0, .25, .5, .25], [.25, 0, .25, .5]])
+        >>> ring = np.array([[.5, .25, 0, .25], [.25, .5, .25, 0], [0, .25, .5, .25],
+        ...                  [.25, 0, .25, .5]])
         >>> s = from_dense(ring)
         >>> bool(np.allclose(s.matrix_at(0) @ np.eye(4), ring))
         True
@@ -355,7 +358,8 @@ def _kind(mixing: Any) -> str | None:
 def _from_stack(stack: np.ndarray, kind: str | None, format: str, dtype: Any) -> SparseSchedule:
     """:func:`from_dense` of a checked ``(P, N, N)`` stack, its snapshots of ``kind``."""
     if dtype is None:
-        dtype = jnp.float32 if stack.dtype == np.float64 and not jax.config.jax_enable_x64 else stack.dtype
+        dtype = (jnp.float32 if stack.dtype == np.float64 and not jax.config.jax_enable_x64
+                 else stack.dtype)
     period, n, _ = stack.shape
     if format == "auto":
         format = _auto_format(stack)

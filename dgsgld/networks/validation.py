@@ -31,9 +31,9 @@ def validate_schedule(
     """Check that every matrix of a schedule satisfies Assumption 3.2 (i) and (ii).
 
     Square ``(P, N, N)`` shape, finite, symmetric, nonnegative and doubly stochastic within ``tol``
-    (via :func:`dgsgld._util.validation.check_mixing`); when the graphs are known, also zero weight off
-    the graph: ``|W[p, i, j]| <= off_graph_tol`` (exactly 0 by default) for every ``i ≠ j`` that is
-    not an edge of snapshot ``p``. Joint connectivity (iii) is checked by
+    (via :func:`dgsgld._util.validation.check_mixing`); when the graphs are known, also zero weight
+    off the graph: ``|W[p, i, j]| <= off_graph_tol`` (exactly 0 by default) for every ``i ≠ j`` that
+    is not an edge of snapshot ``p``. Joint connectivity (iii) is checked by
     :func:`check_joint_connectivity`; the window it gives ``δ < 1`` is a diagnostic, see
     :func:`dgsgld.networks.smallest_joint_connectivity_window`.
 
@@ -311,7 +311,8 @@ def check_generated(schedule: Any, window: int | None = None, *, tol: float = DE
 
     Snapshots ``0..num-1`` (``num`` from :func:`on_the_fly_window`) are checked in one compiled
     pass; the first faulty one is formed on the host and reported exactly as
-    :func:`dgsgld._util.validation.check_mixing` reports a dense stack (``"`mixing`[k] is not ..."``).
+    :func:`dgsgld._util.validation.check_mixing` reports a dense stack
+    (``"`mixing`[k] is not ..."``).
     """
     import equinox as eqx
 

@@ -2,19 +2,19 @@
 ``shard_map``.
 
 **Chains across devices** (``dgsgld.sample(..., placement=Chains(mesh))``): the chains of
-:func:`dgsgld.sample` are independent, so their axis is split over a one-axis mesh (``NamedSharding``) and the compiler
-partitions the whole run along it; nothing is exchanged between devices during the run.
-Chain ``c`` draws from ``fold_in(key, c)`` whatever device it lands on, so every chain makes the
-same draws as in the single-device run with the same key, and the results agree to
-floating-point rounding: matrix products over a different number of chains per device may
-round differently in the last bit (``~1e-7`` relative in float32, ``~1e-16`` in float64), as
-they also do on one device between runs with different numbers of chains.
+:func:`dgsgld.sample` are independent, so their axis is split over a one-axis mesh
+(``NamedSharding``) and the compiler partitions the whole run along it; nothing is exchanged between
+devices during the run. Chain ``c`` draws from ``fold_in(key, c)`` whatever device it lands on, so
+every chain makes the same draws as in the single-device run with the same key, and the results
+agree to floating-point rounding: matrix products over a different number of chains per device may
+round differently in the last bit (``~1e-7`` relative in float32, ``~1e-16`` in float64), as they
+also do on one device between runs with different numbers of chains.
 
-**Agents across devices** (``dgsgld.sample(..., placement=Agents(mesh))``): for networks or
-models too large for one device, a decentralized sampler's ``N`` agents are split into blocks of ``N / D`` rows
-with ``jax.shard_map``, and the sampler's own ``step`` runs on each block: its mixing matrix is
-the device's rows of ``W⁽ᵏ⁾`` (:mod:`dgsgld.parallel.rows`; for a dense ``W`` a ``RowBlock``,
-whose ``@`` all-gathers the agents' rows and multiplies the device's rows of ``W⁽ᵏ⁾``), and its
+**Agents across devices** (``dgsgld.sample(..., placement=Agents(mesh))``): for networks or models
+too large for one device, a decentralized sampler's ``N`` agents are split into blocks of ``N / D``
+rows with ``jax.shard_map``, and the sampler's own ``step`` runs on each block: its mixing matrix is
+the device's rows of ``W⁽ᵏ⁾`` (:mod:`dgsgld.parallel.rows`; for a dense ``W`` a ``RowBlock``, whose
+``@`` all-gathers the agents' rows and multiplies the device's rows of ``W⁽ᵏ⁾``), and its
 potential an :class:`AgentRows`, the device's agents only. Each step a device
 receives ``(N - N / D) F`` numbers per chain and per mixed quantity (``F`` the parameter size;
 DIGing-SGLD mixes positions and trackers); the gradients stay local. The noise of the
@@ -28,9 +28,10 @@ row from each side instead of ``N - N / D``), and sums them in the snapshot form
 Sparse snapshots generated on the fly (``GatheredRows``) are all-gathered. This module places
 the run (meshes, ``shard_map``, partition specs); the row operands are the network's.
 
-**Several processes** (hosts): :mod:`dgsgld.parallel.processes`. The mesh of ``Agents`` may
-span processes (inputs are placed with :func:`place`). That of ``Chains`` may not:
-:func:`dgsgld.sample` checks its inputs on the host, so across processes each process runs its own block of chains (``dgsgld.parallel.processes.chain_block``).
+**Several processes** (hosts): :mod:`dgsgld.parallel.processes`. The mesh of ``Agents`` may span
+processes (inputs are placed with :func:`place`). That of ``Chains`` may not: :func:`dgsgld.sample`
+checks its inputs on the host, so across processes each process runs its own block of chains
+(``dgsgld.parallel.processes.chain_block``).
 """
 
 from __future__ import annotations

@@ -4,12 +4,12 @@ Every process runs the same script and calls :func:`initialize` (``jax.distribut
 after that ``jax.devices()`` lists the devices of all processes and a mesh can span them. Two
 placements (``docs/guide/scale.md``):
 
-**Chains across processes.** Chains are independent: process ``p`` of ``P`` runs the
-contiguous block :func:`chain_block` of them with :func:`dgsgld.sample`, passing
-``chain_offset`` so that its chain ``c`` draws as global chain ``offset + c``
-(``fold_in(key, offset + c)``, the runner's chain identity rule) with the same key on every
-process. Nothing is exchanged during the run; :func:`gather` concatenates the blocks at the end.
-``dgsgld.sample(..., placement=Processes())`` does all three, and computes ``ensemble_fn`` over all processes' chains.
+**Chains across processes.** Chains are independent: process ``p`` of ``P`` runs the contiguous
+block :func:`chain_block` of them with :func:`dgsgld.sample`, passing ``chain_offset`` so that its
+chain ``c`` draws as global chain ``offset + c`` (``fold_in(key, offset + c)``, the runner's chain
+identity rule) with the same key on every process. Nothing is exchanged during the run;
+:func:`gather` concatenates the blocks at the end. ``dgsgld.sample(..., placement=Processes())``
+does all three, and computes ``ensemble_fn`` over all processes' chains.
 
 **Agents across processes.** Process ``p`` holds only the data of its agents
 (:func:`agent_block`, :func:`agent_potential`) and runs
@@ -112,8 +112,9 @@ _FILTERS: list = []  # the filter process, kept so that it is not reported as le
 
 
 def _filter_stderr(process_id: int, num_processes: int) -> None:
-    """Route this process's standard error (file descriptor 2) through :mod:`dgsgld.parallel._lost_peer`:
-    the coordination service's abort after another process died becomes one line naming it."""
+    """Route this process's standard error (file descriptor 2) through
+    :mod:`dgsgld.parallel._lost_peer`: the coordination service's abort after another process died
+    becomes one line naming it."""
     read, write = os.pipe()
     script = Path(__file__).with_name("_lost_peer.py")
     try:
@@ -208,8 +209,8 @@ def gather(tree):
     """Every leaf whole on every process: blocks of chains run per process are concatenated
     along the chain axis, global (agent-split) arrays assembled. A collective: every process
     must call it. E.g. ``gather(trace)`` gives the whole :class:`~dgsgld.Trace` (``ensemble``
-    excepted: ``dgsgld.sample``'s is over the process's own chains; ``dgsgld.sample(..., placement=Processes())``
-    computes it over all)."""
+    excepted: ``dgsgld.sample``'s is over the process's own chains;
+    ``dgsgld.sample(..., placement=Processes())`` computes it over all)."""
     return multihost_utils.process_allgather(tree, tiled=True)
 
 
@@ -266,8 +267,8 @@ def save_process_state(directory: str | Path, state) -> Path:
     Leaves spread over processes (agent placement) keep this process's rows, host-local
     leaves (a block of chains) are written whole. Resume with :func:`load_process_state`
     and pass the state as ``init`` with the same key (and ``chain_offset``): the run continues
-    as if uninterrupted. Written to a temporary name and renamed, so a kill leaves the old file;
-    a symbolic link at the file's name is refused (:class:`dgsgld.runner.checkpoint.CheckpointError`),
+    as if uninterrupted. Written to a temporary name and renamed, so a kill leaves the old file; a
+    symbolic link at the file's name is refused (:class:`dgsgld.runner.checkpoint.CheckpointError`),
     here and by :func:`load_process_state`: nothing is written or read through it.
     """
     directory = Path(directory)

@@ -24,8 +24,9 @@ Every runner is this module's front end and loop: :func:`_prepare` (validation, 
 static leaves, network checks, key, chain identity; on the host, once) and :func:`_loop` (the
 one compiled sampling loop, over a network application: :class:`Whole` here, a device's
 :class:`dgsgld.parallel.devices.AgentBlock` inside ``shard_map``). Placements (``placement=``:
-:mod:`dgsgld.parallel.devices`'s ``Chains``/``Agents``, :mod:`dgsgld.parallel.processes`'s ``Processes``)
-say where the loop runs; :func:`dgsgld.runner.checkpoint.sample_chunked` runs it chunk by chunk.
+:mod:`dgsgld.parallel.devices`'s ``Chains``/``Agents``, :mod:`dgsgld.parallel.processes`'s
+``Processes``) say where the loop runs; :func:`dgsgld.runner.checkpoint.sample_chunked` runs it
+chunk by chunk.
 """
 
 import warnings
@@ -403,8 +404,8 @@ def sample(
             chain) and ``"warn"`` warns from a host callback; pass ``"flag"`` there to read
             ``trace.divergence`` instead (e.g. a grid of step sizes under ``vmap``).
         progress: a progress bar reported from inside the compiled loop (see
-            :mod:`dgsgld.runner.progress`): ``False`` (default), ``True`` (about 100 reports, only when
-            standard error is a terminal), ``"always"``, or a number of iterations between
+            :mod:`dgsgld.runner.progress`): ``False`` (default), ``True`` (about 100 reports, only
+            when standard error is a terminal), ``"always"``, or a number of iterations between
             reports. ``DGSGLD_PROGRESS=0`` in the environment silences it.
         chain_offset: global index of the call's first chain (see "Chain identity" above).
             Continue a run with the offset it was started with.
@@ -422,8 +423,8 @@ def sample(
             further from their start.
         placement: where the loop runs: ``None`` (the default device), or
             :class:`dgsgld.parallel.devices.Chains` (chains split over a mesh) or
-            :class:`dgsgld.parallel.devices.Agents` (agents split over a mesh). The same draws for the
-            same key on every placement.
+            :class:`dgsgld.parallel.devices.Agents` (agents split over a mesh). The same draws for
+            the same key on every placement.
         channel: how agents exchange their messages (:mod:`dgsgld.communication`): ``None``
             (default: the sampler's own, exact mixing unless it was built with one) or a
             :class:`dgsgld.communication.Channel` (compression, error feedback, local steps,

@@ -164,7 +164,8 @@ def test_star_import_gives_exactly_the_public_names():
                if not n.startswith("_") and not isinstance(v, types.ModuleType)}
     assert set(dgsgld.__all__) == objects
     assert (dgsgld.Chains, dgsgld.Agents, dgsgld.Processes) == (
-        dgsgld.parallel.devices.Chains, dgsgld.parallel.devices.Agents, dgsgld.parallel.processes.Processes)
+        dgsgld.parallel.devices.Chains, dgsgld.parallel.devices.Agents,
+        dgsgld.parallel.processes.Processes)
 
 
 def test_run_reports_bad_batch_size(capsys):

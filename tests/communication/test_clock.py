@@ -21,7 +21,8 @@ def test_random_stragglers_every_sampler(key):
     the states stay finite."""
     problem = linear_regression(num_agents=N, local_size=3, dim=2, batch_size=2)
     channel, T = C.Channel(activity=0.6), 8
-    run_key = jax.random.split(dgsgld.runner.loop.chain_keys(dgsgld.runner.loop._random.fast_key(key), 1, 0)[0])[1]
+    run_key = jax.random.split(dgsgld.runner.loop.chain_keys(
+        dgsgld.runner.loop._random.fast_key(key), 1, 0)[0])[1]
     active = np.stack([np.asarray(C.active_agents(channel, jax.random.fold_in(run_key, k), k, N))
                        for k in range(T)])
     assert 0 < active.sum() < active.size

@@ -86,7 +86,8 @@ def test_model_guide_runs():
     assert float(ns["potential"].agent_values(ns["x0"]).sum()) == pytest.approx(value, rel=1e-5)
 
 
-@pytest.mark.slow  # fast twins: tests/gradients/test_gradients.py (every estimator, the evaluation counts)
+@pytest.mark.slow  # fast twins: tests/gradients/test_gradients.py (every estimator, the
+# evaluation counts)
 def test_estimators_guide_runs():
     _, printed = run("guide/estimators.md")
     # b = 5 of n_i = 50: plain mini-batches and SAGA evaluate b per step, SVRG 2b + n_i/m.
@@ -109,8 +110,9 @@ def test_directed_guide_runs():
     np.testing.assert_allclose(ns["v"].sum(1), 8.0, rtol=1e-5)
 
 
-@pytest.mark.slow  # fast twins: tests/samplers/test_samplers.py::test_thinning_trace_fn_and_ensemble_fn_
-# in_one_run and ::test_optax_schedule_equals_constant
+@pytest.mark.slow  # fast twins:
+# tests/samplers/test_samplers.py::test_thinning_trace_fn_and_ensemble_fn_in_one_run and
+# ::test_optax_schedule_equals_constant
 def test_running_guide_runs():
     ns, printed = run("guide/running.md", "What comes back: `Output` and `Trace`",
                       "Samplers in your own loop")
@@ -118,8 +120,9 @@ def test_running_guide_runs():
     assert "(6, 2)" in printed.splitlines()[-1]
 
 
-@pytest.mark.slow  # fast twin: tests/samplers/test_samplers.py::test_centralized_sgld_matches_exact_ula_
-# covariance (centralized SGLD through dgsgld.sample, no agent axis)
+@pytest.mark.slow  # fast twin:
+# tests/samplers/test_samplers.py::test_centralized_sgld_matches_exact_ula_covariance
+# (centralized SGLD through dgsgld.sample, no agent axis)
 def test_centralized_sgld_section_of_the_runner_guide_runs():
     ns, printed = run("guide/running.md", "Centralized SGLD through the runner")
     assert "(64, 101, 1)" in printed
@@ -131,8 +134,9 @@ def test_centralized_sgld_section_of_the_runner_guide_runs():
     assert abs(float(ns["trace"].positions.mean()) - y.sum() / (y.size + 1)) < 0.01
 
 
-@pytest.mark.slow  # fast twins: tests/tuning/test_stepsize.py::test_proposal_lies_in_the_stable_range_
-# and_warnings_fire_outside and ::test_score_is_the_users_criterion_on_the_pilots_final_samples
+@pytest.mark.slow  # fast twins:
+# tests/tuning/test_stepsize.py::test_proposal_lies_in_the_stable_range_and_warnings_fire_outside
+# and ::test_score_is_the_users_criterion_on_the_pilots_final_samples
 def test_step_sizes_guide_runs():
     with pytest.warns(RuntimeWarning, match="step size"):
         ns, printed = run("guide/step-sizes.md", "A step size proposed for your model",
@@ -189,7 +193,8 @@ def test_plots_guide_runs(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_numpyro_guide_runs():
-    """Fast twins: tests/model/test_ppl.py (the same potential against the model by hand, constrain)."""
+    """Fast twins: tests/model/test_ppl.py (the same potential against the model by hand,
+    constrain)."""
     pytest.importorskip("numpyro")
     ns, printed = run("guide/numpyro.md")
     assert "(8, 51, 4) True" in printed
@@ -210,8 +215,8 @@ def test_exact_laws_section_of_the_theory_page_runs():
     assert printed.strip().startswith("(201, 4)")
 
 
-@pytest.mark.slow  # fast twin: tests/tuning/test_design.py::test_learned_schedule_is_valid_and_lowers_
-# the_exact_w2
+@pytest.mark.slow  # fast twin:
+# tests/tuning/test_design.py::test_learned_schedule_is_valid_and_lowers_the_exact_w2
 def test_learned_weights_example_prints_what_the_page_says():
     _, printed = run("paper/design.md", "Learning weights")
     page = section_text("paper/design.md", "Learning weights")

@@ -78,6 +78,7 @@ def test_readme_commands_are_those_ci_runs():
     """The test command is the one `.ci/run` runs, and the main job is the library's."""
     text = README.read_text()
     ci = (README.parent / ".ci" / "run").read_text()
-    tests = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest'
+    tests = ('python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && '
+             '.venv/bin/python -m pytest')
     assert tests in text and tests in ci
     assert ".venv/bin/pip install -e . && .venv/bin/python -m dgsgld run" in text

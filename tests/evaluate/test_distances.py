@@ -20,7 +20,8 @@ def random_spd(rng, d):
 def w2_reference(m1, s1, m2, s2):
     r = linalg.sqrtm(s1)
     cross = linalg.sqrtm(r @ s2 @ r).real
-    return np.sqrt(max(np.sum((m1 - m2) ** 2) + np.trace(s1) + np.trace(s2) - 2 * np.trace(cross), 0))
+    return np.sqrt(max(np.sum((m1 - m2) ** 2) + np.trace(s1) + np.trace(s2)
+                       - 2 * np.trace(cross), 0))
 
 
 def test_one_dimensional_closed_form():

@@ -208,7 +208,8 @@ def _small_linear(num_agents=4):
     return problem, problem.potential(), schedule.matrices
 
 
-@pytest.mark.slow  # a compile grid; default run: tests/samplers/test_samplers.py's vmap over step sizes
+@pytest.mark.slow  # a compile grid; default run:
+# tests/samplers/test_samplers.py's vmap over step sizes
 def test_grid_search_equals_separate_runs_and_flags_divergence():
     _, potential, mixing = _small_linear()
     init = jax.random.normal(jax.random.key(0), (16, 4, 3))
@@ -306,8 +307,8 @@ def fig2_toy():
 
 
 @pytest.mark.slow  # fast twins (the toy run compiles a grid run per algorithm, ~10 s in all):
-# tests/tuning/test_tuning.py::test_every_grid_point_and_split_is_a_plain_run_with_the_same_draws (the
-# figures' grid runner), tests/evaluate/test_streaming.py (the streamed W2 curves),
+# tests/tuning/test_tuning.py::test_every_grid_point_and_split_is_a_plain_run_with_the_same_draws
+# (the figures' grid runner), tests/evaluate/test_streaming.py (the streamed W2 curves),
 # test_linear_problem_matches_the_closed_form_posterior (the problem and its posterior)
 def test_fig2_toy_run_structure_and_invariants(fig2_toy):
     res = fig2_toy
@@ -332,7 +333,8 @@ def test_fig2_toy_run_structure_and_invariants(fig2_toy):
     np.testing.assert_allclose(spacing, spacing[0], rtol=1e-4)
     assert spacing[0] <= np.log(dig.grid[1] / dig.grid[0]) + 1e-6
     # Iteration 0 is N(0, I) against the posterior: W2 >= the distance between the means.
-    gap = float(jnp.linalg.norm(problems.linear_regression_problem(res.seeds["data"]).posterior_mean))
+    gap = float(jnp.linalg.norm(
+        problems.linear_regression_problem(res.seeds["data"]).posterior_mean))
     assert np.all(dig.per_agent[0] >= gap - 0.5)
     json.dumps(res.to_dict())  # JSON-ready
 
@@ -384,12 +386,12 @@ def test_save_result_and_summary(fig2_toy, tmp_path):
 
 @pytest.mark.slow
 def test_fig2a_diging_no_worse_than_de_on_the_barbell():
-    # Reduced Figure 2(a): 40 trials, seeds 0..7 (compiled once; under a second per seed). DIGing-SGLD and DE-SGLD share data,
-    # network, starts and noise (common random numbers), so their ratio is far less noisy than
-    # either W2. Over these 8 seeds at 40 trials the ratio DIGing/DE had mean 0.94 and standard
-    # deviation 0.11 (seed 0 at 1.10); across data sets the mean of 8 has standard error
-    # 0.04, and "no worse" is asserted as mean ratio <= 1.05, over 2.5 standard errors above
-    # the observed mean.
+    # Reduced Figure 2(a): 40 trials, seeds 0..7 (compiled once; under a second per seed).
+    # DIGing-SGLD and DE-SGLD share data, network, starts and noise (common random numbers), so
+    # their ratio is far less noisy than either W2. Over these 8 seeds at 40 trials the ratio
+    # DIGing/DE had mean 0.94 and standard deviation 0.11 (seed 0 at 1.10); across data sets the
+    # mean of 8 has standard error 0.04, and "no worse" is asserted as mean ratio <= 1.05, over 2.5
+    # standard errors above the observed mean.
     ratios = []
     for seed in range(8):
         res = ex.fig2("a", trials=40, seed=seed, overrides={"gradient_tuning": False})

@@ -80,8 +80,9 @@ def test_saga_table_holds_the_last_gradient_of_each_drawn_datum():
 
 
 # Slow set: SVRG and SAGA.
-@pytest.mark.slow  # fast twin: tests/samplers/test_samplers.py::test_tracking_invariant_with_minibatches
-# (the same invariant with plain mini-batches); SAGA's table:
+@pytest.mark.slow  # fast twin:
+# tests/samplers/test_samplers.py::test_tracking_invariant_with_minibatches (the same invariant
+# with plain mini-batches); SAGA's table:
 # test_saga_table_holds_the_last_gradient_of_each_drawn_datum
 @pytest.mark.parametrize("name", ["svrg", "saga"])
 def test_tracking_invariant_with_control_variates(name, key):
@@ -121,7 +122,8 @@ def test_mean_follows_the_full_batch_law(make, name, key):
     assert_mean_matches(x, mean, 4 * cov)
 
 
-@pytest.mark.slow  # default run: tests/samplers/test_samplers.py's compiled-once test (plain mini-batches)
+@pytest.mark.slow  # default run: tests/samplers/test_samplers.py's compiled-once test
+# (plain mini-batches)
 def test_compiled_once_for_new_step_size_with_svrg(key):
     """Retrace guard: the user's log-likelihood is traced on the first call only."""
     ll, calls = count_traces()

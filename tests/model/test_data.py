@@ -1,4 +1,5 @@
-"""Splitters of dgsgld.model.data: partitions (nothing lost or duplicated), sizes, class proportions."""
+"""Splitters of dgsgld.model.data: partitions (nothing lost or duplicated), sizes, class
+proportions."""
 
 import numpy as np
 import pytest

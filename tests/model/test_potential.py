@@ -75,7 +75,8 @@ def test_uneven_data_with_mask():
     sd = draws.std(0)
     # + 1e-4: float32 rounding of 4000 summed draws (agent 1 has one datum, sd = 0).
     assert np.all(np.abs(draws.mean(0) - full.full_grad(x)) <= 5 * sd / np.sqrt(K) + 1e-4)
-    np.testing.assert_allclose(draws[:, 1], np.broadcast_to(full.full_grad(x)[1], (K, 2)), rtol=1e-5)
+    np.testing.assert_allclose(draws[:, 1], np.broadcast_to(full.full_grad(x)[1], (K, 2)),
+                               rtol=1e-5)
 
 
 def test_gradient_oracle():
@@ -339,8 +340,8 @@ def test_equinox_mlp_passed_directly_to_every_method():
         pot.full_grad(bad)
 
 
-@pytest.mark.slow  # fast twin:
-# tests/runner/test_runner_guarantees.py::test_dict_parameters_reach_the_linear_gaussian_posterior_mean
+@pytest.mark.slow  # fast twin: tests/runner/test_runner_guarantees.py::
+# test_dict_parameters_reach_the_linear_gaussian_posterior_mean
 def test_dict_parameters_called_directly():
     pot = dgsgld.Potential(lambda p, d: -0.5 * (d[0] @ p["w"] + p["b"] - d[1]) ** 2,
                            lambda p: -0.5 * LAM * _sum_sq(p), (ZP, YP))

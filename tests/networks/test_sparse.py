@@ -17,7 +17,8 @@ def _stacks():
     return {
         "ring": np.asarray(networks.ring(12).matrices),
         "barbell": np.asarray(networks.barbell(10, period=4, seed=0).matrices),
-        "link_failures": np.asarray(networks.link_failures(nx.cycle_graph(9), 0.4, period=5).matrices),
+        "link_failures": np.asarray(
+            networks.link_failures(nx.cycle_graph(9), 0.4, period=5).matrices),
         "star": np.asarray(networks.star(9).matrices),
     }
 
@@ -88,7 +89,8 @@ def _circulant_graph(n, shifts):
                                           weights="metropolis_hastings").matrices)
 
 
-@pytest.mark.parametrize("stack", [np.asarray(networks.ring(12).matrices), _circulant_graph(11, (1, 3))],
+@pytest.mark.parametrize("stack", [np.asarray(networks.ring(12).matrices),
+                                   _circulant_graph(11, (1, 3))],
                          ids=["ring", "shifts_1_3"])
 def test_circulant_products_equal_dense(stack):
     s = sparse.from_dense(stack)                      # auto: circulant graphs take shifts
@@ -130,7 +132,8 @@ def test_automatic_choice_follows_the_cost_model():
     assert sparse.cost(ring, "neighbors") == pytest.approx(100 * (4 + 0.33 * 3))
     assert not isinstance(sparse.auto(networks.ring(200)), sparse.SparseSchedule)
     big = sparse.auto(networks.ring(240))
-    assert isinstance(big, sparse.SparseSchedule) and isinstance(big.snapshots, sparse.CirculantMixing)
+    assert (isinstance(big, sparse.SparseSchedule)
+            and isinstance(big.snapshots, sparse.CirculantMixing))
     # A cheaper loop moves the crossover down.
     cheaper = model._replace(circulant_loop=1.0)
     assert isinstance(sparse.auto(ring, model=cheaper), sparse.SparseSchedule)

@@ -112,7 +112,8 @@ def test_chains_across_two_processes_equal_single_process_run(reference, tmp_pat
     assert np.abs(ensemble - want).max() < 1e-4 * max(1.0, np.abs(want).max())
 
 
-@pytest.mark.slow  # default run: agents over 4 devices in one process (tests/parallel/test_sharding.py)
+@pytest.mark.slow  # default run: agents over 4 devices in one process
+# (tests/parallel/test_sharding.py)
 def test_agents_across_two_processes_equal_single_process_run(reference, tmp_path):
     _run(["--placement", "agents", "--out", str(tmp_path / "a.npz"), *SMALL], processes=2)
     assert _close(_positions(tmp_path / "a.npz"), reference[0])

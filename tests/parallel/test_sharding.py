@@ -217,7 +217,8 @@ def test_indivisible_sizes_are_rejected_with_a_message(result):
     assert "multiple of the number of devices" in result["errors"]["agents"]
 
 
-@pytest.mark.slow  # the slow run's subprocess (across processes: tests/parallel/test_multiprocess.py)
+@pytest.mark.slow  # the slow run's subprocess
+# (across processes: tests/parallel/test_multiprocess.py)
 def test_sparse_schedules_exchange_only_neighbour_rows_and_equal_single_device_run(full_result):
     # The exchange sums the same terms in the same order as each format's own product
     # (circulant shifts one after another, neighbour lists as one contraction; edge lists per

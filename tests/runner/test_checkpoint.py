@@ -168,8 +168,9 @@ CHILD = textwrap.dedent(
 # A child process imports JAX and compiles a chunk of its own (~6 s): slow-only. Fast twins:
 # test_resume_after_crash_between_chunks (a stop right after a chunk is saved, in-process),
 # test_interrupted_write_keeps_previous_checkpoint (a state record torn half-way) and
-# tests/runner/test_reliability_checkpoint.py::test_partial_temp_file_and_uncommitted_chunk_are_ignored
-# (a torn temporary file and an uncommitted chunk beside the record are ignored on resume).
+# tests/runner/test_reliability_checkpoint.py::
+# test_partial_temp_file_and_uncommitted_chunk_are_ignored (a torn temporary file and an
+# uncommitted chunk beside the record are ignored on resume).
 @pytest.mark.slow  # fast twins: the three named above
 @pytest.mark.parametrize("mode", ["between", "mid_write"])
 def test_resume_after_sigkill(tmp_path, reference, mode):
@@ -183,8 +184,8 @@ def test_resume_after_sigkill(tmp_path, reference, mode):
     with pytest.raises(KeyboardInterrupt):
         run_chunked(path, on_chunk=stop)
     package = os.path.dirname(os.path.dirname(dgsgld.__file__))
-    script = CHILD.format(package=package, tests=os.path.dirname(os.path.dirname(__file__)), marker=marker,
-                          mode=mode, path=path)
+    script = CHILD.format(package=package, tests=os.path.dirname(os.path.dirname(__file__)),
+                          marker=marker, mode=mode, path=path)
     child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120

@@ -6,10 +6,11 @@ batches DIGing-SGLD's tracker equals the local gradient, so agent ``i`` runs
 ``x⁺ = (1 − η L_i) x + η L_i μ + √(2η) ξ``: with ``η = 1`` the growth factors are ``|1 − 2 p_i|
 = 1, 5, 9``. A chain has diverged once a position is non-finite or reaches
 ``divergence_threshold = 1e8`` times ``r = max(1, max |x⁰|)`` of the chain
-(``dgsgld.evaluate._divergence``): agent 2 gets there first, after about ``log(1e8 r / |x₀|) / log 9``
-iterations, still finite (float32 overflows near 3.4e38). Chain 0 starts every agent at 1,
-chain 2 at 1e16 (the same number of steps: the bound is relative), and chain 1 starts agent 1
-(factor 5) at 1e20 so that it reaches its chain's bound 1e28 before agent 2 (from 1) does.
+(``dgsgld.evaluate._divergence``): agent 2 gets there first, after about
+``log(1e8 r / |x₀|) / log 9`` iterations, still finite (float32 overflows near 3.4e38). Chain 0
+starts every agent at 1, chain 2 at 1e16 (the same number of steps: the bound is relative), and
+chain 1 starts agent 1 (factor 5) at 1e20 so that it reaches its chain's bound 1e28 before agent 2
+(from 1) does.
 """
 
 import functools

@@ -21,9 +21,9 @@ def _data(keys):
 
 # Slow set: seed 0 and the largest seed.
 @pytest.mark.slow  # fast twin:
-# tests/samplers/test_step_inputs.py::test_runner_matches_a_python_loop_of_steps (sample's IMPL keys, folded
-# in and split, give the draws of JAX's threefry keys: a different key is an O(1) difference),
-# test_fast_key_converts_threefry_and_legacy_keys_only (the key data)
+# tests/samplers/test_step_inputs.py::test_runner_matches_a_python_loop_of_steps (sample's IMPL
+# keys, folded in and split, give the draws of JAX's threefry keys: a different key is an O(1)
+# difference), test_fast_key_converts_threefry_and_legacy_keys_only (the key data)
 @pytest.mark.parametrize("seed", [0, 2**31 - 1])
 def test_keys_equal_threefry(seed):
     key = jax.random.key(seed)

@@ -346,8 +346,8 @@ def test_second_writer_fails_at_once_and_first_finishes_intact(partial, tmp_path
     meanwhile this process tries to write the same directory, with the same and other settings."""
     path, started, go = copy(partial, tmp_path), tmp_path / "started", tmp_path / "go"
     package = os.path.dirname(os.path.dirname(dgsgld.__file__))
-    script = HOLDER.format(package=package, tests=os.path.dirname(os.path.dirname(__file__)), started=str(started),
-                           go=str(go), path=str(path))
+    script = HOLDER.format(package=package, tests=os.path.dirname(os.path.dirname(__file__)),
+                           started=str(started), go=str(go), path=str(path))
     child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
@@ -503,8 +503,8 @@ def _fuzz_arguments(partial, reference, tmp_path_factory, choice):
 # -- resumes that must be accepted ----------------------------------------------------------------
 
 
-# Compiles the chunks of another problem (test_divergence's) with on_divergence="stop". Fast
-# twins: tests/runner/test_divergence.py::test_on_divergence_stop_freezes_every_chain (a stopped run's
+# Compiles the chunks of another problem (test_divergence's) with on_divergence="stop". Fast twins:
+# tests/runner/test_divergence.py::test_on_divergence_stop_freezes_every_chain (a stopped run's
 # frozen count and divergence record) and test_edited_metadata_is_refused_naming_the_file (the
 # metadata's `stopped` flag is cross-checked).
 @pytest.mark.slow  # fast twins: the two named above
@@ -574,7 +574,7 @@ def test_chain_offset_and_burn_in_pass_through(finished, reference):
                      dgsgld.sample(*args, output=KWARGS["output"]._replace(burn_in=6)))
 
 
-# -- nothing inside a checkpoint directory is followed ----------------------------------------------
+# -- nothing inside a checkpoint directory is followed ---------------------------------------------
 
 
 def _plant(path, name, kind, victim):
@@ -653,7 +653,7 @@ def test_a_linked_lock_file_is_refused_by_sample_chunked(partial, tmp_path):
     assert victim.read_text() == "precious"
 
 
-# -- every file's contents are sealed ---------------------------------------------------------------
+# -- every file's contents are sealed --------------------------------------------------------------
 
 
 SEALED = [("state.npz", "state/0"), ("state.npz", "state/1"), ("state.npz", "state/2"),

@@ -181,8 +181,8 @@ def test_a_traced_disconnected_stack_raises_inside_jit():
 def test_a_schedule_with_a_traced_key_is_checked_inside_jit():
     potential, _, init = problem()
     run_with = jax.jit(lambda k: dgsgld.sample(
-                                               dgsgld.DIGingSGLD(0.05), potential,
-                                               onthefly.link_failures_on_the_fly(nx.cycle_graph(N), 1.0, key=k), init, KEY, 2).positions)
+        dgsgld.DIGingSGLD(0.05), potential,
+        onthefly.link_failures_on_the_fly(nx.cycle_graph(N), 1.0, key=k), init, KEY, 2).positions)
     with pytest.raises(Exception, match="not jointly connected.*first 100 snapshots"):
         jax.block_until_ready(run_with(jax.random.key(1)))
 
@@ -493,7 +493,8 @@ def test_a_scalar_parameter_reaches_the_gaussian_posterior_mean():
 
 
 @pytest.mark.slow  # fast twin:
-# tests/samplers/test_samplers.py::test_thinning_trace_fn_and_ensemble_fn_in_one_run (what a run keeps)
+# tests/samplers/test_samplers.py::test_thinning_trace_fn_and_ensemble_fn_in_one_run (what a run
+# keeps)
 def test_burn_in_drops_the_first_iterations_only():
     kwargs = dict(num_steps=12, thin=2, trace_fn=lambda s: s.position[:, 0],
                   ensemble_fn=lambda s: jnp.mean(s.position), positions=True)
