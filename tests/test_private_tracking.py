@@ -14,10 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import optimize, stats
 
 import dgsgld
 from dgsgld import communication as comm
 from dgsgld import theory as th
+from dgsgld.evaluate import privacy as P
 from tests._moments import (
     INIT_COV,
     INIT_MEAN,
@@ -172,7 +174,8 @@ def test_chains_match_the_exact_law_through_channels_with_tracking_noise(channel
 
 def test_channels_whose_law_needs_noise_free_of_w_are_refused():
     """The tracking noise ``σ (W − I) ξ`` depends on the mixing matrix, so random link drops
-    and random-k messages (propagated for noise free of ``W``) are refused by name."""
+    and random-k messages (propagated for noise free of ``W``; without the option they are,
+    tests/communication) are refused by name."""
     prob = _problem()
     q = exact_quadratic(prob)
     for channel in (comm.Channel(probability=0.8, per_link=True),
@@ -180,5 +183,143 @@ def test_channels_whose_law_needs_noise_free_of_w_are_refused():
         algo = dgsgld.DIGingSGLD(0.05, tracking_noise=1.0, channel=channel)
         with pytest.raises(ValueError, match="channel"):
             th.exact_moments(algo, q, ring(4), INIT_MEAN, INIT_COV, 3, channel=channel)
-        th.exact_moments(dgsgld.DIGingSGLD(0.05, channel=channel), q, ring(4), INIT_MEAN,
-                         INIT_COV, 3, channel=channel)
+
+
+# -- the privacy accounting -----------------------------------------------------------------
+
+
+@pytest.fixture
+def dp():
+    return pytest.importorskip("dp_accounting")
+
+
+def _gaussian_epsilon(mu, delta):
+    """ε of the Gaussian mechanism with ``μ = shift / s.d.`` at ``δ`` (Balle and Wang 2018:
+    ``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``), solved with scipy."""
+    def excess(e):
+        return stats.norm.cdf(-e / mu + mu / 2) - math.exp(e) * stats.norm.cdf(
+            -e / mu - mu / 2) - delta
+    return optimize.brentq(excess, 0.0, 500.0)
+
+
+def _pair(sign, clip, local=1):
+    """Two agents, one parameter: agent 0's data at ``100 · sign`` (clipped gradient
+    ``−sign · C`` near 0), agent 1's at 100 in both data sets."""
+    data = jnp.array([[100.0 * sign] * local, [100.0] * local], jnp.float32)
+    return dgsgld.Potential(lambda t, d: -0.5 * (t[0] - d) ** 2, None, data, clip=clip)
+
+
+@pytest.mark.parametrize("eta, sigma, steps", [(0.01, 30.0, 100), (0.05, 2.0, 7)])
+def test_full_batch_private_tracking_matches_its_closed_form(eta, sigma, steps, dp):
+    """Full batches, ``Δ = 2C``: each step releases the copy (noise ``σ``) and the position
+    (shift ``η Δ``, noise ``√(2η)``) about one gradient: ``μ² = T Δ² (η/2 + 1/σ²)``; the
+    PLD accountant agrees. A schedule ``σ_k`` gives ``μ² = Σ_k Δ² (η/2 + 1/σ_k²)``. Without
+    the option ε is infinite (the trackers' exact gradients)."""
+    pot, delta, clip = _pair(1.0, 1.5, local=3), 1e-5, 1.5
+    algo = dgsgld.DIGingSGLD(eta, tracking_noise=sigma)
+    mu = math.sqrt(steps * (2 * clip) ** 2 * (eta / 2 + 1 / sigma ** 2))
+    report = P.privacy_epsilon(algo, pot, steps, delta)
+    assert report.unbounded is None and report.accountant == "gaussian"
+    np.testing.assert_allclose(report.epsilon, _gaussian_epsilon(mu, delta), rtol=1e-6)
+    np.testing.assert_allclose(report.noise_multiplier, 1 / (mu / math.sqrt(steps)), rtol=1e-6)
+    pld = P.privacy_epsilon(algo, pot, steps, delta, accountant="pld").epsilon
+    np.testing.assert_allclose(pld, report.epsilon, rtol=1e-3)
+    sigmas = sigma * (1 + np.arange(steps) / steps)
+    schedule = dgsgld.DIGingSGLD(eta, tracking_noise=lambda k: sigma * (1 + k / steps))
+    mu = math.sqrt(np.sum((2 * clip) ** 2 * (eta / 2 + 1 / sigmas ** 2)))
+    np.testing.assert_allclose(P.privacy_epsilon(schedule, pot, steps, delta).epsilon,
+                               _gaussian_epsilon(mu, delta), rtol=1e-5)
+    assert np.isinf(P.privacy_epsilon(dgsgld.DIGingSGLD(eta), pot, steps, delta).epsilon).all()
+
+
+def test_subsampled_private_tracking_is_dp_accountings_own_composition(dp):
+    """Mini-batches of 5 of 50 without replacement: the copy and the position of a step use
+    one draw, so they are one subsampled event of multiplier ``z = 1 / (Δ √(η/2 + 1/σ²))``,
+    ``Δ = 2C n/b``, composed T times (dp-accounting's RDP, at the grid-rounded ``z``)."""
+    data = jnp.zeros((2, 50), jnp.float32)
+    pot = dgsgld.Potential(lambda t, d: -0.5 * (t[0] - d) ** 2, None, data, 5, clip=0.5)
+    eta, sigma, steps, delta = 0.01, 40.0, 300, 1e-5
+    z = 1 / (2 * 0.5 * 50 / 5 * math.sqrt(eta / 2 + 1 / sigma ** 2))
+    report = P.privacy_epsilon(dgsgld.DIGingSGLD(eta, tracking_noise=sigma), pot, steps, delta)
+    acc = dp.rdp.RdpAccountant(list(P.ORDERS), dp.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp.SampledWithoutReplacementDpEvent(
+        50, 5, dp.GaussianDpEvent(float(P._rounded_down(np.array([z]))[0]))), steps)
+    assert report.accountant == "rdp"
+    np.testing.assert_allclose(report.epsilon, acc.get_epsilon(delta), rtol=1e-6)
+
+
+def _released(algo, sign, clip, eta, steps, num_chains, key):
+    """What agent 0's neighbours receive over ``steps`` steps of ``num_chains`` runs on
+    :func:`_pair`'s data set ``sign`` over ``W = [[.7, .3], [.3, .7]]`` from ``x = 0``: the
+    copies ``ŷ⁽ᵏ⁾ (C, T, 2)`` (the tracker sent plus its step's ``ξ``) and the positions
+    ``x⁽ᵏ⁾ (C, T + 1, 2)``."""
+    pot = _pair(sign, clip)
+    W = jnp.array([[0.7, 0.3], [0.3, 0.7]], jnp.float32)
+
+    def chain(key):
+        state = algo.init(jnp.zeros((2, 1)), pot, key)
+
+        def body(state, k):
+            step_key = jax.random.fold_in(key, k)
+            copy = state.tracker + algo._tracking_noise(step_key, state, W)
+            return algo.step(step_key, state, pot, W), (copy[:, 0], state.position[:, 0])
+
+        last, (copies, positions) = jax.lax.scan(body, state, jnp.arange(steps))
+        return copies, jnp.concatenate([positions, last.position[None, :, 0]])
+
+    copies, positions = jax.jit(jax.vmap(chain))(jax.random.split(key, num_chains))
+    return np.asarray(copies, np.float64), np.asarray(positions, np.float64), np.asarray(W)
+
+
+def test_measured_privacy_loss_of_copies_and_positions_reaches_but_never_exceeds_epsilon(dp):
+    """Neighbouring data sets of agent 0 (its one datum at ``±100``: clipped gradient ``∓C``
+    throughout), T = 4 steps, full batches, η = 0.02, ``σ = √(2/η)`` (the copies as noisy as
+    the positions' drift). The adversary rebuilds from the released copies alone
+    ``e⁽ᵏ⁺¹⁾ = e⁽ᵏ⁾ + (W ŷ⁽ᵏ⁾)_0 − ŷ_0⁽ᵏ⁾`` (``e⁽⁰⁾ = 0``), then ``u_k = ŷ_0⁽ᵏ⁾ − e⁽ᵏ⁾ = g + ξ``
+    and ``v_k = x_0⁽ᵏ⁺¹⁾ − (W x⁽ᵏ⁾)_0 + η e⁽ᵏ⁾ = −η g + √(2η) w``: if the implementation's
+    trackers were not ``g +`` (public) ``+`` fresh noise, these would not be the Gaussian
+    mechanisms accounted. The Neyman–Pearson statistic ``Σ_k (u_k/σ² − v_k/2)``, standardized,
+    is ``N(μ, 1)`` under one data set and ``N(0, 1)`` under the other with
+    ``μ² = T (2C)² (η/2 + 1/σ²) = 1``, and the test at the reported ε rejects beyond
+    ``t = ε/μ + μ/2``.
+
+    Monte Carlo slack as in tests/test_privacy.py: over 200 000 runs of each, one-sided
+    Clopper–Pearson bounds at level 1e-4 on both rejection rates; the lower bound of
+    ``log((p − δ)/p')`` must not exceed the reported ε (an upper bound), and as the accounting
+    is exact here the upper bound must reach it."""
+    eta, steps, delta, n = 0.02, 4, 0.01, 200_000
+    sigma = math.sqrt(2 / eta)
+    a = 1 / sigma ** 2 + eta / 2
+    clip = 1 / math.sqrt(steps * 4 * a)
+    mu = 2 * clip * math.sqrt(steps * a)
+    assert abs(mu - 1.0) < 1e-12
+    algo = dgsgld.DIGingSGLD(eta, tracking_noise=sigma)
+    stat = []
+    for sign, seed in ((1.0, 7), (-1.0, 8)):
+        copies, positions, W = _released(algo, sign, clip, eta, steps, n, jax.random.key(seed))
+        e = np.zeros(n)
+        total = np.zeros(n)
+        for k in range(steps):
+            u = copies[:, k, 0] - e
+            v = positions[:, k + 1, 0] - positions[:, k] @ W[0] + eta * e
+            total += u / sigma ** 2 - v / 2
+            e = e + copies[:, k] @ W[0] - copies[:, k, 0]
+        # g = −sign · C: the statistic's mean is −sign · C T a; N(μ, 1) under sign = +1.
+        stat.append(-total / math.sqrt(steps * a) + clip * math.sqrt(steps * a))
+    reported = float(P.privacy_epsilon(algo, _pair(1.0, clip), steps, delta).epsilon[0])
+    t = reported / mu + mu / 2
+    k1, k2 = int((stat[0] > t).sum()), int((stat[1] > t).sum())
+    p_lo, p_hi = _clopper_pearson(k1, n, 1e-4)
+    q_lo, q_hi = _clopper_pearson(k2, n, 1e-4)
+    lower, upper = math.log((p_lo - delta) / q_hi), math.log((p_hi - delta) / q_lo)
+    assert lower <= reported <= upper, (lower, reported, upper)
+    # The statistic's law itself: mean μ and 0, variance 1 (s.e. 1/√n and √(2/n)).
+    for s, m in zip(stat, (mu, 0.0)):
+        assert abs(s.mean() - m) < 5 / math.sqrt(n) and abs(s.var() - 1) < 5 * math.sqrt(2 / n)
+
+
+def _clopper_pearson(k, n, level):
+    """One-sided bounds ``(lower, upper)`` on a binomial probability at ``level`` each."""
+    lower = stats.beta.ppf(level, k, n - k + 1) if k > 0 else 0.0
+    upper = stats.beta.ppf(1 - level, k + 1, n - k) if k < n else 1.0
+    return lower, upper
