@@ -20,11 +20,14 @@ Methods, full local batches, at the same step of the network average ``η̄`` (s
 averages move alike): DE-SGLD at ``η = N η̄``; D-ULA at ``α = η̄`` (its agents step at
 ``Nα = η``) with consensus weight :data:`CONSENSUS`; centralized DP-SGLD at ``η̄`` on all the
 data (a trusted curator: ε per data holder); DIGing-SGLD at ``η`` (its tracker messages carry
-gradients without noise: ε = ∞; the ``position ε`` column is that of its positions alone, the
-hook for private tracking). Sweeps: clipping norms :data:`CLIPS` (``None``: no clipping, ε =
-∞), average steps per problem, and the local data size through ``N`` ∈ {20, 5} (19 and 76
+gradients without noise: ε = ∞; the ``position ε`` column is that of its positions alone);
+DIGing-SGLD with private tracking at ``η`` and tracking noise ``σ = κ √(2/η)`` for ``κ`` in
+:data:`KAPPAS` (:func:`private_tracking`: ε finite, ``(1 + 1/κ²)`` times DE-SGLD's ``μ²``).
+Sweeps: clipping norms :data:`CLIPS` (``None``: no clipping, ε = ∞), average steps per
+problem, the tracking noise ``κ``, and the local data size through ``N`` ∈ {20, 5} (19 and 76
 logistic data per agent) at the same ``η̄`` (the network average moves alike; each agent's
-own step ``η = N η̄`` is 4 times smaller with 5 agents).
+own step ``η = N η̄`` is 4 times smaller with 5 agents). Last the digits BNN
+(:func:`digits_rows`: mini-batches, test NLL against ε).
 
 Rows at each checkpoint ``T/4, T/2, 3T/4, T`` go to ``privacy.json``; ``privacy.md`` holds,
 per problem, the rows at ``T``, the privacy–utility frontier (each method's best utility
