@@ -129,7 +129,9 @@ def _config(small: bool, seed: int) -> dict:
                    "num_steps": 200 if small else 1000, "thin": 50,
                    "clips": [1.0] if small else [0.3, 1.0, 3.0, None],
                    "agent_steps": [1e-3] if small else [3e-4, 1e-3, 3e-3],
-                   "kappas": [1.0]},
+                   "kappas": [1.0],
+                   "methods": (["DE-SGLD", "SGLD (centralized)",
+                                "DIGing-SGLD (private, κ = 1)"] if small else None)},
         "delta": DELTA, "consensus": CONSENSUS, "groups": GROUPS,
         "problems": ["logistic", "linear"], "seed": seed,
     }
@@ -384,14 +386,13 @@ def table(rows: list[dict], cfg: dict | None = None, bias: list[dict] | None = N
     """Markdown: per problem and number of agents, the rows at the last checkpoint, ε against
     iterations, then the privacy–utility frontier; last the clipping bias (linear problem)."""
     lines = []
-    last = max(r["iteration"] for r in rows)
     for problem in dict.fromkeys(r["problem"] for r in rows):
         sub = [r for r in rows if r["problem"] == problem]
         metrics = [m for m in ("nll", "accuracy", "w2", "mean_bias")
                    if any(m in r for r in sub)]
         for n in dict.fromkeys(r["agents"] for r in sub):
             here = [r for r in sub if r["agents"] == n]
-            local = here[0]["local_size"]
+            local, last = here[0]["local_size"], max(r["iteration"] for r in here)
             lines += [f"### {problem}, N = {n} agents ({local} data each), T = {last}", "",
                       f"ε per agent (the largest over agents; δ = {DELTA:g})"
                       + ("; ± jackknife standard error over chains." if any(
