@@ -20,11 +20,14 @@ Methods, full local batches, at the same step of the network average ``η̄`` (s
 averages move alike): DE-SGLD at ``η = N η̄``; D-ULA at ``α = η̄`` (its agents step at
 ``Nα = η``) with consensus weight :data:`CONSENSUS`; centralized DP-SGLD at ``η̄`` on all the
 data (a trusted curator: ε per data holder); DIGing-SGLD at ``η`` (its tracker messages carry
-gradients without noise: ε = ∞; the ``position ε`` column is that of its positions alone, the
-hook for private tracking). Sweeps: clipping norms :data:`CLIPS` (``None``: no clipping, ε =
-∞), average steps per problem, and the local data size through ``N`` ∈ {20, 5} (19 and 76
+gradients without noise: ε = ∞; the ``position ε`` column is that of its positions alone);
+DIGing-SGLD with private tracking at ``η`` and tracking noise ``σ = κ √(2/η)`` for ``κ`` in
+:data:`KAPPAS` (:func:`private_tracking`: ε finite, ``(1 + 1/κ²)`` times DE-SGLD's ``μ²``).
+Sweeps: clipping norms :data:`CLIPS` (``None``: no clipping, ε = ∞), average steps per
+problem, the tracking noise ``κ``, and the local data size through ``N`` ∈ {20, 5} (19 and 76
 logistic data per agent) at the same ``η̄`` (the network average moves alike; each agent's
-own step ``η = N η̄`` is 4 times smaller with 5 agents).
+own step ``η = N η̄`` is 4 times smaller with 5 agents). Last the digits BNN
+(:func:`digits_rows`: mini-batches, test NLL against ε).
 
 Rows at each checkpoint ``T/4, T/2, 3T/4, T`` go to ``privacy.json``; ``privacy.md`` holds,
 per problem, the rows at ``T``, the privacy–utility frontier (each method's best utility
@@ -54,7 +57,8 @@ from dgsgld.samplers import DESGLD, DULA, SGLD, DIGingSGLD
 
 from .communication import _jackknife, _leave_group_out
 
-__all__ = ["CLIPS", "CONSENSUS", "DELTA", "GROUPS", "METHODS", "privacy_experiment", "table"]
+__all__ = ["CLIPS", "CONSENSUS", "DELTA", "GROUPS", "KAPPAS", "METHODS", "digits_rows",
+           "privacy_experiment", "private_tracking", "table"]
 
 #: ``δ`` of every ε reported.
 DELTA = 1e-5
@@ -71,10 +75,38 @@ METHODS: dict[str, Callable] = {
     "SGLD (centralized)": lambda step, n: SGLD(step),
     "DIGing-SGLD": lambda step, n: DIGingSGLD(n * step),
 }
-#: Private tracking (phase 2): a method name -> sampler factory registered here joins the
-#: runs with its own accounting (its sampler class needs an entry in
-#: ``dgsgld.evaluate.privacy.MECHANISMS``).
+#: Tracking noise of DIGing-SGLD with private tracking, relative to its Langevin noise: the
+#: copies' ``σ = κ √(2/η)`` at agent step ``η`` (the noise ``η σ`` they bring into a position
+#: update is ``κ`` times ``√(2η)``).
+KAPPAS = (0.5, 1.0, 2.0)
+#: More methods: a name -> sampler factory ``(η̄, N) -> sampler`` registered here joins the
+#: runs (its sampler class needs an entry in ``dgsgld.evaluate.privacy.MECHANISMS``).
 EXTRA_METHODS: dict[str, Callable] = {}
+
+
+def private_tracking(kappa: float) -> Callable:
+    """``(η̄, N) -> DIGingSGLD(N η̄, tracking_noise=κ √(2/(N η̄)))``: DIGing-SGLD whose tracker
+    copies carry Gaussian noise ``κ`` times as large as its Langevin noise in a position
+    update; each step's copy and position are one Gaussian mechanism of
+    ``1/z² = Δ² η (1 + 1/κ²) / 2`` (``docs/guide/privacy.md``)."""
+    def make(step, n):
+        eta = n * step
+        return DIGingSGLD(eta, tracking_noise=kappa * math.sqrt(2.0 / eta))
+    return make
+
+
+def _private_name(kappa: float) -> str:
+    return f"DIGing-SGLD (private, κ = {kappa:g})"
+
+
+def _methods(cfg: dict, kappas=None, only=None) -> dict[str, Callable]:
+    """:data:`METHODS`, then private tracking at each ``κ`` of the run, then
+    :data:`EXTRA_METHODS`; only the names in ``only`` (``cfg["methods"]`` by default) where
+    it is not ``None``."""
+    kappas = cfg["kappas"] if kappas is None else kappas
+    only = cfg.get("methods") if only is None else only
+    methods = METHODS | {_private_name(k): private_tracking(k) for k in kappas} | EXTRA_METHODS
+    return {k: v for k, v in methods.items() if only is None or k in only}
 
 
 def _config(small: bool, seed: int) -> dict:
@@ -90,6 +122,16 @@ def _config(small: bool, seed: int) -> dict:
         # from posterior draws: a measurement, not a private run).
         "bias": {"clips": [0.1, 0.3, 1.0, 3.0, 10.0, None], "average_step": 1e-4,
                  "num_steps": 10_000 if small else 40_000, "num_chains": 64},
+        "kappas": [1.0] if small else list(KAPPAS), "methods": None,
+        # The digits BNN (experiments.digits): mini-batches, NLL against ε; steps are the
+        # agents' own (the centralized curator steps at η / N on batches of N b).
+        "digits": {"agents": 10, "batch_size": 16, "num_chains": 2,
+                   "num_steps": 200 if small else 1000, "thin": 50,
+                   "clips": [1.0] if small else [0.3, 1.0, 3.0, None],
+                   "agent_steps": [1e-3] if small else [3e-4, 1e-3, 3e-3],
+                   "kappas": [1.0],
+                   "methods": (["DE-SGLD", "SGLD (centralized)",
+                                "DIGing-SGLD (private, κ = 1)"] if small else None)},
         "delta": DELTA, "consensus": CONSENSUS, "groups": GROUPS,
         "problems": ["logistic", "linear"], "seed": seed,
     }
@@ -201,16 +243,88 @@ def clipping_bias(cfg: dict, key) -> list[dict]:
     return rows
 
 
+def digits_rows(cfg: dict, key, logger: Callable | None = print, *, out: Path | None = None,
+                saved: tuple | None = None) -> list[dict]:
+    """The digits BNN (:mod:`experiments.digits`: an MLP 64-64-10, 4 810 parameters) split
+    i.i.d. over ``N`` agents on a ring, mini-batches of ``b`` without replacement (the
+    accountant's subsampled Gaussian, ``q = b/n_i``), every per-datum gradient clipped: the
+    test NLL and accuracy of each agent's posterior predictive (its chains' kept iterations
+    after the first half, averaged over agents) against each agent's ε. Methods as for the
+    other problems, at the agents' own steps ``η`` (D-ULA at ``α = η/N``; the centralized
+    curator at ``η/N`` on the pooled data, batches of ``N b``): DE-SGLD, D-ULA, DIGing-SGLD
+    (ε = ∞; its positions' ε alone), DIGing-SGLD with private tracking, centralized DP-SGLD.
+    ``saved``: ``(rows so far, start time)`` to save after every run into ``out``."""
+    from dgsgld.model import data as dd
+
+    from .digits import _ensemble_fn, _post_burn_in, _Scorer, digits_task
+
+    c = cfg["digits"]
+    n, b, steps = c["agents"], c["batch_size"], c["num_steps"]
+    task = digits_task(cfg["seed"])
+    split = dd.split_iid(task.train, n, seed=cfg["seed"] + 10)
+    scorer = _Scorer(task)
+    mixing = nets.ring(n)
+    init_key, run_key = jax.random.split(key)
+    chains = jax.vmap(task.init)(jax.random.split(init_key, c["num_chains"]))
+    init_net = jax.tree.map(lambda a: jnp.repeat(a[:, None], n, axis=1), chains)
+    pooled_data = jax.tree.map(lambda a: jnp.asarray(a)[None], task.train)
+    methods = _methods(cfg, c["kappas"], c.get("methods"))
+    burn = (steps // c["thin"] + 1) // 2
+    local = int(np.asarray(split.mask).sum(1).max())
+    rows = []
+    for method, make in methods.items():
+        for agent_step in c["agent_steps"]:
+            for clip in c["clips"]:
+                algorithm = make(agent_step / n, n)
+                centralized = isinstance(algorithm, SGLD)
+                potential = (Potential(task.log_likelihood, task.log_prior, pooled_data,
+                                       n * b, clip=clip) if centralized else
+                             Potential(task.log_likelihood, task.log_prior, split.data, b,
+                                       mask=split.mask, clip=clip))
+                trace = sample(algorithm, potential, None if centralized else mixing,
+                               chains if centralized else init_net, run_key, steps,
+                               output=Output(thin=c["thin"], ensemble_fn=_ensemble_fn(
+                                   task, not centralized)), on_divergence="flag")
+                diverged = bool(np.asarray(trace.diverged).any())
+                outs = _post_burn_in(np.asarray(trace.ensemble), True, burn)
+                report = privacy_epsilon(algorithm, potential, steps, cfg["delta"],
+                                         network=mixing)
+                row = {"problem": "digits BNN", "agents": n, "local_size": local,
+                       "method": method, "clip": clip, "average_step": agent_step / n,
+                       "agent_step": agent_step, "iteration": steps, "diverged": diverged,
+                       "epsilon": float(report.epsilon.max()),
+                       "epsilon_mean": float(report.epsilon.mean()),
+                       "position_epsilon": None if report.position_epsilon is None
+                       else float(report.position_epsilon.max()),
+                       "unbounded": report.unbounded,
+                       "noise_multiplier": float(report.noise_multiplier.min())}
+                if not diverged and np.isfinite(outs).all():
+                    scores = scorer.score(outs, "test")["agent_mean"]
+                    row["nll"], row["accuracy"] = scores["nll"], scores["accuracy"]
+                rows.append(row)
+                if saved is not None and out is not None:
+                    _save(out, cfg | {"seconds": time.perf_counter() - saved[1],
+                                      "complete": False}, saved[0] + rows)
+                if logger is not None:
+                    logger(f"digits   N={n:2d} {method:18s} η={agent_step:.1e} "
+                           f"C={clip!s:4s} ε={_eps(row):>8s}  nll {_cell(row, 'nll')}  "
+                           f"accuracy {_cell(row, 'accuracy')}")
+    return rows
+
+
 def privacy_experiment(out: str | Path, *, small: bool = False, seed: int = 0,
-                       logger: Callable | None = print) -> list[dict]:
+                       logger: Callable | None = print, config: dict | None = None
+                       ) -> list[dict]:
     """Run every row, write ``privacy.json`` (after every run; ``config["complete"]`` is
-    False until the last) and ``privacy.md`` into ``out``, and return the rows."""
+    False until the last) and ``privacy.md`` into ``out``, and return the rows.
+    ``config``: entries replacing those of the run's configuration (e.g. ``{"methods":
+    [...]}``, a subset of the method names; ``{"digits": None}`` skips the BNN)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = _config(small, seed)
+    cfg = _config(small, seed) | (config or {})
     key = jax.random.key(seed)
     rows, start = [], time.perf_counter()
-    methods = METHODS | EXTRA_METHODS
+    methods = _methods(cfg)
     for name in cfg["problems"]:
         for n in cfg["agents"]:
             problem = _problem(name, seed, n)
@@ -229,6 +343,9 @@ def privacy_experiment(out: str | Path, *, small: bool = False, seed: int = 0,
                                    + "  ".join(f"{m} {_cell(last, m)}"
                                                for m in ("accuracy", "w2", "mean_bias")
                                                if m in last))
+    if cfg.get("digits"):
+        rows += digits_rows(cfg, jax.random.fold_in(key, 3), logger, out=out,
+                            saved=(rows, start))
     bias = clipping_bias(cfg, jax.random.fold_in(key, 2))
     if logger is not None:
         for r in bias:
@@ -255,7 +372,9 @@ def _eps(row: dict, key: str = "epsilon") -> str:
 def _cell(row: dict, metric: str) -> str:
     if row.get(metric) is None:
         return "diverged" if row["diverged"] else "—"
-    digits = 3 if metric == "accuracy" else 4
+    digits = 3 if metric in ("accuracy", "nll") else 4
+    if f"{metric}_se" not in row:
+        return f"{row[metric]:.{digits}f}"
     return f"{row[metric]:.{digits}f} ± {row[f'{metric}_se']:.{digits}f}"
 
 
@@ -267,16 +386,17 @@ def table(rows: list[dict], cfg: dict | None = None, bias: list[dict] | None = N
     """Markdown: per problem and number of agents, the rows at the last checkpoint, ε against
     iterations, then the privacy–utility frontier; last the clipping bias (linear problem)."""
     lines = []
-    last = max(r["iteration"] for r in rows)
     for problem in dict.fromkeys(r["problem"] for r in rows):
         sub = [r for r in rows if r["problem"] == problem]
-        metrics = [m for m in ("accuracy", "w2", "mean_bias") if any(m in r for r in sub)]
+        metrics = [m for m in ("nll", "accuracy", "w2", "mean_bias")
+                   if any(m in r for r in sub)]
         for n in dict.fromkeys(r["agents"] for r in sub):
             here = [r for r in sub if r["agents"] == n]
-            local = here[0]["local_size"]
+            local, last = here[0]["local_size"], max(r["iteration"] for r in here)
             lines += [f"### {problem}, N = {n} agents ({local} data each), T = {last}", "",
-                      f"ε per agent (the largest over agents; δ = {DELTA:g}); ± jackknife "
-                      "standard error over chains.", "",
+                      f"ε per agent (the largest over agents; δ = {DELTA:g})"
+                      + ("; ± jackknife standard error over chains." if any(
+                          f"{metrics[0]}_se" in r for r in here) else "."), "",
                       "| method | η̄ | C | ε | position ε | "
                       + " | ".join(metrics) + " |",
                       "|---|---:|---:|---:|---:|" + "---:|" * len(metrics)]
@@ -318,8 +438,9 @@ def _frontier(rows: list[dict], metric: str) -> str:
     better = max if metric == "accuracy" else min
     head = "| method | " + " | ".join(f"ε ≤ {b:g}" if math.isfinite(b) else "any ε"
                                       for b in BUDGETS) + " |"
-    lines = [f"Best {metric} within a privacy budget (over steps, clips and checkpoints; "
-             "DIGing-SGLD: its positions alone, as its trackers are not private):", "", head,
+    lines = [(f"Best {metric} within a privacy budget (over steps, clips and checkpoints; "
+              "DIGing-SGLD without private tracking: its positions alone, as its trackers are "
+              "not private):"), "", head,
              "|---|" + "---:|" * len(BUDGETS)]
     for method in dict.fromkeys(r["method"] for r in rows):
         cells = []

@@ -64,7 +64,8 @@ def bonferroni(num_comparisons, alpha=1e-3):
     return float(norm.ppf(1 - alpha / (2 * num_comparisons)))
 
 
-def assert_exact_law(algorithm, problem, mixing, num_chains, num_steps, check_at, thin=1):
+def assert_exact_law(algorithm, problem, mixing, num_chains, num_steps, check_at, thin=1,
+                     channel=None):
     """Chains of ``algorithm`` on a ``_problems.linear_regression`` problem (2 dimensions) from
     ``N(INIT_MEAN, INIT_COV)`` against the exact law at iterations ``check_at`` (multiples of
     ``thin``): the sample means and covariances of every agent (:func:`z_scores`) within the
@@ -73,6 +74,7 @@ def assert_exact_law(algorithm, problem, mixing, num_chains, num_steps, check_at
     Full-batch gradients on a quadratic potential make each iterate exactly Gaussian, so the
     z-scores are exact up to the normal approximation of a covariance entry (skewness
     ``≈ √(8/C)``). The chains run in the caller's precision (float64 under ``jax.enable_x64``).
+    ``channel``: the sampler's channel, for the exact law (``exact_moments(channel=)``).
     """
     num_agents, dim = problem.Z.shape[0], problem.Z.shape[-1]
     shape = (num_chains, num_agents, dim) if algorithm.decentralized else (num_chains, dim)
@@ -82,7 +84,7 @@ def assert_exact_law(algorithm, problem, mixing, num_chains, num_steps, check_at
                           output=dgsgld.Output(thin=thin))
     with jax.enable_x64(True):
         law = exact.exact_moments(algorithm, exact_quadratic(problem), mixing, INIT_MEAN,
-                                  INIT_COV, num_steps)
+                                  INIT_COV, num_steps, channel=channel)
         mean, cov = np.asarray(law.mean), np.asarray(law.cov)
     positions = np.asarray(trace.positions, np.float64)
     z = np.concatenate([np.ravel(part) for k in check_at

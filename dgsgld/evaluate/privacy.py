@@ -67,11 +67,19 @@ messages alone (as if the trackers travelled privately) are reported as ``positi
 for a static network: the tracker's sensitivity is ``Δ_y = Δ_i (1 + A_i)`` with
 ``A_i = Σ_{m≥1} |[Wᵐ]_ii − [Wᵐ⁻¹]_ii|`` (the datum's gradient enters ``y_i`` at every step,
 once added and once subtracted, through the products of ``W``), with no amplification.
-Private tracking (``docs/privacy.md``): trackers mixed through Gaussian public copies
-``ŷ_j = y_j + ξ_j``, ``y⁺ = y + γ (W − I) ŷ + ∇̃F(x⁺) − ∇̃F(x)``, keep ``Σ_i y_i = Σ_i ∇̃f_i``
-exactly, and then ``y_j = ∇̃f_j(x_j) +`` (a function of public copies): each copy is a Gaussian
-mechanism on the step's gradient, accounted with the position as one (a rule returns
-``Mechanism(..., tracker_noise=σ)``).
+Private tracking (``DIGingSGLD(η, tracking_noise=σ)``, ``docs/guide/privacy.md``): agent
+``j`` sends Gaussian public copies ``ŷ_j = y_j + ξ_j`` (``ξ_j ~ N(0, σ_k² I)`` fresh at every
+step) and ``y⁺ = W ŷ − ξ + ∇̃F(x⁺) − ∇̃F(x) = W y + (W − I) ξ + ∇̃F(x⁺) − ∇̃F(x)``, which keeps
+``Σ_i y_i = Σ_i ∇̃f_i`` exactly. By induction from ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``,
+``e_j⁽ᵏ⁾ = y_j⁽ᵏ⁾ − ∇̃f_j(x_j⁽ᵏ⁾) = Σ_{s<k} ((W ŷ⁽ˢ⁾)_j − ŷ_j⁽ˢ⁾)`` is a function of the
+copies sent before step ``k`` (the ``−∇̃f(x)`` of each step cancels the ``+∇̃f(x)`` of the
+step before, and ``ξ_j = ŷ_j − y_j``). Step ``k`` releases ``ŷ_i⁽ᵏ⁾ = g + e + ξ`` and
+``x_i⁽ᵏ⁺¹⁾ = (W x)_i − η e − η g + √(2η) w``, both about the one gradient ``g = ∇̃f_i(x_i⁽ᵏ⁾)``
+(one mini-batch draw), with independent noises: one Gaussian mechanism of
+``1/z² = (ηΔ)²/(2η) + Δ²/σ²``, sensitivity ``Δ_i`` (not ``2Δ_i`` as the difference
+``∇̃f(x⁺) − ∇̃f(x)`` in one message suggests: each gradient enters the copies once, and the
+copies' noise is fresh, not that of the differences). Through a channel the neighbours see
+functions of the copies and of data-independent randomness: post-processing.
 
 Not covered: the keys' secrecy is assumed (the noise is only as private as its key); the
 32-bit draws of mini-batches favour some subsets by at most ``count / 2³²`` relative
@@ -133,7 +141,7 @@ class Mechanism(NamedTuple):
     that carries gradients, else ``None``; ``tracker_noise``: ``None`` (that message is sent
     without noise: ``ε = ∞``), or ``(T,)``/``(T, N)`` standard deviations ``σ_k`` of Gaussian
     public copies of the tracker, each a Gaussian mechanism on the same ``∇̃f_i`` as the
-    step's position (private tracking, ``docs/privacy.md``): the step's two releases are one
+    step's position (private tracking, ``docs/guide/privacy.md``): the step's two releases are one
     Gaussian mechanism of ``1/z² = (drift_k Δ / noise_k)² + (Δ / σ_k)²``."""
 
     drift: np.ndarray
@@ -260,7 +268,11 @@ def _sghmc(algorithm, num_steps, context, tracker=None) -> Mechanism:
 
 
 def _diging(algorithm, num_steps, context) -> Mechanism:
-    return _langevin(algorithm, num_steps, context)._replace(tracker="tracker")
+    mech = _langevin(algorithm, num_steps, context)._replace(tracker="tracker")
+    sigma = getattr(algorithm, "tracking_noise", None)
+    if sigma is None:
+        return mech
+    return mech._replace(tracker_noise=_schedule(sigma, num_steps, "tracking_noise"))
 
 
 def _push_sum(algorithm, num_steps, context) -> Mechanism:

@@ -11,20 +11,45 @@ let the average tracker random-walk.
 With ``preconditioner=M`` the step is ``x⁺ = W x − η M y + √(2η) S w`` (``S Sᵀ = M``) and the
 tracker is unchanged: the network average then moves like preconditioned Langevin dynamics,
 ``x̄⁺ = x̄ − (η/N) M Σ_i ∇̃f_i(x_i) + √(2η/N) S w̄``.
+
+Private tracking (``tracking_noise=σ``): each agent sends a Gaussian public copy of its tracker,
+``ŷ_j = y_j + ξ_j`` with ``ξ_j ~ N(0, σ² I)`` fresh at every step, mixes everyone's copies and
+subtracts its own ``ξ_i``:
+
+    y⁺ = W (y + ξ) − ξ + ∇̃F(x⁺) − ∇̃F(x) = W y + (W − I) ξ + ∇̃F(x⁺) − ∇̃F(x).
+
+``1ᵀ(W − I) = 0``, so ``Σ_i y_i = Σ_i ∇̃f_i(x_i)`` still holds exactly, and
+``y_j − ∇̃f_j(x_j)`` is a function of the copies sent before: each copy is a Gaussian
+mechanism on one gradient (:mod:`dgsgld.evaluate.privacy`). The copies go through the channel
+like the tracker would. ``ξ`` is drawn from ``fold_in(key, tag)`` for all ``N`` agents (a
+device keeps its rows), so without the option the run's draws are unchanged.
 """
 
 from typing import ClassVar, NamedTuple
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from .._util import tree as _tree
+from .._util import validation as _validation
 from .._util.types import Array, PRNGKey, PyTree
-from ..communication import Channel, as_channel, hold, init_states, send
+from ..communication import Channel, as_channel, hold, init_states, operand, send
 from ..gradients import GradientEstimator, as_estimator
 from .base import SamplingAlgorithm
 
 __all__ = ["DIGingState", "DIGingSGLD"]
+
+#: ``fold_in`` tag of the tracking noise's key (distinct from the channel's tags).
+_TRACKING_TAG = 0x74726B6E
+
+
+def _tracking_noise(value):
+    """``None``, or a positive constant (stored as an array) or schedule ``count -> σ``."""
+    if value is None:
+        return None
+    _validation.check_step_size(value, name="tracking_noise")
+    return _tree.as_step_size(value)
 
 
 class DIGingState(NamedTuple):
@@ -50,15 +75,19 @@ class DIGingState(NamedTuple):
 
 class DIGingSGLD(SamplingAlgorithm):
     """DIGing-SGLD over a time-varying network: ``DIGingSGLD(step_size, estimator=None, *,
-    normal=jax.random.normal, channel=None)``.
+    normal=jax.random.normal, channel=None, tracking_noise=None)``.
 
     ``step_size`` a constant or a schedule ``count -> η`` (e.g. from optax); ``estimator``
     from :mod:`dgsgld.gradients` (default: plain mini-batches); ``channel`` a
-    :class:`dgsgld.communication.Channel` (default: exact mixing).
+    :class:`dgsgld.communication.Channel` (default: exact mixing); ``tracking_noise`` ``None``
+    (trackers sent exactly) or the standard deviation ``σ`` (a constant or a schedule
+    ``count -> σ``) of the Gaussian public copies of the trackers (module docstring: private
+    tracking).
     """
 
     estimator: GradientEstimator = eqx.field(default=None, converter=as_estimator)
     channel: Channel | None = eqx.field(default=None, converter=as_channel, kw_only=True)
+    tracking_noise: object = eqx.field(default=None, converter=_tracking_noise, kw_only=True)
     name: ClassVar[str] = "DIGing-SGLD"
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingState:
@@ -81,9 +110,25 @@ class DIGingSGLD(SamplingAlgorithm):
         position = _tree.langevin_update(mixed, self._precondition(state.tracker, state.position),
                                          noise, eta)
         grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
+        message, xi = state.tracker, None
+        if self.tracking_noise is not None:
+            xi = self._tracking_noise(key, state, mixing_matrix)
+            message = _tree.tree_add(message, xi)
         mixed_tracker, channel = send(self.channel, key, channel, "tracker", mixing_matrix,
-                                      state.tracker, state.count)
+                                      message, state.count)
+        if xi is not None:
+            mixed_tracker = _tree.tree_sub(mixed_tracker, xi)
         tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
         new = DIGingState(position, tracker, grad, state.count + 1, est, channel)
         new = hold(self.channel, key, state, new, mixing_matrix)
         return new
+
+    def _tracking_noise(self, key: PRNGKey, state: DIGingState, mixing_matrix) -> PyTree:
+        """``σ_k ξ`` shaped like the tracker: drawn for all ``N`` agents, this block's rows."""
+        sigma = _tree.resolve_step_size(self.tracking_noise, state.count)
+        rows = jax.tree.leaves(state.tracker)[0].shape[0]
+        total = operand.num_agents(mixing_matrix, rows)
+        full = jax.tree.map(lambda y: jnp.zeros((total, *y.shape[1:]), y.dtype), state.tracker)
+        xi = _tree.normal_like(jax.random.fold_in(key, _TRACKING_TAG), full, self.normal)
+        xi = operand.own_rows(mixing_matrix, xi, total)
+        return jax.tree.map(lambda v: (sigma * v).astype(v.dtype), xi)

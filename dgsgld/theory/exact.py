@@ -530,7 +530,7 @@ def _channel_law(channel, algorithm, num_agents: int) -> _ChannelLaw:
                f"{' and '.join(drawn)}")
     if link_p is not None and len(drawn) > 1:
         refuse(f"link drops are propagated alone, not with {' and '.join(drawn[1:])}")
-    if not _recursion_of(algorithm).messages_before_step and (fraction is not None
+    if not _recursion_of(algorithm).sends_state(algorithm) and (fraction is not None
                                                                or link_p is not None):
         refuse(f"{'random-k messages' if link_p is None else 'random link drops'} are "
                "propagated for the samplers whose messages are blocks of the state before the "

@@ -11,7 +11,9 @@ preconditioner ``𝐏 = I_N ⊗ P``, ``𝐒 = I_N ⊗ S`` (``S Sᵀ = P``; ``P =
 :mod:`dgsgld.samplers.precondition`):
 
 * DIGing-SGLD, ``s = (x, y)``, ``y⁽⁰⁾ = 𝐀x⁽⁰⁾ − 𝐛``:
-  ``𝐌 = [[𝒲, −η𝐏], [𝐀(𝒲 − I), 𝒲 − η𝐀𝐏]]``, ``c = 0``, ``G = √(2η) [𝐒; 𝐀𝐒]``.
+  ``𝐌 = [[𝒲, −η𝐏], [𝐀(𝒲 − I), 𝒲 − η𝐀𝐏]]``, ``c = 0``, ``G = √(2η) [𝐒; 𝐀𝐒]``; with
+  private tracking (``tracking_noise=σ``) ``G = [[√(2η) 𝐒, 0], [√(2η) 𝐀𝐒, σ (𝒲 − I)]]``
+  (the tracker's noise ``σ (𝒲 − I) ξ``, ``ξ ~ N(0, I)`` independent of ``w``).
 * DE-SGLD, ``s = x``: ``𝐌 = 𝒲 − η𝐏𝐀``, ``c = η𝐏𝐛``, ``G = √(2η) 𝐒``.
 * EXTRA-SGLD, ``s = (x, z)``, ``z⁽⁰⁾ = 0``, ``W̃ = (I+𝒲)/2``, ``V² = (I−𝒲)/2``:
   ``𝐌 = [[W̃ − η𝐏𝐀, −I], [V²(W̃ − η𝐏𝐀), I − V²]]``, ``c = η[𝐏𝐛; V²𝐏𝐛]``,
@@ -149,18 +151,25 @@ class SamplerRecursion(NamedTuple):
         messages_before_step: whether every message the sampler mixes is a block of the
             state before the step, with offset and noise free of ``W``: what random link
             drops and random-k messages need (EXTRA-SGLD mixes its new position, and is
-            refused those channels).
+            refused those channels); a bool, or ``algorithm -> bool`` where the sampler's
+            options decide (DIGing-SGLD's tracking noise ``σ (𝒲 − I) ξ`` depends on ``W``).
     """
 
     step: Callable[..., LinearRecursion]
     blocks: tuple[str, ...] = ("position",)
-    messages_before_step: bool = True
+    messages_before_step: bool | Callable = True
+
+    def sends_state(self, algorithm) -> bool:
+        """``messages_before_step`` for ``algorithm``."""
+        flag = self.messages_before_step
+        return bool(flag(algorithm) if callable(flag) else flag)
 
 
 _RECURSIONS: dict[type, SamplerRecursion] = {}
 
 
-def register_recursion(cls: type, *, blocks=("position",), messages_before_step: bool = True):
+def register_recursion(cls: type, *, blocks=("position",),
+                       messages_before_step: bool | Callable = True):
     """Register ``step`` as the exact recursion of the sampler class ``cls`` (a decorator).
 
     Args:
@@ -184,7 +193,9 @@ def register_recursion(cls: type, *, blocks=("position",), messages_before_step:
                          f"got {blocks!r}.")
 
     def decorate(step):
-        _RECURSIONS[cls] = SamplerRecursion(step, blocks, bool(messages_before_step))
+        flag = messages_before_step if callable(messages_before_step) \
+            else bool(messages_before_step)
+        _RECURSIONS[cls] = SamplerRecursion(step, blocks, flag)
         return step
 
     return decorate
@@ -364,13 +375,23 @@ def _de(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
                            xp.sqrt(2.0 * eta) * p.root())
 
 
-@register_recursion(DIGingSGLD, blocks=("position", "tracker"))
+def _tracking_noise(algorithm):
+    return getattr(algorithm, "tracking_noise", None)
+
+
+@register_recursion(DIGingSGLD, blocks=("position", "tracker"),
+                    messages_before_step=lambda a: _tracking_noise(a) is None)
 def _diging(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta, p = step_size, _stacked(algorithm, quadratic, mixing_matrix, xp)
     M = xp.block([[p.Wb, -eta * p.left(p.eye)],
                    [p.Ab @ (p.Wb - p.eye), p.Wb - eta * p.right(p.Ab)]])
     root = p.eye if p.S is None else p.S
     noise = xp.sqrt(2.0 * eta) * xp.concatenate([root, p.Ab if p.S is None else p.Ab @ p.S])
+    sigma = _tracking_noise(algorithm)
+    if sigma is not None:  # private tracking: σ (𝒲 − I) ξ in the tracker, ξ ~ N(0, I)
+        sigma = _scalar(schedule_value(sigma, count, "tracking_noise", xp), p.eye.dtype, xp)
+        zero = xp.zeros_like(p.eye)
+        noise = xp.concatenate([noise, xp.concatenate([zero, sigma * (p.Wb - p.eye)])], axis=1)
     return LinearRecursion(M, xp.zeros(2 * p.N * p.d, p.eye.dtype), noise)
 
 

@@ -161,7 +161,7 @@ def test_privacy_example():
     out = _run("privacy.py")
     rows = {tuple(ln.split(" accuracy ")[0].split("C =")): ln for ln in out.splitlines()
             if " accuracy " in ln}
-    assert len(rows) == 6
+    assert len(rows) == 9
     eps = {(name.strip(), clip.strip()): float(re.search(r"ε per agent (\S+)", ln).group(1))
            for (name, clip), ln in rows.items()}
     acc = {(name.strip(), clip.strip()): float(re.search(r"accuracy (\d\.\d+)", ln).group(1))
@@ -172,6 +172,9 @@ def test_privacy_example():
     assert eps[("DE-SGLD", "0.3")] == pytest.approx(2.44, abs=0.01)
     assert eps[("SGLD (centralized)", "0.3")] < eps[("DE-SGLD", "0.3")] / 3
     assert eps[("DE-SGLD", "None")] == float("inf")
+    # Private tracking at κ = 1: μ² twice DE-SGLD's (μ = √2 · 0.3 · √(500 · 0.004 / 2) · 2).
+    assert eps[("DIGing-SGLD (private)", "0.3")] == pytest.approx(3.62, abs=0.01)
+    assert eps[("DIGing-SGLD (private)", "None")] == float("inf")
     # 16 chains x 20 agents, 500 steps: unclipped accuracy near the posterior predictive's
     # (about 0.9 on this test set); clipping at 0.3 costs a few points.
     assert 0.85 < acc[("DE-SGLD", "None")] <= 1.0

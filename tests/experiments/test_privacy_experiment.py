@@ -48,6 +48,45 @@ def test_rows_carry_the_closed_form_epsilon(logistic):
     assert de[-1]["epsilon"] < diging[-1]["position_epsilon"] < math.inf
 
 
+def test_private_tracking_rows_carry_their_closed_form(logistic):
+    """DIGing-SGLD with private tracking at ``κ``: copies of noise ``σ = κ √(2/η)``, so full
+    batches compose to ``μ² = T (2C)² (η/2 + 1/σ²) = T (2C)² η (1 + 1/κ²) / 2``; finite ε,
+    utility measured, no position ε (the whole release is accounted)."""
+    problem, mixing = logistic
+    cfg, key = _tiny(), jax.random.key(0)
+    step, clip, kappa = 2e-4, 0.3, 0.5
+    rows = experiment._run("private", experiment.private_tracking(kappa), problem, clip, step,
+                           mixing, cfg, key)
+    from dp_accounting import get_epsilon_gaussian
+
+    eta = 20 * step
+    for r in rows:
+        mu = 2 * clip * math.sqrt(r["iteration"] * eta * (1 + 1 / kappa ** 2) / 2)
+        assert r["epsilon"] == pytest.approx(get_epsilon_gaussian(1 / mu, 1e-5), rel=1e-5)
+        assert r["unbounded"] is None and r["position_epsilon"] is None
+        assert 0.0 <= r["accuracy"] <= 1.0 and not r["diverged"]
+    algo = experiment.private_tracking(kappa)(step, 20)
+    assert float(algo.tracking_noise) == pytest.approx(kappa * math.sqrt(2 / eta), rel=1e-6)
+
+
+@pytest.mark.slow  # fast twin: test_private_tracking_rows_carry_their_closed_form
+def test_digits_rows_account_the_subsampled_bnn():
+    """The digits BNN rows: mini-batches of 16 without replacement, the RDP accountant, a
+    finite NLL; the centralized curator (batches of N b on the pooled data) spends less."""
+    cfg = _tiny() | {"digits": {"agents": 10, "batch_size": 16, "num_chains": 1,
+                                "num_steps": 20, "thin": 10, "clips": [1.0],
+                                "agent_steps": [1e-3], "kappas": [1.0],
+                                "methods": ["SGLD (centralized)",
+                                            "DIGing-SGLD (private, κ = 1)"]}}
+    rows = experiment.digits_rows(cfg, jax.random.key(0), None)
+    by = {r["method"]: r for r in rows}
+    private, central = by["DIGing-SGLD (private, κ = 1)"], by["SGLD (centralized)"]
+    assert 0 < central["epsilon"] < private["epsilon"] < math.inf
+    assert all(np.isfinite(r["nll"]) and 0 <= r["accuracy"] <= 1 for r in rows)
+    text = experiment.table(rows)       # the BNN's own last iteration heads its table
+    assert "| DIGing-SGLD (private, κ = 1) | 1.0e-04 | 1.0 |" in text and "T = 20\n" in text
+
+
 def test_frontier_picks_the_best_row_within_each_budget():
     rows = [
         {"method": "A", "epsilon": 0.5, "accuracy": 0.70, "average_step": 1e-4, "clip": 0.1,

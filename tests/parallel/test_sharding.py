@@ -63,6 +63,12 @@ SCRIPT = textwrap.dedent(
                                         5, output=dgsgld.Output(positions=False),
                                         placement=dgsgld.Agents())
             res["agents_de_diff"] = float(jnp.abs(de_agents.positions - ref_de.positions).max())
+            # Private tracking: the copies' noise is drawn for all agents, each block its rows.
+            private = dgsgld.DIGingSGLD(0.05, tracking_noise=2.0)
+            res["agents_private_diff"] = float(jnp.abs(
+                dgsgld.sample(private, prob.potential, mixing, init, key, 20,
+                              placement=dgsgld.Agents()).positions
+                - dgsgld.sample(private, prob.potential, mixing, init, key, 20).positions).max())
             res["agents_resume_diff"] = float(jnp.abs(more_agents.state.position
                                                       - ref_more.state.position).max())
             more = dgsgld.sample(alg, prob.potential, mixing, chains.state, key, 5,
@@ -188,7 +194,7 @@ def _check_equal(r: dict) -> None:
     assert r["agents_tracker_diff"] < 10 * bound             # trackers are gradient-sized
     assert not r["agents_diverged"]
     for name in ("resume_diff", "two_devices_diff", "agents_de_diff", "agents_resume_diff",
-                 "agents_dula_saga_diff"):
+                 "agents_dula_saga_diff", "agents_private_diff"):
         if name in r:
             assert r[name] < bound
 
@@ -248,7 +254,8 @@ def _check_sparse(sp: dict) -> None:
 def test_full_batch_resumed_and_two_device_runs_equal_single_device_run(full_result):
     result = full_result
     for batch in ("None", "2"):
-        assert {"agents_de_diff", "agents_resume_diff", "resume_diff"} <= set(result[batch])
+        assert {"agents_de_diff", "agents_resume_diff", "resume_diff",
+                "agents_private_diff"} <= set(result[batch])
         _check_equal(result[batch])
     _check_sparse(result["sparse"])
     assert all("diff" in r for r in result["sparse"].values())
