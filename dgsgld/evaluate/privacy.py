@@ -81,6 +81,12 @@ step before, and ``ξ_j = ŷ_j − y_j``). Step ``k`` releases ``ŷ_i⁽ᵏ⁾ =
 copies' noise is fresh, not that of the differences). Through a channel the neighbours see
 functions of the copies and of data-independent randomness: post-processing.
 
+Preconditioners: with a constant ``M = S Sᵀ`` a step releases ``−η M g + √(2η) S w``; whitened
+by ``S⁻¹`` this is ``−η Sᵀ g + √(2η) w``, whose sensitivity is at most ``‖S‖₂ Δ = √λ_max(M) Δ``,
+so the drift's sensitivity is scaled by ``√λ_max(M)`` (exact for ``M = c I``: the step of
+``η c`` without ``M``; for a low-rank ``M = D + U Uᵀ`` the bound ``max D + λ_max(UᵀU)``). The
+tracker's copies are not preconditioned.
+
 Not covered: the keys' secrecy is assumed (the noise is only as private as its key); the
 32-bit draws of mini-batches favour some subsets by at most ``count / 2³²`` relative
 probability, which the accountant ignores; and the samples an agent keeps are an output like
@@ -110,6 +116,11 @@ from ..samplers import (
     PushDIGingSGLD,
     PushSumSGLD,
     SamplingAlgorithm,
+)
+from ..samplers.precondition import (
+    DensePreconditioner,
+    DiagonalPreconditioner,
+    LowRankPreconditioner,
 )
 
 __all__ = [
@@ -298,6 +309,27 @@ for _cls, _rule in ((SGLD, _langevin), (DESGLD, _langevin), (EXTRASGLD, _langevi
                     (DIGingSGHMC, lambda a, t, c: _sghmc(a, t, c, "tracker")),
                     (PushSumSGLD, _push_sum), (PushDIGingSGLD, _push_diging)):
     register_mechanism(_cls, _rule)
+
+
+def _preconditioner_gain(preconditioner) -> float:
+    """``√λ_max(M)`` (an upper bound for a low-rank ``M``), ``1`` without ``M`` (module
+    docstring)."""
+    if preconditioner is None:
+        return 1.0
+    if isinstance(preconditioner, DensePreconditioner):
+        top = np.linalg.eigvalsh(np.asarray(preconditioner.matrix, np.float64))[-1]
+    elif isinstance(preconditioner, DiagonalPreconditioner):
+        top = max(float(np.max(np.asarray(leaf, np.float64)))
+                  for leaf in jax.tree.leaves(preconditioner.diagonal))
+    elif isinstance(preconditioner, LowRankPreconditioner):
+        factor = np.asarray(preconditioner.factor, np.float64)
+        top = float(np.max(np.asarray(preconditioner.diagonal, np.float64))) + float(
+            np.linalg.eigvalsh(factor.T @ factor)[-1])
+    else:
+        raise ValueError(f"No sensitivity is derived for the preconditioner "
+                         f"{type(preconditioner).__name__}: use a Dense, Diagonal or LowRank "
+                         "preconditioner.")
+    return float(np.sqrt(top))
 
 
 def _rule_of(algorithm) -> Callable:
@@ -627,8 +659,11 @@ def privacy_epsilon(
     sens = gradient_sensitivity(potential, getattr(algorithm, "estimator", None))
     mask, notes = _activity(channel, num_steps, n_agents, active)
     notes = [sens.scheme] + notes + _channel_notes(channel)
-    drift = np.broadcast_to(np.asarray(mech.drift, np.float64).reshape(num_steps, -1),
-                            (num_steps, n_agents))
+    gain = _preconditioner_gain(getattr(algorithm, "preconditioner", None))
+    if gain != 1.0:
+        notes.append(f"preconditioner: drift sensitivity scaled by √λ_max(M) = {gain:.4g}")
+    drift = gain * np.broadcast_to(
+        np.asarray(mech.drift, np.float64).reshape(num_steps, -1), (num_steps, n_agents))
     noise = np.broadcast_to(np.asarray(mech.noise, np.float64).reshape(num_steps, -1),
                             (num_steps, n_agents))
     sampled = (sens.sampling < 1).any()

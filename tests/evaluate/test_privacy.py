@@ -23,8 +23,34 @@ from dgsgld import gradients as G
 from dgsgld.evaluate import privacy as P
 from dgsgld.model.potential import clip_rows
 from dgsgld.parallel.devices import AgentRows
+from dgsgld.samplers.precondition import (
+    DensePreconditioner,
+    DiagonalPreconditioner,
+    LowRankPreconditioner,
+)
 
 dp = pytest.importorskip("dp_accounting")
+
+
+def test_a_preconditioner_scales_the_drift_sensitivity():
+    """With ``M = c I`` a step of size η is, message for message, the step of size ``η c``
+    without ``M`` (drift ``η c g``, noise ``√(2ηc) w``), so their ε are equal; a diagonal or
+    dense ``M`` is bounded through ``√λ_max(M)``: ``M = diag(c, c/10)`` gives the ε of ``M = c I``
+    (the bound is attained along the first axis), and a larger ``λ_max`` never lowers ε."""
+    pot = dgsgld.Potential(_linear, None, _data(), clip=1.0)
+    c, eta = 3.0, 0.002
+    plain = P.privacy_epsilon(dgsgld.DESGLD(eta * c), pot, 40, 1e-5).epsilon
+    scaled = P.privacy_epsilon(
+        dgsgld.DESGLD(eta, preconditioner=DiagonalPreconditioner(jnp.full(2, c))), pot, 40,
+        1e-5)
+    np.testing.assert_allclose(scaled.epsilon, plain, rtol=1e-6)  # step sizes are float32
+    assert any("√λ_max(M)" in note for note in scaled.notes)
+    mixed = P.privacy_epsilon(dgsgld.DESGLD(eta, preconditioner=DensePreconditioner(
+        jnp.diag(jnp.array([c, c / 10])))), pot, 40, 1e-5).epsilon
+    np.testing.assert_allclose(mixed, plain, rtol=1e-6)
+    wider = P.privacy_epsilon(dgsgld.DESGLD(eta, preconditioner=LowRankPreconditioner(
+        jnp.full(2, c), jnp.array([[1.0], [0.0]]))), pot, 40, 1e-5).epsilon
+    assert (wider > plain).all()
 
 
 def _linear(t, d):
@@ -75,7 +101,8 @@ def test_clipped_full_and_minibatch_gradients_match_hand_computation():
 
 def test_clipping_is_the_huber_derivative_for_linear_regression():
     """``clip_C((zᵀx − y) z) = ψ_{C/‖z‖}(zᵀx − y) z``: per-datum clipping of a linear-Gaussian
-    likelihood is Huber regression with threshold ``C / ‖z_j‖`` per datum (docs/guide/privacy.md)."""
+    likelihood is Huber regression with threshold ``C / ‖z_j‖`` per datum
+    (docs/guide/privacy.md)."""
     z, y = _data(5, agents=1, local=50)
     x = jnp.array([[0.3, -0.7]])
     c = 2.0
@@ -311,7 +338,8 @@ def test_tracking_samplers_report_infinity_and_their_position_messages():
 def test_private_tracking_hook_composes_tracker_and_position_releases():
     """A tracking sampler whose rule gives Gaussian public copies of the tracker (std ``σ``):
     each step releases ``ŷ = ∇̃f + public + ξ`` and ``x⁺ = public − η ∇̃f + √(2η) w``, one
-    Gaussian mechanism of ``μ² = Δ² (η/2 + 1/σ²)`` (docs/guide/privacy.md), composed over T steps."""
+    Gaussian mechanism of ``μ² = Δ² (η/2 + 1/σ²)`` (docs/guide/privacy.md), composed over T
+    steps."""
 
     class PrivateDIGing(dgsgld.DIGingSGLD):
         pass
@@ -503,7 +531,8 @@ def test_the_guide_runs_and_prints_the_closed_form():
     import pathlib
     import re
 
-    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "privacy.md").read_text()
+    root = pathlib.Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "guide" / "privacy.md").read_text()
     code = "\n".join(re.findall(r"```python\n(.*?)```", text, re.S))
     namespace, out = {}, io.StringIO()
     with contextlib.redirect_stdout(out):
