@@ -469,16 +469,18 @@ class Channel(eqx.Module):
         """Bytes of one message of ``dim`` entries of ``dtype``."""
         return -(-self.compressor.bits(int(dim), 8 * jnp.dtype(dtype).itemsize) // 8)
 
-    def bytes_sent(self, state) -> np.ndarray:
+    def bytes_sent(self, state, potential=None) -> np.ndarray:
         """Bytes each agent has sent, ``int64`` of shape ``state``'s counters' ``(..., N)``.
 
         ``state``: a sampler state run with this channel (e.g. ``trace.state``, leaves
         ``(num_chains, N, ...)``), whose ``position`` gives the message size. A push-sum
         state (one with a ``weight``) also sends its weight, one exact entry, with every
-        ``position`` message (:func:`send_mass`).
+        ``position`` message (:func:`send_mass`). ``potential``: the run's potential, needed
+        when it has private leaves (never sent, so not counted).
         """
         counts = np.asarray(messages_sent(state), np.int64)
-        leaves = jax.tree.leaves(state.position)
+        mask = None if potential is None else potential.private_mask(state.position)
+        leaves = jax.tree.leaves(_private.shared_part(state.position, mask))
         lead = counts.ndim
         dim = sum(int(np.prod(np.shape(leaf)[lead:])) for leaf in leaves)
         dtype = jnp.result_type(*leaves)
