@@ -229,3 +229,58 @@ def test_bad_private_declarations_are_refused_with_the_argument_named():
     with pytest.raises(ValueError, match="private leaves"):   # SGLD: (N, ...) private leaves
         pb.potential.pooled_grad({"intercept": jnp.zeros(()), "shared": jnp.zeros(2)},
                                  jax.random.key(0))
+
+
+def test_numpyro_agent_plate_gives_private_sites_with_the_hand_written_potential():
+    """A numpyro model of the pooled data with intercepts in a plate over the agents: the
+    intercepts become private parameters, and the potential's gradients equal those of the
+    hand-written hierarchical potential (``hierarchical_gaussian``; the model's priors on
+    ``b`` and ``μ`` are its N(0, 2²), intercepts N(μ, 1), noise 0.5); ``constrain`` maps a
+    positive private site (a per-agent noise scale) back to its support per agent."""
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as dist
+
+    pb = hierarchical_gaussian(num_agents=N)
+    x, y = (np.asarray(leaf) for leaf in pb.potential.data)
+
+    def model(x, y):
+        b = numpyro.sample("b", dist.Normal(0.0, 2.0))
+        mu = numpyro.sample("mu", dist.Normal(0.0, 2.0))
+        with numpyro.plate("agents", x.shape[0], dim=-2):
+            a = numpyro.sample("a", dist.Normal(mu, 1.0))
+            with numpyro.plate("data", x.shape[1], dim=-1):
+                numpyro.sample("y", dist.Normal(a + b * x, 0.5), obs=y)
+
+    pot = dgsgld.Potential.from_numpyro(model, {"x": x, "y": y}, agent_plate="agents")
+    assert dgsgld.model.ppl.numpyro_model(pot).private == ("a",)
+    z = np.random.default_rng(2).normal(size=(N, 3)).astype(np.float32)
+    params = {"a": jnp.asarray(z[:, 2]), "b": jnp.asarray(z[:, 0]), "mu": jnp.asarray(z[:, 1])}
+    g = pot.full_grad(params)
+    want = pb.potential.full_grad(hierarchical_params(z))
+    np.testing.assert_allclose(g["a"], want["intercept"], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(np.stack([g["b"], g["mu"]], -1), want["shared"], rtol=1e-5,
+                               atol=1e-4)
+    # A run takes the private site with its agent axis; constrain maps a positive one back.
+    init = {k: jnp.broadcast_to(v, (2, *v.shape)) for k, v in params.items()}
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(0.005), pot, ring(N), init, jax.random.key(0), 3)
+    assert trace.positions["a"].shape == (2, 4, N)   # the start and 3 steps
+
+    def scales(x, y):
+        s = numpyro.sample("s", dist.HalfNormal(1.0))
+        with numpyro.plate("agents", x.shape[0], dim=-2):
+            sigma = numpyro.sample("sigma", dist.LogNormal(0.0, s))
+            with numpyro.plate("data", x.shape[1], dim=-1):
+                numpyro.sample("y", dist.Normal(0.0, sigma), obs=y)
+
+    pot2 = dgsgld.Potential.from_numpyro(scales, {"x": x, "y": y}, agent_plate="agents")
+    draws = {"s": jnp.zeros((2, N)), "sigma": jnp.log(jnp.arange(1.0, N + 1))[None] * jnp.ones((2, 1))}
+    out = dgsgld.model.constrain(pot2, draws)
+    np.testing.assert_allclose(out["sigma"], np.broadcast_to(np.arange(1.0, N + 1), (2, N)),
+                               rtol=1e-6)
+    # The agent prior of the private site: log LogNormal(σ; 0, s) + log-Jacobian log σ.
+    info = dgsgld.model.ppl.numpyro_model(pot2)
+    u = {"s": jnp.asarray(0.3), "sigma": jnp.asarray(0.7)}
+    want_agent = float(dist.LogNormal(0.0, info.constrain(u)["s"]).log_prob(jnp.exp(0.7)) + 0.7)
+    np.testing.assert_allclose(float(info.log_agent_prior(u)), want_agent, rtol=1e-5)
+    with pytest.raises(ValueError, match="`agent_plate` = 'groups' is no plate"):
+        dgsgld.Potential.from_numpyro(model, {"x": x, "y": y}, agent_plate="groups")

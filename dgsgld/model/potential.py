@@ -399,15 +399,20 @@ class Potential(eqx.Module):
     def from_numpyro(cls, model: Callable, data: PyTree, batch_size: int | None = None, *,
                      mask: Array | None = None, replace: bool = False,
                      model_kwargs: dict | None = None, plate: str | None = None,
-                     clip: float | None = None) -> "Potential":
+                     clip: float | None = None, agent_plate: str | None = None) -> "Potential":
         """The potential of a numpyro model on its unconstrained space: observed sites in a
         plate over ``data`` (a dict of the model's data arguments, leaves ``(N, n_local,
         ...)``), latent sites outside it (:func:`dgsgld.model.ppl.factorize`: its arguments
-        and errors); :func:`dgsgld.model.constrain` maps the draws back. Needs numpyro (the
+        and errors); :func:`dgsgld.model.constrain` maps the draws back. With
+        ``agent_plate``, the name of a plate over the agents, latent sites inside that plate
+        are private parameters (one per agent; :mod:`dgsgld.model.ppl`). Needs numpyro (the
         ``numpyro`` extra), imported on use."""
-        info = ppl.factorize(model, data, model_kwargs=model_kwargs, plate=plate)
+        info = ppl.factorize(model, data, model_kwargs=model_kwargs, plate=plate,
+                             agent_plate=agent_plate)
+        private = info.private
         return cls(info.log_likelihood, info.log_prior, data, batch_size, mask=mask,
-                   replace=replace, clip=clip)
+                   replace=replace, clip=clip, private=private or None,
+                   log_agent_prior=info.log_agent_prior if private else None)
 
     # -- one agent -------------------------------------------------------------------------
 
