@@ -344,3 +344,11 @@ def test_placements_with_private_leaves_equal_the_unplaced_run(scope):
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out.pop("devices") == 4
     assert max(out.values()) < 1e-12, out
+
+
+def test_network_average_keeps_private_leaves_per_agent():
+    pb = hierarchical_gaussian(num_agents=N)
+    z = np.random.default_rng(0).normal(size=(2, 5, N, 3))
+    avg = dgsgld.evaluate.network_average(hierarchical_params(z), potential=pb.potential)
+    np.testing.assert_allclose(avg["shared"], z[..., :2].mean(2), atol=1e-6)   # float32
+    np.testing.assert_array_equal(avg["intercept"], np.asarray(hierarchical_params(z)["intercept"]))
