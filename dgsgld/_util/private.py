@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -56,7 +57,7 @@ class PrivateSpec:
         """The spec of a user's ``private=`` argument (``None``: nothing private)."""
         if private is None or isinstance(private, PrivateSpec):
             return private
-        if callable(private):
+        if callable(private) and not isinstance(private, eqx.Module):  # a Module is a mask
             return cls(fn=private)
         if isinstance(private, str):
             return cls(keys=(private,))

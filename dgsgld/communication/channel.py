@@ -478,8 +478,10 @@ class Channel(eqx.Module):
         ``position`` message (:func:`send_mass`). ``potential``: the run's potential, needed
         when it has private leaves (never sent, so not counted).
         """
-        counts = np.asarray(messages_sent(state), np.int64)
         mask = None if potential is None else potential.private_mask(state.position)
+        if not _private.has_shared(mask):   # every leaf private: nothing is ever sent
+            return np.zeros(np.shape(state.count) + (potential.num_agents,), np.int64)
+        counts = np.asarray(messages_sent(state), np.int64)
         leaves = jax.tree.leaves(_private.shared_part(state.position, mask))
         lead = counts.ndim
         dim = sum(int(np.prod(np.shape(leaf)[lead:])) for leaf in leaves)
