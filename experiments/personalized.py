@@ -11,9 +11,11 @@
    of 8; the push-sum samplers on the directed one-peer exponential graph; centralized SGLD
    holds all private values itself), and, as the baseline, DIGing-SGLD on the fully shared
    flat model (every agent holds all 21 parameters). Scores against the reference, draws of
-   every chain after burn-in: for the shared coordinates (every agent's copy pooled) and for
-   each agent's own ``(a_g, b_g)``, the standardized mean error ``|mean − m_ref| / sd_ref``
-   (worst coordinate) and the sd ratio farthest from 1; bytes each agent sends per step
+   every chain after burn-in: for the shared coordinates (their network average,
+   :func:`dgsgld.evaluate.network_average`) and for each agent's own ``(a_g, b_g)`` (its own
+   copy in the all-shared run), the standardized mean error ``|mean − m_ref| / sd_ref``
+   (worst coordinate), the sd ratio farthest from 1 and the Monte Carlo standard error of a
+   mean, ``1/√ESS`` in sds; bytes each agent sends per step
    (:class:`dgsgld.communication.Channel`, float32).
 2. **Digits BNN** (:mod:`experiments.digits`' task: MLP 64-64-10, prior N(0, 1), 10 agents,
    IID and Dirichlet label skew 0.5 and 0.1), DIGing-SGLD with mini-batches of 16 on a ring:
@@ -67,7 +69,7 @@ __all__ = ["DIGITS_SIZES", "HIERARCHICAL_SIZES", "TEST_DRAWS", "digits_personali
            "hierarchical_scores", "personalized_experiment", "table"]
 
 #: ``(num_chains, num_steps, thin)`` of the hierarchical part, full and ``--small``.
-HIERARCHICAL_SIZES = {"full": (4, 40_000, 20), "small": (2, 6_000, 10)}
+HIERARCHICAL_SIZES = {"full": (32, 40_000, 20), "small": (8, 6_000, 10)}
 #: ``(num_chains, num_steps, thin)`` of the digits part, full and ``--small``.
 DIGITS_SIZES = {"full": (2, 3_000, 30), "small": (2, 600, 20)}
 #: Test images drawn per agent from its own label distribution.
@@ -95,18 +97,24 @@ def _hierarchical_samplers(num_agents: int) -> dict:
 
 
 def _moment_scores(draws: np.ndarray, ref: references.Reference, cols) -> dict:
-    """Worst standardized mean error and sd ratio (farthest from 1) of ``draws (m, k)``
-    against the reference coordinates ``cols``."""
+    """Worst standardized mean error and sd ratio (farthest from 1) of ``draws (C, K, k)``
+    (chains, kept draws) against the reference coordinates ``cols``, and the Monte Carlo
+    standard error of a mean in posterior sds, ``1 / √ESS`` (smallest bulk ESS over
+    ``cols``): mean errors within ~3 of it are noise."""
     mean, sd = ref.mean[cols], ref.sd[cols]
-    err = np.abs(draws.mean(0) - mean) / sd
-    ratio = draws.std(0, ddof=1) / sd
+    flat = draws.reshape(-1, draws.shape[-1])
+    err = np.abs(flat.mean(0) - mean) / sd
+    ratio = flat.std(0, ddof=1) / sd
+    ess = float(np.min(np.asarray(evaluate.ess(draws))))
     return {"mean_error": float(err.max()),
-            "sd_ratio": float(ratio[np.argmax(np.abs(np.log(ratio)))])}
+            "sd_ratio": float(ratio[np.argmax(np.abs(np.log(ratio)))]),
+            "mcse": float(1.0 / np.sqrt(ess))}
 
 
 def _worst(rows: list[dict]) -> dict:
     return {"mean_error": max(r["mean_error"] for r in rows),
-            "sd_ratio": max((r["sd_ratio"] for r in rows), key=lambda v: abs(np.log(v)))}
+            "sd_ratio": max((r["sd_ratio"] for r in rows), key=lambda v: abs(np.log(v))),
+            "mcse": max(r["mcse"] for r in rows)}
 
 
 def hierarchical_scores(small: bool = False, seed: int = 0, logger=print) -> dict:
@@ -132,10 +140,10 @@ def hierarchical_scores(small: bool = False, seed: int = 0, logger=print) -> dic
             push if getattr(alg, "network_kind", None) == "column_stochastic" else ring)
         channel = Channel() if alg.decentralized else None
         trace = sample(alg, pot, network, init, key, num_steps, output=output, channel=channel)
-        shared = np.asarray(trace.positions["shared"], np.float64).reshape(-1, 5)
+        shared = np.asarray(evaluate.network_average(trace.positions, potential=pot)["shared"]
+                            if alg.decentralized else trace.positions["shared"], np.float64)
         local = np.asarray(trace.positions["local"], np.float64)       # (C, K, N, 2)
-        private = [_moment_scores(local[:, :, i].reshape(-1, 2), ref, list(own[i]))
-                   for i in range(n)]
+        private = [_moment_scores(local[:, :, i], ref, list(own[i])) for i in range(n)]
         sent = (None if channel is None else
                 float(np.mean(channel.bytes_sent(trace.state, pot)) / num_steps))
         out[name] = {"shared": _moment_scores(shared, ref, list(range(5))),
@@ -151,10 +159,10 @@ def hierarchical_scores(small: bool = False, seed: int = 0, logger=print) -> dic
     channel = Channel()
     trace = sample(alg, flat, ring, init, key, num_steps, output=output, channel=channel)
     x = np.asarray(trace.positions, np.float64)                          # (C, K, N, 21)
-    private = [_moment_scores(x[:, :, i][..., list(own[i])].reshape(-1, 2), ref, list(own[i]))
+    private = [_moment_scores(x[:, :, i][..., list(own[i])], ref, list(own[i]))
                for i in range(n)]
     out["DIGing-SGLD, all shared"] = {
-        "shared": _moment_scores(x[..., :5].reshape(-1, 5), ref, list(range(5))),
+        "shared": _moment_scores(x[..., :5].mean(2), ref, list(range(5))),
         "private": _worst(private),
         "bytes_per_step": float(np.mean(channel.bytes_sent(trace.state)) / num_steps),
         "seconds": round(time.perf_counter() - start, 1)}
@@ -297,15 +305,18 @@ def table(result: dict) -> str:
         lines += ["## Hierarchical regression (8 agents, one group each)", "",
                   f"{s['chains']} chains x {s['steps']} steps (burn-in {s['burn_in']}, thin "
                   f"{s['thin']}), full local batches, against the stored NUTS reference. "
-                  "Mean error: worst |mean - m_ref| / sd_ref; sd ratio: farthest from 1 "
-                  "(private: worst over the agents' own (a_g, b_g)).", "",
-                  "| sampler | shared mean err | shared sd ratio | private mean err | "
-                  "private sd ratio | bytes / agent / step |",
+                  "Shared: the network average of the 5 hyperparameters; private: each "
+                  "agent's own (a_g, b_g), worst agent. Mean err: worst |mean - m_ref| / "
+                  "sd_ref; MCSE: its Monte Carlo standard error 1/sqrt(ESS) (errors within "
+                  "~3 MCSE are noise); sd ratio: farthest from 1.", "",
+                  "| sampler | shared mean err (MCSE) | shared sd ratio | private mean err "
+                  "(MCSE) | private sd ratio | bytes / agent / step |",
                   "|---|---:|---:|---:|---:|---:|"]
         for name, r in h["scores"].items():
             sent = "—" if r["bytes_per_step"] is None else f"{r['bytes_per_step']:.0f}"
-            lines.append(f"| {name} | {r['shared']['mean_error']:.3f} | "
-                         f"{r['shared']['sd_ratio']:.3f} | {r['private']['mean_error']:.3f} | "
+            lines.append(f"| {name} | {r['shared']['mean_error']:.3f} "
+                         f"({r['shared']['mcse']:.3f}) | {r['shared']['sd_ratio']:.3f} | "
+                         f"{r['private']['mean_error']:.3f} ({r['private']['mcse']:.3f}) | "
                          f"{r['private']['sd_ratio']:.3f} | {sent} |")
         lines.append("")
     d = result.get("digits")
