@@ -77,8 +77,9 @@ TEST_DRAWS = 2000
 
 #: Step sizes of the hierarchical part (full local batches; the largest local curvature is
 #: about ``n_g / σ² ≈ 280``): the decentralized samplers at ``η``; D-ULA at ``α = η / N``
-#: (its agents step at ``Nα``); the SGHMC samplers at ``h = √η`` with friction ``1/h`` (a
-#: velocity that forgets itself each step: SGLD at ``h²``); centralized SGLD at ``η / 2``.
+#: (its agents step at ``Nα``) with consensus weight 0.5 (at 1 it is DE-SGLD at ``Nα``); the
+#: SGHMC samplers at ``h = √η`` with friction ``0.5 / h`` (at ``1 / h`` the velocity forgets
+#: itself each step and they are the SGLD samplers at ``h²``); centralized SGLD at ``η / 2``.
 ETA = 1e-3
 
 
@@ -90,8 +91,8 @@ def _hierarchical_samplers(num_agents: int) -> dict:
     h = float(np.sqrt(ETA))
     return {
         "DIGing-SGLD": DIGingSGLD(ETA), "DE-SGLD": DESGLD(ETA), "EXTRA-SGLD": EXTRASGLD(ETA),
-        "DIGing-SGHMC": DIGingSGHMC(h, 1.0 / h), "DE-SGHMC": DESGHMC(h, 1.0 / h),
-        "D-ULA": DULA(ETA / num_agents), "SGLD": SGLD(ETA / 2),
+        "DIGing-SGHMC": DIGingSGHMC(h, 0.5 / h), "DE-SGHMC": DESGHMC(h, 0.5 / h),
+        "D-ULA": DULA(ETA / num_agents, 0.5), "SGLD": SGLD(ETA / 2),
         "Push-DIGing-SGLD": PushDIGingSGLD(ETA), "Push-Sum-SGLD": PushSumSGLD(ETA),
     }
 
@@ -303,14 +304,14 @@ def table(result: dict) -> str:
     if h is not None:
         s = h["sizes"]
         lines += ["## Hierarchical regression (8 agents, one group each)", "",
-                  f"{s['chains']} chains x {s['steps']} steps (burn-in {s['burn_in']}, thin "
-                  f"{s['thin']}), full local batches, against the stored NUTS reference. "
-                  "Shared: the network average of the 5 hyperparameters; private: each "
-                  "agent's own (a_g, b_g), worst agent. Mean err: worst |mean - m_ref| / "
-                  "sd_ref; MCSE: its Monte Carlo standard error 1/sqrt(ESS) (errors within "
-                  "~3 MCSE are noise); sd ratio: farthest from 1.", "",
-                  "| sampler | shared mean err (MCSE) | shared sd ratio | private mean err "
-                  "(MCSE) | private sd ratio | bytes / agent / step |",
+                  (f"{s['chains']} chains x {s['steps']} steps (burn-in {s['burn_in']}, thin "
+                   f"{s['thin']}), full local batches, against the stored NUTS reference. "
+                   "Shared: the network average of the 5 hyperparameters; private: each "
+                   "agent's own (a_g, b_g), worst agent. Mean err: worst |mean - m_ref| / "
+                   "sd_ref; MCSE: its Monte Carlo standard error 1/sqrt(ESS) (errors within "
+                   "~3 MCSE are noise); sd ratio: farthest from 1."), "",
+                  ("| sampler | shared mean err (MCSE) | shared sd ratio | private mean err "
+                   "(MCSE) | private sd ratio | bytes / agent / step |"),
                   "|---|---:|---:|---:|---:|---:|"]
         for name, r in h["scores"].items():
             sent = "—" if r["bytes_per_step"] is None else f"{r['bytes_per_step']:.0f}"
@@ -323,10 +324,10 @@ def table(result: dict) -> str:
     if d is not None:
         s = d["sizes"]
         lines += ["## Digits BNN, each agent on test data of its own label distribution", "",
-                  f"{s['agents']} agents, DIGing-SGLD on a ring (η = "
-                  f"{d['step_size']['DIGing-SGLD']}), mini-batches of {s['batch_size']}, "
-                  f"{s['chains']} chains x {s['steps']} steps (burn-in {s['burn_in']}); "
-                  f"centralized SGLD at η = {d['step_size']['SGLD']}. Means over agents.", ""]
+                  (f"{s['agents']} agents, DIGing-SGLD on a ring (η = "
+                   f"{d['step_size']['DIGing-SGLD']}), mini-batches of {s['batch_size']}, "
+                   f"{s['chains']} chains x {s['steps']} steps (burn-in {s['burn_in']}); "
+                   f"centralized SGLD at η = {d['step_size']['SGLD']}. Means over agents."), ""]
         for split, rows in d["splits"].items():
             lines += [f"### {split}", "",
                       "| method | accuracy | worst agent | NLL | ECE | bytes / agent / step |",

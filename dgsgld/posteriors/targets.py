@@ -460,6 +460,7 @@ def bnn_regression() -> Target:
 #: Groups of :func:`hierarchical_regression`, and their sizes (unequal: the small groups borrow
 #: strength from the others through the hyperprior).
 HIERARCHICAL_GROUP_SIZES = (6, 10, 15, 20, 30, 40, 50, 69)
+#: Names of the shared hyperparameters of :func:`hierarchical_regression`, in order.
 HIERARCHICAL_SHARED = ("mu_a", "mu_b", "log_tau_a", "log_tau_b", "log_sigma")
 
 
