@@ -329,3 +329,14 @@ def test_private_parameters_guide_runs():
     assert np.isfinite(np.asarray(trace.positions["slope"])).all()
     from dgsgld.model import ppl
     assert ppl.numpyro_model(ns["potential"]).private == ("a",)
+
+
+def test_personalized_results_page_quotes_the_generated_tables():
+    page = section_text("results/personalized.md")
+    generated = (DOCS / "figures" / "personalized" / "personalized.md").read_text()
+    rows = table_rows(generated)
+    assert len(rows) > 20 and all(row in page for row in rows)
+    record = json.loads((DOCS / "figures" / "personalized" / "personalized.json").read_text())
+    dig = record["hierarchical"]["scores"]["DIGing-SGLD"]
+    assert dig["bytes_per_step"] == 80 and record["hierarchical"]["scores"][
+        "DIGing-SGLD, all shared"]["bytes_per_step"] == 336
