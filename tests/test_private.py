@@ -379,3 +379,25 @@ def test_preconditioned_private_leaves_follow_the_exact_law():
     z = np.concatenate([np.ravel(p) for p in z_scores(x, np.asarray(law.mean[-1]),
                                                       np.asarray(law.cov[-1]))])
     assert np.max(np.abs(z)) < bonferroni(z.size), (np.max(np.abs(z)), bonferroni(z.size))
+
+
+@pytest.mark.slow  # fast twin: test_placements_with_private_leaves_equal_the_unplaced_run[fast]
+def test_agents_across_two_processes_keep_their_private_leaves(tmp_path):
+    """Two processes (``dgsgld launch``), each holding its 4 agents' data and private
+    intercepts (``parallel.agent_potential`` keeps ``private`` and ``log_agent_prior``): the
+    single-process draws, float64, up to the rounding of row-block products (1e-12)."""
+    script = Path(__file__).with_name("_private_processes.py")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    one = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "one.npz")],
+                         env=env, cwd=root, capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "dgsgld", "launch", "--processes", "2", "--",
+                          sys.executable, str(script), "--out", str(tmp_path / "two.npz")],
+                         env=env, cwd=root, capture_output=True, text=True, timeout=600,
+                         check=False)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
+    for leaf in ("intercept", "shared"):
+        assert np.max(np.abs(a[leaf] - b[leaf])) < 1e-12 * max(1.0, np.max(np.abs(a[leaf])))
