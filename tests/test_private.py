@@ -401,3 +401,27 @@ def test_agents_across_two_processes_keep_their_private_leaves(tmp_path):
     a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
     for leaf in ("intercept", "shared"):
         assert np.max(np.abs(a[leaf] - b[leaf])) < 1e-12 * max(1.0, np.max(np.abs(a[leaf])))
+
+
+def test_exact_law_with_private_coordinates_under_stragglers_and_refusals():
+    """Stragglers (``activity``) enter the exact law as a mixture over active sets whatever
+    the private coordinates: Monte Carlo agrees; random-k messages are refused."""
+    pb = hierarchical_gaussian(num_agents=N)
+    channel = dgsgld.communication.Channel(activity=0.6)
+    alg = dgsgld.DIGingSGLD(0.01)
+    num_chains, num_steps = 3000, 60
+    init, m0, s0 = _initial(dgsgld.DIGingSGLD, pb, num_chains)
+    trace = dgsgld.sample(alg, pb.potential, ring(N), init, jax.random.key(7), num_steps,
+                          channel=channel,
+                          output=dgsgld.Output(positions=False, trace_fn=lambda s: ()))
+    x = hierarchical_vector(trace.state.position)
+    with jax.enable_x64(True):
+        law = exact.exact_moments(alg, pb.quadratic, ring(N), m0, s0, num_steps,
+                                  channel=channel)
+    z = np.concatenate([np.ravel(p) for p in z_scores(x, np.asarray(law.mean[-1]),
+                                                      np.asarray(law.cov[-1]))])
+    assert np.max(np.abs(z)) < bonferroni(z.size), (np.max(np.abs(z)), bonferroni(z.size))
+    with pytest.raises(ValueError, match="random-k messages with private coordinates"):
+        exact.exact_moments(alg, pb.quadratic, ring(N), m0, s0, 3,
+                            channel=dgsgld.communication.Channel(
+                                dgsgld.communication.random_k(0.5)))

@@ -430,8 +430,9 @@ def exact_moments(
             rounds ``every=τ``, and the finite mixtures of stragglers (``activity``, a clock's
             deadline), rounds for all agents at once (``probability=p``) and gossip, error
             feedback with exact messages, ``threshold=0`` (module docstring). Not for
-            centralized SGLD; the push-sum samplers take ``every`` only. Other channels are
-            refused with the reason. The sampler's own ``channel`` is not read.
+            centralized SGLD; the push-sum samplers take ``every`` only; random-k messages
+            not with private coordinates (``quadratic.private``). Other channels are refused
+            with the reason. The sampler's own ``channel`` is not read.
 
     Returns:
         :class:`ExactMoments` with ``T + 1`` entries (``k = 0`` first).
@@ -446,6 +447,9 @@ def exact_moments(
     """
     _recursion_of(algorithm)
     law = _channel_law(channel, algorithm, quadratic.num_agents)
+    if law.fraction is not None and _private_of(quadratic) is not None:
+        raise ValueError("`channel`: random-k messages with private coordinates are not "
+                         "propagated (the masks cover the shared coordinates only).")
     # Host inputs are prepared by NumPy (an eager jnp operation is a compiled program of its
     # own); traced ones (under the caller's jit or vmap) by jnp.
     host = _validation.is_concrete_tree((quadratic, mixing, init_mean, init_cov, algorithm,
