@@ -198,6 +198,7 @@ def test_channel_counts_only_the_shared_leaves():
     np.testing.assert_array_equal(run.positions["intercept"], plain.positions["intercept"])
 
 
+@pytest.mark.slow  # fast twin: test_chunked_checkpointed_run_with_private_leaves_equals_one_run
 def test_resume_from_a_checkpointed_state_continues_the_run():
     pb = hierarchical_gaussian(num_agents=N, batch_size=2)
     init, _, _ = _initial(dgsgld.DIGingSGHMC, pb, 2)
@@ -329,7 +330,8 @@ PLACEMENTS = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("scope", ["fast", pytest.param("full", marks=pytest.mark.slow)])
+@pytest.mark.slow  # fast twin: tests/test_sharding.py::test_private_leaves_sharded_runs_...
+@pytest.mark.parametrize("scope", ["fast", "full"])
 def test_placements_with_private_leaves_equal_the_unplaced_run(scope):
     """Chains over 4 devices, and agents over 4 devices (a device holds its agents' private
     leaves; dense all-gather, and a sparse ring's neighbour exchange, with top-k payloads and
@@ -403,6 +405,7 @@ def test_agents_across_two_processes_keep_their_private_leaves(tmp_path):
         assert np.max(np.abs(a[leaf] - b[leaf])) < 1e-12 * max(1.0, np.max(np.abs(a[leaf])))
 
 
+@pytest.mark.slow  # fast twin: test_exact_law_with_private_leaves (no channel)
 def test_exact_law_with_private_coordinates_under_stragglers_and_refusals():
     """Stragglers (``activity``) enter the exact law as a mixture over active sets whatever
     the private coordinates: Monte Carlo agrees; random-k messages are refused."""
@@ -427,7 +430,7 @@ def test_exact_law_with_private_coordinates_under_stragglers_and_refusals():
                                 dgsgld.communication.random_k(0.5)))
 
 
-@pytest.mark.parametrize("estimator", ["svrg", "saga"])
+@pytest.mark.parametrize("estimator", [pytest.param("svrg", marks=pytest.mark.slow), "saga"])
 def test_variance_reduced_estimators_with_private_leaves_keep_the_tracking_invariants(estimator):
     """Mini-batches of 2 with SVRG (anchor every 5 steps) or SAGA: after 30 steps of
     DIGing-SGLD the tracker's shared leaves still sum to the gradients' sum over agents
