@@ -21,9 +21,10 @@
    IID and Dirichlet label skew 0.5 and 0.1), DIGing-SGLD with mini-batches of 16 on a ring:
    the fully shared model; a private output layer per agent; a private hidden layer per agent
    under a shared output layer (the second variant: with one hidden layer, the last hidden
-   layer is the whole body); each agent alone (no communication); and centralized SGLD on the
-   pooled data. The prior N(0, I) of the private leaves is each agent's own (``log_agent_prior``),
-   that of the shared leaves is split over the agents. Each agent is scored on test data drawn from its own label distribution
+   layer is the whole body); each agent alone (every leaf private: nothing sent); and
+   centralized SGLD on the pooled data. The prior N(0, I) of the private leaves is each
+   agent's own (``log_agent_prior``), that of the shared leaves is split over the agents. Each
+   agent is scored on test data drawn from its own label distribution
    (:data:`TEST_DRAWS` test images resampled with class probabilities its training labels';
    centralized SGLD's one model is scored on every agent's draw): accuracy, NLL and 15-bin
    ECE of the agent's posterior predictive (mean of its samples' probabilities), averaged

@@ -282,7 +282,8 @@ def test_numpyro_agent_plate_gives_private_sites_with_the_hand_written_potential
                 numpyro.sample("y", dist.Normal(0.0, sigma), obs=y)
 
     pot2 = dgsgld.Potential.from_numpyro(scales, {"x": x, "y": y}, agent_plate="agents")
-    draws = {"s": jnp.zeros((2, N)), "sigma": jnp.log(jnp.arange(1.0, N + 1))[None] * jnp.ones((2, 1))}
+    draws = {"s": jnp.zeros((2, N)),
+             "sigma": jnp.log(jnp.arange(1.0, N + 1))[None] * jnp.ones((2, 1))}
     out = dgsgld.model.constrain(pot2, draws)
     np.testing.assert_allclose(out["sigma"], np.broadcast_to(np.arange(1.0, N + 1), (2, N)),
                                rtol=1e-6)
@@ -342,7 +343,8 @@ def test_placements_with_private_leaves_equal_the_unplaced_run(scope):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     done = subprocess.run([sys.executable, "-c", PLACEMENTS, scope], capture_output=True, text=True,
-                          check=False, env=env, cwd=Path(__file__).resolve().parents[1], timeout=600)
+                          check=False, env=env, cwd=Path(__file__).resolve().parents[1],
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out.pop("devices") == 4

@@ -350,8 +350,8 @@ def network_average(positions, *, axis: int = 2, potential=None):
 
     Returns:
         The structure of ``positions`` with the agent axis averaged out, e.g. leaves
-        ``(chain, draw, *param_shape)`` (private leaves unchanged). A diverged chain stays non-finite in its own chain
-        only; the summaries refuse or drop it.
+        ``(chain, draw, *param_shape)`` (private leaves unchanged). A diverged chain stays
+        non-finite in its own chain only; the summaries refuse or drop it.
     """
     positions, _ = _positions_of(positions)
 

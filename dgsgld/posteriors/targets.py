@@ -25,8 +25,8 @@ hierarchical_regression 21    240    per-group intercepts and slopes under a sha
 
 ``hierarchical_regression``'s ``"skew"`` split gives each of its 8 agents one group: its
 intercept and slope ``(a_g, b_g)`` are then needed by that agent only, and
-:func:`dgsgld.posteriors.hierarchical_private_potential` declares them private (:class:`dgsgld.Potential`'s
-``private=``) beside the shared hyperparameters.
+:func:`dgsgld.posteriors.hierarchical_private_potential` declares them private
+(:class:`dgsgld.Potential`'s ``private=``) beside the shared hyperparameters.
 
 The data of the breast-cancer, wine, Linnerud and diabetes targets are the sets bundled with
 scikit-learn (imported on use: the ``examples`` extra); the others are generated with NumPy from

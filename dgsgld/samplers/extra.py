@@ -62,7 +62,8 @@ class EXTRASGLD(SamplingAlgorithm):
     def init(self, position: PyTree, potential, key: PRNGKey) -> EXTRAState:
         dual = jax.tree.map(jnp.zeros_like, position)
         grad, est = self.estimator.start(potential, position, key)
-        channel = init_states(self.channel, potential.private_mask(position), position=position, next_position=position)
+        channel = init_states(self.channel, potential.private_mask(position), position=position,
+                              next_position=position)
         return EXTRAState(position, dual, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(

@@ -196,7 +196,8 @@ class PushDIGingSGLD(SamplingAlgorithm):
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
         u = jax.tree.map(jnp.multiply, _per_agent(state.weight, state.position), state.position)
         mixed, weight, channel = send_mass(self.channel, key, state.channel, "position",
-                                           mixing_matrix, u, state.weight, state.count, private=private)
+                                           mixing_matrix, u, state.weight, state.count,
+                                           private=private)
         scale2 = 2.0 * eta
 
         def one(b, d, mass, inv, w):
@@ -250,7 +251,8 @@ class PushSumSGLD(SamplingAlgorithm):
     def init(self, position: PyTree, potential, key: PRNGKey) -> PushSumState:
         grad, est = self.estimator.start(potential, position, key)
         return PushSumState(position, _initial_weight(position), grad, jnp.zeros((), jnp.int32),
-                            est, init_states(self.channel, potential.private_mask(position), position=position))
+                            est, init_states(self.channel, potential.private_mask(position),
+                                             position=position))
 
     def step(self, key: PRNGKey, state: PushSumState, potential, mixing_matrix: Array,
              noise: PyTree | None = None) -> PushSumState:
@@ -268,7 +270,8 @@ class PushSumSGLD(SamplingAlgorithm):
             _per_agent(_mass(state.weight, self.noise_rule), state.position),
             _per_agent(state.weight, state.position))
         mixed, weight, channel = send_mass(self.channel, key, state.channel, "position",
-                                           mixing_matrix, u, state.weight, state.count, private=private)
+                                           mixing_matrix, u, state.weight, state.count,
+                                           private=private)
         position = jax.tree.map(jnp.multiply, mixed, _per_agent(_reciprocal(weight), mixed))
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = PushSumState(position, weight, new_grad, state.count + 1, est, channel)
