@@ -9,19 +9,19 @@ its pooled data ``(n, ...)`` and two documented ways to split them across ``N`` 
   agent): the class for classifiers, the quantile bin of a covariate or of the response for
   regressions. The number of groups is the number of agents (or the number of classes).
 
-======================  ====  =====  ===============================================================
-name                    d     n      model
-======================  ====  =====  ===============================================================
-gaussian_linear         6     100    linear regression, known noise, Gaussian prior (exact anchor)
-logistic_breast_cancer  31    569    logistic regression, standardized features + intercept
-multinomial_wine        42    178    softmax regression, 3 classes, 13 standardized features
-poisson_linnerud        4     20     Poisson regression of chin-ups on weight, waist, pulse
-student_t_diabetes      12    442    robust regression, Student-t (nu = 4) noise, unknown scale
-sparse_mixture          10    40     regression with a spike-and-slab-like scale-mixture prior
-eight_schools           10    8      hierarchical normal model, non-centred
-bnn_regression          10    40     one-hidden-layer tanh network (3 units), known noise
-hierarchical_regression 21    240    per-group intercepts and slopes under a shared hyperprior
-======================  ====  =====  ===============================================================
+========================  ====  =====  =======================================================
+name                      d     n      model
+========================  ====  =====  =======================================================
+gaussian_linear           6     100    linear regression, known noise, Gaussian prior (exact anchor)
+logistic_breast_cancer    31    569    logistic regression, standardized features + intercept
+multinomial_wine          42    178    softmax regression, 3 classes, 13 standardized features
+poisson_linnerud          4     20     Poisson regression of chin-ups on weight, waist, pulse
+student_t_diabetes        12    442    robust regression, Student-t (nu = 4) noise, unknown scale
+sparse_mixture            10    40     regression with a spike-and-slab-like scale-mixture prior
+eight_schools             10    8      hierarchical normal model, non-centred
+bnn_regression            10    40     one-hidden-layer tanh network (3 units), known noise
+hierarchical_regression   21    240    per-group intercepts and slopes under a shared hyperprior
+========================  ====  =====  =======================================================
 
 ``hierarchical_regression``'s ``"skew"`` split gives each of its 8 agents one group: its
 intercept and slope ``(a_g, b_g)`` are then needed by that agent only, and
