@@ -23,10 +23,11 @@ bnn_regression            10    40     one-hidden-layer tanh network (3 units), 
 hierarchical_regression   21    240    per-group intercepts and slopes under a shared hyperprior
 ========================  ====  =====  =======================================================
 
-``hierarchical_regression``'s ``"skew"`` split gives each of its 8 agents one group: its
-intercept and slope ``(a_g, b_g)`` are then needed by that agent only, and
-:func:`dgsgld.posteriors.hierarchical_private_potential` declares them private
-(:class:`dgsgld.Potential`'s ``private=``) beside the shared hyperparameters.
+``hierarchical_regression``'s ``"skew"`` split deals pairs of its 8 groups (``2j, 2j + 1``), so
+that it runs on 4 agents like the others. Its personalized form
+:func:`dgsgld.posteriors.hierarchical_private_potential` gives each of 8 agents one group, whose
+intercept and slope ``(a_g, b_g)`` are then needed by that agent only, and declares them
+private (:class:`dgsgld.Potential`'s ``private=``) beside the shared hyperparameters.
 
 The data of the breast-cancer, wine, Linnerud and diabetes targets are the sets bundled with
 scikit-learn (imported on use: the ``examples`` extra); the others are generated with NumPy from
@@ -523,14 +524,14 @@ def hierarchical_regression() -> Target:
                   f"{sizes.min()}-{sizes.max()}, n={g.size}): y ~ N(a_g + b_g u, sigma^2), "
                   "a_g ~ N(mu_a, tau_a^2), b_g ~ N(mu_b, tau_b^2), mu ~ N(0, 4), "
                   "tau, sigma ~ half-N(0, 1), centred",
-                  hierarchical_log_likelihood, hierarchical_log_prior, (u, y, g), names, g,
-                  "the group (one per agent)", init_scale=0.5)
+                  hierarchical_log_likelihood, hierarchical_log_prior, (u, y, g), names, g // 2,
+                  "a pair of groups (2j, 2j + 1)", init_scale=0.5)
 
 
 def hierarchical_private_potential(target: Target | None = None, *,
                                    batch_size: int | None = None) -> tuple[Potential, np.ndarray]:
-    """The personalized potential of :func:`hierarchical_regression` on its ``"skew"`` split
-    (agent ``i`` holds one group): parameters ``{"shared": (5,), "local": (2,)}``, ``local =
+    """The personalized potential of :func:`hierarchical_regression`, agent ``i`` holding one
+    group (:func:`dgsgld.model.data.split_by_label`, one label per agent): parameters ``{"shared": (5,), "local": (2,)}``, ``local =
     (a_g, b_g)`` private, ``f_i = −Σ log N(y; a + b u, σ²) − log p(a, b | φ) − log p(φ)/N``.
 
     Returns:
@@ -538,7 +539,7 @@ def hierarchical_private_potential(target: Target | None = None, *,
     """
     target = target or get_target("hierarchical_regression")
     num = len(HIERARCHICAL_GROUP_SIZES)
-    s = target.split(num, "skew")
+    s = _data.split_by_label(target.data, np.asarray(target.data[2], int), num, 1)
     dtype = jnp.result_type(float)
     u, y, g = s.data
     groups = np.asarray(g)[:, 0].astype(int)
