@@ -50,13 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "target",
         choices=FIGURE_TARGETS + ("theory",) + DATA_TARGETS + ("directed", "communication",
-                                                                 "design", "privacy"),
+                                                                 "design", "privacy",
+                                                                 "personalized"),
         metavar="TARGET",
         help="fig2a|fig2b|fig2c|fig3a|fig3b|fig3c, fig2 or fig3 (a family), all "
         "(the six figures), theory, digits|diabetes (real-data benchmarks), directed "
         "(push-sum samplers on directed networks), communication (compressed messages: "
-        "W2 against bytes), design (learned mixing weights) or privacy (utility against "
-        "each agent's differential-privacy ε)",
+        "W2 against bytes), design (learned mixing weights), privacy (utility against "
+        "each agent's differential-privacy ε) or personalized (shared and agent-private "
+        "parameters)",
     )
     rep.add_argument(
         "--out",
@@ -90,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-plots", action="store_true", help="write JSON only, no PNG files")
     rep.add_argument("--quiet", action="store_true", help="print nothing but errors")
     rep.add_argument("--small", action="store_true",
-                     help="digits|diabetes, directed, communication, design and privacy only: "
+                     help="digits|diabetes, directed, communication, design, privacy and "
+                          "personalized only: "
                           "the reduced size the tests run")
     rep.add_argument("--consensus", type=positive_float, default=None, metavar="GAMMA",
                      help="communication only: CHOCO's consensus step in (0, 1] of the "
@@ -280,6 +283,12 @@ def _reproduce(args) -> int:
 
         design_experiment(args.out, small=args.small, seed=args.seed,
                           logger=None if args.quiet else print)
+        return 0
+    if args.target == "personalized":
+        from .personalized import personalized_experiment
+
+        personalized_experiment(args.out, small=args.small, seed=args.seed,
+                                logger=None if args.quiet else print)
         return 0
     if args.target == "privacy":
         from .privacy import privacy_experiment

@@ -88,3 +88,55 @@ def paper_size_potential(batch_size=None, seed=0):
     data = (jnp.asarray(rng.normal(size=(20, 5, 6)), jnp.float32),
             jnp.asarray(rng.normal(size=(20, 5)), jnp.float32))
     return dgsgld.Potential(log_likelihood, lambda th: -0.05 * th @ th, data, batch_size)
+
+
+class Hierarchical(NamedTuple):
+    """A Gaussian hierarchical regression with agent-private intercepts (closed form).
+
+    Agent ``i`` holds ``y_ij = a_i + b x_ij + ε``, ``ε ~ N(0, σ²)``; intercepts ``a_i | μ ~
+    N(μ, τ²)``, private; the slope ``b ~ N(0, s²)`` and hyper-mean ``μ ~ N(0, s²)`` shared.
+    Parameters ``{"intercept": (), "shared": (2,) = (b, μ)}``; agent ``i``'s vector
+    ``z_i = (b, μ, a_i)`` (:func:`hierarchical_vector`)."""
+
+    potential: dgsgld.Potential
+    quadratic: object  # dgsgld.theory.exact.Quadratic with private=(False, False, True)
+
+
+def hierarchical_vector(params):
+    """``(..., N, 3)`` vectors ``(b, μ, a_i)`` of parameters with leaves ``(..., N, ...)``."""
+    return np.concatenate([np.asarray(params["shared"], np.float64),
+                           np.asarray(params["intercept"], np.float64)[..., None]], axis=-1)
+
+
+def hierarchical_params(z):
+    """Inverse of :func:`hierarchical_vector`."""
+    z = jnp.asarray(z)
+    return {"intercept": z[..., 2], "shared": z[..., :2]}
+
+
+def hierarchical_gaussian(num_agents=4, local_size=5, sigma=0.5, tau=1.0, scale=2.0, seed=0,
+                          batch_size=None, dtype=np.float32):
+    from dgsgld.theory import exact
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(num_agents, local_size))
+    a = 1.0 + tau * rng.normal(size=num_agents)
+    y = a[:, None] + 0.7 * x + sigma * rng.normal(size=(num_agents, local_size))
+
+    def ll(p, d):
+        return -0.5 * (d[1] - p["intercept"] - p["shared"][0] * d[0]) ** 2 / sigma**2
+
+    def log_prior(p):
+        return -0.5 * p["shared"] @ p["shared"] / scale**2
+
+    def agent_prior(p):
+        return -0.5 * (p["intercept"] - p["shared"][1]) ** 2 / tau**2
+
+    potential = dgsgld.Potential(ll, log_prior, (jnp.asarray(x, dtype), jnp.asarray(y, dtype)),
+                                 batch_size, private=("intercept",), log_agent_prior=agent_prior)
+    u = np.stack([x, np.zeros_like(x), np.ones_like(x)], axis=-1)       # (N, n, 3)
+    v = np.array([0.0, -1.0, 1.0])
+    A = (np.einsum("inj,ink->ijk", u, u) / sigma**2 + np.outer(v, v) / tau**2
+         + np.diag([1.0, 1.0, 0.0]) / scale**2 / num_agents)
+    b = np.einsum("inj,in->ij", u, y) / sigma**2
+    return Hierarchical(potential, exact.Quadratic(A, b, (False, False, True)))

@@ -63,8 +63,8 @@ def potential_on_arrays(potential, static: Static):
     ``jax.grad`` inside it) works on the array leaves only."""
     potential = copy.copy(potential)
     for field, kind in (("log_likelihood", "params"), ("log_prior", "params"),
-                        ("gradient_fn", "grad")):
-        if getattr(potential, field) is not None:
+                        ("log_agent_prior", "params"), ("gradient_fn", "grad")):
+        if getattr(potential, field, None) is not None:
             # A copy of a frozen module: set a field the way eqx.Module.__init__ does.
             object.__setattr__(potential, field, OnFull(getattr(potential, field), static, kind))
     return potential

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._util import private as _private
 from .._util import tree as _tree
 from .._util import validation as _validation
 from .._util.types import Array, PRNGKey, PyTree
@@ -468,16 +469,20 @@ class Channel(eqx.Module):
         """Bytes of one message of ``dim`` entries of ``dtype``."""
         return -(-self.compressor.bits(int(dim), 8 * jnp.dtype(dtype).itemsize) // 8)
 
-    def bytes_sent(self, state) -> np.ndarray:
+    def bytes_sent(self, state, potential=None) -> np.ndarray:
         """Bytes each agent has sent, ``int64`` of shape ``state``'s counters' ``(..., N)``.
 
         ``state``: a sampler state run with this channel (e.g. ``trace.state``, leaves
         ``(num_chains, N, ...)``), whose ``position`` gives the message size. A push-sum
         state (one with a ``weight``) also sends its weight, one exact entry, with every
-        ``position`` message (:func:`send_mass`).
+        ``position`` message (:func:`send_mass`). ``potential``: the run's potential, needed
+        when it has private leaves (never sent, so not counted).
         """
+        mask = None if potential is None else potential.private_mask(state.position)
+        if not _private.has_shared(mask):   # every leaf private: nothing is ever sent
+            return np.zeros(np.shape(state.count) + (potential.num_agents,), np.int64)
         counts = np.asarray(messages_sent(state), np.int64)
-        leaves = jax.tree.leaves(state.position)
+        leaves = jax.tree.leaves(_private.shared_part(state.position, mask))
         lead = counts.ndim
         dim = sum(int(np.prod(np.shape(leaf)[lead:])) for leaf in leaves)
         dtype = jnp.result_type(*leaves)
@@ -578,19 +583,31 @@ def _unflat(flat: Array, like: PyTree) -> PyTree:
 # -- what the samplers call -------------------------------------------------------------------
 
 
-def init_states(channel: Channel | None, **messages: PyTree) -> Any:
+def init_states(channel: Channel | None, private: PyTree | None = None,
+                **messages: PyTree) -> Any:
     """The sampler state's ``channel`` field: ``()`` without a channel, else one
-    :class:`ChannelState` per named message (``position=x, tracker=y``)."""
+    :class:`ChannelState` per named message (``position=x, tracker=y``), over the message's
+    shared leaves only (``private``: the potential's mask, :meth:`dgsgld.Potential.private_mask`;
+    a message with no shared leaf is never sent and has no state)."""
     if channel is None:
         return ()
-    return {name: channel.init(message, name) for name, message in messages.items()}
+    return {name: channel.init(_private.shared_part(message, private), name)
+            for name, message in messages.items() if _private.has_shared(private)}
 
 
 def send(channel: Channel | None, key: PRNGKey, states, name: str, matrix, message: PyTree,
-         count=0, directed: bool = False):
+         count=0, directed: bool = False, private: PyTree | None = None):
     """``(mixed, states)``: message ``name`` sent over ``matrix`` at iteration ``count``;
     ``W @ message`` exactly and ``states`` unchanged without a channel. ``directed``: a
-    column-stochastic ``matrix`` (push-sum; :meth:`Channel.plan`)."""
+    column-stochastic ``matrix`` (push-sum; :meth:`Channel.plan`). ``private``: the
+    potential's mask of private leaves (:meth:`dgsgld.Potential.private_mask`); those leaves
+    are neither sent nor counted and come back as they are (an agent's own value)."""
+    if private is not None:
+        if not _private.has_shared(private):
+            return message, states
+        mixed, states = send(channel, key, states, name, matrix,
+                             _private.shared_part(message, private), count, directed)
+        return _private.merge(mixed, message, private), states
     if channel is None:
         return _tree.mix(matrix, message), states
     mixed, _, states = _send(channel, key, states, name, matrix, message, count, directed)
@@ -598,14 +615,32 @@ def send(channel: Channel | None, key: PRNGKey, states, name: str, matrix, messa
 
 
 def send_mass(channel: Channel | None, key: PRNGKey, states, name: str, matrix,
-              mass: PyTree, weight: Array, count=0):
+              mass: PyTree, weight: Array, count=0, private: PyTree | None = None):
     """``(mixed mass, mixed weight, states)``: a push-sum message, the mass ``u`` (leaves
     ``(N, ...)``) with the weight ``v`` ``(N, 1)``, pushed over the column-stochastic
     ``matrix`` at iteration ``count``. The mass goes through the channel like any message
     (compressed, with error feedback, triggered); the weight, one scalar per agent, is sent
     exact beside it over the same used matrix ``C'`` (the same round, links and active
     agents), ``v⁺ = C' v`` (``v`` itself when the step is no round), so that ``x = u / v``
-    stays push-sum's ratio and ``Σ_i v_i`` is kept. ``C u`` and ``C v`` without a channel."""
+    stays push-sum's ratio and ``Σ_i v_i`` is kept. ``C u`` and ``C v`` without a channel.
+
+    ``private``: as for :func:`send`. A private leaf's mass is not sent; it comes back
+    rescaled to the agent's new weight, ``u_i v⁺_i / v_i``, so that its read-out ``u / v⁺``
+    is the agent's own ``u_i / v_i``."""
+    if private is not None:
+        if _private.has_shared(private):
+            mixed, new_weight, states = send_mass(
+                channel, key, states, name, matrix, _private.shared_part(mass, private),
+                weight, count)
+        else:
+            mixed, new_weight = None, _tree.mix(matrix, weight)
+        ratio = new_weight / weight
+
+        def own(u):
+            return u * ratio.astype(u.dtype).reshape(ratio.shape[:1] + (1,) * (u.ndim - 1))
+
+        own_mass = jax.tree.map(own, mass)
+        return _private.merge(mixed, own_mass, private), new_weight, states
     if channel is None:
         return _tree.mix(matrix, mass), _tree.mix(matrix, weight), states
     return _send(channel, key, states, name, matrix, mass, count, True, weight)

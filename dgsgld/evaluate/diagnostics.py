@@ -331,7 +331,7 @@ def ess(samples, *, diverged: str = "raise",
     return _per_leaf(_bulk_ess, arrays, "samples")
 
 
-def network_average(positions, *, axis: int = 2):
+def network_average(positions, *, axis: int = 2, potential=None):
     """The agents' average of every parameter leaf: the network (consensus) view of a trace.
 
     Each kept iteration of a decentralized run holds ``N`` samples, one per agent; their
@@ -344,11 +344,14 @@ def network_average(positions, *, axis: int = 2):
             ``trace.positions`` (``(chain, draw, N, *param_shape)``, ``axis=2``, the default),
             or a state's ``position`` inside a ``trace_fn`` (``(N, *param_shape)``, ``axis=0``).
             A :class:`dgsgld.Trace` is accepted for its positions.
+        potential: the run's :class:`dgsgld.Potential`, when it has private leaves: those
+            hold one parameter per agent, not copies of one, and are returned as they are
+            (with their agent axis).
 
     Returns:
         The structure of ``positions`` with the agent axis averaged out, e.g. leaves
-        ``(chain, draw, *param_shape)``. A diverged chain stays non-finite in its own chain
-        only; the summaries refuse or drop it.
+        ``(chain, draw, *param_shape)`` (private leaves unchanged). A diverged chain stays
+        non-finite in its own chain only; the summaries refuse or drop it.
     """
     positions, _ = _positions_of(positions)
 
@@ -361,7 +364,12 @@ def network_average(positions, *, axis: int = 2):
         return jax.numpy.mean(leaf, axis=axis)
 
     _array_leaves(positions, "positions")
-    return jax.tree_util.tree_map_with_path(one, eqx.filter(positions, eqx.is_array))
+    arrays = eqx.filter(positions, eqx.is_array)
+    mask = None if potential is None else potential.private_mask(arrays)
+    if mask is None:
+        return jax.tree_util.tree_map_with_path(one, arrays)
+    return jax.tree_util.tree_map_with_path(
+        lambda path, leaf, private: leaf if private else one(path, leaf), arrays, mask)
 
 
 def _burn(arrays, burn_in, name: str):

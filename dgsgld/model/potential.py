@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._util import params as _params
+from .._util import private as _private
 from .._util import validation as _validation
 from .._util.types import Array, PRNGKey, PyTree
 from . import ppl
@@ -247,6 +248,18 @@ class Potential(eqx.Module):
         clip: ``C``, optional: every per-datum log-likelihood gradient is clipped to global
             norm ``C`` before the sum (module docstring; not with ``gradient_fn``). The values
             (:meth:`value`, :meth:`agent_values`) stay those of the unclipped potential.
+        private: which leaves of the parameters are private to their agent (one value per
+            agent, never mixed, never sent; :mod:`dgsgld._util.private`): top-level names
+            (``("intercept",)``), a pytree of bools shaped like the parameters (or a prefix),
+            or a function ``params -> mask``. ``None`` (default): every leaf is shared.
+        log_agent_prior: ``params -> scalar``, optional: agent ``i``'s own prior term
+            ``log p(θ_i | φ)``, added undivided to ``f_i`` (``log_prior`` is split over the
+            agents). With private leaves agent ``i``'s potential is (every user function
+            sees agent ``i``'s parameters ``(φ, θ_i)``, private leaves without agent axis)
+
+                f_i(φ, θ_i) = −Σ_{d ∈ D_i} log p(d | φ, θ_i) − log p(θ_i | φ) − log p(φ) / N,
+
+            so that ``Σ_i f_i`` is the joint negative log-posterior of ``φ, θ_1, ..., θ_N``.
 
     Derived fields: ``counts`` ``(N,)``, the agents' data counts (``None`` without a mask: all
     ``local_size``), kept so that a step never sums the mask;
@@ -270,6 +283,8 @@ class Potential(eqx.Module):
     clip: Array | None
     log_likelihood: Callable | None = eqx.field(static=True)
     log_prior: Callable | None = eqx.field(static=True)
+    log_agent_prior: Callable | None = eqx.field(static=True)
+    private: _private.PrivateSpec | None = eqx.field(static=True)
     batch_size: int | None = eqx.field(static=True)
     replace: bool = eqx.field(static=True)
     gradient_fn: Callable | None = eqx.field(static=True)
@@ -287,6 +302,8 @@ class Potential(eqx.Module):
         replace: bool = False,
         gradient_fn: Callable | None = None,
         clip: float | None = None,
+        private=None,
+        log_agent_prior: Callable | None = None,
     ):
         if log_likelihood is None and gradient_fn is None:
             raise ValueError("Give `log_likelihood` or `gradient_fn`; both are None.")
@@ -365,8 +382,13 @@ class Potential(eqx.Module):
             table = _subset_table(counts, batch_size)
             if table is not None:
                 self.subsets, self.num_subsets = jnp.asarray(table[0]), jnp.asarray(table[1])
+        if log_agent_prior is not None and not callable(log_agent_prior):
+            raise ValueError(f"`log_agent_prior` must be callable or None; got "
+                             f"{type(log_agent_prior)}.")
         self.log_likelihood = log_likelihood
         self.log_prior = log_prior
+        self.log_agent_prior = log_agent_prior
+        self.private = _private.PrivateSpec.of(private)
         self.batch_size = batch_size
         self.replace = bool(replace)
         self.gradient_fn = gradient_fn
@@ -377,15 +399,20 @@ class Potential(eqx.Module):
     def from_numpyro(cls, model: Callable, data: PyTree, batch_size: int | None = None, *,
                      mask: Array | None = None, replace: bool = False,
                      model_kwargs: dict | None = None, plate: str | None = None,
-                     clip: float | None = None) -> "Potential":
+                     clip: float | None = None, agent_plate: str | None = None) -> "Potential":
         """The potential of a numpyro model on its unconstrained space: observed sites in a
         plate over ``data`` (a dict of the model's data arguments, leaves ``(N, n_local,
         ...)``), latent sites outside it (:func:`dgsgld.model.ppl.factorize`: its arguments
-        and errors); :func:`dgsgld.model.constrain` maps the draws back. Needs numpyro (the
+        and errors); :func:`dgsgld.model.constrain` maps the draws back. With
+        ``agent_plate``, the name of a plate over the agents, latent sites inside that plate
+        are private parameters (one per agent; :mod:`dgsgld.model.ppl`). Needs numpyro (the
         ``numpyro`` extra), imported on use."""
-        info = ppl.factorize(model, data, model_kwargs=model_kwargs, plate=plate)
+        info = ppl.factorize(model, data, model_kwargs=model_kwargs, plate=plate,
+                             agent_plate=agent_plate)
+        private = info.private
         return cls(info.log_likelihood, info.log_prior, data, batch_size, mask=mask,
-                   replace=replace, clip=clip)
+                   replace=replace, clip=clip, private=private or None,
+                   log_agent_prior=info.log_agent_prior if private else None)
 
     # -- one agent -------------------------------------------------------------------------
 
@@ -398,10 +425,23 @@ class Potential(eqx.Module):
                     jnp.ones((num_rows, self.local_size), dtype))
         return self.counts, self.mask.astype(dtype)
 
+    def private_mask(self, params: PyTree) -> PyTree | None:
+        """Bools shaped like ``params``, ``True`` at the private leaves; ``None`` when no
+        leaf is private (then every sampler runs exactly as without private parameters)."""
+        return None if self.private is None else self.private.mask(params)
+
+    @property
+    def has_prior(self) -> bool:
+        """Whether ``f_i`` has a prior term (``log_prior`` or ``log_agent_prior``)."""
+        return self.log_prior is not None or self.log_agent_prior is not None
+
     def _prior_term(self, params: PyTree) -> Array:
-        if self.log_prior is None:
-            return jnp.zeros(())
-        return -self.log_prior(params) / self.num_agents
+        """``−log p(params) / N − log_agent_prior(params)``: agent ``i``'s prior terms."""
+        term = jnp.zeros(()) if self.log_prior is None else \
+            -self.log_prior(params) / self.num_agents
+        if self.log_agent_prior is not None:
+            term = term - self.log_agent_prior(params)
+        return term
 
     def _data_value(self, params, agent_data, weights, scale) -> Array:
         """``-scale * sum_j weights_j log p(d_j | params)`` (its gradient clipped per datum
@@ -516,7 +556,7 @@ class Potential(eqx.Module):
         return grads if self.gradient_fn is not None else self._with_prior(grads, positions)
 
     def _with_prior(self, grads: PyTree, positions: PyTree) -> PyTree:
-        if self.log_prior is None:
+        if not self.has_prior:
             return grads
         prior = jax.vmap(jax.grad(self._prior_term))(positions)
         return jax.tree.map(jnp.add, grads, prior)
@@ -557,22 +597,33 @@ class Potential(eqx.Module):
         )
 
     def _stacked(self, params: PyTree):
-        """``(potential, arrays (N, *param_shape))``: one point's array leaves, every agent."""
+        """``(potential, arrays (N, *param_shape), private mask)``: one point's array leaves,
+        every agent: shared leaves repeated, private ones (already ``(N, ...)``) as they are."""
         pot, arrays = self._on_arrays(params, name="params", agents=None)
         n = self.num_agents
-        return pot, jax.tree.map(lambda p: jnp.broadcast_to(p, (n, *jnp.shape(p))), arrays)
+        mask = pot.private_mask(arrays)
+        if mask is not None:
+            _validation.check_leading_axis(
+                _private.private_part(arrays, mask), n,
+                name="params (private leaves)", layout="(num_agents, *param_shape)")
+        stacked = jax.tree.map(lambda p: jnp.broadcast_to(p, (n, *jnp.shape(p))),
+                               _private.shared_part(arrays, mask))
+        return pot, _private.merge(stacked, arrays, mask), mask
 
     def value(self, params: PyTree) -> Array:
         """The pooled potential ``f(x) = sum_i f_i(x)`` (negative log-posterior) at one point
         ``params`` (any pytree; non-array leaves static)."""
-        pot, stacked = self._stacked(params)
+        pot, stacked, _ = self._stacked(params)
         return jnp.sum(pot.agent_values(stacked))
 
     def pooled_grad(self, params: PyTree, key: PRNGKey) -> PyTree:
         """Stochastic gradient of ``f = sum_i f_i`` at one point (the centralized sampler's):
-        the array leaves of ``params``."""
-        pot, stacked = self._stacked(params)
-        return jax.tree.map(lambda g: jnp.sum(g, axis=0), pot.grad(stacked, key))
+        the array leaves of ``params``. A private leaf ``θ`` ``(N, ...)`` gets ``∇_{θ_i} f_i``
+        in row ``i`` (only ``f_i`` depends on ``θ_i``)."""
+        pot, stacked, mask = self._stacked(params)
+        grads = pot.grad(stacked, key)
+        summed = jax.tree.map(lambda g: jnp.sum(g, axis=0), _private.shared_part(grads, mask))
+        return _private.merge(summed, grads, mask)
 
 
 def stack_potentials(potentials: Sequence[Potential]) -> Potential:

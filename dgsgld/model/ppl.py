@@ -21,6 +21,14 @@ The data are the model's keyword arguments that carry the plate's axis, split ac
 leaves ``(num_agents, local_size, ...)`` as :class:`dgsgld.Potential` takes them (see
 :mod:`dgsgld.model.data`). :func:`constrain` maps draws back to the constrained sites, and
 :func:`init_params` draws starting points as numpyro's ``init_to_uniform`` does.
+
+Hierarchical models (``agent_plate=``): the model is written for the pooled data, its data
+arguments with the agents' axis first, and latent sites inside a plate over the agents
+(``numpyro.plate("agents", x.shape[0], dim=-2)``) hold one value per agent. Each agent then
+runs the model on its own slice (the agent plate of size 1), and such a site is a *private*
+parameter (:class:`dgsgld.Potential`'s ``private=``): agent ``i``'s value ``θ_i``, with the
+agent plate's axis dropped from its shape. Its log-density ``log p(θ_i | φ)`` and log-Jacobian
+form ``log_agent_prior`` (added undivided to ``f_i``), the global sites' form ``log_prior``.
 """
 
 from __future__ import annotations
@@ -54,12 +62,18 @@ class Site(NamedTuple):
     """A latent site of the model.
 
     Attributes:
-        shape: its constrained shape (e.g. ``(K,)`` for a ``K``-simplex).
+        shape: its constrained shape (e.g. ``(K,)`` for a ``K``-simplex); one agent's, without
+            the agent plate's axis, for a private site.
         unconstrained_shape: the shape of its parameter (e.g. ``(K - 1,)``).
+        run_shape: for a site inside the agent plate (private), the shape of its value in one
+            agent's run: ``shape`` with the agent plate's axis and the size-1 batch axes right
+            of it that no plate holds (numpyro's broadcasting) put back; ``None`` for a global
+            site.
     """
 
     shape: tuple
     unconstrained_shape: tuple
+    run_shape: tuple | None = None
 
 
 class NumpyroModel:
@@ -72,9 +86,17 @@ class NumpyroModel:
         latent: ``name -> Site`` of the global latent sites, in the model's order.
         observed: names of the observed sites inside the data plate.
         deterministic: names of the ``numpyro.deterministic`` sites outside the data plate.
+        agent_plate: name of the plate over the agents, or ``None``.
     """
 
-    def __init__(self, model, model_kwargs, example, plate, latent, observed, deterministic):
+    @property
+    def private(self) -> tuple[str, ...]:
+        """The private sites: latent sites inside the agent plate."""
+        return tuple(name for name, site in self.latent.items() if site.run_shape is not None)
+
+    def __init__(self, model, model_kwargs, example, plate, latent, observed, deterministic,
+                 agent_plate=None):
+        self.agent_plate = agent_plate
         self.model = model
         self.model_kwargs = dict(model_kwargs)
         self.example = example  # one datum, leaves (1, ...): the model's data for prior terms
@@ -87,35 +109,53 @@ class NumpyroModel:
         return (f"NumpyroModel(plate={self.plate!r}, latent={list(self.latent)}, "
                 f"observed={list(self.observed)})")
 
-    def _trace(self, params: PyTree, data: Mapping) -> tuple[dict, Array]:
-        """The model's trace at unconstrained ``params`` and the sum of the log-Jacobians."""
+    def _trace(self, params: PyTree, data: Mapping) -> tuple[dict, Array, Array]:
+        """The model's trace at unconstrained ``params`` and the sums of the log-Jacobians
+        of the global and of the private sites."""
         handlers, transforms = _numpyro()
-        log_det = []
+        log_det, log_det_private = [], []
 
         def substitute_fn(site):
             if site["type"] == "sample" and site["name"] in self.latent:
                 u = params[site["name"]]
                 t = transforms.biject_to(site["fn"].support)
                 value = t(u)
-                log_det.append(jnp.sum(t.log_abs_det_jacobian(u, value)))
-                return value
+                run_shape = self.latent[site["name"]].run_shape
+                (log_det if run_shape is None else log_det_private).append(
+                    jnp.sum(t.log_abs_det_jacobian(u, value)))
+                return value if run_shape is None else jnp.reshape(value, run_shape)
             return None
 
         model = handlers.substitute(handlers.seed(self.model, 0), substitute_fn=substitute_fn)
         trace = handlers.trace(model).get_trace(**self.model_kwargs, **data)
-        return trace, sum(log_det, jnp.zeros(()))
+        return trace, sum(log_det, jnp.zeros(())), sum(log_det_private, jnp.zeros(()))
+
+    def _in_agent_plate(self, site: dict) -> bool:
+        return self.agent_plate is not None and any(
+            f.name == self.agent_plate for f in site.get("cond_indep_stack", ()))
 
     def log_likelihood(self, params: PyTree, datum: PyTree) -> Array:
         """``log p(datum | params)``: ``params`` unconstrained, ``datum`` one datum's leaves."""
-        trace, _ = self._trace(params, jax.tree.map(lambda leaf: leaf[None], datum))
+        lead = (None, None) if self.agent_plate is not None else (None,)
+        trace, _, _ = self._trace(params, jax.tree.map(lambda leaf: leaf[lead], datum))
         return sum((_log_prob(trace[name]) for name in self.observed), jnp.zeros(()))
 
     def log_prior(self, params: PyTree) -> Array:
         """``log p(T(u)) + log |det dT/du|`` at unconstrained ``params``, with the observed
         sites outside the data plate."""
-        trace, log_det = self._trace(params, self.example)
+        trace, log_det, _ = self._trace(params, self.example)
         terms = [_log_prob(site) for name, site in trace.items()
-                 if site["type"] == "sample" and name not in self.observed]
+                 if site["type"] == "sample" and name not in self.observed
+                 and not self._in_agent_plate(site)]
+        return sum(terms, log_det)
+
+    def log_agent_prior(self, params: PyTree) -> Array:
+        """``log p(θ_i | φ) + log |det dT/du|`` of the private sites (with the observed sites
+        inside the agent plate but outside the data plate) at agent ``i``'s ``params``."""
+        trace, _, log_det = self._trace(params, self.example)
+        terms = [_log_prob(site) for name, site in trace.items()
+                 if site["type"] == "sample" and name not in self.observed
+                 and self._in_agent_plate(site)]
         return sum(terms, log_det)
 
     def constrain(self, draws: PyTree) -> dict[str, Array]:
@@ -152,8 +192,12 @@ class NumpyroModel:
         keep = (*self.latent, *self.deterministic)
 
         def one(params):
-            trace, _ = self._trace(params, self.example)
-            return {name: trace[name]["value"] for name in keep}
+            trace, _, _ = self._trace(params, self.example)
+            out = {name: trace[name]["value"] for name in keep}
+            for name, site in self.latent.items():   # one agent's value of a private site
+                if site.run_shape is not None:
+                    out[name] = jnp.reshape(out[name], site.shape)
+            return out
 
         out = jax.vmap(one)(flat) if size else jax.eval_shape(jax.vmap(one), flat)
         return {name: jnp.reshape(v, (*batch, *jnp.shape(v)[1:])) for name, v in out.items()}
@@ -192,6 +236,8 @@ def _sites(model, model_kwargs: Mapping, data: Mapping) -> dict[str, dict]:
                     "type": site["type"],
                     "observed": sample and bool(site["is_observed"]),
                     "plates": {f.name: f.size for f in site.get("cond_indep_stack", ())},
+                    "plate_dims": {f.name: f.dim for f in site.get("cond_indep_stack", ())},
+                    "event_dim": len(site["fn"].event_shape) if sample else 0,
                     "shape": tuple(jnp.shape(site["value"])),
                     "support": site["fn"].support if sample else None,
                     "scaled": sample and not _is_one(site["scale"]),
@@ -212,6 +258,7 @@ def factorize(
     *,
     model_kwargs: Mapping[str, Any] | None = None,
     plate: str | None = None,
+    agent_plate: str | None = None,
 ) -> NumpyroModel:
     """The per-datum factorization of a numpyro model on numpyro's unconstrained space: what
     :meth:`dgsgld.Potential.from_numpyro` builds its potential from.
@@ -226,6 +273,10 @@ def factorize(
         model_kwargs: the model's other keyword arguments (hyperparameters, sizes), the same
             for every datum.
         plate: the data plate's name; by default the one plate whose size follows the data.
+        agent_plate: the name of a plate over the agents (hierarchical models, module
+            docstring): the model then takes data ``(num_agents, local_size, ...)``, each
+            agent's run its slice ``(1, local_size, ...)``, and latent sites inside this plate
+            are private parameters.
 
     Returns:
         A :class:`NumpyroModel`: its ``log_likelihood`` and ``log_prior`` take parameters that
@@ -235,7 +286,8 @@ def factorize(
     Raises:
         ValueError: when the data do not fit, no observed site is in a data plate, a latent
             site is inside it (local latent variables do not factor per datum), or the plate
-            subsamples (the sampler draws mini-batches itself: ``batch_size``).
+            subsamples (the sampler draws mini-batches itself: ``batch_size``); an
+            ``agent_plate`` that is no plate of the model or not of size 1 in an agent's run.
     """
     if not callable(model):
         raise TypeError(f"`model` must be a numpyro model (a callable); got {type(model)}.")
@@ -257,8 +309,10 @@ def factorize(
     # Two traces, on one datum and on the same datum twice: the data plate is the plate whose
     # size follows the number of data (1, then 2), whatever the local data size is.
     # (Sliced on the host: no eager device program per shape.)
-    one = {k: np.asarray(v)[0, :1] for k, v in data.items()}
-    two = {k: np.concatenate([v, v]) for k, v in one.items()}
+    axis = 0 if agent_plate is None else 1      # the local data's axis in the model's data
+    one = {k: np.asarray(v)[0, :1] if agent_plate is None else np.asarray(v)[:1, :1]
+           for k, v in data.items()}
+    two = {k: np.concatenate([v, v], axis=axis) for k, v in one.items()}
     try:
         sites1 = _sites(model, model_kwargs, one)
         sites2 = _sites(model, model_kwargs, two)
@@ -289,6 +343,10 @@ def factorize(
             f"(plates found: {sorted(data_plates)}). The plate's size must come from the "
             "data, e.g. numpyro.plate('data', x.shape[0])."
         )
+    if agent_plate is not None and not any(agent_plate in site["plates"]
+                                           for site in sites1.values()):
+        raise ValueError(f"`agent_plate` = {agent_plate!r} is no plate of the model's sites "
+                         "(e.g. numpyro.plate('agents', x.shape[0], dim=-2)).")
     latent, observed, deterministic = {}, [], []
     _, transforms = _numpyro()
     for name, site in sites1.items():
@@ -311,13 +369,27 @@ def factorize(
                 "per datum does not factor as the sum of per-datum log-likelihoods. Move it "
                 "outside the plate or marginalize it."
             )
+        elif agent_plate is not None and agent_plate in site["plates"]:
+            if site["plates"][agent_plate] != 1:
+                raise ValueError(f"`agent_plate` {agent_plate!r} has size "
+                                 f"{site['plates'][agent_plate]} in one agent's run; its size "
+                                 "must follow the data's agent axis, e.g. x.shape[0].")
+            # Plate dims count from the right of the batch shape (left of the event shape).
+            batch = len(site["shape"]) - site["event_dim"]
+            agent_axis = batch + site["plate_dims"][agent_plate]
+            held = {batch + d for d in site["plate_dims"].values()}
+            keep = [a for a in range(len(site["shape"])) if a != agent_axis and not (
+                agent_axis < a < batch and a not in held and site["shape"][a] == 1)]
+            shape = tuple(site["shape"][a] for a in keep)
+            t = transforms.biject_to(site["support"])
+            latent[name] = Site(shape, tuple(t.inverse_shape(shape)), tuple(site["shape"]))
         else:
             t = transforms.biject_to(site["support"])
             latent[name] = Site(site["shape"], tuple(t.inverse_shape(site["shape"])))
     if not latent:
         raise ValueError("the model has no latent sample site outside the data plate.")
     return NumpyroModel(model, model_kwargs, jax.tree.map(jnp.asarray, one), plate, latent,
-                        tuple(observed), tuple(deterministic))
+                        tuple(observed), tuple(deterministic), agent_plate)
 
 
 def numpyro_model(potential) -> NumpyroModel:

@@ -11,6 +11,7 @@ from .scores import predictive_scores as predictive_scores
 from .targets import TARGETS as TARGETS
 from .targets import Target as Target
 from .targets import get_target as get_target
+from .targets import hierarchical_private_potential as hierarchical_private_potential
 
 __all__ = [
     "Reference",
@@ -18,6 +19,7 @@ __all__ = [
     "Target",
     "available",
     "get_target",
+    "hierarchical_private_potential",
     "load_reference",
     "moment_errors",
     "predictive_scores",

@@ -9,18 +9,25 @@ its pooled data ``(n, ...)`` and two documented ways to split them across ``N`` 
   agent): the class for classifiers, the quantile bin of a covariate or of the response for
   regressions. The number of groups is the number of agents (or the number of classes).
 
-======================  ====  =====  ===============================================================
-name                    d     n      model
-======================  ====  =====  ===============================================================
-gaussian_linear         6     100    linear regression, known noise, Gaussian prior (exact anchor)
-logistic_breast_cancer  31    569    logistic regression, standardized features + intercept
-multinomial_wine        42    178    softmax regression, 3 classes, 13 standardized features
-poisson_linnerud        4     20     Poisson regression of chin-ups on weight, waist, pulse
-student_t_diabetes      12    442    robust regression, Student-t (nu = 4) noise, unknown scale
-sparse_mixture          10    40     regression with a spike-and-slab-like scale-mixture prior
-eight_schools           10    8      hierarchical normal model, non-centred
-bnn_regression          10    40     one-hidden-layer tanh network (3 units), known noise
-======================  ====  =====  ===============================================================
+========================  ====  =====  =======================================================
+name                      d     n      model
+========================  ====  =====  =======================================================
+gaussian_linear           6     100    linear regression, known noise, Gaussian prior (exact anchor)
+logistic_breast_cancer    31    569    logistic regression, standardized features + intercept
+multinomial_wine          42    178    softmax regression, 3 classes, 13 standardized features
+poisson_linnerud          4     20     Poisson regression of chin-ups on weight, waist, pulse
+student_t_diabetes        12    442    robust regression, Student-t (nu = 4) noise, unknown scale
+sparse_mixture            10    40     regression with a spike-and-slab-like scale-mixture prior
+eight_schools             10    8      hierarchical normal model, non-centred
+bnn_regression            10    40     one-hidden-layer tanh network (3 units), known noise
+hierarchical_regression   21    240    per-group intercepts and slopes under a shared hyperprior
+========================  ====  =====  =======================================================
+
+``hierarchical_regression``'s ``"skew"`` split deals pairs of its 8 groups (``2j, 2j + 1``), so
+that it runs on 4 agents like the others. Its personalized form
+:func:`dgsgld.posteriors.hierarchical_private_potential` gives each of 8 agents one group, whose
+intercept and slope ``(a_g, b_g)`` are then needed by that agent only, and declares them
+private (:class:`dgsgld.Potential`'s ``private=``) beside the shared hyperparameters.
 
 The data of the breast-cancer, wine, Linnerud and diabetes targets are the sets bundled with
 scikit-learn (imported on use: the ``examples`` extra); the others are generated with NumPy from
@@ -50,7 +57,7 @@ from .problems import (
     logistic_log_likelihood,
 )
 
-__all__ = ["SPLITS", "TARGETS", "Target", "get_target"]
+__all__ = ["SPLITS", "TARGETS", "Target", "get_target", "hierarchical_private_potential"]
 
 SPLITS = ("iid", "skew")
 
@@ -451,10 +458,118 @@ def bnn_regression() -> Target:
                   quantity_names=tuple(f"f({g:g})" for g in BNN_GRID), init_scale=0.5)
 
 
+#: Groups of :func:`hierarchical_regression`, and their sizes (unequal: the small groups borrow
+#: strength from the others through the hyperprior).
+HIERARCHICAL_GROUP_SIZES = (6, 10, 15, 20, 30, 40, 50, 69)
+#: Names of the shared hyperparameters of :func:`hierarchical_regression`, in order.
+HIERARCHICAL_SHARED = ("mu_a", "mu_b", "log_tau_a", "log_tau_b", "log_sigma")
+
+
+def _half_normal_log(log_scale):
+    """``log half-N(s; 0, 1) + log s`` at ``s = exp(log_scale)`` (prior and Jacobian)."""
+    return -0.5 * jnp.exp(2.0 * log_scale) + log_scale
+
+
+def hierarchical_group_prior(shared, local):
+    """``log p(a_g, b_g | φ)``: ``a_g ~ N(μ_a, τ_a²)``, ``b_g ~ N(μ_b, τ_b²)``; ``shared`` the
+    5 hyperparameters :data:`HIERARCHICAL_SHARED`, ``local = (a_g, b_g)``."""
+    mu, log_tau = shared[:2], shared[2:4]
+    return jnp.sum(jsp_stats.norm.logpdf(local, mu, jnp.exp(log_tau)))
+
+
+def hierarchical_hyperprior(shared):
+    """``log p(φ)``: ``μ_a, μ_b ~ N(0, 2²)``; ``τ_a, τ_b, σ ~ half-N(0, 1)`` on their logs."""
+    return (jnp.sum(jsp_stats.norm.logpdf(shared[:2], 0.0, 2.0))
+            + jnp.sum(_half_normal_log(shared[2:5])))
+
+
+def hierarchical_datum_log_likelihood(shared, local, u, y):
+    """``log N(y; a + b u, σ²)`` with ``(a, b) = local`` and ``log σ = shared[4]``."""
+    return jsp_stats.norm.logpdf(y, local[0] + local[1] * u, jnp.exp(shared[4]))
+
+
+def _hierarchical_local(x, g):
+    num = len(HIERARCHICAL_GROUP_SIZES)
+    return jnp.stack([x[5 + g], x[5 + num + g]])
+
+
+def hierarchical_log_likelihood(x, datum):
+    """Datum ``(u, y, g)`` of group ``g``: ``log N(y; a_g + b_g u, σ²)``; ``x`` the flat
+    ``(μ_a, μ_b, log τ_a, log τ_b, log σ, a_1..a_G, b_1..b_G)``."""
+    u, y, g = datum
+    return hierarchical_datum_log_likelihood(x[:5], _hierarchical_local(x, g), u, y)
+
+
+def hierarchical_log_prior(x):
+    """``log p(φ) + Σ_g log p(a_g, b_g | φ)`` of the flat ``x``."""
+    num = len(HIERARCHICAL_GROUP_SIZES)
+    local = jnp.stack([x[5:5 + num], x[5 + num:]], axis=-1)
+    return hierarchical_hyperprior(x[:5]) + jnp.sum(
+        jax.vmap(hierarchical_group_prior, (None, 0))(x[:5], local))
+
+
+def hierarchical_regression() -> Target:
+    sizes = np.asarray(HIERARCHICAL_GROUP_SIZES)
+    num = sizes.size
+    rng = np.random.default_rng(11)
+    a = 1.0 + 1.0 * rng.normal(size=num)
+    b = 0.5 + 0.5 * rng.normal(size=num)
+    g = np.repeat(np.arange(num), sizes)
+    u = rng.normal(size=g.size)
+    y = a[g] + b[g] * u + 0.5 * rng.normal(size=g.size)
+    names = HIERARCHICAL_SHARED + tuple(f"a[{j}]" for j in range(num)) + tuple(
+        f"b[{j}]" for j in range(num))
+    return Target("hierarchical_regression",
+                  f"hierarchical linear regression on generated grouped data ({num} groups of "
+                  f"{sizes.min()}-{sizes.max()}, n={g.size}): y ~ N(a_g + b_g u, sigma^2), "
+                  "a_g ~ N(mu_a, tau_a^2), b_g ~ N(mu_b, tau_b^2), mu ~ N(0, 4), "
+                  "tau, sigma ~ half-N(0, 1), centred",
+                  hierarchical_log_likelihood, hierarchical_log_prior, (u, y, g), names, g // 2,
+                  "a pair of groups (2j, 2j + 1)", init_scale=0.5)
+
+
+def hierarchical_private_potential(target: Target | None = None, *,
+                                   batch_size: int | None = None) -> tuple[Potential, np.ndarray]:
+    """The personalized potential of :func:`hierarchical_regression`, agent ``i`` holding one
+    group (:func:`dgsgld.model.data.split_by_label`, one label per agent): parameters ``{"shared": (5,), "local": (2,)}``, ``local =
+    (a_g, b_g)`` private, ``f_i = −Σ log N(y; a + b u, σ²) − log p(a, b | φ) − log p(φ)/N``.
+
+    Returns:
+        ``(potential, groups (N,))``: the group each agent holds.
+    """
+    target = target or get_target("hierarchical_regression")
+    num = len(HIERARCHICAL_GROUP_SIZES)
+    s = _data.split_by_label(target.data, np.asarray(target.data[2], int), num, 1)
+    dtype = jnp.result_type(float)
+    u, y, g = s.data
+    groups = np.asarray(g)[:, 0].astype(int)
+    return Potential(_HierarchicalAgentLikelihood(), _HierarchicalHyperprior(),
+                     (jnp.asarray(u, dtype), jnp.asarray(y, dtype)), batch_size, mask=s.mask,
+                     private=("local",), log_agent_prior=_HierarchicalGroupPrior()), groups
+
+
+@dataclass(frozen=True)
+class _HierarchicalAgentLikelihood:
+    def __call__(self, params, datum):
+        return hierarchical_datum_log_likelihood(params["shared"], params["local"], *datum)
+
+
+@dataclass(frozen=True)
+class _HierarchicalHyperprior:
+    def __call__(self, params):
+        return hierarchical_hyperprior(params["shared"])
+
+
+@dataclass(frozen=True)
+class _HierarchicalGroupPrior:
+    def __call__(self, params):
+        return hierarchical_group_prior(params["shared"], params["local"])
+
+
 TARGETS: dict[str, Callable[[], Target]] = {
     f.__name__: f for f in (gaussian_linear, logistic_breast_cancer, multinomial_wine,
                             poisson_linnerud, student_t_diabetes, sparse_mixture,
-                            eight_schools, bnn_regression)
+                            eight_schools, bnn_regression, hierarchical_regression)
 }
 
 

@@ -286,9 +286,12 @@ def _check_inputs(algorithm, potential, stack, positions, key, num_steps, resume
         lambda leaf: jax.ShapeDtypeStruct(jnp.shape(leaf)[1:], jnp.result_type(leaf)), positions
     )
     if not algorithm.decentralized:
+        # Every agent's view of one point: shared leaves repeated, private ones (N, ...) as given.
+        private = potential.private_mask(one)
         one = jax.tree.map(
-            lambda s: jax.ShapeDtypeStruct((potential.num_agents, *s.shape), s.dtype), one
-        )
+            lambda s, p: s if p else jax.ShapeDtypeStruct((potential.num_agents, *s.shape),
+                                                          s.dtype),
+            one, jax.tree.map(lambda _: False, one) if private is None else private)
     _check_model(potential, one)
     return num_chains.pop()
 

@@ -52,17 +52,18 @@ class DESGLD(SamplingAlgorithm):
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DESGLDState:
         grad, est = self.estimator.start(potential, position, key)
-        channel = init_states(self.channel, position=position)
+        channel = init_states(self.channel, potential.private_mask(position), position=position)
         return DESGLDState(position, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(
         self, key: PRNGKey, state: DESGLDState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
     ) -> DESGLDState:
+        private = potential.private_mask(state.position)
         eta, grad_key, grad, noise = self._step_inputs(
             key, state, noise, self.estimator.gradient(state.estimator, potential))
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
-                              state.position, state.count)
+                              state.position, state.count, private=private)
         position = _tree.langevin_update(mixed, self._precondition(grad, state.position), noise,
                                          eta)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)

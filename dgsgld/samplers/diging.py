@@ -31,6 +31,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._util import private as _private
 from .._util import tree as _tree
 from .._util import validation as _validation
 from .._util.types import Array, PRNGKey, PyTree
@@ -93,7 +94,8 @@ class DIGingSGLD(SamplingAlgorithm):
     def init(self, position: PyTree, potential, key: PRNGKey) -> DIGingState:
         """State at ``k = 0``: ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``. ``position`` leaves are ``(N, ...)``."""
         grad, est = self.estimator.start(potential, position, key)
-        channel = init_states(self.channel, position=position, tracker=grad)
+        channel = init_states(self.channel, potential.private_mask(position), position=position,
+                              tracker=grad)
         return DIGingState(position, grad, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(
@@ -104,9 +106,10 @@ class DIGingSGLD(SamplingAlgorithm):
 
         ``noise``, if given, is the ``w`` of this step (default ``self.noise(key, position)``).
         """
+        private = potential.private_mask(state.position)
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
-                              state.position, state.count)
+                              state.position, state.count, private=private)
         position = _tree.langevin_update(mixed, self._precondition(state.tracker, state.position),
                                          noise, eta)
         grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
@@ -115,10 +118,11 @@ class DIGingSGLD(SamplingAlgorithm):
             xi = self._tracking_noise(key, state, mixing_matrix)
             message = _tree.tree_add(message, xi)
         mixed_tracker, channel = send(self.channel, key, channel, "tracker", mixing_matrix,
-                                      message, state.count)
+                                      message, state.count, private=private)
         if xi is not None:
             mixed_tracker = _tree.tree_sub(mixed_tracker, xi)
         tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
+        tracker = _private.where(private, grad, tracker)  # a private leaf's own gradient
         new = DIGingState(position, tracker, grad, state.count + 1, est, channel)
         new = hold(self.channel, key, state, new, mixing_matrix)
         return new

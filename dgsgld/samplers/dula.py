@@ -113,18 +113,19 @@ class DULA(SamplingAlgorithm):
 
     def init(self, position: PyTree, potential, key: PRNGKey) -> DULAState:
         grad, est = self.estimator.start(potential, position, key)
-        channel = init_states(self.channel, position=position)
+        channel = init_states(self.channel, potential.private_mask(position), position=position)
         return DULAState(position, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(
         self, key: PRNGKey, state: DULAState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
     ) -> DULAState:
+        private = potential.private_mask(state.position)
         alpha, grad_key, grad, noise = self._step_inputs(
             key, state, noise, self.estimator.gradient(state.estimator, potential))
         beta = _tree.resolve_step_size(self.consensus, state.count)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
-                              state.position, state.count)
+                              state.position, state.count, private=private)
         base = jax.tree.map(
             lambda x, wx: x + beta.astype(x.dtype) * (wx - x), state.position, mixed
         )

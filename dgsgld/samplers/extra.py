@@ -62,23 +62,25 @@ class EXTRASGLD(SamplingAlgorithm):
     def init(self, position: PyTree, potential, key: PRNGKey) -> EXTRAState:
         dual = jax.tree.map(jnp.zeros_like, position)
         grad, est = self.estimator.start(potential, position, key)
-        channel = init_states(self.channel, position=position, next_position=position)
+        channel = init_states(self.channel, potential.private_mask(position), position=position,
+                              next_position=position)
         return EXTRAState(position, dual, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(
         self, key: PRNGKey, state: EXTRAState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
     ) -> EXTRAState:
+        private = potential.private_mask(state.position)
         eta, grad_key, grad, noise = self._step_inputs(
             key, state, noise, self.estimator.gradient(state.estimator, potential))
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
-                              state.position, state.count)
+                              state.position, state.count, private=private)
         # W̃ x − z = (x + W x)/2 − z
         base = jax.tree.map(lambda x, wx, z: 0.5 * (x + wx) - z, state.position, mixed, state.dual)
         position = _tree.langevin_update(base, self._precondition(grad, state.position), noise,
                                          eta)
         mixed_new, channel = send(self.channel, key, channel, "next_position", mixing_matrix,
-                                  position, state.count)
+                                  position, state.count, private=private)
         dual = jax.tree.map(lambda z, x, wx: z + 0.5 * (x - wx), state.dual, position, mixed_new)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = EXTRAState(position, dual, new_grad, state.count + 1, est, channel)

@@ -80,6 +80,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._util import private as _private
 from .._util import tree as _tree
 from .._util.types import Array, PRNGKey, PyTree
 from ..communication import Channel, as_channel, hold, init_states, send, send_mass
@@ -183,17 +184,20 @@ class PushDIGingSGLD(SamplingAlgorithm):
     def init(self, position: PyTree, potential, key: PRNGKey) -> PushDIGingState:
         """``v⁽⁰⁾ = 1``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``."""
         grad, est = self.estimator.start(potential, position, key)
-        channel = init_states(self.channel, position=position, tracker=grad)
+        channel = init_states(self.channel, potential.private_mask(position), position=position,
+                              tracker=grad)
         return PushDIGingState(position, grad, _initial_weight(position), grad,
                                jnp.zeros((), jnp.int32), est, channel)
 
     def step(self, key: PRNGKey, state: PushDIGingState, potential, mixing_matrix: Array,
              noise: PyTree | None = None) -> PushDIGingState:
         """One iteration with the column-stochastic ``C⁽ᵏ⁾ (N, N)``."""
+        private = potential.private_mask(state.position)
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
         u = jax.tree.map(jnp.multiply, _per_agent(state.weight, state.position), state.position)
         mixed, weight, channel = send_mass(self.channel, key, state.channel, "position",
-                                           mixing_matrix, u, state.weight, state.count)
+                                           mixing_matrix, u, state.weight, state.count,
+                                           private=private)
         scale2 = 2.0 * eta
 
         def one(b, d, mass, inv, w):
@@ -206,8 +210,9 @@ class PushDIGingSGLD(SamplingAlgorithm):
             _per_agent(_reciprocal(weight), mixed))
         grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         mixed_tracker, channel = send(self.channel, key, channel, "tracker", mixing_matrix,
-                                      state.tracker, state.count, directed=True)
+                                      state.tracker, state.count, directed=True, private=private)
         tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
+        tracker = _private.where(private, grad, tracker)  # a private leaf's own gradient
         new = PushDIGingState(position, tracker, weight, grad, state.count + 1, est, channel)
         return hold(self.channel, key, state, new, mixing_matrix)
 
@@ -246,10 +251,12 @@ class PushSumSGLD(SamplingAlgorithm):
     def init(self, position: PyTree, potential, key: PRNGKey) -> PushSumState:
         grad, est = self.estimator.start(potential, position, key)
         return PushSumState(position, _initial_weight(position), grad, jnp.zeros((), jnp.int32),
-                            est, init_states(self.channel, position=position))
+                            est, init_states(self.channel, potential.private_mask(position),
+                                             position=position))
 
     def step(self, key: PRNGKey, state: PushSumState, potential, mixing_matrix: Array,
              noise: PyTree | None = None) -> PushSumState:
+        private = potential.private_mask(state.position)
         alpha, grad_key, grad, noise = self._step_inputs(
             key, state, noise, self.estimator.gradient(state.estimator, potential))
         scale2 = 2.0 * alpha
@@ -263,7 +270,8 @@ class PushSumSGLD(SamplingAlgorithm):
             _per_agent(_mass(state.weight, self.noise_rule), state.position),
             _per_agent(state.weight, state.position))
         mixed, weight, channel = send_mass(self.channel, key, state.channel, "position",
-                                           mixing_matrix, u, state.weight, state.count)
+                                           mixing_matrix, u, state.weight, state.count,
+                                           private=private)
         position = jax.tree.map(jnp.multiply, mixed, _per_agent(_reciprocal(weight), mixed))
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = PushSumState(position, weight, new_grad, state.count + 1, est, channel)

@@ -43,6 +43,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._util import private as _private
 from .._util import tree as _tree
 from .._util import validation as _validation
 from .._util.types import Array, PRNGKey, PyTree
@@ -121,18 +122,19 @@ class DESGHMC(SamplingAlgorithm):
         """``v⁽⁰⁾ = 0``; ``position`` leaves ``(N, *param_shape)``."""
         grad, est = self.estimator.start(potential, position, key)
         velocity = jax.tree.map(jnp.zeros_like, position)
-        channel = init_states(self.channel, position=position)
+        channel = init_states(self.channel, potential.private_mask(position), position=position)
         return DESGHMCState(position, velocity, grad, jnp.zeros((), jnp.int32), est, channel)
 
     def step(
         self, key: PRNGKey, state: DESGHMCState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
     ) -> DESGHMCState:
+        private = potential.private_mask(state.position)
         eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
         velocity = _velocity_update(state.velocity, self._precondition(grad, state.position),
                                     noise, eta, self.friction)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
-                              state.position, state.count)
+                              state.position, state.count, private=private)
         position = _position_update(mixed, velocity, eta)
         new_grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         new = DESGHMCState(position, velocity, new_grad, state.count + 1, est, channel)
@@ -152,7 +154,8 @@ class DIGingSGHMC(SamplingAlgorithm):
         """``v⁽⁰⁾ = 0``, ``y⁽⁰⁾ = ∇̃F(x⁽⁰⁾)``; ``position`` leaves ``(N, *param_shape)``."""
         grad, est = self.estimator.start(potential, position, key)
         velocity = jax.tree.map(jnp.zeros_like, position)
-        channel = init_states(self.channel, position=position, tracker=grad)
+        channel = init_states(self.channel, potential.private_mask(position), position=position,
+                              tracker=grad)
         return DIGingSGHMCState(position, velocity, grad, grad, jnp.zeros((), jnp.int32), est,
                                 channel)
 
@@ -160,16 +163,18 @@ class DIGingSGHMC(SamplingAlgorithm):
         self, key: PRNGKey, state: DIGingSGHMCState, potential, mixing_matrix: Array,
         noise: PyTree | None = None,
     ) -> DIGingSGHMCState:
+        private = potential.private_mask(state.position)
         eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
         velocity = _velocity_update(state.velocity,
                                     self._precondition(state.tracker, state.position), noise,
                                     eta, self.friction)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
-                              state.position, state.count)
+                              state.position, state.count, private=private)
         position = _position_update(mixed, velocity, eta)
         grad, est = self.estimator.grad(state.estimator, potential, position, grad_key)
         mixed_tracker, channel = send(self.channel, key, channel, "tracker", mixing_matrix,
-                                      state.tracker, state.count)
+                                      state.tracker, state.count, private=private)
         tracker = _tree.tree_add(mixed_tracker, _tree.tree_sub(grad, state.grad))
+        tracker = _private.where(private, grad, tracker)  # a private leaf's own gradient
         new = DIGingSGHMCState(position, velocity, tracker, grad, state.count + 1, est, channel)
         return hold(self.channel, key, state, new, mixing_matrix)

@@ -284,7 +284,8 @@ def _stacked_init(decentralized, quadratic, init_mean, init_cov, xp=jnp):
     cov = xp.asarray(init_cov)
     dtype = jnp.result_type(mean, cov, float)
     mean, cov = mean.astype(dtype), cov.astype(dtype)
-    if not decentralized:
+    if not decentralized:  # the joint vector (φ, θ_1, …, θ_N) with private coordinates
+        d = quadratic.joint_dim
         if mean.shape != (d,) or cov.shape != (d, d):
             raise ValueError(
                 f"A centralized sampler needs init_mean (d,) and init_cov (d, d) with d={d}; "
@@ -429,8 +430,9 @@ def exact_moments(
             rounds ``every=τ``, and the finite mixtures of stragglers (``activity``, a clock's
             deadline), rounds for all agents at once (``probability=p``) and gossip, error
             feedback with exact messages, ``threshold=0`` (module docstring). Not for
-            centralized SGLD; the push-sum samplers take ``every`` only. Other channels are
-            refused with the reason. The sampler's own ``channel`` is not read.
+            centralized SGLD; the push-sum samplers take ``every`` only; random-k messages
+            not with private coordinates (``quadratic.private``). Other channels are refused
+            with the reason. The sampler's own ``channel`` is not read.
 
     Returns:
         :class:`ExactMoments` with ``T + 1`` entries (``k = 0`` first).
@@ -445,6 +447,9 @@ def exact_moments(
     """
     _recursion_of(algorithm)
     law = _channel_law(channel, algorithm, quadratic.num_agents)
+    if law.fraction is not None and _private_of(quadratic) is not None:
+        raise ValueError("`channel`: random-k messages with private coordinates are not "
+                         "propagated (the masks cover the shared coordinates only).")
     # Host inputs are prepared by NumPy (an eager jnp operation is a compiled program of its
     # own); traced ones (under the caller's jit or vmap) by jnp.
     host = _validation.is_concrete_tree((quadratic, mixing, init_mean, init_cov, algorithm,
@@ -460,7 +465,7 @@ def exact_moments(
     mask = None if law.fraction is None else _random_k_mask(law.fraction, A.shape[-1])
     return ExactMoments(*_propagate(_law_view(algorithm), int(num_steps), law.link_p, law.every,
                                     law.consensus, A, b, stack, mean0, cov0, etas, mixture,
-                                    mask))
+                                    mask, _private_of(quadratic)))
 
 
 class _ChannelLaw(NamedTuple):
@@ -734,13 +739,13 @@ def _masked(step, blocks, q, W, eta, mask, consensus, talk):
 
 @eqx.filter_jit
 def _propagate(algorithm, num_steps, link_p, every, consensus, A, b, stack, mean0, cov0, etas,
-               mixture=None, mask=None):
+               mixture=None, mask=None, private=None):
     """The compiled moment recursion (cached across step sizes, data, initial laws and the
-    sampler's array parameters)."""
+    sampler's array parameters); ``private`` the quadratic's private coordinates (a tuple)."""
     law = _recursion_of(algorithm)
     decentralized, directed = algorithm.decentralized, is_directed(algorithm)
     blocks, aux = len(law.blocks), _conserved(law)
-    q = Quadratic(A, b)
+    q = Quadratic(A, b, private)
     N, d = A.shape[0], A.shape[-1]
     m, S = _initial_state(law, decentralized, q, mean0, cov0, jnp)
     if mask is not None and consensus is not None:  # the public copies ŝ⁽⁰⁾ = 0 ride along
@@ -843,29 +848,42 @@ def _reachable_coordinates(law: SamplerRecursion, decentralized, quadratic, N, d
 
     A tracker conserves ``Σ_i (y_i − ∇f_i(x_i))`` (``= 0`` from ``y⁽⁰⁾ = ∇F(x⁽⁰⁾)``), a dual
     variable ``Σ_i z_i`` (``= 0``): each adds ``d`` unit-modulus directions to ``M`` that noise
-    never excites. ``T`` is an orthonormal basis of the directions these linear functionals
-    ``K s = k₀`` leave free and ``o`` the least-norm solution of ``K o = k₀``.
+    never excites. With private coordinates (never mixed) these hold agent by agent there:
+    ``y_i − ∇f_i(x_i) = 0`` and ``z_i = 0`` on them, the sums over the shared ones. ``T`` is
+    an orthonormal basis of the directions these linear functionals ``K s = k₀`` leave free
+    and ``o`` the least-norm solution of ``K o = k₀``.
     """
     n = N * d
-    size = d if not decentralized else len(law.blocks) * n
-    rows, values = [], []
+    size = quadratic.joint_dim if not decentralized else len(law.blocks) * n
+    # The functionals on one block (n,): Σ_i on shared coordinates, each agent's own on
+    # private ones.
     total = np.kron(np.ones((1, N)), np.eye(d))                      # (d, n): Σ_i over agents
+    mask = quadratic.private_coordinates
+    if mask is not None:
+        total = np.concatenate([total[~mask], np.kron(np.eye(N), np.eye(d)[mask])])
+    rows, values = [], []
     for i, name in enumerate(law.blocks):
         if name not in ("tracker", "dual") or not decentralized:
             continue
-        K = np.zeros((d, size))
+        K = np.zeros((total.shape[0], size))
         K[:, i * n:(i + 1) * n] = total
         if name == "tracker":  # Σ y − Σ A_i x_i = −Σ b_i
             K[:, :n] -= total @ block_diag(np, np.asarray(quadratic.hessians, np.float64))
-            values.append(-np.sum(np.asarray(quadratic.shifts, np.float64), axis=0))
+            values.append(-total @ np.asarray(quadratic.shifts, np.float64).reshape(n))
         else:
-            values.append(np.zeros(d))
+            values.append(np.zeros(total.shape[0]))
         rows.append(K)
     if not rows:
         return np.eye(size), np.zeros(size)
     K, k0 = np.concatenate(rows), np.concatenate(values)
     _, _, vt = np.linalg.svd(K)
     return vt[K.shape[0]:].T, np.linalg.lstsq(K, k0, rcond=None)[0]
+
+
+def _private_of(quadratic) -> tuple | None:
+    """The quadratic's private coordinates as a hashable tuple of bools, or ``None``."""
+    mask = quadratic.private_coordinates if isinstance(quadratic, Quadratic) else None
+    return None if mask is None else tuple(bool(m) for m in mask)
 
 
 def stationary_moments(algorithm, quadratic: Quadratic, mixing, *, step_size=None
@@ -899,7 +917,8 @@ def stationary_moments(algorithm, quadratic: Quadratic, mixing, *, step_size=Non
     decentralized, directed = algorithm.decentralized, is_directed(algorithm)
     N, d = quadratic.num_agents, quadratic.dim
     q = Quadratic(
-        np.asarray(quadratic.hessians, np.float64), np.asarray(quadratic.shifts, np.float64)
+        np.asarray(quadratic.hessians, np.float64), np.asarray(quadratic.shifts, np.float64),
+        _private_of(quadratic)
     )
     stack = ([None] if not decentralized
              else np.asarray(_mixing_stack(mixing, algorithm, np), np.float64))

@@ -77,6 +77,7 @@ __all__ = [
     "is_directed",
     "label",
     "linear_recursion",
+    "network_operator",
     "recursion_of",
     "register_recursion",
     "schedule_value",
@@ -89,13 +90,24 @@ BLOCKS = ("position", "velocity", "tracker", "dual")
 class Quadratic(NamedTuple):
     """Quadratic agent potentials ``f_i(x) = ½ xᵀA_i x − b_iᵀx`` (up to constants).
 
+    With private coordinates (``private``) agent ``i``'s vector is ``x_i = (φ_i, θ_i)``: the
+    shared coordinates ``φ`` are mixed over the network, the private ones ``θ_i`` never are
+    (:class:`dgsgld.Potential`'s ``private=``), and the target is the joint law of
+    ``(φ, θ_1, …, θ_N)`` under ``exp(−Σ_i f_i(φ, θ_i))`` (:meth:`joint`). In every recursion
+    the network operator ``𝒲 = W ⊗ I_d`` becomes ``W ⊗ D_s + I_N ⊗ D_p`` (``D_s``, ``D_p``
+    the diagonal 0/1 projections on the shared and private coordinates; push-sum masses:
+    ``diag(v⁺/v) ⊗ D_p``), and a tracker's private block is the agent's own gradient.
+
     Attributes:
         hessians: ``(N, d, d)``, the symmetric positive definite ``A_i``.
         shifts: ``(N, d)``, the ``b_i`` (so ``∇f_i(x) = A_i x − b_i``).
+        private: ``None`` (every coordinate shared) or ``d`` bools, ``True`` at the private
+            coordinates of an agent's vector.
     """
 
     hessians: ArrayLike
     shifts: ArrayLike
+    private: tuple | None = None
 
     @property
     def num_agents(self) -> int:
@@ -104,14 +116,57 @@ class Quadratic(NamedTuple):
 
     @property
     def dim(self) -> int:
-        """``d``."""
+        """``d``, the dimension of one agent's vector."""
         return int(np.shape(self.hessians)[-1])
 
+    @property
+    def private_coordinates(self) -> np.ndarray | None:
+        """``(d,)`` bools of the private coordinates, or ``None`` when none is private."""
+        if self.private is None or not any(self.private):
+            return None
+        mask = np.asarray(self.private, bool)
+        if mask.shape != (self.dim,):
+            raise ValueError(f"`private` must hold d = {self.dim} bools; got {mask.shape}.")
+        return mask
+
+    @property
+    def joint_dim(self) -> int:
+        """``D = d_s + N d_p``, the dimension of the target (``d`` without private ones)."""
+        mask = self.private_coordinates
+        return self.dim if mask is None else int((~mask).sum() + self.num_agents * mask.sum())
+
+    def joint(self, xp=np) -> tuple:
+        """``(A (D, D), b (D,))`` of ``f = Σ_i f_i`` on the joint vector ``(φ, θ_1, …, θ_N)``
+        (``(Σ A_i, Σ b_i)`` without private coordinates): ``A_φφ = Σ_i A_i[s, s]``,
+        ``A_φθ_i = A_i[s, p]``, ``A_θ_iθ_i = A_i[p, p]``, ``b_φ = Σ_i b_i[s]``,
+        ``b_θ_i = b_i[p]``."""
+        A, b = xp.asarray(self.hessians), xp.asarray(self.shifts)
+        mask = self.private_coordinates
+        if mask is None:
+            return xp.sum(A, axis=0), xp.sum(b, axis=0)
+        E = xp.asarray(self.embedding(), A.dtype)           # (N, d, D)
+        return xp.einsum("iad,iab,ibe->de", E, A, E), xp.einsum("iad,ia->d", E, b)
+
+    def embedding(self) -> np.ndarray:
+        """``E (N, d, D)``: agent ``i``'s vector is ``x_i = E_i z`` of the joint vector
+        ``z = (φ, θ_1, …, θ_N)`` (identities without private coordinates)."""
+        N, d = self.num_agents, self.dim
+        mask = self.private_coordinates
+        if mask is None:
+            return np.broadcast_to(np.eye(d), (N, d, d)).copy()
+        shared, private = np.flatnonzero(~mask), np.flatnonzero(mask)
+        ds, dp = shared.size, private.size
+        E = np.zeros((N, d, ds + N * dp))
+        for i in range(N):
+            E[i, shared, np.arange(ds)] = 1.0
+            E[i, private, ds + i * dp + np.arange(dp)] = 1.0
+        return E
+
     def target(self) -> tuple[np.ndarray, np.ndarray]:
-        """The target ``π ∝ exp(−Σ_i f_i) = N(A⁻¹b, A⁻¹)``, ``A = Σ A_i``, ``b = Σ b_i``
-        (float64)."""
-        A = np.sum(np.asarray(self.hessians, dtype=np.float64), axis=0)
-        b = np.sum(np.asarray(self.shifts, dtype=np.float64), axis=0)
+        """The target ``π ∝ exp(−Σ_i f_i) = N(A⁻¹b, A⁻¹)`` with ``(A, b)`` of :meth:`joint`
+        (``A = Σ A_i``, ``b = Σ b_i`` without private coordinates), float64."""
+        A, b = self.joint(np)
+        A, b = np.asarray(A, np.float64), np.asarray(b, np.float64)
         cov = np.linalg.inv(A)
         return cov @ b, 0.5 * (cov + cov.T)
 
@@ -270,7 +325,7 @@ def linear_recursion(algorithm, quadratic: Quadratic, mixing_matrix=None, *, ste
     A = xp.asarray(quadratic.hessians)
     b = xp.asarray(quadratic.shifts)
     dtype = xp.result_type(A.dtype, b.dtype, float) if xp is np else A.dtype
-    q = Quadratic(A.astype(dtype), b.astype(dtype))
+    q = Quadratic(A.astype(dtype), b.astype(dtype), quadratic.private)
     eta = (schedule_value(algorithm.step_size, count, "step_size", xp) if step_size is None
            else xp.asarray(step_size))
     W = None
@@ -338,6 +393,19 @@ def preconditioner_matrices(algorithm, d: int, dtype, xp):
     return P.astype(dtype), S.astype(dtype)
 
 
+def network_operator(W, quadratic, xp, own=None):
+    """``𝒲 = W ⊗ I_d``, or with private coordinates ``W ⊗ D_s + own ⊗ D_p`` (``own``:
+    what a private coordinate's message becomes, default ``I_N``; ``diag(v⁺/v)`` for a
+    push-sum mass)."""
+    d, dtype = quadratic.dim, quadratic.hessians.dtype
+    mask = quadratic.private_coordinates
+    if mask is None:
+        return xp.kron(W, xp.eye(d, dtype=dtype))
+    own = xp.eye(W.shape[0], dtype=dtype) if own is None else own
+    Dp = xp.asarray(np.diag(mask.astype(float)), dtype)
+    return xp.kron(W, xp.eye(d, dtype=dtype) - Dp) + xp.kron(own, Dp)
+
+
 def _stacked(algorithm, quadratic, W, xp) -> _Stacked:
     A, b = quadratic.hessians, quadratic.shifts
     N, d = A.shape[0], A.shape[-1]
@@ -346,7 +414,7 @@ def _stacked(algorithm, quadratic, W, xp) -> _Stacked:
     if P is not None:
         eye_N = xp.eye(N, dtype=dtype)
         P, S = xp.kron(eye_N, P), xp.kron(eye_N, S)
-    Wb = None if W is None else xp.kron(W, xp.eye(d, dtype=dtype))
+    Wb = None if W is None else network_operator(W, quadratic, xp)
     return _Stacked(N, d, xp.eye(N * d, dtype=dtype), Wb, block_diag(xp, A), b.reshape(N * d),
                     P, S)
 
@@ -358,7 +426,7 @@ def _scalar(value, dtype, xp):
 @register_recursion(SGLD)
 def _sgld(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta = step_size
-    A, b = xp.sum(quadratic.hessians, axis=0), xp.sum(quadratic.shifts, axis=0)
+    A, b = quadratic.joint(xp)
     eye = xp.eye(A.shape[-1], dtype=A.dtype)
     P, S = preconditioner_matrices(algorithm, A.shape[-1], A.dtype, xp)
     if P is not None:
@@ -450,11 +518,14 @@ def _push_parts(algorithm, quadratic, C, weight, xp):
     """``(stacked operators, v⁽ᵏ⁾ (N,), v⁽ᵏ⁺¹⁾ = C v⁽ᵏ⁾, per)`` with ``per`` repeating agent
     values along the stacked ``(N d)`` axis."""
     p = _stacked(algorithm, quadratic, C, xp)
+    v_next = C @ weight
+    if quadratic.private_coordinates is not None:  # a private mass keeps its ratio u / v
+        p = p._replace(Wb=network_operator(C, quadratic, xp, xp.diag(v_next / weight)))
 
     def per(values):
         return xp.repeat(values, p.d)
 
-    return p, weight, C @ weight, per
+    return p, weight, v_next, per
 
 
 def _mass(algorithm, v, v_next, xp):
@@ -471,14 +542,15 @@ def _push_diging(algorithm, quadratic, mixing_matrix, step_size, *, count, weigh
     inv_next = 1.0 / per(v_next)
     root = xp.sqrt(2.0 * eta * per(_mass(algorithm, v, v_next, xp)))
     P = inv_next[:, None] * p.Wb * per(v)[None, :]
+    Cy = network_operator(mixing_matrix, quadratic, xp)    # the tracker's: private ones kept
     if p.P is None:
         top_noise = inv_next[:, None] * xp.diag(root)
         M = xp.block([[P, -eta * xp.diag(inv_next)],
-                      [p.Ab @ (P - p.eye), p.Wb - eta * p.Ab * inv_next[None, :]]])
+                      [p.Ab @ (P - p.eye), Cy - eta * p.Ab * inv_next[None, :]]])
     else:
         top_noise = (inv_next * root)[:, None] * p.S
         scaled = inv_next[:, None] * p.P            # 𝒱⁺⁻¹𝐏
-        M = xp.block([[P, -eta * scaled], [p.Ab @ (P - p.eye), p.Wb - eta * p.Ab @ scaled]])
+        M = xp.block([[P, -eta * scaled], [p.Ab @ (P - p.eye), Cy - eta * p.Ab @ scaled]])
     n = p.N * p.d
     return LinearRecursion(M, xp.zeros(2 * n, p.eye.dtype),
                            xp.concatenate([top_noise, p.Ab @ top_noise]))

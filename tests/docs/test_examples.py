@@ -37,6 +37,7 @@ def test_examples_are_all_tested():
         "numpyro_poisson.py",
         "compressed_messages.py",
         "privacy.py",
+        "personalized.py",
     }
     # multi_process.py runs in tests/parallel/test_multiprocess.py (several processes, no --small).
     present = {p.name for p in EXAMPLES.glob("*.py")} - {"theory_report.py", "multi_process.py"}
@@ -179,3 +180,16 @@ def test_privacy_example():
     # (about 0.9 on this test set); clipping at 0.3 costs a few points.
     assert 0.85 < acc[("DE-SGLD", "None")] <= 1.0
     assert acc[("DE-SGLD", "0.3")] < acc[("DE-SGLD", "None")]
+
+
+@pytest.mark.slow  # fast twin: tests/model/test_private.py (exact laws with private leaves)
+def test_personalized_example():
+    out = _run("personalized.py")
+    lines = {ln.split()[0]: ln for ln in out.splitlines()}
+    for name in ("slope", "mu"):
+        sampled, exact, sd = _numbers(lines[name])[:3]
+        # 8 chains x 100 kept draws (autocorrelated): within 0.5 posterior sd of the exact mean.
+        assert abs(sampled - exact) < 0.5 * sd, lines[name]
+    assert _numbers(lines["intercepts:"])[0] < 0.5
+    # Two shared float32 numbers, two messages (x, y), two ring neighbours.
+    assert "bytes per agent and step 32.0" in out

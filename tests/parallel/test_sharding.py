@@ -98,6 +98,16 @@ SCRIPT = textwrap.dedent(
                                                      placement=placement).positions
                                       - ref.positions).max())
         for name, placement in (("chains", dgsgld.Chains()), ("agents", dgsgld.Agents()))}
+    # Agent-private leaves: a device holds its agents' private intercepts, never gathered.
+    from _problems import hierarchical_gaussian, hierarchical_params
+    hb = hierarchical_gaussian(num_agents=8, batch_size=2, dtype=np.float64)
+    hinit = hierarchical_params(np.random.default_rng(0).normal(size=(8, 8, 3)))
+    href = dgsgld.sample(dgsgld.DIGingSGLD(0.02), hb.potential, mixing, hinit, key, 20)
+    out["private"] = {"scale": max(float(jnp.abs(v).max()) for v in href.positions.values())} | {
+        name + "_diff": max(float(jnp.abs(v - href.positions[k]).max()) for k, v in
+                            dgsgld.sample(dgsgld.DIGingSGLD(0.02), hb.potential, mixing, hinit,
+                                          key, 20, placement=placement).positions.items())
+        for name, placement in (("chains", dgsgld.Chains()), ("agents", dgsgld.Agents()))}
     if full:   # the slow run: divergence and the sparse exchange (more programs)
         # A diverging run: the same first non-finite iteration and agent per chain.
         prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
@@ -206,6 +216,14 @@ def test_chain_and_agent_sharded_runs_equal_single_device_run(result):
 
 def test_preconditioned_sharded_runs_equal_single_device_run(result):
     r = result["preconditioned"]
+    assert r["scale"] > 0.1
+    bound = 1e-10 * max(1.0, r["scale"])
+    assert r["chains_diff"] < bound and r["agents_diff"] < bound, r
+
+
+def test_private_leaves_sharded_runs_equal_single_device_run(result):
+    """Private intercepts (tests/_problems.hierarchical_gaussian) under Chains and Agents."""
+    r = result["private"]
     assert r["scale"] > 0.1
     bound = 1e-10 * max(1.0, r["scale"])
     assert r["chains_diff"] < bound and r["agents_diff"] < bound, r
