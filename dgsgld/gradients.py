@@ -81,11 +81,6 @@ class GradientEstimator(eqx.Module):
     def grad(self, state: PyTree, potential, positions: PyTree, key: PRNGKey):  # pragma: no cover
         raise NotImplementedError
 
-    def gradient(self, state: PyTree, potential) -> Callable[[PyTree, PRNGKey], PyTree]:
-        """``(positions, key) -> ∇̃F(positions)`` from ``state`` (the state after it dropped):
-        for a sampler state that keeps no gradient (``grad=None``)."""
-        return lambda positions, key: self.grad(state, potential, positions, key)[0]
-
     def start(self, potential, positions: PyTree, key: PRNGKey) -> tuple[PyTree, PyTree]:
         """``(∇̃F(positions), state)``: the first estimate of a run and the state after it."""
         return self.grad(self.init(potential, positions), potential, positions, key)

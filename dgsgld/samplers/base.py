@@ -106,18 +106,19 @@ class SamplingAlgorithm(eqx.Module):
         return _pre.per_agent(self.preconditioner.apply, tree, position,
                                        self.decentralized)
 
-    def _step_inputs(self, key: PRNGKey, state, noise: PyTree | None, gradient):
+    def _step_inputs(self, key: PRNGKey, state, noise: PyTree | None):
         """``(η, gradient key, ∇̃F(position), S w)`` of one step.
 
-        The gradient is the state's kept one, or ``gradient(position, grad_key)`` when the
-        state has none (``grad=None``); ``w`` is ``noise`` or drawn from the key, and ``S w``
-        is ``w`` without a preconditioner.
+        The gradient is the one the state keeps (computed at its position by ``init`` or the
+        step before); ``w`` is ``noise`` or drawn from the key, and ``S w`` is ``w`` without a
+        preconditioner.
         """
         eta = _tree.resolve_step_size(self.step_size, state.count)
         _, grad_key = step_keys(key)
         grad = state.grad
         if grad is None:
-            grad = gradient(state.position, grad_key)
+            raise ValueError(f"`state` of {type(self).__name__} keeps no gradient (grad=None): "
+                             "build states with the sampler's `init`.")
         if noise is None:
             noise = self.noise(key, state.position)
         if self.preconditioner is not None:

@@ -60,8 +60,7 @@ class DESGLD(SamplingAlgorithm):
         noise: PyTree | None = None,
     ) -> DESGLDState:
         private = potential.private_mask(state.position)
-        eta, grad_key, grad, noise = self._step_inputs(
-            key, state, noise, self.estimator.gradient(state.estimator, potential))
+        eta, grad_key, grad, noise = self._step_inputs(key, state, noise)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
                               state.position, state.count, private=private)
         position = _tree.langevin_update(mixed, self._precondition(grad, state.position), noise,

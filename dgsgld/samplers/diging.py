@@ -107,7 +107,7 @@ class DIGingSGLD(SamplingAlgorithm):
         ``noise``, if given, is the ``w`` of this step (default ``self.noise(key, position)``).
         """
         private = potential.private_mask(state.position)
-        eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
+        eta, grad_key, _, noise = self._step_inputs(key, state, noise)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
                               state.position, state.count, private=private)
         position = _tree.langevin_update(mixed, self._precondition(state.tracker, state.position),

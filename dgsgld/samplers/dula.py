@@ -121,8 +121,7 @@ class DULA(SamplingAlgorithm):
         noise: PyTree | None = None,
     ) -> DULAState:
         private = potential.private_mask(state.position)
-        alpha, grad_key, grad, noise = self._step_inputs(
-            key, state, noise, self.estimator.gradient(state.estimator, potential))
+        alpha, grad_key, grad, noise = self._step_inputs(key, state, noise)
         beta = _tree.resolve_step_size(self.consensus, state.count)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
                               state.position, state.count, private=private)

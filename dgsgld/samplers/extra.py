@@ -71,8 +71,7 @@ class EXTRASGLD(SamplingAlgorithm):
         noise: PyTree | None = None,
     ) -> EXTRAState:
         private = potential.private_mask(state.position)
-        eta, grad_key, grad, noise = self._step_inputs(
-            key, state, noise, self.estimator.gradient(state.estimator, potential))
+        eta, grad_key, grad, noise = self._step_inputs(key, state, noise)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
                               state.position, state.count, private=private)
         # W̃ x − z = (x + W x)/2 − z

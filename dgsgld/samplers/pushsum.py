@@ -193,7 +193,7 @@ class PushDIGingSGLD(SamplingAlgorithm):
              noise: PyTree | None = None) -> PushDIGingState:
         """One iteration with the column-stochastic ``C⁽ᵏ⁾ (N, N)``."""
         private = potential.private_mask(state.position)
-        eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
+        eta, grad_key, _, noise = self._step_inputs(key, state, noise)
         u = jax.tree.map(jnp.multiply, _per_agent(state.weight, state.position), state.position)
         mixed, weight, channel = send_mass(self.channel, key, state.channel, "position",
                                            mixing_matrix, u, state.weight, state.count,
@@ -257,8 +257,7 @@ class PushSumSGLD(SamplingAlgorithm):
     def step(self, key: PRNGKey, state: PushSumState, potential, mixing_matrix: Array,
              noise: PyTree | None = None) -> PushSumState:
         private = potential.private_mask(state.position)
-        alpha, grad_key, grad, noise = self._step_inputs(
-            key, state, noise, self.estimator.gradient(state.estimator, potential))
+        alpha, grad_key, grad, noise = self._step_inputs(key, state, noise)
         scale2 = 2.0 * alpha
 
         def one(x, d, mass, v, w):

@@ -130,7 +130,7 @@ class DESGHMC(SamplingAlgorithm):
         noise: PyTree | None = None,
     ) -> DESGHMCState:
         private = potential.private_mask(state.position)
-        eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.grad)
+        eta, grad_key, grad, noise = self._step_inputs(key, state, noise)
         velocity = _velocity_update(state.velocity, self._precondition(grad, state.position),
                                     noise, eta, self.friction)
         mixed, channel = send(self.channel, key, state.channel, "position", mixing_matrix,
@@ -164,7 +164,7 @@ class DIGingSGHMC(SamplingAlgorithm):
         noise: PyTree | None = None,
     ) -> DIGingSGHMCState:
         private = potential.private_mask(state.position)
-        eta, grad_key, _, noise = self._step_inputs(key, state, noise, potential.grad)
+        eta, grad_key, _, noise = self._step_inputs(key, state, noise)
         velocity = _velocity_update(state.velocity,
                                     self._precondition(state.tracker, state.position), noise,
                                     eta, self.friction)

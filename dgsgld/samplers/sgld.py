@@ -50,7 +50,7 @@ class SGLD(SamplingAlgorithm):
         noise: PyTree | None = None,
     ) -> SGLDState:
         del mixing_matrix
-        eta, grad_key, grad, noise = self._step_inputs(key, state, noise, potential.pooled_grad)
+        eta, grad_key, grad, noise = self._step_inputs(key, state, noise)
         position = _tree.langevin_update(state.position,
                                          self._precondition(grad, state.position), noise, eta)
         new_grad = potential.pooled_grad(position, grad_key)

@@ -100,15 +100,13 @@ def test_kept_gradient_is_the_gradient_at_the_position(make, key):
 
 
 @pytest.mark.parametrize("make", [dgsgld.DESGLD, dgsgld.EXTRASGLD, dgsgld.SGLD])
-def test_state_without_kept_gradient_draws_it(make, key):
-    """A state built by hand without ``grad`` (older code) steps like one with it."""
+def test_state_without_kept_gradient_is_refused(make, key):
+    """A state built by hand without ``grad`` is named, not stepped with a gradient drawn
+    anew (which would change the step's random numbers)."""
     pb = linear_regression()
     alg, state = _start(make, pb, key)
-    bare = state._replace(grad=None)
-    k = jax.random.key(4)
-    a = alg.step(k, state, pb.potential, ring(5))
-    b = alg.step(k, bare, pb.potential, ring(5))
-    np.testing.assert_allclose(a.position, b.position, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="keeps no gradient"):
+        alg.step(jax.random.key(4), state._replace(grad=None), pb.potential, ring(5))
 
 
 def test_runner_matches_a_python_loop_of_steps(key):
