@@ -9,9 +9,9 @@ iterations, agents) in the three regions, and with ``--out`` draws the predictiv
 
 The parameters are the MLP itself, passed directly as ``init``: its array leaves carry leading
 ``(chain, agent)`` axes (built with ``eqx.filter_vmap`` over keys); its other leaves (the
-activation) are static, and the log-likelihood receives a whole ``eqx.nn.MLP``. The step size is proposed by
-`dgsgld.tuning.propose_step_size`; diverged chains, if any, are dropped from the summaries
-with a warning (``diverged="drop"``).
+activation) are static, and the log-likelihood receives a whole ``eqx.nn.MLP``. The step size
+is proposed by `dgsgld.tuning.propose_step_size`; diverged chains, if any, are dropped from the
+summaries with a warning (``diverged="drop"``).
 
     python examples/bnn_equinox.py [--small] [--out DIR]
 """

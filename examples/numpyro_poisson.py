@@ -5,8 +5,8 @@ with ``N(0, 1)`` priors and a deterministic site ``baseline = exp(α)``. The dat
 and split evenly across agents on a random geometric graph (`dgsgld.model.data.split_iid`);
 `dgsgld.Potential.from_numpyro` finds the plate over the data and gives the per-datum
 log-likelihood and the prior on numpyro's unconstrained space, `dgsgld.model.ppl.init_params` the
-starting points and `dgsgld.model.ppl.constrain` the sites of the draws. The per-agent W2 distance to
-a Gaussian fit of the NUTS draws is streamed during the run; ``--out DIR`` plots it against
+starting points and `dgsgld.model.ppl.constrain` the sites of the draws. The per-agent W2 distance
+to a Gaussian fit of the NUTS draws is streamed during the run; ``--out DIR`` plots it against
 iteration with the network drawn at its agents' positions (`dgsgld.evaluate.plots`).
 
     python examples/numpyro_poisson.py [--small] [--out DIR]

@@ -26,8 +26,9 @@ def law_after(algorithm, problem, mixing, num_steps, init_std=1.0):
     ``x⁽⁰⁾ ~ N(0, init_std² I)`` i.i.d. over agents, for the full-batch gradient."""
     d = problem.Z.shape[-1]
     with jax.enable_x64(True):
-        out = exact.exact_moments(algorithm, exact_quadratic(problem), np.asarray(mixing, np.float64),
-                                  np.zeros(d), init_std**2 * np.eye(d), num_steps)
+        out = exact.exact_moments(algorithm, exact_quadratic(problem),
+                                  np.asarray(mixing, np.float64), np.zeros(d),
+                                  init_std**2 * np.eye(d), num_steps)
         return np.asarray(out.mean[-1]), np.asarray(out.cov[-1])
 
 

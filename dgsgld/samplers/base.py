@@ -12,11 +12,11 @@ Gaussian noise ``w`` is ``noise(key, position)``; passing it to ``step`` gives t
 drawing it there; passing it lets two samplers share their noise (synchronous coupling). Each
 leaf of ``w`` is ``normal(leaf_key, (size,), dtype)`` reshaped to the leaf's shape:
 ``jax.random.normal`` unless the sampler was built with another generator, e.g.
-``DIGingSGLD(0.01, normal=dgsgld.fast_normal)`` (:mod:`dgsgld.samplers.noise`: other numbers, the same
-law to the tested accuracy, faster on CPU). A passed ``w`` may also have flat ``(size,)``
-leaves, and the step then updates in that shape, with the same numbers: ``dgsgld.sample`` does
-so where its loop keeps the chain axis first, so that XLA:CPU fuses the draw and the update
-into a loop over one long axis rather than a short last one.
+``DIGingSGLD(0.01, normal=dgsgld.fast_normal)`` (:mod:`dgsgld.samplers.noise`: other numbers,
+the same law to the tested accuracy, faster on CPU). A passed ``w`` may also have flat
+``(size,)`` leaves, and the step then updates in that shape, with the same numbers:
+``dgsgld.sample`` does so where its loop keeps the chain axis first, so that XLA:CPU fuses the
+draw and the update into a loop over one long axis rather than a short last one.
 """
 
 from collections.abc import Callable

@@ -536,7 +536,8 @@ def lambda_lower(inp: BoundInputs):
 
 
 def lemma36_lambda(inp: BoundInputs, eta):
-    """``λ(η)`` of (3.24): ``(1 − ημ/1.5)^{1/(2B)}`` up to ``η̌``, then ``(√(ημJ₁/1.5) + δ)^{1/B}``."""
+    """``λ(η)`` of (3.24): ``(1 − ημ/1.5)^{1/(2B)}`` up to ``η̌``, then
+    ``(√(ημJ₁/1.5) + δ)^{1/B}``."""
     xp = _xp(inp, eta)
     eta = _f(xp, eta)
     mu, B = inp.mu, inp.B

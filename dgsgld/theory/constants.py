@@ -121,7 +121,8 @@ def estimate_sigma2(
 
 
 def choose_window(mixing, max_window: int | None = None) -> tuple[int, float]:
-    """``(B, δ)`` maximizing ``(1 − δ_B)²/B²``, to which Lemma 3.6's (corrected) ``η̄`` is proportional.
+    """``(B, δ)`` maximizing ``(1 − δ_B)²/B²``, to which Lemma 3.6's (corrected) ``η̄`` is
+    proportional.
 
     Args:
         mixing: a schedule or ``(P, N, N)`` stack.

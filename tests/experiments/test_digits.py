@@ -68,8 +68,8 @@ def test_scores_agent_mean_and_pooled(task):
     labels = task.test[1]
     test = lp[:, scorer.slices["test"]].astype(np.float64)
     assert len(scores["agents"]) == 3
-    # The expected values in NumPy (float64), by the definitions of dgsgld.evaluate.predictive's nll,
-    # accuracy, log_predictive and brier (each of those would compile a program of its own).
+    # The expected values in NumPy (float64), by the definitions of dgsgld.evaluate.predictive's
+    # nll, accuracy, log_predictive and brier (each of those would compile a program of its own).
     points = np.arange(labels.size)
     expect = -np.mean(test[1][points, labels])
     assert scores["agents"][1]["nll"] == pytest.approx(expect, rel=1e-5)

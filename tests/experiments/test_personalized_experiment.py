@@ -8,7 +8,8 @@ import dgsgld
 from experiments import personalized
 
 
-@pytest.mark.slow  # fast twin: tests/model/test_private.py::test_channel_counts_only_the_shared_leaves
+@pytest.mark.slow  # fast twin:
+# tests/model/test_private.py::test_channel_counts_only_the_shared_leaves
 def test_digits_masks_mark_the_named_layer_and_the_bytes_follow():
     """The MLP 64-64-10: a private output layer holds 64·10 + 10 = 650 numbers, a private
     hidden layer 64·64 + 64 = 4160; DIGing-SGLD sends the rest, twice (x and y) to each of a

@@ -331,7 +331,8 @@ PLACEMENTS = textwrap.dedent(
 )
 
 
-@pytest.mark.slow  # fast twin: tests/parallel/test_sharding.py::test_private_leaves_sharded_runs_...
+@pytest.mark.slow  # fast twin:
+# tests/parallel/test_sharding.py::test_private_leaves_sharded_runs_equal_single_device_run
 @pytest.mark.parametrize("scope", ["fast", "full"])
 def test_placements_with_private_leaves_equal_the_unplaced_run(scope):
     """Chains over 4 devices, and agents over 4 devices (a device holds its agents' private

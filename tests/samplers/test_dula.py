@@ -65,8 +65,8 @@ def test_optax_schedule_equals_polynomial_decay(key):
 
 @pytest.mark.slow  # fast twin:
 # tests/samplers/test_samplers.py::test_compiled_once_for_new_step_size_and_init and
-# tests/samplers/test_sghmc.py::test_compiled_once_for_new_step_size_and_friction (a sampler's constants are
-# array leaves)
+# tests/samplers/test_sghmc.py::test_compiled_once_for_new_step_size_and_friction (a sampler's
+# constants are array leaves)
 def test_compiled_once_for_new_schedule_values(key):
     ll, calls = count_traces()
     pb = linear_regression()

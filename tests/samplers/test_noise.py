@@ -157,8 +157,8 @@ def test_step_draws_the_generators_noise(name, key):
 
 
 @pytest.mark.slow  # fast twin:
-# tests/samplers/test_samplers.py::test_compiled_once_for_new_step_size_and_init (retrace guard); same run:
-# test_a_shape_dependent_generator_gives_the_same_run_in_either_layout
+# tests/samplers/test_samplers.py::test_compiled_once_for_new_step_size_and_init (retrace guard);
+# same run: test_a_shape_dependent_generator_gives_the_same_run_in_either_layout
 def test_same_key_same_run_and_a_new_step_size_reuses_the_compiled_run(key):
     ll, calls = count_traces()
     pb = linear_regression()
@@ -248,8 +248,8 @@ def test_every_sampler_with_fast_noise_matches_the_exact_law(name):
 
 
 @pytest.mark.slow  # fast twin:
-# tests/runner/test_reliability_checkpoint.py::test_resume_with_other_settings_is_refused (the fingerprint
-# covers the algorithm's fields)
+# tests/runner/test_reliability_checkpoint.py::test_resume_with_other_settings_is_refused (the
+# fingerprint covers the algorithm's fields)
 @pytest.mark.reliability
 def test_resuming_a_checkpoint_with_another_noise_generator_is_refused(tmp_path):
     # The generator is part of the sampler, so the checkpoint's fingerprint covers it: a run

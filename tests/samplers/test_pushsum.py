@@ -95,8 +95,8 @@ def test_bad_directed_matrices_are_refused_naming_the_entry():
     ]:
         with pytest.raises(ValueError, match=msg):
             nets.DirectedSchedule(bad, name="schedule")
-    with pytest.raises(ValueError, match=r"is not zero off the graph: W\[0, 2\] = 0.5 but agent 2 does "
-                                         r"not send to agent 0"):
+    with pytest.raises(ValueError, match=r"is not zero off the graph: W\[0, 2\] = 0.5 but agent 2 "
+                                         r"does not send to agent 0"):
         nets.DirectedSchedule(good, np.zeros((3, 3)), name="schedule")
 
 

@@ -89,8 +89,8 @@ def test_centralized_sgld_matches_exact_ula_covariance(key):
 
 # Slow set: the time-varying network (the paper's setting) and a static ring.
 @pytest.mark.slow  # fast twin:
-# tests/theory/test_theory_exact.py::test_bias_free_means_for_tracking_methods (exact stationary means:
-# DIGing's at the minimiser, DE's off it) with test_agent_moments_match_posterior[diging]
+# tests/theory/test_theory_exact.py::test_bias_free_means_for_tracking_methods (exact stationary
+# means: DIGing's at the minimiser, DE's off it) with test_agent_moments_match_posterior[diging]
 @pytest.mark.parametrize(
     "stack", [pytest.param(ring(5)[None], marks=pytest.mark.slow), permuted_rings(5, 10)],
     ids=["static-ring", "time-varying"]
@@ -155,8 +155,8 @@ def test_redrawing_the_old_gradient_breaks_the_invariant(key):
 
 
 @pytest.mark.slow  # fast twin:
-# tests/samplers/test_noise.py::test_a_shape_dependent_generator_gives_the_same_run_in_either_layout (8-chain
-# run's chains 0-1 equal the 2-chain run, bit for bit)
+# tests/samplers/test_noise.py::test_a_shape_dependent_generator_gives_the_same_run_in_either_layout
+# (8-chain run's chains 0-1 equal the 2-chain run, bit for bit)
 def test_same_key_same_draws_however_batched(key):
     pb = linear_regression(batch_size=2)
     init = jax.random.normal(jax.random.key(1), (6, 5, 2))
@@ -167,7 +167,8 @@ def test_same_key_same_draws_however_batched(key):
     # Chain c draws from fold_in(key, c), so running the first 3 chains alone gives the same.
     c = dgsgld.sample(alg, pb.potential, permuted_rings(5, 3), init[:3], key, num_steps=20)
     np.testing.assert_array_equal(a.positions[:3], c.positions)
-    d = dgsgld.sample(alg, pb.potential, permuted_rings(5, 3), init, jax.random.key(9), num_steps=20)
+    d = dgsgld.sample(alg, pb.potential, permuted_rings(5, 3), init, jax.random.key(9),
+                      num_steps=20)
     assert not np.allclose(a.positions[:, -1], d.positions[:, -1])
 
 
@@ -176,8 +177,8 @@ def test_same_key_same_draws_however_batched(key):
     pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),  # same runner path as DIGing-SGLD
     pytest.param(dgsgld.EXTRASGLD, marks=pytest.mark.slow),
 ])
-@pytest.mark.slow  # default run: tests/runner/test_checkpoint.py's chunked run equals one call, bit for
-# bit
+@pytest.mark.slow  # default run: tests/runner/test_checkpoint.py's chunked run equals one call,
+# bit for bit
 def test_continuing_from_state_is_bit_identical(make, key):
     pb = linear_regression(batch_size=3)
     init = jax.random.normal(jax.random.key(1), (4, 5, 2))
@@ -278,8 +279,9 @@ def test_pytree_parameters(key):
     assert np.all(np.abs(m - pb.mean) <= 5 * se + 0.02)
 
 
-@pytest.mark.slow  # fast twin: tests/tuning/test_design.py::test_learn_weights_recovers_two_node_optimum
-# (a gradient through a run)
+@pytest.mark.slow  # fast twin:
+# tests/tuning/test_design.py::test_learn_weights_recovers_two_node_optimum (a gradient through a
+# run)
 def test_gradient_through_sample_matches_finite_differences(key):
     """d/dη and d/d(data) of a scalar of the trace, in float64, against central differences."""
     with jax.enable_x64(True):
@@ -323,8 +325,9 @@ def test_compiled_once_for_new_step_size_and_init(key):
     assert len(calls) - n <= 1
 
 
-@pytest.mark.slow  # fast twin: tests/runner/test_divergence.py::test_flag_is_set_per_step_size_under_vmap
-# (a vmapped step-size grid through sample)
+@pytest.mark.slow  # fast twin:
+# tests/runner/test_divergence.py::test_flag_is_set_per_step_size_under_vmap (a vmapped step-size
+# grid through sample)
 def test_vmap_over_step_sizes(key):
     """A grid of step sizes runs as one vmapped call and matches separate runs."""
     pb = linear_regression()
@@ -418,8 +421,8 @@ def test_chain_layout_changes_no_number(batch_size, monkeypatch, key):
 
 # Slow set: mini-batches without replacement (the subset table) and with replacement.
 @pytest.mark.slow  # fast twin:
-# tests/samplers/test_step_inputs.py::test_runner_matches_a_python_loop_of_steps (the documented key scheme
-# with mini-batches, step by step)
+# tests/samplers/test_step_inputs.py::test_runner_matches_a_python_loop_of_steps (the documented
+# key scheme with mini-batches, step by step)
 @pytest.mark.parametrize("replace", [False, True])
 def test_gradient_in_the_loop_is_the_gradient_called_directly(replace):
     """``Potential.grad`` inside ``sample`` is the user-callable one with the same key: chain
@@ -478,7 +481,8 @@ def test_sampler_class_is_its_constructor(cls):
         cls(0.1, *middle, est, None)
 
 
-@pytest.mark.slow  # default run: tests/networks/test_sparse.py's sparse and circulant traces equal dense
+@pytest.mark.slow  # default run: tests/networks/test_sparse.py's sparse and circulant traces
+# equal dense
 def test_every_mixing_form_gives_the_same_run(key):
     """A stack, a MixingStack, a networks.Schedule and a sparse schedule all reach the step as
     ``matrix_at(k) = W[k % P]``; one matrix is a stack of one."""

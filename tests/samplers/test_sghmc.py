@@ -36,7 +36,8 @@ def test_full_batch_law_matches_theory_exact(make, key):
 
 def test_tracking_removes_the_network_bias():
     """Exact stationary laws on a ring with heterogeneous data: DIGing-SGHMC's agents are
-    centred on the posterior mean (to the float32 rounding of the data), DE-SGHMC's are not (bias ≈ 0.4)."""
+    centred on the posterior mean (to the float32 rounding of the data), DE-SGHMC's are not
+    (bias ≈ 0.4)."""
     pb = linear_regression(heterogeneous=True)
     q = exact_quadratic(pb)
     diging = exact.stationary_moments(dgsgld.DIGingSGHMC(0.2, 2.0), q, ring(5))
@@ -58,8 +59,9 @@ def test_unit_friction_step_is_de_sgld_with_squared_step(key):
     np.testing.assert_allclose(a.positions, b.positions, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.slow  # fast twin: tests/samplers/test_samplers.py::test_tracking_invariant_with_minibatches
-# (the same tracker update in DIGing-SGLD)
+@pytest.mark.slow  # fast twin:
+# tests/samplers/test_samplers.py::test_tracking_invariant_with_minibatches (the same tracker
+# update in DIGing-SGLD)
 def test_tracking_invariant_with_minibatches(key):
     """Σ_i y_i = Σ_i ∇̃f_i(x_i) at every iteration (rounding bound as in test_samplers.py)."""
     pb = linear_regression(local_size=6, batch_size=2, heterogeneous=True)

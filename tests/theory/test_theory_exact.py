@@ -1,4 +1,5 @@
-"""Exact moment propagation on quadratic potentials: closed forms, stationarity, the engine's steps."""
+"""Exact moment propagation on quadratic potentials: closed forms, stationarity, the engine's
+steps."""
 
 import jax
 import jax.numpy as jnp
@@ -89,8 +90,9 @@ def test_conserved_direction_has_unit_eigenvalues(make):
     assert th.stationary_moments(make(0.05), q, ring(4)).spectral_radius < 1 - 1e-3
 
 
-# Slow set (fast twins: tests/samplers/test_preconditioner.py::test_each_step_is_its_exact_recursion, every
-# sampler's step against its recursion, and tests/theory/test_theory_mc.py's DIGing-SGLD chains of the
+# Slow set (fast twins:
+# tests/samplers/test_preconditioner.py::test_each_step_is_its_exact_recursion, every sampler's
+# step against its recursion, and tests/theory/test_theory_mc.py's DIGing-SGLD chains of the
 # engine against this exact law, positions and trackers).
 @pytest.mark.parametrize("make", [pytest.param(dgsgld.DIGingSGLD, marks=pytest.mark.slow),
                                   pytest.param(dgsgld.DESGLD, marks=pytest.mark.slow),

@@ -201,8 +201,8 @@ def test_learned_schedule_is_valid_and_lowers_the_exact_w2():
     assert again == pytest.approx(rep.objective_after, rel=1e-5)
     assert rep.spectral_gap_after.shape == (3,) and rep.history.shape == (15,)
     # Several quadratics: the objective is their mean (the same one twice: unchanged start).
-    _, twice = tuning.learn_weights(dgsgld.DIGingSGLD(0.05), [q, q], sched, np.zeros(2), np.eye(2), 20,
-                                  step_size=0.05, num_iterations=1)
+    _, twice = tuning.learn_weights(dgsgld.DIGingSGLD(0.05), [q, q], sched, np.zeros(2), np.eye(2),
+                                    20, step_size=0.05, num_iterations=1)
     assert twice.objective_before == pytest.approx(rep.objective_before, rel=1e-6)
 
 
