@@ -1,4 +1,5 @@
-"""Tuning: step sizes (a one-call grid over every step size and chain, grid search, gradient
+"""Tuning: the decentralized warm-up (:func:`warmup`: a preconditioner and a step size agreed
+by the agents), step sizes (a one-call grid over every step size and chain, grid search, gradient
 tuning, the step-size proposer) and network design (mixing weights learned by differentiating
 the exact laws of :mod:`dgsgld.theory` or a sampled criterion)."""
 
@@ -18,8 +19,12 @@ from .stepsize import local_curvature as local_curvature
 from .stepsize import log_grid as log_grid
 from .stepsize import propose_step_size as propose_step_size
 from .stepsize import tune_step_size_gradient as tune_step_size_gradient
+from .warmup import WarmupReport as WarmupReport
+from .warmup import WindowReport as WindowReport
+from .warmup import warmup as warmup
 
 __all__ = [
+    "warmup", "WarmupReport", "WindowReport",
     "grid_run", "GridRun", "grid_search", "GridSearch", "log_grid",
     "tune_step_size_gradient", "GradientTuning",
     "propose_step_size", "StepSizeReport", "check_step_size", "local_curvature",
