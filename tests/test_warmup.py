@@ -137,7 +137,16 @@ def test_sampling_after_warmup_matches_the_exact_law(gaussian_run):
 # ------------------------------------------------------------------ every sampler
 
 
-@pytest.mark.parametrize("cls", dgsgld.samplers.ALL, ids=lambda c: c.name)
+#: Samplers whose warm-up is in the slow set: each compiles its own runs (the default run keeps
+#: one per kind of second parameter and of network: DIGing-SGLD, DIGing-SGHMC's friction, D-ULA's
+#: consensus weight, centralized SGLD, Push-Sum-SGLD on a directed schedule; EXTRA-SGLD on a
+#: static graph in test_static_extra_and_minibatches_and_instances).
+SLOW_FAMILIES = (dgsgld.DESGLD, dgsgld.EXTRASGLD, dgsgld.DESGHMC, dgsgld.PushDIGingSGLD)
+
+
+@pytest.mark.parametrize("cls", [
+    pytest.param(c, marks=pytest.mark.slow) if c in SLOW_FAMILIES else c
+    for c in dgsgld.samplers.ALL], ids=lambda c: c.name)
 def test_every_sampler_runs_through_the_warmup(cls):
     pot = _gaussian()[0]
     mix = _network(cls)
@@ -191,7 +200,29 @@ def test_other_preconditioners(kind):
 
 
 def test_pytree_parameters_with_a_diagonal_preconditioner():
-    """An equinox MLP's parameters (pytree leaves) through the flat diagonal M."""
+    """Parameters as a dict of leaves: curvature, M and the draws on the flattened parameters
+    (``jax.tree.leaves`` order, each raveled), and back."""
+    pot0, A, b = _gaussian()
+
+    def ll(theta, datum):
+        return log_likelihood(jnp.concatenate([theta["a"], theta["b"][None]]), datum)
+
+    def lp(theta):
+        return log_prior(jnp.concatenate([theta["a"], theta["b"][None]]))
+
+    pot = dgsgld.Potential(ll, lp, pot0.data)
+    init = {"a": jnp.zeros((4, N, D - 1)), "b": jnp.zeros((4, N))}
+    sampler, state, report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N), init,
+                                    jax.random.key(6), 120, preconditioner="diagonal")
+    diag = np.asarray(sampler.preconditioner.diagonal, np.float64)
+    assert diag.shape == (D,) and set(state.position) == {"a", "b"}
+    # the dict's leaves in order "a", "b": the same coordinates as the flat model's
+    assert np.all((diag * np.diag(A) > 1 / 3) & (diag * np.diag(A) < 3))
+
+
+@pytest.mark.slow  # fast twin: test_pytree_parameters_with_a_diagonal_preconditioner
+def test_equinox_mlp_with_a_diagonal_preconditioner():
+    """An equinox MLP's parameters (array leaves, a static activation) through the warm-up."""
     import equinox as eqx
 
     rng = np.random.default_rng(0)
@@ -199,23 +230,26 @@ def test_pytree_parameters_with_a_diagonal_preconditioner():
     y = jnp.asarray(rng.normal(size=(N, 16)), jnp.float32)
     mlp = eqx.nn.MLP(2, "scalar", 4, 1, key=jax.random.key(0))
 
-    def log_likelihood(model, datum):
+    def mlp_likelihood(model, datum):
         a, t = datum
         return -0.5 * (model(a) - t) ** 2
 
-    def log_prior(model):
+    def mlp_prior(model):
         leaves = jax.tree.leaves(eqx.filter(model, eqx.is_array))
         return -0.5 * sum(jnp.sum(p**2) for p in leaves)
 
-    pot = dgsgld.Potential(log_likelihood, log_prior, (X, y))
+    pot = dgsgld.Potential(mlp_likelihood, mlp_prior, (X, y))
     arrays, static = eqx.partition(mlp, eqx.is_array)
     init = eqx.combine(jax.tree.map(lambda p: jnp.broadcast_to(p, (4, N, *p.shape)), arrays),
                        static)
-    sampler, _state, _report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N), init,
+    sampler, state, report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N), init,
                                     jax.random.key(6), 120, preconditioner="diagonal")
     d = sum(p.size for p in jax.tree.leaves(arrays))
     assert sampler.preconditioner.diagonal.shape == (d,)
     assert np.all(np.isfinite(np.asarray(sampler.preconditioner.diagonal)))
+    more = dgsgld.sample(sampler, pot, dgsgld.networks.ring(N), state, jax.random.key(7), 10)
+    assert all(np.all(np.isfinite(np.asarray(leaf)))
+               for leaf in jax.tree.leaves(eqx.filter(more.positions, eqx.is_array)))
 
 
 # ------------------------------------------------------------------ agreement and checks
