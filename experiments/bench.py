@@ -157,7 +157,8 @@ class BenchSettings:
     steps per data set for each of ``sbc_samplers``, at the step ``h_s = sbc_step /
     curvature_s`` of data set ``s`` (:func:`dgsgld.posteriors.sbc.curvature_scale`), ranks
     in ``sbc_bins`` bins for the figure (the p-values use one bin per rank); no SBC when
-    ``sbc_targets`` is empty."""
+    ``sbc_targets`` is empty. ``adapted``: the samplers (names of :data:`ADAPTED`) that also get
+    an adapted row (module docstring) on every network; ``small()`` three, ``full()`` all."""
 
     targets: tuple
     samplers: tuple
@@ -179,7 +180,7 @@ class BenchSettings:
     sbc_steps: int = 1000
     sbc_step: float = 0.1
     sbc_bins: int = 4
-    adapted: tuple = tuple(ADAPTED)
+    adapted: tuple = ()
 
     @classmethod
     def small(cls) -> BenchSettings:
@@ -193,7 +194,7 @@ class BenchSettings:
     @classmethod
     def full(cls) -> BenchSettings:
         return cls(targets=tuple(t for t in TARGETS if t in available()), samplers=tuple(SAMPLERS),
-                   networks=tuple(NETWORKS))
+                   networks=tuple(NETWORKS), adapted=tuple(ADAPTED))
 
 
 def run_chains(algorithm, potential, mixing, init, key, settings: BenchSettings):
@@ -270,17 +271,19 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
     for s in range(settings.seeds):
         group = init[s * settings.chains:(s + 1) * settings.chains]
         k_warm, k_run = jax.random.split(jax.random.fold_in(run_key, s))
+        # An exact channel counts the messages (the warm-up keeps the template's channel).
+        template = cls(1.0, channel=communication.Channel())
         try:
-            sampler, state, report = warmup(cls, potential, mixing, group, k_warm, warm_steps,
-                                            sampling_steps=steps)
+            sampler, state, report = warmup(template, potential, mixing, group, k_warm,
+                                            warm_steps, sampling_steps=steps)
         except (RuntimeError, ValueError) as err:  # every retry diverged, no stable step
             per_seed.append(None)
             reports.append({"error": str(err)})
             continue
-        channel = communication.Channel()
+        before = float(np.sum(sampler.channel.bytes_sent(state)))
         trace = sample(sampler, potential, mixing, state, k_run, steps,
-                       output=Output(thin=settings.thin), on_divergence="flag", channel=channel)
-        run_bytes = float(np.sum(channel.bytes_sent(trace.state)))
+                       output=Output(thin=settings.thin), on_divergence="flag")
+        run_bytes = float(np.sum(sampler.channel.bytes_sent(trace.state))) - before
         sent.append(run_bytes * settings.num_steps / steps + report.bytes_sent)
         diverged += int(np.sum(np.asarray(trace.diverged)))
         reports.append({"step_size": report.step_size, "parameter": report.parameter,

@@ -148,6 +148,17 @@ def test_step_sizes_guide_runs():
     assert search.best_step_size == pytest.approx(float(ns["steps"][np.nanargmin(scores)]))
 
 
+@pytest.mark.slow  # fast twin: tests/test_warmup.py (the warm-up on a Gaussian, known answer)
+def test_warmup_section_of_the_step_sizes_guide_runs():
+    with pytest.warns(RuntimeWarning, match="step size"):
+        ns, printed = run("guide/step-sizes.md", "A step size proposed for your model",
+                          "Warm-up and preconditioning")
+    warm, trace = ns["warm"], ns["trace"]
+    assert warm.num_steps == 1000 and warm.preconditioner == "dense"
+    assert "Verdict:" in printed
+    assert np.all(np.isfinite(np.asarray(trace.positions)))
+
+
 @pytest.mark.slow  # fast twins: tests/evaluate/test_streaming.py::test_w2_equals_metric_of_
 # stored_trace, tests/evaluate/test_diagnostics.py
 def test_diagnostics_guide_runs():

@@ -37,6 +37,7 @@ def test_examples_are_all_tested():
         "numpyro_poisson.py",
         "compressed_messages.py",
         "privacy.py",
+        "warmup.py",
     }
     # multi_process.py runs in tests/test_multiprocess.py (several processes, no --small).
     present = {p.name for p in EXAMPLES.glob("*.py")} - {"theory_report.py", "multi_process.py"}
@@ -176,3 +177,17 @@ def test_privacy_example():
     # (about 0.9 on this test set); clipping at 0.3 costs a few points.
     assert 0.85 < acc[("DE-SGLD", "None")] <= 1.0
     assert acc[("DE-SGLD", "0.3")] < acc[("DE-SGLD", "None")]
+
+
+@pytest.mark.slow  # fast twin: tests/test_warmup.py (the warm-up on a Gaussian with a known answer)
+def test_warmup_example():
+    out = _run("warmup.py")
+    assert "Verdict:" in out and "dense preconditioner" in out
+    rows = {ln.split(" worst ")[0].strip(): ln for ln in out.splitlines() if "worst sd ratio" in ln}
+    adapted = next(v for k, v in rows.items() if k.startswith("adapted"))
+    worst = float(re.search(r"worst sd ratio (\S+)", adapted).group(1))
+    mean = float(re.search(r"max mean error (\S+)", adapted).group(1))
+    # 4 chains x 400 kept steps of a warmed-up, preconditioned chain: every sd within a
+    # factor 2 and every mean within one reference sd of NUTS's (the full run's numbers are in
+    # docs/results/posteriors.md; this bounds only gross failures at the small size).
+    assert 0.5 < worst < 2.0 and mean < 1.0
