@@ -91,8 +91,8 @@ _LAZY = ("posteriors", "theory", "tuning")
 
 
 def __getattr__(name):
-    if name == "warmup":  # the decentralized warm-up (dgsgld.tuning.warmup), loaded on first use
-        from .tuning.warmup import warmup
+    if name == "warmup":  # the decentralized warm-up (dgsgld.tuning.adaptation), loaded on first use
+        from .tuning.adaptation import warmup
 
         return warmup
     if name in _LAZY:

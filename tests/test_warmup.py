@@ -30,7 +30,7 @@ import dgsgld
 from dgsgld import theory
 from dgsgld.networks import directed
 from dgsgld.tuning import gossip
-from dgsgld.tuning.warmup import warmup
+from dgsgld.tuning.adaptation import warmup
 
 N, D = 4, 3
 

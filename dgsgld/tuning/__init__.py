@@ -19,9 +19,9 @@ from .stepsize import local_curvature as local_curvature
 from .stepsize import log_grid as log_grid
 from .stepsize import propose_step_size as propose_step_size
 from .stepsize import tune_step_size_gradient as tune_step_size_gradient
-from .warmup import WarmupReport as WarmupReport
-from .warmup import WindowReport as WindowReport
-from .warmup import warmup as warmup
+from .adaptation import WarmupReport as WarmupReport
+from .adaptation import WindowReport as WindowReport
+from .adaptation import warmup as warmup
 
 __all__ = [
     "warmup", "WarmupReport", "WindowReport",

@@ -862,7 +862,7 @@ def _stationary_errors(make_algorithm, potential, mixing, at, key, step_sizes,
     law for small ``N d``; else scalar modes at the pooled Hessian's largest eigenvalue);
     ``inf`` where the law is unstable."""
     from . import criterion
-    from .warmup import DENSE_MAX_DIM, EXACT_MAX_SIZE, _agent_grads, _dense_curvature, _flat
+    from .adaptation import DENSE_MAX_DIM, EXACT_MAX_SIZE, _agent_grads, _dense_curvature, _flat
 
     n = potential.num_agents
     arrays = eqx.filter(at, eqx.is_array)
