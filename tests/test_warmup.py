@@ -308,6 +308,9 @@ def test_same_key_same_result():
     ({"tol_sd": 0.0}, "tol_sd"),
     ({"restart": -1.0}, "restart"),
     ({"thin": 7}, "thin"),
+    ({"sampling_steps": 0}, "sampling_steps"),
+    ({"estimator": dgsgld.gradients.MiniBatch(), "sampler": dgsgld.DIGingSGLD(0.1)},
+     "estimator"),
 ])
 def test_bad_input(change, match):
     args = {"sampler": dgsgld.DIGingSGLD, "potential": _gaussian()[0],

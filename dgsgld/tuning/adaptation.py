@@ -23,7 +23,8 @@ After every window but the last:
    many draws, from the agents' flooded sketches).
 3. **Step.** ``η`` (and the second parameter) is chosen by :mod:`dgsgld.tuning.criterion`:
    the sampler's exact stationary law on the agents' local quadratics in the preconditioned
-   coordinates (dense and small), or on scalar modes at the pooled preconditioned curvature's
+   coordinates (dense and small; SGHMC's friction and D-ULA's consensus weight are chosen on
+   the scalar modes below first), or on scalar modes at the pooled preconditioned curvature's
    extremes (large ``d``), scored by the stationary bias against the Monte Carlo error the
    sampling run (``sampling_steps``) leaves. The step is then capped so that the stiffest
    curvature the chains met (the largest eigenvalue of the pooled preconditioned Hessian at
@@ -531,7 +532,17 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     # the network average of N agents moves like one chain at a step up to N times smaller.
     scale = 1.0 / max(curvature_range[1], 1e-12)
     lo, hi = 1e-3 * scale, (4.0 * N if decentralized else 4.0) * scale
-    choice = _criterion.choose_step(errors_at, lo=lo, hi=hi, parameters=family.parameters,
+    parameters = family.parameters
+    if exact and len(parameters) > 1:
+        # The second parameter by the cheap modal law, the step by the exact one at it.
+        modes = sorted({max(curvature_range[0], 1e-6), 1.0, curvature_range[1]})
+
+        def modal(eta, par):
+            return _criterion.modal_errors(family.build(eta, par, law=True), modes, N, mixing)
+        parameters = (_criterion.choose_step(modal, lo=lo, hi=hi, parameters=parameters,
+                                             tol_sd=tol_sd, tol_mean=tol_mean,
+                                             num_draws=num_draws).parameter,)
+    choice = _criterion.choose_step(errors_at, lo=lo, hi=hi, parameters=parameters,
                                     tol_sd=tol_sd, tol_mean=tol_mean, num_draws=num_draws)
     eta, par, errors = choice.step_size, choice.parameter, choice.errors
     capped = False
@@ -660,6 +671,10 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         _gossip.mixing_stack(mixing)  # schedules without stored matrices are refused here
     xN = x if decentralized else np.broadcast_to(x[:, None], (chains, N, d))
     grads = _agent_grads(potential, init, flat.lead)
+    if sampling_steps is not None and (isinstance(sampling_steps, bool) or not isinstance(
+            sampling_steps, (int, np.integer)) or sampling_steps < 1):
+        raise ValueError(f"`sampling_steps` must be a positive integer or None; got "
+                         f"{sampling_steps!r}.")
     T_s = num_steps if sampling_steps is None else int(sampling_steps)
     num_draws = chains * T_s
     base = kind if kind is not None else "identity"
