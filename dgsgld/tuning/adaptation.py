@@ -694,8 +694,8 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         raise ValueError(f"`thin` must be a positive integer dividing {unit} (the windows' "
                          f"chunk); got {thin!r}.")
     keys = jax.random.split(key, 3 * len(lengths) + 1)
-    common = {"kind": base, "probes": probes, "rank": rank, "tol_sd": tol_sd, "tol_mean": tol_mean,
-                  "num_draws": num_draws}
+    common = {"kind": base, "probes": probes, "rank": rank, "tol_sd": tol_sd,
+              "tol_mean": tol_mean, "num_draws": num_draws}
     pts = _points(xN[:, None], curvature_points)
     ad = _adapt(family, grads, mixing, pts, None, key=keys[-1], start=0, **common)
     cost = ad.cost
