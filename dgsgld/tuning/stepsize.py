@@ -33,8 +33,9 @@ addition, the sampler's exact stationary law on the Gaussian approximation of th
 potentials at ``curvature_at`` (their Hessians and gradients there;
 :mod:`dgsgld.tuning.criterion`, the warm-up's criterion, with ``M = I``) gives the draws pooled
 over agents a worst sd ratio within ``1 ± tol_sd`` and a worst standardized mean error at most
-``tol_mean``: the bias the chains settle into, which chains that have not moved yet cannot
-fake (a pilot's spread cannot tell "accurate" from "not yet moved": at the smallest steps the
+``tol_mean``, and lies below the largest stable grid step (the pilot ran ``num_steps``
+iterations; a longer run may diverge at the edge it found): the bias the chains settle into,
+which chains that have not moved yet cannot fake (a pilot's spread cannot tell "accurate" from "not yet moved": at the smallest steps the
 chains stay where they started). The proposal is the largest accurate step: no larger stable
 step is within the tolerances, and every smaller one mixes more slowly. The pilot's spread and
 its inflation over the smallest spread are still reported (``explain()``), as a diagnostic.
@@ -400,9 +401,10 @@ class StepSizeReport(NamedTuple):
     Attributes:
         step_size: the proposed constant step size.
         stable_range: ``(low, high)`` grid step sizes with no divergence and no growth.
-        accurate_range: ``(low, high)`` stable step sizes whose exact stationary law on the
-            Gaussian approximation (:mod:`dgsgld.tuning.criterion`) is within ``tol_sd`` and
-            ``tol_mean``; without a ``score_fn``, ``step_size`` is ``high``.
+        accurate_range: ``(low, high)`` stable step sizes below the largest stable one whose
+            exact stationary law on the Gaussian approximation
+            (:mod:`dgsgld.tuning.criterion`) is within ``tol_sd`` and ``tol_mean``; without a
+            ``score_fn``, ``step_size`` is ``high``.
         step_sizes: ``(G,)`` the pilot grid.
         spread: ``(G,)`` geometric mean over agents and coordinates of the standard deviation
             across chains at the end of the pilot.
@@ -458,7 +460,7 @@ class StepSizeReport(NamedTuple):
         if self.stationary_sd_ratio is None:
             return self.stable & (self.inflation <= self.spread_tolerance)
         sd = np.abs(np.log(self.stationary_sd_ratio))
-        return self.stable & (sd <= np.log1p(self.tol_sd)) & (
+        return _inside(self.stable) & (sd <= np.log1p(self.tol_sd)) & (
             self.stationary_mean_error <= self.tol_mean)
 
     def explain(self) -> str:
@@ -563,6 +565,16 @@ class StepSizeReport(NamedTuple):
                 f"the best-scoring step of the accurate range "
                 f"{_range(self.accurate_range)}; what it gives up: at the proposal {cost} "
                 f"(pass {self.step_sizes[j]:.4g} for accurate samples)")
+
+
+def _inside(stable: np.ndarray) -> np.ndarray:
+    """The stable grid steps below the largest stable one (all of them when only one is): the
+    pilot saw ``num_steps`` iterations, a longer run may diverge at its edge."""
+    inside = np.asarray(stable, bool).copy()
+    idx = np.flatnonzero(inside)
+    if idx.size > 1:
+        inside[idx[-1]] = False
+    return inside
 
 
 def _range(r: tuple[float, float]) -> str:
@@ -938,7 +950,7 @@ def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
     inflation = np.max(end / end.min(axis=0), axis=1)             # (G,) worst agent
     # Accurate: stable in the pilot and within the tolerances by the exact stationary law.
     within = (errors[:, 0] <= np.log1p(tol_sd)) & (errors[:, 1] <= tol_mean)
-    accurate = stable & within
+    accurate = _inside(stable) & within
     pick = np.flatnonzero(accurate)
     if not pick.size:  # every stable step too biased: the least biased one
         badness = np.where(stable, np.maximum(errors[:, 0] / np.log1p(tol_sd),
