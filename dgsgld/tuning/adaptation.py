@@ -23,9 +23,9 @@ After every window but the last:
    many draws, from the agents' flooded sketches).
 3. **Step.** ``η`` (and the second parameter) is chosen by :mod:`dgsgld.tuning.criterion`:
    the sampler's exact stationary law on the agents' local quadratics in the preconditioned
-   coordinates (dense and small; SGHMC's friction and D-ULA's consensus weight are chosen on
-   the scalar modes below first), or on scalar modes at the pooled preconditioned curvature's
-   extremes (large ``d``), scored by the stationary bias against the Monte Carlo error the
+   coordinates (dense and small, at the adaptation that sets the final step; SGHMC's friction
+   and D-ULA's consensus weight chosen on scalar modes first), or on scalar modes at the pooled
+   preconditioned curvature's extremes (large ``d``, and the earlier windows), scored by the stationary bias against the Monte Carlo error the
    sampling run (``sampling_steps``) leaves. The step is then capped so that the stiffest
    curvature the chains met (the largest eigenvalue of the pooled preconditioned Hessian at
    any of the points: exact from the flooded Hessians, or by power iteration on network sums
@@ -439,7 +439,8 @@ def _widen(D: np.ndarray, draws: np.ndarray, shift: np.ndarray, rank: int,
 
 
 def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes: int, rank: int,
-           tol_sd: float, tol_mean: float, num_draws: float, start: int) -> _Adaptation:
+           tol_sd: float, tol_mean: float, num_draws: float, start: int,
+           final: bool = True) -> _Adaptation:
     """One adaptation from the agents' points ``xs (P, N, d)`` (and the window's draws
     ``(C, T, N, d)`` for the low-rank widening)."""
     P, N, d = xs.shape
@@ -515,7 +516,9 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
             cost = cost + _gossip.GossipCost(per.rounds * iterations * top,
                                              per.bytes * iterations * top)
     stiffest = max(stiffest, curvature_range[1])
-    exact = Ay is not None and N * d <= EXACT_MAX_SIZE
+    # The dense exact law for the adaptation that sets the final step; the earlier windows'
+    # steps (capped by the growth factor anyway) from the cheap scalar modes.
+    exact = final and Ay is not None and N * d <= EXACT_MAX_SIZE
     if exact:
         q = Quadratic(Ay, by)
         law = "exact"
@@ -697,7 +700,8 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     common = {"kind": base, "probes": probes, "rank": rank, "tol_sd": tol_sd,
               "tol_mean": tol_mean, "num_draws": num_draws}
     pts = _points(xN[:, None], curvature_points)
-    ad = _adapt(family, grads, mixing, pts, None, key=keys[-1], start=0, **common)
+    ad = _adapt(family, grads, mixing, pts, None, key=keys[-1], start=0,
+                final=len(lengths) == 1, **common)
     cost = ad.cost
     history = []
     eta, ceiling, retries, spent, w = probe * ad.step, math.inf, 0, 0, 0
@@ -753,7 +757,8 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         pts = _points(half, curvature_points)
         k = keys[len(lengths) + w]
         start = spent
-        ad = _adapt(family, grads, mixing, pts, half, key=k, start=start, **common)
+        ad = _adapt(family, grads, mixing, pts, half, key=k, start=start,
+                    final=w == len(lengths) - 2, **common)
         cost = cost + ad.cost
         eta = min(ad.step, growth * eta, ceiling)
         w += 1
