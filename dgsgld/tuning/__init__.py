@@ -3,6 +3,9 @@ by the agents), step sizes (a one-call grid over every step size and chain, grid
 tuning, the step-size proposer) and network design (mixing weights learned by differentiating
 the exact laws of :mod:`dgsgld.theory` or a sampled criterion)."""
 
+from .adaptation import WarmupReport as WarmupReport
+from .adaptation import WindowReport as WindowReport
+from .adaptation import warmup as warmup
 from .design import EdgeParametrization as EdgeParametrization
 from .design import WeightDesign as WeightDesign
 from .design import edge_parametrization as edge_parametrization
@@ -19,9 +22,6 @@ from .stepsize import local_curvature as local_curvature
 from .stepsize import log_grid as log_grid
 from .stepsize import propose_step_size as propose_step_size
 from .stepsize import tune_step_size_gradient as tune_step_size_gradient
-from .adaptation import WarmupReport as WarmupReport
-from .adaptation import WindowReport as WindowReport
-from .adaptation import warmup as warmup
 
 __all__ = [
     "warmup", "WarmupReport", "WindowReport",
