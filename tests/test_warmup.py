@@ -324,3 +324,17 @@ def test_bad_input(change, match):
 def test_top_level_export():
     assert dgsgld.warmup is warmup and "warmup" in dgsgld.__all__
     assert "warmup" in dgsgld.tuning.__all__
+
+
+def test_divergence_lowers_the_step_and_is_reported():
+    """A first step far above the stable range (probe = 1e4 x the criterion's) diverges; the
+    window reruns at a quarter of the step until it runs, and the report counts the reruns."""
+    pot = _gaussian()[0]
+    sampler, state, report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N),
+                                    _init(dgsgld.DIGingSGLD), jax.random.key(9), 240,
+                                    probe=300.0, max_retries=8)
+    assert report.retries >= 1 and report.windows[0].diverged
+    assert not any(w.diverged for w in report.windows[report.retries:])
+    assert report.windows[report.retries].step_size == pytest.approx(
+        report.windows[0].step_size / 4 ** report.retries, rel=1e-6)
+    assert np.all(np.isfinite(np.asarray(state.position)))

@@ -495,6 +495,11 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
         Ay = (np.einsum("ab,iac,cd->ibd", S, A, S) if A.ndim == 3
               else np.einsum("ab,ia,ad->ibd", S, A, S))
         by = b @ S
+        # The criterion is translation invariant: centre the y-coordinates at the quadratic's
+        # minimizer, so that chains still far from the mode leave no large offset for the
+        # nearly singular (I − Φ) of a small step to amplify.
+        centre = np.linalg.solve(Ay.sum(0), by.sum(0))
+        by = by - np.einsum("iab,b->ia", Ay, centre)
         spectrum = np.linalg.eigvalsh(Ay.sum(0))
     else:
         b = A * (p - c) - gbar
@@ -653,7 +658,9 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
 
     Raises:
         ValueError: bad arguments, naming them.
-        RuntimeError: when every retry diverged, or the curvature is nowhere finite.
+        RuntimeError: when the first window diverged more than ``max_retries`` times or until
+            the budget ran out, or the curvature is nowhere finite. (Divergences that use up
+            the budget later return the last window without one, and the verdict says so.)
     """
     family = _family(sampler, estimator)
     decentralized = family.cls.decentralized
@@ -705,14 +712,17 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     cost = ad.cost
     history = []
     eta, ceiling, retries, spent, w = probe * ad.step, math.inf, 0, 0, 0
-    state = None
+    state, good, exhausted = None, None, False
     while w < len(lengths):
         last = w == len(lengths) - 1
         L = lengths[w] if not last else num_steps - spent
         if L < MIN_WINDOW_STEPS:
-            raise RuntimeError(f"the warm-up's budget was spent on {retries} reruns after "
-                               "divergences; lower the starting step (probe) or raise "
-                               "num_steps.")
+            if state is None:
+                raise RuntimeError(f"the warm-up's budget was spent on {retries} reruns after "
+                                   "divergences; lower the starting step (probe) or raise "
+                                   "num_steps.")
+            exhausted = True  # the last good window's state, at the lowered step
+            break
         if last and restart:
             S = ad.root()
             z = np.asarray(jax.random.normal(keys[len(lengths) + w], (chains, d)), np.float64)
@@ -746,10 +756,13 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
             eta /= 4.0
             retries += 1
             if retries > max_retries:
-                raise RuntimeError(f"the warm-up diverged {retries} times (last step "
-                                   f"{eta * 4:.3g}).")
+                if state is None:
+                    raise RuntimeError(f"the warm-up diverged {retries} times (last step "
+                                       f"{eta * 4:.3g}).")
+                exhausted = True
+                break
             continue
-        state = trace.state
+        state, good = trace.state, draws
         xN = draws[:, -1]
         if last:
             break
@@ -762,7 +775,7 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         cost = cost + ad.cost
         eta = min(ad.step, growth * eta, ceiling)
         w += 1
-    final = draws[:, draws.shape[1] // 2:]
+    final = good[:, good.shape[1] // 2:]
     errors = ad.errors if eta == ad.step else ad.errors_at(eta, ad.parameter)
     radius = errors.radius
     relax = 1.0 / -math.log(radius) if 0 < radius < 1 else (0.0 if radius == 0 else math.inf)
@@ -776,14 +789,17 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     rhat_max = float(np.nanmax(np.asarray(evaluate.rhat(y, diverged="drop"))))
     check_ess = float(np.nanmin(np.asarray(evaluate.ess(y, diverged="drop"))))
     reasons = []
-    if restart and check_ess < min_check_ess:
+    if exhausted:
+        reasons.append(f"divergences used up the budget or the reruns (the step was lowered to "
+                       f"{eta:.3g}; the state is the last window without one)")
+    elif restart and check_ess < min_check_ess:
         reasons.append(f"the last window's second half holds about {check_ess:.0f} effective "
                        f"draws (< {min_check_ess:g}), too few to check that the chains forgot "
                        "the over-dispersed restart")
     elif restart and not rhat_max <= rhat_threshold:
         reasons.append(f"after the over-dispersed restart the largest R-hat is {rhat_max:.3f} "
                        f"(> {rhat_threshold:g})")
-    if L < 5 * relax:
+    if not exhausted and L < 5 * relax:
         reasons.append(f"the last window ({L} steps) is shorter than five relaxation times "
                        f"({5 * relax:.0f} steps)")
     if ess < min_ess:
