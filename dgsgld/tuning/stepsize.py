@@ -895,6 +895,9 @@ def _stationary_errors(make_algorithm, potential, mixing, at, key, step_sizes,
         floor = np.maximum(np.abs(lam), max(1e-8, 1e-4 * np.abs(lam).max()))
         H = H + (((Q * floor) @ Q.T - pooled) / n)[None]
         b = np.einsum("iab,ib->ia", H, x) - g
+        # Translation invariant: centred at the minimizer, so that a start far from the mode
+        # leaves no large offset for the nearly singular (I − Φ) of a small step to amplify.
+        b = b - np.einsum("iab,b->ia", H, np.linalg.solve(H.sum(0), b.sum(0)))
         quadratic = criterion.Quadratic(H, b)
         law = "exact"
 
