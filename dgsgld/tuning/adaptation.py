@@ -438,6 +438,15 @@ def _widen(D: np.ndarray, draws: np.ndarray, shift: np.ndarray, rank: int,
     return U, cost
 
 
+def _modes(kind: str, curvature_range) -> list:
+    """The scalar modes of the modal law: the preconditioned curvature's extremes and 1 (what a
+    perfect ``M`` gives); without a preconditioner the stiffest alone (its bias sets the step,
+    and a flat mode's law at the small steps it allows is numerically singular)."""
+    if kind == "identity":
+        return [curvature_range[1]]
+    return sorted({max(curvature_range[0], 1e-6), 1.0, curvature_range[1]})
+
+
 def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes: int, rank: int,
            tol_sd: float, tol_mean: float, num_draws: float, start: int,
            final: bool = True) -> _Adaptation:
@@ -531,7 +540,7 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
         def errors_at(eta, par):
             return _criterion.stationary_errors(family.build(eta, par, law=True), q, mixing)
     else:
-        modes = sorted({max(curvature_range[0], 1e-6), 1.0, curvature_range[1]})
+        modes = _modes(kind, curvature_range)
         law = "modal"
 
         def errors_at(eta, par):
@@ -543,7 +552,7 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     parameters = family.parameters
     if exact and len(parameters) > 1:
         # The second parameter by the cheap modal law, the step by the exact one at it.
-        modes = sorted({max(curvature_range[0], 1e-6), 1.0, curvature_range[1]})
+        modes = _modes(kind, curvature_range)
 
         def modal(eta, par):
             return _criterion.modal_errors(family.build(eta, par, law=True), modes, N, mixing)
