@@ -12,8 +12,9 @@ The rooms, each a subpackage: :mod:`~dgsgld.model` (potentials, data splits, num
 :mod:`~dgsgld.networks`, :mod:`~dgsgld.communication` (channels), :mod:`~dgsgld.runner`
 (``sample``, checkpoints, saved traces), :mod:`~dgsgld.parallel` (placements over devices and
 processes), :mod:`~dgsgld.evaluate` (distances, streamed metrics, diagnostics, plots),
-:mod:`~dgsgld.theory` (bounds and exact laws), :mod:`~dgsgld.tuning` (step sizes, learned
-weights) and :mod:`~dgsgld.posteriors` (benchmark targets with stored NUTS references).
+:mod:`~dgsgld.theory` (bounds and exact laws), :mod:`~dgsgld.tuning` (the warm-up
+``dgsgld.warmup``, step sizes, learned weights) and :mod:`~dgsgld.posteriors` (benchmark
+targets with stored NUTS references).
 """
 
 # First: Ctrl-C during `python -m dgsgld`'s imports ends the process at once.
@@ -80,6 +81,8 @@ __all__ = [
     "DULA", "DULAState",
     "PushDIGingSGLD", "PushDIGingState",
     "PushSumSGLD", "PushSumState",
+    # adaptation
+    "warmup",
 ]
 
 #: The rooms that load on first use (``dgsgld.theory``...): heavier set-up code that a run does
@@ -88,6 +91,10 @@ _LAZY = ("posteriors", "theory", "tuning")
 
 
 def __getattr__(name):
+    if name == "warmup":  # the decentralized warm-up (dgsgld.tuning.adaptation), loaded on first use
+        from .tuning.adaptation import warmup
+
+        return warmup
     if name in _LAZY:
         import importlib
 

@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", required=True, type=Path, metavar="DIR",
                        help="output directory (created if missing)")
     bench.add_argument("--small", action="store_true",
-                       help="two targets, five samplers, one network, small SBC runs: a quick "
+                       help="three targets, five samplers and three adapted ones, one network, "
+                       "small SBC runs: a quick "
                        "check")
     bench.add_argument("--seed", type=seed, default=0, help="seed of splits, starts and keys")
     for command in (rep, sweep, bench):

@@ -24,6 +24,18 @@ weight ``β_k = 1/(k+1)^0.1`` (its local step ``Nα`` is DE-SGLD's ``h``), as in
 one datum where the other samplers use full local batches (their point: full-batch accuracy
 from one datum).
 
+Adapted rows (``<sampler> (adapted)``, :data:`ADAPTED`): the sampler class of
+:data:`dgsgld.samplers.ALL` with no step of the proposer's: :func:`dgsgld.warmup` spends the
+first half of the same ``num_steps`` (preconditioner ``"auto"``: dense up to 200 parameters,
+diagonal above; its checks sized for the second half), separately for every seed's chains, and
+the adapted sampler continues from the warmed-up state for the second half, all of which is
+scored: the same step budget and the same kept half as the plain rows (whose proposer's pilot
+comes on top). Their step column is the adapted step (the median over seeds; a preconditioned
+step, not comparable with the plain rows'), and their bytes add the warm-up's agreement
+(flooding, :class:`dgsgld.tuning.WarmupReport`'s ``bytes_sent``) and its windows' messages (the
+sampling run's bytes per step times the warm-up's steps: an exact channel sends the same
+messages every step) to the sampling run's.
+
 Bytes sent are the toolkit's own count: every decentralized run goes through an exact
 :class:`dgsgld.communication.Channel` (the same numbers as no channel), and
 :meth:`~dgsgld.communication.Channel.bytes_sent` of the run's final state counts the messages
@@ -53,6 +65,7 @@ from dgsgld.posteriors import moment_errors, predictive_scores, sbc
 from dgsgld.posteriors.references import available, load_reference
 from dgsgld.posteriors.targets import TARGETS, get_target
 from dgsgld.runner.loop import Output, sample
+from dgsgld.samplers import ALL as ALL_SAMPLERS
 from dgsgld.samplers import (
     DESGHMC,
     DESGLD,
@@ -64,7 +77,7 @@ from dgsgld.samplers import (
     PolynomialDecay,
 )
 
-__all__ = ["SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
+__all__ = ["ADAPTED", "SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
            "run_chains", "sbc_cells", "sbc_figure"]
 
 #: SVRG's anchor refresh period (steps) in the benchmark.
@@ -129,6 +142,10 @@ SAMPLERS = {
     "SGLD (centralized)": Method(SGLD),
 }
 NETWORKS = {"ring": networks.ring, "complete": networks.complete}
+#: The adapted rows' samplers: every decentralized class of dgsgld.samplers.ALL, by name.
+ADAPTED = {cls.name: cls for cls in ALL_SAMPLERS if cls.decentralized}
+#: The label of an adapted row.
+ADAPTED_SUFFIX = " (adapted)"
 
 
 @dataclass(frozen=True)
@@ -140,7 +157,8 @@ class BenchSettings:
     steps per data set for each of ``sbc_samplers``, at the step ``h_s = sbc_step /
     curvature_s`` of data set ``s`` (:func:`dgsgld.posteriors.sbc.curvature_scale`), ranks
     in ``sbc_bins`` bins for the figure (the p-values use one bin per rank); no SBC when
-    ``sbc_targets`` is empty."""
+    ``sbc_targets`` is empty. ``adapted``: the samplers (names of :data:`ADAPTED`) that also get
+    an adapted row (module docstring) on every network; ``small()`` three, ``full()`` all."""
 
     targets: tuple
     samplers: tuple
@@ -162,19 +180,21 @@ class BenchSettings:
     sbc_steps: int = 1000
     sbc_step: float = 0.1
     sbc_bins: int = 4
+    adapted: tuple = ()
 
     @classmethod
     def small(cls) -> BenchSettings:
-        return cls(targets=("gaussian_linear", "eight_schools"),
+        return cls(targets=("gaussian_linear", "eight_schools", "logistic_breast_cancer"),
                    samplers=("DIGing-SGLD", "SGLD (centralized)", "DIGing-SGHMC", "D-ULA",
                              "DIGing-SGLD+SVRG"), networks=("ring",),
                    seeds=2, chains=4, num_steps=1000, thin=5, pilot_steps=100, pilot_grid=8,
-                   score_size=200, sbc_datasets=40, sbc_draws=7, sbc_steps=500)
+                   score_size=200, sbc_datasets=40, sbc_draws=7, sbc_steps=500,
+                   adapted=("DIGing-SGLD", "DIGing-SGHMC", "D-ULA"))
 
     @classmethod
     def full(cls) -> BenchSettings:
         return cls(targets=tuple(t for t in TARGETS if t in available()), samplers=tuple(SAMPLERS),
-                   networks=tuple(NETWORKS))
+                   networks=tuple(NETWORKS), adapted=tuple(ADAPTED))
 
 
 def run_chains(algorithm, potential, mixing, init, key, settings: BenchSettings):
@@ -229,6 +249,62 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
         per_seed.append(_scores(target, ref, potential, draws[pick]))
     return {"step_size": h, "wall_s": wall, "bytes_sent": sent,
             "diverged": int(np.sum(np.asarray(trace.diverged))), "seeds": per_seed}
+
+
+def _adapted_run(target, ref, potential, sampler_name, network_name, settings, key):
+    """An adapted row (module docstring): per seed, :func:`dgsgld.warmup` in the first half of
+    ``num_steps``, then the adapted sampler for the second half, every kept draw scored."""
+    from dgsgld.tuning import warmup
+
+    cls = ADAPTED[sampler_name]
+    n = settings.num_agents
+    mixing = NETWORKS[network_name](n)
+    total = settings.seeds * settings.chains
+    init_key, _, run_key = jax.random.split(key, 3)
+    start = target.init(init_key, total)   # the plain rows' starting points
+    init = jnp.broadcast_to(start[:, None], (total, n, target.dim))
+    warm_steps = settings.num_steps // 2
+    steps = settings.num_steps - warm_steps
+    rng = np.random.default_rng(0)
+    per_seed, reports, sent, diverged = [], [], [], 0
+    t0 = time.perf_counter()
+    for s in range(settings.seeds):
+        group = init[s * settings.chains:(s + 1) * settings.chains]
+        k_warm, k_run = jax.random.split(jax.random.fold_in(run_key, s))
+        # An exact channel counts the messages (the warm-up keeps the template's channel).
+        template = cls(1.0, channel=communication.Channel())
+        try:
+            sampler, state, report = warmup(template, potential, mixing, group, k_warm,
+                                            warm_steps, sampling_steps=steps)
+        except (RuntimeError, ValueError) as err:  # every retry diverged, no stable step
+            per_seed.append(None)
+            reports.append({"error": str(err)})
+            continue
+        before = float(np.sum(sampler.channel.bytes_sent(state)))
+        trace = sample(sampler, potential, mixing, state, k_run, steps,
+                       output=Output(thin=settings.thin), on_divergence="flag")
+        run_bytes = float(np.sum(sampler.channel.bytes_sent(trace.state))) - before
+        sent.append(run_bytes * settings.num_steps / steps + report.bytes_sent)
+        diverged += int(np.sum(np.asarray(trace.diverged)))
+        reports.append({"step_size": report.step_size, "parameter": report.parameter,
+                        "preconditioner": report.preconditioner, "law": report.law,
+                        "stationary_sd_ratio": report.stationary_sd_ratio,
+                        "stationary_mean_error": report.stationary_mean_error,
+                        "rhat_max": report.rhat_max, "check_ess": report.check_ess,
+                        "predicted_ess": report.predicted_ess, "retries": report.retries,
+                        "bytes_sent": report.bytes_sent, "verdict": report.verdict})
+        draws = np.asarray(trace.positions).reshape(-1, target.dim)
+        if not np.all(np.isfinite(draws)):
+            per_seed.append(None)
+            continue
+        pick = rng.choice(draws.shape[0], min(settings.score_size, draws.shape[0]),
+                          replace=False)
+        per_seed.append(_scores(target, ref, potential, draws[pick]))
+    etas = [r["step_size"] for r in reports if "step_size" in r]
+    return {"step_size": float(np.median(etas)) if etas else float("nan"),
+            "wall_s": time.perf_counter() - t0,
+            "bytes_sent": round(float(np.mean(sent))) if sent else 0,
+            "diverged": diverged, "seeds": per_seed, "warmup": reports}
 
 
 def _scores(target, ref, potential, params):
@@ -395,6 +471,22 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
                 log(f"{name:24s} {row['network']:8s} {sampler_name:20s} h={r['step_size']:.3g} "
                     f"W2={row.get('w2', [np.nan])[0]:.3f} KSD={row.get('ksd', [np.nan])[0]:.3f} "
                     f"({r['wall_s']:.1f} s)")
+            for s, sampler_name in enumerate(settings.adapted):
+                run_key = jax.random.fold_in(jax.random.fold_in(key, t), 100 + s)
+                r = _adapted_run(target, ref, potential, sampler_name, network, settings,
+                                 run_key)
+                row = {"target": name, "network": network,
+                       "sampler": sampler_name + ADAPTED_SUFFIX, "step_size": r["step_size"],
+                       "wall_s": r["wall_s"], "bytes_sent": r["bytes_sent"],
+                       "diverged": r["diverged"], "batch_size": batch,
+                       **_summary(r["seeds"]), "warmup": r["warmup"]}
+                rows.append(row)
+                _write(out, settings, rows, time.perf_counter() - t_all)
+                verdicts = sum(w.get("verdict") == "ok" for w in r["warmup"])
+                log(f"{name:24s} {network:8s} {row['sampler']:20s} h={r['step_size']:.3g} "
+                    f"sd={row.get('sd_ratio_worst', [np.nan])[0]:.3f} "
+                    f"mean={row.get('mean_error_max', [np.nan])[0]:.3f} "
+                    f"verdict ok {verdicts}/{len(r['warmup'])} ({r['wall_s']:.1f} s)")
     result = _write(out, settings, rows, time.perf_counter() - t_all)
     _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
     if settings.sbc_targets:

@@ -28,18 +28,23 @@ short run decide:
    over coordinates of the standard deviation across chains) and the consensus error.
 
 A step size is **stable** when no chain diverged and neither the spread nor the consensus
-error more than doubled over the second half of the pilot. Among stable step sizes the spread
-first shrinks as ``η`` grows (the chains reach the posterior in the pilot's ``num_steps``),
-then grows (the discretization and network bias inflate it: Langevin's stationary variance on a
-Gaussian of curvature ``λ`` is ``1 / (λ (1 − ηλ/2))``). The **accurate** range holds the stable
-step sizes at which every agent's spread is at most ``spread_tolerance`` times that agent's
-smallest spread over the grid; the proposal is its largest step size: the fastest-mixing step
-that inflates no agent's spread by more than the tolerance.
+error more than doubled over the second half of the pilot. It is **accurate** when, in
+addition, the sampler's exact stationary law on the Gaussian approximation of the agents'
+potentials at ``curvature_at`` (their Hessians and gradients there;
+:mod:`dgsgld.tuning.criterion`, the warm-up's criterion, with ``M = I``) gives the draws pooled
+over agents a worst sd ratio within ``1 ± tol_sd`` and a worst standardized mean error at most
+``tol_mean``, and lies below the largest stable grid step (the pilot ran ``num_steps``
+iterations; a longer run may diverge at the edge it found): the bias the chains settle into,
+which chains that have not moved yet cannot fake (a pilot's spread cannot tell "accurate" from "not yet moved": at the smallest steps the
+chains stay where they started). The proposal is the largest accurate step: no larger stable
+step is within the tolerances, and every smaller one mixes more slowly. The pilot's spread and
+its inflation over the smallest spread are still reported (``explain()``), as a diagnostic.
 
-The pilot must reach the posterior: when the posterior is wider than where the chains start
-(e.g. the flat directions of a neural network's weights under a unit prior), the spread grows
-with ``η`` through slow diffusion rather than bias, and the proposal is conservative (see
-``report.stable_range`` for the largest stable step; a longer pilot, ``num_steps``, helps).
+For large ``N d`` the law is that of one scalar mode at the pooled Hessian's largest
+eigenvalue (every agent holding ``1/N`` of it), which bounds the stiffest direction's bias but
+not the agents' disagreement in mean. :func:`dgsgld.warmup` adapts a preconditioner as well,
+which a badly conditioned posterior needs: without one the stiffest direction sets the step
+and the flattest ones barely move.
 
 **A criterion of your own.** The spread criterion asks for samples faithful to the posterior.
 When what matters is a prediction after a run of a given length (the paper tunes its
@@ -80,9 +85,19 @@ from ..runner import loop as run
 if TYPE_CHECKING:
     import optax  # imported where gradient tuning runs: grid searches and quick runs skip it
 
-__all__ = ["GridRun", "grid_run", "GridSearch", "grid_search", "log_grid", "GradientTuning",
-           "tune_step_size_gradient", "StepSizeReport", "propose_step_size", "check_step_size",
-           "local_curvature"]
+__all__ = [
+    "GradientTuning",
+    "GridRun",
+    "GridSearch",
+    "StepSizeReport",
+    "check_step_size",
+    "grid_run",
+    "grid_search",
+    "local_curvature",
+    "log_grid",
+    "propose_step_size",
+    "tune_step_size_gradient",
+]
 
 
 # ----------------------------------------------------------------------------- grid runs
@@ -306,7 +321,7 @@ def tune_step_size_gradient(
     *,
     num_iterations: int = 25,
     learning_rate: float = 0.1,
-    optimizer: "optax.GradientTransformation | None" = None,
+    optimizer: optax.GradientTransformation | None = None,
 ) -> GradientTuning:
     """Minimize a differentiable criterion of the final samples over ``log η`` with optax.
 
@@ -386,9 +401,10 @@ class StepSizeReport(NamedTuple):
     Attributes:
         step_size: the proposed constant step size.
         stable_range: ``(low, high)`` grid step sizes with no divergence and no growth.
-        accurate_range: ``(low, high)`` stable step sizes whose spread is within
-            ``spread_tolerance`` of the smallest; without a ``score_fn``, ``step_size`` is
-            ``high``.
+        accurate_range: ``(low, high)`` stable step sizes below the largest stable one whose
+            exact stationary law on the Gaussian approximation
+            (:mod:`dgsgld.tuning.criterion`) is within ``tol_sd`` and ``tol_mean``; without a
+            ``score_fn``, ``step_size`` is ``high``.
         step_sizes: ``(G,)`` the pilot grid.
         spread: ``(G,)`` geometric mean over agents and coordinates of the standard deviation
             across chains at the end of the pilot.
@@ -407,6 +423,12 @@ class StepSizeReport(NamedTuple):
             ``score_fn``), else ``None``.
         score_range: ``(low, high)`` stable steps whose score is within one standard error of
             the best (how flat the score is around the proposal), else ``None``.
+        stationary_sd_ratio: ``(G,)`` the exact stationary worst sd ratio of the draws pooled
+            over agents (``inf``: unstable), on the agents' quadratics at ``curvature_at``.
+        stationary_mean_error: ``(G,)`` its worst standardized mean error.
+        law: ``"exact"`` (the dense law) or ``"modal"`` (a scalar mode at the pooled
+            curvature, for large ``N d``).
+        tol_sd, tol_mean: the accurate range's tolerances.
     """
 
     step_size: float
@@ -425,6 +447,21 @@ class StepSizeReport(NamedTuple):
     score: np.ndarray | None = None
     score_se: np.ndarray | None = None
     score_range: tuple[float, float] | None = None
+    stationary_sd_ratio: np.ndarray | None = None
+    stationary_mean_error: np.ndarray | None = None
+    law: str = "exact"
+    tol_sd: float = 0.1
+    tol_mean: float = 0.1
+
+    @property
+    def accurate(self) -> np.ndarray:
+        """``(G,)`` boolean: stable, and within the tolerances by the exact stationary law
+        (by the spread inflation for a report without stationary errors)."""
+        if self.stationary_sd_ratio is None:
+            return self.stable & (self.inflation <= self.spread_tolerance)
+        sd = np.abs(np.log(self.stationary_sd_ratio))
+        return _inside(self.stable) & (sd <= np.log1p(self.tol_sd)) & (
+            self.stationary_mean_error <= self.tol_mean)
 
     def explain(self) -> str:
         """How the step size was chosen, in words and a table.
@@ -436,11 +473,17 @@ class StepSizeReport(NamedTuple):
         lmax = float(np.max(self.curvature))
         scored = self.score is not None
         tol = self.spread_tolerance
-        accurate = self.inflation <= tol  # stable steps within the tolerance (unstable: inf)
+        exact = self.stationary_sd_ratio is not None
+        accurate = self.accurate
         grid = (f"grid {self.step_sizes[0]:.3g} .. {self.step_sizes[-1]:.3g} = "
                 f"[1e-3, {self.step_sizes[-1] * lmax:.3g}] / L")
         if accurate.any():
             accurate_line = f"{_range(self.accurate_range)}."
+        elif exact:
+            k = int(np.flatnonzero(self.step_sizes == self.step_size)[0])
+            accurate_line = (f"none; the least biased stable step is {self.step_sizes[k]:.4g}, "
+                             f"sd ratio {self.stationary_sd_ratio[k]:.3g}, mean error "
+                             f"{self.stationary_mean_error[k]:.3g}.")
         else:
             k = int(np.argmin(self.inflation))
             accurate_line = (f"none; the closest is {self.step_sizes[k]:.4g}, where the worst "
@@ -453,27 +496,34 @@ class StepSizeReport(NamedTuple):
             + (" (continued upwards while the best score was at its top)."
                if scored and self.step_sizes[-1] * lmax > 3.01 else "."),
             f"Network: mean spectral gap {self.spectral_gap:.4g}.",
-            f"Pilot: {self.num_chains} chains x {self.num_steps} iterations per step size, "
-            "one compiled call per grid.",
+            (f"Pilot: {self.num_chains} chains x {self.num_steps} iterations per step size, "
+            "one compiled call per grid."),
             f"Stable (no divergence, no growth): {_range(self.stable_range)}.",
-            f"Accurate (every agent's spread <= {tol:g} x its smallest): {accurate_line}",
+            (f"Accurate (exact stationary law of the draws pooled over agents, {self.law}, on "
+             f"the Gaussian approximation: sd ratio within 1 ± {self.tol_sd:g}, mean error <= "
+             f"{self.tol_mean:g} sd): {accurate_line}" if exact else
+             f"Accurate (every agent's spread <= {tol:g} x its smallest): {accurate_line}"),
         ]
         if scored and self.score_range is not None:
             lines.append(f"Score: within one standard error of the best: "
                          f"{_range(self.score_range)}.")
-        if self.accurate_range[0] <= self.step_sizes[0]:
+        if self.accurate_range[0] <= self.step_sizes[0] and not exact:
             lines.append(
                 "Note: the accurate range reaches the grid's smallest step (some agent's spread "
                 "never shrank with η): the pilot may not reach the posterior; the spread "
                 "criterion is then conservative (a longer pilot, num_steps, tells)."
             )
         head = "   step size    spread  inflation  consensus  stable"
-        lines.append(head + ("       score" if scored else ""))
+        lines.append(head + ("   sd ratio  mean err" if exact else "")
+                     + ("       score" if scored else ""))
         for i, (eta, s, r, c, ok) in enumerate(zip(self.step_sizes, self.spread, self.inflation,
                                                    self.consensus, self.stable)):
             mark = " <-" if eta == self.step_size else ""
             row = (f"  {eta:10.4g}  {s:8.4g}  {r:9.3g}  {c:9.4g}  "
                    f"{'yes' if ok else 'no':>6}")
+            if exact:
+                row += (f"  {self.stationary_sd_ratio[i]:9.4g}  "
+                        f"{self.stationary_mean_error[i]:8.3g}")
             if scored:
                 row += f"  {self.score[i]:10.4g}"
                 if self.score_se is not None:
@@ -487,6 +537,8 @@ class StepSizeReport(NamedTuple):
         if self.score is None:
             if accurate.any():
                 return "the largest step of the accurate range"
+            if self.stationary_sd_ratio is not None:
+                return "no step is accurate; the least biased stable one"
             return "no step is accurate; the one whose worst agent's spread is least inflated"
         best = f"the stable step with the best mean score_fn ({self.score[i]:.4g})"
         if accurate[i]:
@@ -494,7 +546,13 @@ class StepSizeReport(NamedTuple):
         if not accurate.any():
             return best + "; no step is accurate"
         j = int(np.argmax(np.where(accurate, self.score, -np.inf)))
-        if self.step_size > self.step_sizes[j]:
+        if self.step_size > self.step_sizes[j] and self.stationary_sd_ratio is not None:
+            cost = (f"the exact stationary sd ratio is {self.stationary_sd_ratio[i]:.3g} and "
+                    f"the mean error {self.stationary_mean_error[i]:.3g} sd (tolerances "
+                    f"{self.tol_sd:g}, {self.tol_mean:g}) and the consensus error "
+                    f"{self.consensus[i]:.3g} ({self.consensus[j]:.3g} there): the agents' "
+                    "samples are biased, less faithful to the posterior")
+        elif self.step_size > self.step_sizes[j]:
             cost = (f"the worst agent's spread is {self.inflation[i]:.3g}x its smallest "
                     f"(tolerance {self.spread_tolerance:g}) and the consensus error "
                     f"{self.consensus[i]:.3g} ({self.consensus[j]:.3g} there): the agents' "
@@ -507,6 +565,16 @@ class StepSizeReport(NamedTuple):
                 f"the best-scoring step of the accurate range "
                 f"{_range(self.accurate_range)}; what it gives up: at the proposal {cost} "
                 f"(pass {self.step_sizes[j]:.4g} for accurate samples)")
+
+
+def _inside(stable: np.ndarray) -> np.ndarray:
+    """The stable grid steps below the largest stable one (all of them when only one is): the
+    pilot saw ``num_steps`` iterations, a longer run may diverge at its edge."""
+    inside = np.asarray(stable, bool).copy()
+    idx = np.flatnonzero(inside)
+    if idx.size > 1:
+        inside[idx[-1]] = False
+    return inside
 
 
 def _range(r: tuple[float, float]) -> str:
@@ -646,7 +714,7 @@ class _Grid(NamedTuple):
     diverged: np.ndarray  # (G,)
     score: np.ndarray  # (G, S): S = 1 (scalar score) or the chains' scores
 
-    def join(self, other: "_Grid") -> "_Grid":
+    def join(self, other: _Grid) -> _Grid:
         return _Grid(*(np.concatenate([a, b]) for a, b in zip(self, other)))
 
 
@@ -672,6 +740,8 @@ def propose_step_size(
     max_chains: int = 64,
     curvature_at: PyTree | None = None,
     score_fn: Callable[[PyTree], Array] | None = None,
+    tol_sd: float = 0.1,
+    tol_mean: float = 0.1,
 ) -> StepSizeReport:
     """Propose a constant step size for a model and a network (see the module doc).
 
@@ -683,7 +753,8 @@ def propose_step_size(
             the posterior: use roughly the burn-in you can afford, or, with ``score_fn``, the
             length of the run you will make).
         num_step_sizes: grid points between ``10⁻³/L`` and ``3/L``.
-        spread_tolerance: accepted inflation of the spread over its smallest value (> 1).
+        spread_tolerance: the pilot's spread inflation that :meth:`StepSizeReport.explain`
+            marks (> 1); a diagnostic, the choice rests on the exact stationary errors.
         max_chains: the pilot uses the first ``min(num_chains, max_chains)`` chains of ``init``.
         curvature_at: positions ``(N, *param_shape)`` where each agent's curvature is
             measured, or for a centralized sampler ``(1, *param_shape)``: one point where
@@ -696,6 +767,9 @@ def propose_step_size(
             a validation split (never the test set). The proposal is then the stable step
             with the best mean score instead of the largest accurate one, and the grid is
             extended upwards while its best score is at its (stable) top.
+        tol_sd, tol_mean: the accurate range's bounds on the exact stationary worst sd ratio
+            (``<= 1 + tol_sd``, either way) and standardized mean error, on the Gaussian
+            approximation at ``curvature_at``.
 
     Returns:
         A :class:`StepSizeReport`; ``report.explain()`` says how it decided.
@@ -713,6 +787,9 @@ def propose_step_size(
         raise ValueError(f"`spread_tolerance` must be a number > 1; got {spread_tolerance!r}.")
     if score_fn is not None and not callable(score_fn):
         raise ValueError(f"`score_fn` must be callable or None; got {type(score_fn).__name__}.")
+    for name, value in (("tol_sd", tol_sd), ("tol_mean", tol_mean)):
+        if not (isinstance(value, (int, float)) and value > 0):
+            raise ValueError(f"`{name}` must be a positive number; got {value!r}.")
     leaves = jax.tree.leaves(eqx.filter(init, eqx.is_array))
     if not leaves or np.ndim(leaves[0]) < 1 or np.shape(leaves[0])[0] < 4:
         shape = np.shape(leaves[0]) if leaves else None
@@ -768,8 +845,77 @@ def propose_step_size(
         # The best score at the stable top of the grid: continue the grid upwards.
         more = (pilot.step_sizes[-1] * ratio ** np.arange(1, num_step_sizes + 1))
         pilot = pilot.join(_run_grid(more.astype(np.float32), run_pilot))
+    errors, law = _stationary_errors(make_algorithm, potential, mixing, at, curvature_key,
+                                     pilot.step_sizes, decentralized)
     return _report(pilot, curvature, gap, spread_tolerance, num_steps, chains,
-                   score_fn is not None)
+                   score_fn is not None, errors, law, float(tol_sd), float(tol_mean))
+
+
+def _law_of(algorithm):
+    """``algorithm`` as the exact laws take it: schedules (a decaying step or consensus
+    weight) frozen at their first value, the largest, and no channel or preconditioner."""
+    for field in ("step_size", "consensus"):
+        value = getattr(algorithm, field, None)
+        if callable(value):
+            algorithm = eqx.tree_at(lambda a, f=field: getattr(a, f), algorithm,
+                                    jnp.asarray(value(jnp.zeros((), jnp.int32)), jnp.float32))
+    for field in ("channel", "preconditioner"):
+        if getattr(algorithm, field, None) is not None:
+            algorithm = eqx.tree_at(lambda a, f=field: getattr(a, f), algorithm, None,
+                                    is_leaf=lambda x: x is None)
+    return algorithm
+
+
+def _stationary_errors(make_algorithm, potential, mixing, at, key, step_sizes,
+                       decentralized: bool):
+    """``(errors (G, 2), law)``: the exact stationary worst log sd ratio and standardized mean
+    error (:mod:`dgsgld.tuning.criterion`) of ``make_algorithm(η)`` at every grid step, on the
+    agents' quadratic approximations at ``at`` (Hessians and gradients there: the dense exact
+    law for small ``N d``; else scalar modes at the pooled Hessian's largest eigenvalue);
+    ``inf`` where the law is unstable."""
+    from . import criterion
+    from .adaptation import DENSE_MAX_DIM, EXACT_MAX_SIZE, _agent_grads, _dense_curvature, _flat
+
+    n = potential.num_agents
+    arrays = eqx.filter(at, eqx.is_array)
+    rows = np.shape(jax.tree.leaves(arrays)[0])[0]
+    at1 = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, at)
+    flat = _flat(at1, True)
+    x = flat.flatten(at1)[0]                                             # (rows, d)
+    if rows != n:  # one point of the pooled potential: every agent's Hessian there
+        x = np.broadcast_to(x[:1], (n, x.shape[-1]))
+    grads = _agent_grads(potential, at1, 2)
+    d = x.shape[-1]
+    if d <= DENSE_MAX_DIM and n * d <= EXACT_MAX_SIZE and potential.log_likelihood is not None:
+        H, g = _dense_curvature(grads, jnp.asarray(x, jnp.float32)[None])
+        H, g = np.asarray(H[0], np.float64), np.asarray(g[0], np.float64)
+        H = 0.5 * (H + np.swapaxes(H, -1, -2))
+        pooled = H.sum(0)
+        lam, Q = np.linalg.eigh(pooled)
+        floor = np.maximum(np.abs(lam), max(1e-8, 1e-4 * np.abs(lam).max()))
+        H = H + (((Q * floor) @ Q.T - pooled) / n)[None]
+        b = np.einsum("iab,ib->ia", H, x) - g
+        # Translation invariant: centred at the minimizer, so that a start far from the mode
+        # leaves no large offset for the nearly singular (I − Φ) of a small step to amplify.
+        b = b - np.einsum("iab,b->ia", H, np.linalg.solve(H.sum(0), b.sum(0)))
+        quadratic = criterion.Quadratic(H, b)
+        law = "exact"
+
+        def one(eta):
+            return criterion.stationary_errors(_law_of(make_algorithm(eta)), quadratic,
+                                               mixing if decentralized else None)
+    else:
+        point = jax.tree.map(lambda leaf: leaf[:1], at) if rows != n or not decentralized \
+            else at
+        top = float(local_curvature(potential, point, key, pooled=True)[0]) \
+            if rows == 1 else float(np.sum(local_curvature(potential, at, key)))
+        law = "modal"
+
+        def one(eta):
+            return criterion.modal_errors(_law_of(make_algorithm(eta)), [top], n,
+                                          mixing if decentralized else None)
+    out = np.array([[e.sd, e.mean] for e in (one(float(eta)) for eta in step_sizes)])
+    return out, law
 
 
 #: How many times the grid may be continued upwards (each time by ``num_step_sizes`` points at
@@ -791,7 +937,7 @@ def _judge(pilot: _Grid) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
-            scored: bool) -> StepSizeReport:
+            scored: bool, errors, law, tol_sd, tol_mean) -> StepSizeReport:
     grid = pilot.step_sizes
     stable, score = _judge(pilot)
     if not stable.any():
@@ -802,13 +948,17 @@ def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
     agent_spread = pilot.agent_spread
     finite = np.isfinite(agent_spread).all((1, 2))
     spread = np.exp(np.mean(np.log(agent_spread[:, 2]), axis=-1))
-    # Every agent's spread against its own smallest over the stable grid points.
+    # Every agent's spread against its own smallest over the stable grid points (reported).
     end = np.where(stable[:, None], agent_spread[:, 2], np.inf)  # (G, N)
     inflation = np.max(end / end.min(axis=0), axis=1)             # (G,) worst agent
-    accurate = stable & (inflation <= spread_tolerance)
+    # Accurate: stable in the pilot and within the tolerances by the exact stationary law.
+    within = (errors[:, 0] <= np.log1p(tol_sd)) & (errors[:, 1] <= tol_mean)
+    accurate = _inside(stable) & within
     pick = np.flatnonzero(accurate)
-    if not pick.size:  # the agents' smallest spreads at different steps, all too far apart
-        pick = np.array([np.argmin(inflation)])
+    if not pick.size:  # every stable step too biased: the least biased one
+        badness = np.where(stable, np.maximum(errors[:, 0] / np.log1p(tol_sd),
+                                              errors[:, 1] / tol_mean), np.inf)
+        pick = np.array([np.argmin(badness)])
     stable_idx = np.flatnonzero(stable)
     step = float(grid[pick[-1]])
     score_se = score_range = None
@@ -837,16 +987,23 @@ def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
         score=score if scored else None,
         score_se=score_se,
         score_range=score_range,
+        stationary_sd_ratio=np.exp(errors[:, 0]),
+        stationary_mean_error=errors[:, 1],
+        law=law,
+        tol_sd=tol_sd,
+        tol_mean=tol_mean,
     )
 
 
 def check_step_size(step_size: float, report: StepSizeReport) -> bool:
     """Warn when ``step_size`` lies outside the ranges ``report`` found.
 
-    Above the stable range the pilot diverged or grew; above the accurate range the spread of
-    the chains was inflated by more than ``report.spread_tolerance``; below it the chains had
-    not reached their spread in ``report.num_steps`` iterations (slow mixing). A proposal made
-    with a ``score_fn`` may itself lie above the accurate range, and is then warned about too.
+    Above the stable range the pilot diverged or grew; above the accurate range the exact
+    stationary law is biased beyond ``report.tol_sd`` or ``report.tol_mean`` (for a report
+    without stationary errors: the spread of the chains was inflated by more than
+    ``report.spread_tolerance``); below it the chains mix more slowly than an accurate step
+    allows (expect a longer burn-in). A proposal made with a ``score_fn`` may itself lie outside
+    the accurate range, and is then warned about too.
 
     Returns:
         ``True`` when ``step_size`` lies in ``report.accurate_range`` (no warning).
@@ -855,19 +1012,25 @@ def check_step_size(step_size: float, report: StepSizeReport) -> bool:
     if not (math.isfinite(eta) and eta > 0):
         raise ValueError(f"`step_size` must be positive and finite; got {step_size!r}.")
     low, high = report.accurate_range
-    ratio = lambda r: f"{r:.3g}x"  # noqa: E731
+    ratio = lambda r: f"{r:.3g}x"
     if eta > report.stable_range[1]:
         message = (f"step size {eta:.4g} is above the stable range {_range(report.stable_range)}"
                    f" found by the pilot: chains diverged or grew there. Proposed: "
                    f"{report.step_size:.4g}.")
     elif eta > high * (1 + 1e-6):
+        why = (f"the exact stationary law's bias exceeds sd {report.tol_sd:g} or mean "
+               f"{report.tol_mean:g} there" if report.stationary_sd_ratio is not None else
+               f"the pilot's spread across chains grew by more than "
+               f"{report.spread_tolerance:g}x there")
         message = (f"step size {eta:.4g} is {ratio(eta / high)} the largest accurate step "
-                   f"{high:.4g}: the pilot's spread across chains grew by more than "
-                   f"{report.spread_tolerance:g}x there (discretization/network bias).")
+                   f"{high:.4g}: {why} (discretization/network bias).")
     elif eta < low * (1 - 1e-6):
-        message = (f"step size {eta:.4g} is below the accurate range {_range((low, high))}: the "
-                   f"chains had not reached their spread in {report.num_steps} iterations; "
-                   "expect slow mixing (a longer burn-in).")
+        message = (f"step size {eta:.4g} is below the accurate range {_range((low, high))}: "
+                   + ("the chains mix more slowly than an accurate step allows; "
+                      if report.stationary_sd_ratio is not None else
+                      f"the chains had not reached their spread in {report.num_steps} "
+                      "iterations; ")
+                   + "expect slow mixing (a longer burn-in).")
     else:
         return True
     warnings.warn(message, RuntimeWarning, stacklevel=2)

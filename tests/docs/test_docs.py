@@ -152,6 +152,17 @@ def test_step_sizes_guide_runs():
     assert search.best_step_size == pytest.approx(float(ns["steps"][np.nanargmin(scores)]))
 
 
+@pytest.mark.slow  # fast twin: tests/tuning/test_warmup.py (the warm-up on a Gaussian, known answer)
+def test_warmup_section_of_the_step_sizes_guide_runs():
+    with pytest.warns(RuntimeWarning, match="step size"):
+        ns, printed = run("guide/step-sizes.md", "A step size proposed for your model",
+                          "Warm-up and preconditioning")
+    warm, trace = ns["warm"], ns["trace"]
+    assert warm.num_steps == 1000 and warm.preconditioner == "dense"
+    assert "Verdict:" in printed
+    assert np.all(np.isfinite(np.asarray(trace.positions)))
+
+
 @pytest.mark.slow  # fast twins: tests/evaluate/test_streaming.py::test_w2_equals_metric_of_
 # stored_trace, tests/evaluate/test_diagnostics.py
 def test_diagnostics_guide_runs():
@@ -287,6 +298,10 @@ def test_the_theory_page_quotes_the_theory_report():
     ("figures/stepsize_spread_only/stepsize_proposals.md", "results/step-sizes.md"),
     ("figures/digits.md", "results/real-data.md"),
     ("figures/diabetes.md", "results/real-data.md"),
+    ("../benchmarks/references/adapted/small.md", "results/posteriors.md"),
+    ("../benchmarks/references/adapted/diging_full_gaussian.md", "results/posteriors.md"),
+    ("../benchmarks/references/adapted/diging_full_one_seed.md", "results/posteriors.md"),
+    ("../benchmarks/references/adapted/diging_full_eight_schools.md", "results/posteriors.md"),
 ])
 def test_result_pages_quote_every_row_of_their_generated_tables(generated, page):
     text = (DOCS / page).read_text()

@@ -38,6 +38,7 @@ def test_examples_are_all_tested():
         "compressed_messages.py",
         "privacy.py",
         "personalized.py",
+        "warmup.py",
     }
     # multi_process.py runs in tests/parallel/test_multiprocess.py (several processes, no --small).
     present = {p.name for p in EXAMPLES.glob("*.py")} - {"theory_report.py", "multi_process.py"}
@@ -193,3 +194,17 @@ def test_personalized_example():
     assert _numbers(lines["intercepts:"])[0] < 0.5
     # Two shared float32 numbers, two messages (x, y), two ring neighbours.
     assert "bytes per agent and step 32.0" in out
+
+
+@pytest.mark.slow  # fast twin: tests/tuning/test_warmup.py (a Gaussian with a known answer)
+def test_warmup_example():
+    out = _run("warmup.py")
+    assert "Verdict:" in out and "dense preconditioner" in out
+    rows = {ln.split(" worst ")[0].strip(): ln for ln in out.splitlines() if "worst sd ratio" in ln}
+    adapted = next(v for k, v in rows.items() if k.startswith("adapted"))
+    worst = float(re.search(r"worst sd ratio (\S+)", adapted).group(1))
+    mean = float(re.search(r"max mean error (\S+)", adapted).group(1))
+    # 4 chains x 400 kept steps of a warmed-up, preconditioned chain: every sd within a
+    # factor 2 and every mean within one reference sd of NUTS's (the full run's numbers are in
+    # docs/results/posteriors.md; this bounds only gross failures at the small size).
+    assert 0.5 < worst < 2.0 and mean < 1.0

@@ -141,9 +141,14 @@ def test_bench_small_runs_without_numpyro(tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads((tmp_path / "leaderboard.json").read_text())
     rows = {(r["target"], r["sampler"]): r for r in result["rows"]}
-    assert set(rows) == {(t, s) for t in ("gaussian_linear", "eight_schools")
+    assert set(rows) == {(t, s) for t in ("gaussian_linear", "eight_schools",
+                                          "logistic_breast_cancer")
                          for s in ("reference", "DIGing-SGLD", "SGLD (centralized)",
-                                   "DIGing-SGHMC", "D-ULA", "DIGing-SGLD+SVRG")}
+                                   "DIGing-SGHMC", "D-ULA", "DIGing-SGLD+SVRG",
+                                   "DIGing-SGLD (adapted)", "DIGing-SGHMC (adapted)",
+                                   "D-ULA (adapted)")}
+    adapted = rows[("gaussian_linear", "DIGing-SGLD (adapted)")]
+    assert len(adapted["warmup"]) == 2 and adapted["seeds_finite"] == 2
     sgld_row = rows[("gaussian_linear", "SGLD (centralized)")]
     assert sgld_row["seeds_finite"] == 2 and sgld_row["mean_error_max"][0] < 1.0
     assert all(k in sgld_row for k in ("sd_ratio_worst", "sd_ratio_median", "w2", "ksd"))
@@ -245,11 +250,15 @@ def test_full_bench_runs_every_sampler_on_every_target_over_both_networks():
     # sampler of SAMPLERS, the ring and the complete graph, SBC on every simulated target.
     from dgsgld.posteriors.sbc import SIMULATED
     from dgsgld.posteriors.targets import TARGETS
+    from dgsgld.samplers import ALL
     from experiments.bench import NETWORKS, SAMPLERS, BenchSettings
 
     full = BenchSettings.full()
     assert set(available()) == set(TARGETS) and full.targets == tuple(TARGETS)
     assert full.samplers == tuple(SAMPLERS) and len(SAMPLERS) == 9
+    # adapted rows for every decentralized sampler of the registry
+    assert full.adapted == tuple(c.name for c in ALL if c.decentralized) and \
+        len(full.adapted) == 8
     assert full.networks == tuple(NETWORKS) == ("ring", "complete")
     assert full.sbc_targets == SIMULATED and full.seeds >= 3
 
@@ -289,7 +298,7 @@ def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
     import dataclasses
     import pathlib
 
-    from experiments.bench import SAMPLERS, BenchSettings, markdown
+    from experiments.bench import ADAPTED_SUFFIX, SAMPLERS, BenchSettings, markdown
 
     root = pathlib.Path(__file__).resolve().parents[2]
     shipped = root / "benchmarks" / "references"
@@ -303,7 +312,8 @@ def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
         for network in full.networks:
             want += [(t, "-" if SAMPLERS[s].centralized else network, s) for s in full.samplers
                      if not (SAMPLERS[s].centralized and network != full.networks[0])]
-    assert rows == want and len(rows) == 8 * (1 + 2 * 8 + 1)
+            want += [(t, network, s + ADAPTED_SUFFIX) for s in full.adapted]
+    assert rows == want and len(rows) == 8 * (1 + 2 * 8 + 1 + 2 * 8)
     assert {(c["target"], c["sampler"]) for c in result["sbc"]} == {
         ("gaussian_linear", "exact")} | {(t, s) for t in full.sbc_targets
                                          for s in full.sbc_samplers}

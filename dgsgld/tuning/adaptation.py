@@ -1,0 +1,828 @@
+"""A decentralized warm-up: the agents adapt a preconditioner ``M`` and a step size together.
+
+``sampler, state, report = dgsgld.warmup(DIGingSGLD, potential, mixing, init, key, 2000)``
+runs ``num_steps`` steps of the sampler in windows (fractions :data:`WINDOWS` of the budget,
+Stan-style: short ones first, the longest last) and returns the adapted sampler (its step,
+``preconditioner=M``, and SGHMC's friction or D-ULA's consensus weight), the final state of
+the chains (continue it with :func:`dgsgld.sample`) and a :class:`WarmupReport`.
+
+After every window but the last:
+
+1. **Curvature, locally.** Every agent measures the Hessian of its own ``f_i`` at its own
+   chains' positions from the window's second half (``curvature_points`` points; dense
+   Hessians by forward-mode columns, or Hutchinson diagonals ``E[z ⊙ ∇²f_i z]`` for the
+   diagonal and low-rank preconditioners) and its gradient there: a local quadratic
+   ``(A_i, g_i, p_i)`` (Hessian, gradient and position averaged over the points).
+2. **Agreement.** The agents flood these over the sampler's own mixing schedule
+   (:mod:`dgsgld.tuning.gossip`: every agent ends with every agent's payload, bit for bit;
+   bytes counted), and every agent computes the same ``M`` from them: the inverse of the pooled
+   Hessian ``Σ_i A_i`` with its eigenvalues floored at ``|λ|`` (dense), or of its diagonal
+   (diagonal); the low-rank preconditioner widens the diagonal one along the directions in
+   which the window's draws spread wider than ``M`` says (``M = D + U Uᵀ``, the top
+   ``rank`` directions whose variance exceeds the sampling noise edge of a covariance from that
+   many draws, from the agents' flooded sketches).
+3. **Step.** ``η`` (and the second parameter) is chosen by :mod:`dgsgld.tuning.criterion`:
+   the sampler's exact stationary law on the agents' local quadratics in the preconditioned
+   coordinates (dense and small, at the adaptation that sets the final step; SGHMC's friction
+   and D-ULA's consensus weight chosen on scalar modes first), or on scalar modes at the pooled
+   preconditioned curvature's extremes (large ``d``, and the earlier windows), scored by the stationary bias against the Monte Carlo error the
+   sampling run (``sampling_steps``) leaves. The step is then capped so that the stiffest
+   curvature the chains met (the largest eigenvalue of the pooled preconditioned Hessian at
+   any of the points: exact from the flooded Hessians, or by power iteration on network sums
+   for diagonal ``M``) keeps its stationary sd within 50 %. It grows at most ``growth``-fold
+   per window; the first window runs at ``probe`` times the criterion's step from the
+   curvature at ``init``. A window with a divergence is run again at a quarter of the step
+   (its steps stay spent), and later steps stay below half of the one that diverged.
+
+The **last window** restarts every chain over-dispersed, ``x = c + restart · S z`` (``c`` the
+agreed centre, ``S Sᵀ = M``, ``z`` standard normal, every agent of a chain at the same point),
+and runs at the final ``(M, η)``: the chains must forget the restart, which unmixed chains
+cannot fake. Its second half gives the rank-normalized split R-hat of the network average per
+preconditioned coordinate. The report says **the budget was too small** when that R-hat exceeds
+``rhat_threshold``, when those draws hold fewer than ``min_check_ess`` effective draws (too few
+for R-hat to tell), when
+the last window is shorter than five relaxation times of the chosen step
+(``1 / −log ρ`` steps, ``ρ`` the exact law's spectral radius), or when the sampling run would
+give fewer than ``min_ess`` effective draws of the slowest mode.
+
+All the agents' arithmetic on the flooded data is deterministic, so every agent holds the same
+``M`` and ``η``; the simulation computes them once. The same ``key`` gives the same result.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from .. import evaluate
+from ..runner import loop as _loop
+from ..samplers import registry as _registry
+from ..samplers.base import SamplingAlgorithm
+from ..samplers.dula import DULA
+from ..samplers.precondition import (
+    DensePreconditioner,
+    DiagonalPreconditioner,
+    LowRankPreconditioner,
+)
+from ..samplers.sghmc import DESGHMC, DIGingSGHMC
+from ..theory.recursions import Quadratic
+from . import criterion as _criterion
+from . import gossip as _gossip
+
+__all__ = ["WINDOWS", "WarmupReport", "WindowReport", "warmup"]
+
+#: Fractions of the budget per window (the last absorbs rounding).
+WINDOWS = (0.05, 0.05, 0.1, 0.15, 0.25, 0.4)
+#: The preconditioners ``warmup`` can adapt; ``"auto"`` is dense up to :data:`DENSE_MAX_DIM`
+#: parameters, diagonal above.
+PRECONDITIONERS = ("auto", "dense", "diagonal", "lowrank", None)
+DENSE_MAX_DIM = 200
+#: Largest ``N · d`` for which the criterion solves the dense exact law (else scalar modes).
+EXACT_MAX_SIZE = 256
+#: Steps the budget must give every window at least.
+MIN_WINDOW_STEPS = 10
+#: Second parameters searched: SGHMC's friction, D-ULA's consensus weight.
+FRICTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
+CONSENSUS = (0.25, 0.5, 1.0)
+
+
+class WindowReport(NamedTuple):
+    """One warm-up window.
+
+    Attributes:
+        steps: its steps (retries included).
+        step_size: the step it ran at.
+        parameter: SGHMC's friction or D-ULA's consensus weight (``None`` otherwise).
+        criterion_step: the criterion's step at its start (before the growth cap).
+        diverged: whether a chain diverged (the window then ran again).
+    """
+
+    steps: int
+    step_size: float
+    parameter: float | None
+    criterion_step: float
+    diverged: bool
+
+
+class WarmupReport(NamedTuple):
+    """What :func:`warmup` chose and why.
+
+    Attributes:
+        sampler: the sampler's display name.
+        preconditioner: ``"dense"``, ``"diagonal"``, ``"lowrank"`` or ``"none"``.
+        step_size: the adapted step (the sampler's own ``step_size``).
+        parameter: the adapted friction (SGHMC) or consensus weight (D-ULA), else ``None``.
+        law: ``"exact"`` (the dense exact law on the agents' quadratics) or ``"modal"``
+            (scalar modes at ``curvature_range`` and ``stiffest``).
+        stationary_sd_ratio: the exact law's worst sd ratio (pooled draws over the target;
+            1 is exact), at the adapted setting on the Gaussian approximation.
+        stationary_mean_error: its worst standardized mean error.
+        spectral_radius: its per-step contraction ``ρ``.
+        relaxation_steps: ``1 / −log ρ``: steps per e-fold of forgetting the start.
+        predicted_ess: effective draws of the slowest mode in ``sampling_steps`` steps over all
+            chains, ``chains · sampling_steps / τ``.
+        curvature_range: ``(min, max)`` eigenvalue of the pooled preconditioned Hessian (1, 1
+            for a perfect ``M``).
+        stiffest: the largest eigenvalue of the pooled preconditioned Hessian at any
+            curvature point (what capped the step, if ``capped``).
+        capped: whether the stiffness cap lowered the criterion's step.
+        rhat_max: the largest R-hat of the last window's second half, after the
+            over-dispersed restart (the network average, per preconditioned coordinate).
+        check_ess: the smallest bulk ESS of those draws (R-hat needs enough of them).
+        windows: the :class:`WindowReport` of every window.
+        retries: windows run again after a divergence.
+        bytes_sent: bytes of the agreements (flooding), over all links.
+        rounds: communication rounds of the agreements.
+        num_steps: sampler steps spent (the budget).
+        budget_ok: ``False`` when the budget was too small (``verdict`` says why).
+        verdict: ``"ok"`` or ``"budget too small: ..."``.
+    """
+
+    sampler: str
+    preconditioner: str
+    step_size: float
+    parameter: float | None
+    law: str
+    stationary_sd_ratio: float
+    stationary_mean_error: float
+    spectral_radius: float
+    relaxation_steps: float
+    predicted_ess: float
+    curvature_range: tuple[float, float]
+    stiffest: float
+    capped: bool
+    rhat_max: float
+    check_ess: float
+    windows: tuple
+    retries: int
+    bytes_sent: int
+    rounds: int
+    num_steps: int
+    budget_ok: bool
+    verdict: str
+
+    def explain(self) -> str:
+        """The choices and the checks, in words."""
+        par = "" if self.parameter is None else f", {_parameter_name(self.sampler)} " \
+            f"{self.parameter:g}"
+        lines = [
+            (f"{self.sampler}: step {self.step_size:.4g}{par}, {self.preconditioner} "
+            f"preconditioner, after {self.num_steps} warm-up steps in {len(self.windows)} "
+            f"windows ({self.retries} rerun after a divergence)."),
+            (f"Step criterion ({self.law} stationary law on the preconditioned Gaussian "
+            f"approximation): worst sd ratio {self.stationary_sd_ratio:.3f}, worst mean error "
+            f"{self.stationary_mean_error:.3g} sd, contraction {self.spectral_radius:.5f} per "
+            f"step ({self.relaxation_steps:.3g} steps per e-fold), predicted ESS "
+            f"{self.predicted_ess:.0f}."),
+            f"Preconditioned curvature: {self.curvature_range[0]:.3g} .. "
+            f"{self.curvature_range[1]:.3g}; stiffest met {self.stiffest:.3g}"
+            + (" (capped the step)." if self.capped else "."),
+            (f"Over-dispersed restart: largest R-hat {self.rhat_max:.3f} (ESS of the check "
+            f"{self.check_ess:.0f})."),
+            f"Agreement by flooding: {self.rounds} rounds, {self.bytes_sent / 1e6:.3f} MB.",
+            f"Verdict: {self.verdict}.",
+        ]
+        return "\n".join(lines)
+
+
+def _parameter_name(name: str) -> str:
+    return "consensus weight" if name == DULA.name else "friction"
+
+
+# ------------------------------------------------------------------ the sampler family
+
+
+class _Family(NamedTuple):
+    """How to build the sampler at ``(η, parameter, M)``: from a class or an instance."""
+
+    template: Any          # the class, or the user's instance
+    cls: type
+    estimator: Any
+
+    @property
+    def parameters(self) -> tuple:
+        if issubclass(self.cls, (DESGHMC, DIGingSGHMC)):
+            return FRICTIONS
+        if issubclass(self.cls, DULA):
+            return CONSENSUS
+        return (None,)
+
+    def build(self, eta: float, parameter=None, preconditioner=None, law: bool = False):
+        """The sampler at a constant ``eta``; ``law=True``: without channel, estimator and
+        preconditioner (what the exact laws take)."""
+        eta = float(eta)
+        if isinstance(self.template, type):
+            args = (eta,) if parameter is None else (eta, float(parameter))
+            kw = {} if law or self.estimator is None else {"estimator": self.estimator}
+            return self.cls(*args, **kw, preconditioner=None if law else preconditioner)
+        out = eqx.tree_at(lambda s: s.step_size, self.template, jnp.asarray(eta, jnp.float32))
+        if parameter is not None:
+            field = "consensus" if issubclass(self.cls, DULA) else "friction"
+            out = eqx.tree_at(lambda s: getattr(s, field), out,
+                              jnp.asarray(float(parameter), jnp.float32))
+        if law:
+            if getattr(out, "channel", None) is not None:
+                out = eqx.tree_at(lambda s: s.channel, out, None, is_leaf=lambda x: x is None)
+            return eqx.tree_at(lambda s: s.preconditioner, out, None,
+                               is_leaf=lambda x: x is None)
+        return eqx.tree_at(lambda s: s.preconditioner, out, preconditioner,
+                           is_leaf=lambda x: x is None)
+
+
+def _family(sampler, estimator) -> _Family:
+    cls = sampler if isinstance(sampler, type) else type(sampler)
+    if not (isinstance(cls, type) and issubclass(cls, SamplingAlgorithm)
+            and any(issubclass(cls, c) for c in _registry.ALL)):
+        raise ValueError(f"`sampler` must be a sampler class of dgsgld.samplers.ALL or an "
+                         f"instance of one; got {sampler!r}.")
+    if estimator is not None and not isinstance(sampler, type):
+        raise ValueError("`estimator` is for a sampler class; an instance keeps its own.")
+    return _Family(sampler, cls, estimator)
+
+
+# ------------------------------------------------------------------ flat parameters
+
+
+class _Flat(NamedTuple):
+    """Positions as flat ``(..., d)`` arrays and back; ``lead`` axes before the parameters
+    (2: chains and agents; 1: chains, for centralized SGLD)."""
+
+    unravel: Any
+    static: Any
+    lead: int
+    dim: int
+
+    def flatten(self, tree, lead: int | None = None) -> np.ndarray:
+        arrays = eqx.filter(tree, eqx.is_array)
+        fn = lambda t: ravel_pytree(t)[0]
+        for _ in range(self.lead if lead is None else lead):
+            fn = jax.vmap(fn)
+        return np.asarray(fn(arrays), np.float64)
+
+    def tree(self, flat, lead: int | None = None):
+        fn = self.unravel
+        for _ in range(self.lead if lead is None else lead):
+            fn = jax.vmap(fn)
+        return eqx.combine(fn(jnp.asarray(flat, jnp.float32)), self.static)
+
+
+def _flat(init, decentralized: bool) -> _Flat:
+    arrays, static = eqx.partition(init, eqx.is_array)
+    leaves = jax.tree.leaves(arrays)
+    lead = 2 if decentralized else 1
+    if not leaves or any(np.ndim(leaf) < lead for leaf in leaves):
+        shapes = [np.shape(leaf) for leaf in leaves]
+        raise ValueError(f"`init` must have array leaves ({'num_chains, N' if decentralized else 'num_chains'}, "
+                         f"*param_shape); got leaves shaped {shapes}.")
+    one = jax.tree.map(lambda x: x[(0,) * lead], arrays)
+    flat, unravel = ravel_pytree(one)
+    return _Flat(unravel, static, lead, int(flat.size))
+
+
+# ------------------------------------------------------------------ local curvature
+
+
+class _AgentGrads(eqx.Module):
+    """``x (N, d) -> ∇f_i(x_i) (N, d)`` on flat parameters (full local batches). A module
+    with the parameters' layout as static fields: the same model gives the same compiled
+    curvature computations, call after call."""
+
+    potential: Any
+    treedef: Any = eqx.field(static=True)
+    shapes: tuple = eqx.field(static=True)
+    static: Any = eqx.field(static=True)
+
+    def arrays(self, vector):
+        leaves, start = [], 0
+        for shape, dtype in self.shapes:
+            size = int(np.prod(shape, dtype=np.int64))
+            leaves.append(vector[start:start + size].reshape(shape).astype(dtype))
+            start += size
+        return jax.tree.unflatten(self.treedef, leaves)
+
+    def __call__(self, x):
+        tree = eqx.combine(jax.vmap(self.arrays)(x), self.static)
+        g = eqx.filter(self.potential.full_grad(tree), eqx.is_array)
+        return jax.vmap(lambda t: ravel_pytree(t)[0])(g).astype(x.dtype)
+
+
+def _agent_grads(potential, init, lead: int) -> _AgentGrads:
+    arrays, static = eqx.partition(init, eqx.is_array)
+    leaves, treedef = jax.tree.flatten(jax.tree.map(lambda x: x[(0,) * lead], arrays))
+    shapes = tuple((tuple(np.shape(leaf)), jnp.result_type(leaf)) for leaf in leaves)
+    return _AgentGrads(potential, treedef, shapes, static)
+
+
+@eqx.filter_jit
+def _dense_curvature(grads, xs):
+    """Hessians ``(P, N, d, d)`` and gradients ``(P, N, d)`` at points ``xs (P, N, d)``."""
+    d = xs.shape[-1]
+
+    def at(x):
+        cols = jax.vmap(lambda e: jax.jvp(grads, (x,), (jnp.broadcast_to(e, x.shape),))[1])(
+            jnp.eye(d, dtype=x.dtype))                    # (d, N, d): column j of each H_i
+        return jnp.moveaxis(cols, 0, -1), grads(x)
+    return jax.lax.map(at, xs)
+
+
+@eqx.filter_jit
+def _diagonal_curvature(grads, xs, key, probes: int):
+    """Hutchinson diagonals ``E[z ⊙ H_i z]`` ``(P, N, d)`` and gradients at ``xs``."""
+    def at(args):
+        x, k = args
+        def one(kk):
+            z = jax.random.rademacher(kk, x.shape, dtype=x.dtype)
+            return z * jax.jvp(grads, (x,), (z,))[1]
+        diag = jnp.mean(jax.lax.map(one, jax.random.split(k, probes)), axis=0)
+        return diag, grads(x)
+    return jax.lax.map(at, (xs, jax.random.split(key, xs.shape[0])))
+
+
+@eqx.filter_jit
+def _pooled_top(grads, xs, scale, key, iterations: int):
+    """Largest eigenvalue of ``Sᵀ (Σ_i ∇²f_i(x_i)) S`` at every point ``xs (P, N, d)`` by power
+    iteration, ``S = scale`` a ``(d, d)`` matrix or ``(d,)`` diagonal: each iteration one
+    Hessian-vector product per agent and one network sum."""
+    def mul(v):
+        return scale @ v if scale.ndim == 2 else scale * v
+
+    def mul_t(v):
+        return scale.T @ v if scale.ndim == 2 else scale * v
+
+    def at(args):
+        x, k = args
+
+        def hvp(v):
+            t = jnp.broadcast_to(mul(v), x.shape)
+            return mul_t(jnp.sum(jax.jvp(grads, (x,), (t,))[1], axis=0))
+
+        v = jax.random.normal(k, x.shape[-1:], x.dtype)
+        v = v / jnp.linalg.norm(v)
+        v = jax.lax.fori_loop(0, iterations,
+                              lambda _, v: (w := hvp(v)) / jnp.maximum(jnp.linalg.norm(w), 1e-30),
+                              v)
+        return v @ hvp(v)
+    return jax.lax.map(at, (xs, jax.random.split(key, xs.shape[0])))
+
+
+class _Adaptation(NamedTuple):
+    kind: str                      # "dense", "diagonal", "lowrank" or "identity" (M = I)
+    M: np.ndarray                  # (d, d) dense or (d,) diagonal of the base part
+    factor: np.ndarray | None      # (d, k) low-rank widening U, or None
+    shift: np.ndarray              # (d,) agreed centre c
+    step: float
+    parameter: float | None
+    errors: Any
+    errors_at: Any                 # (eta, parameter) -> Errors
+    law: str
+    curvature_range: tuple
+    stiffest: float
+    capped: bool
+    cost: _gossip.GossipCost
+
+    def preconditioner(self):
+        if self.kind == "identity":
+            return None
+        if self.kind == "dense":
+            return DensePreconditioner(self.M)
+        if self.kind == "lowrank" and self.factor is not None and self.factor.shape[1]:
+            return LowRankPreconditioner(self.M, self.factor)
+        return DiagonalPreconditioner(self.M)
+
+    def root(self) -> np.ndarray:
+        """``S`` with ``S Sᵀ = M``: ``(d, d)`` (dense, low-rank) or ``(d,)``."""
+        if self.M.ndim == 2:
+            return np.linalg.cholesky(self.M)
+        if self.kind == "lowrank" and self.factor is not None and self.factor.shape[1]:
+            return np.asarray(self.preconditioner().dense(np)[1], np.float64)
+        return np.sqrt(self.M)
+
+
+def _floor(lam: np.ndarray, rel: float = 1e-4, absolute: float = 1e-8) -> np.ndarray:
+    """``max(|λ|, floor)``: a curvature estimate made positive definite."""
+    return np.maximum(np.abs(lam), max(absolute, rel * float(np.max(np.abs(lam)))))
+
+
+def _widen(D: np.ndarray, draws: np.ndarray, shift: np.ndarray, rank: int,
+           mixing) -> tuple[np.ndarray, _gossip.GossipCost]:
+    """The low-rank widening ``U (d, k)`` of ``diag(D)`` from the window's draws
+    ``(C, T, N, d)``: each agent sketches its draws' covariance in ``D``-whitened coordinates by
+    its top ``rank`` eigenpairs (``B_i = V_i √e_i``), the sketches are flooded, and every agent
+    takes the top ``rank`` eigenpairs ``(e, V)`` of ``Σ_i B_i B_iᵀ / N``; directions with
+    ``e`` above the Marchenko–Pastur edge ``(1 + √(d / n))²`` of ``n`` draws are widened to
+    ``e`` (``U = D^{1/2} V √(e − 1)``), never narrowed."""
+    C, T, N, d = draws.shape
+    z = (draws - shift) / np.sqrt(D)
+    z = z - z.mean(axis=1, keepdims=True)  # within-chain: unmixed chains add nothing
+    k = min(rank, d)
+    sketches = []
+    for i in range(N):
+        zi = z[:, :, i].reshape(-1, d)
+        _, s, vt = np.linalg.svd(zi, full_matrices=False)
+        e = s[:k] ** 2 / max(zi.shape[0] - C, 1)
+        sketches.append(vt[:k].T * np.sqrt(e))
+    cost = _gossip.all_gather(np.full(N, d * k), mixing) if mixing is not None else \
+        _gossip.GossipCost(0, 0)
+    B = np.concatenate(sketches, axis=1) / math.sqrt(N)
+    V, s, _ = np.linalg.svd(B, full_matrices=False)
+    e = s[:k] ** 2
+    edge = (1.0 + math.sqrt(d / max(C * (T - 1), 1))) ** 2
+    keep = e > edge
+    U = np.sqrt(D)[:, None] * V[:, :k][:, keep] * np.sqrt(e[keep] / edge - 1.0)
+    return U, cost
+
+
+def _modes(kind: str, curvature_range) -> list:
+    """The scalar modes of the modal law: the preconditioned curvature's extremes and 1 (what a
+    perfect ``M`` gives); without a preconditioner the stiffest alone (its bias sets the step,
+    and a flat mode's law at the small steps it allows is numerically singular)."""
+    if kind == "identity":
+        return [curvature_range[1]]
+    return sorted({max(curvature_range[0], 1e-6), 1.0, curvature_range[1]})
+
+
+def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes: int, rank: int,
+           tol_sd: float, tol_mean: float, num_draws: float, start: int,
+           final: bool = True) -> _Adaptation:
+    """One adaptation from the agents' points ``xs (P, N, d)`` (and the window's draws
+    ``(C, T, N, d)`` for the low-rank widening)."""
+    P, N, d = xs.shape
+    decentralized = family.cls.decentralized
+    x = jnp.asarray(xs, jnp.float32)
+    k_curv, k_top = jax.random.split(key)
+    dense = kind == "dense" or (kind == "identity" and d <= DENSE_MAX_DIM)
+    if dense:
+        H, g = _dense_curvature(grads, x)
+        H = np.asarray(H, np.float64)
+        H = 0.5 * (H + np.swapaxes(H, -1, -2))
+    else:
+        H, g = _diagonal_curvature(grads, x, k_curv, probes)
+        H = np.asarray(H, np.float64)
+    g = np.asarray(g, np.float64)
+    finite = np.isfinite(H.reshape(P, -1)).all(1) & np.isfinite(g.reshape(P, -1)).all(1)
+    if not finite.any():
+        raise RuntimeError("the curvature is not finite at any of the chains' positions.")
+    H, g, pts = H[finite], g[finite], np.asarray(xs, np.float64)[finite]
+    A, gbar, p = H.mean(0), g.mean(0), pts.mean(0)          # (N, d[, d]), (N, d), (N, d)
+    pooled = A.sum(0)
+    if dense:
+        lam, Q = np.linalg.eigh(pooled)
+        clipped = (Q * _floor(lam)) @ Q.T
+        M = np.eye(d) if kind == "identity" else np.linalg.inv(clipped)
+        M = 0.5 * (M + M.T)
+    else:
+        clipped = _floor(pooled)
+        M = np.ones(d) if kind == "identity" else 1.0 / clipped
+    A = A + ((clipped - pooled) / N)[None]                   # the floor shared evenly
+    c = p.mean(0)
+    tri = d * (d + 1) // 2 if dense else d
+    # Flooded: every agent's (A_i, g_i, p_i) and, dense, its Hessians at the points (for the
+    # stiffness cap); diagonal: the cap's power iterations are network sums of d-vectors.
+    cost = _gossip.GossipCost(0, 0)
+    if decentralized:
+        cost = _gossip.all_gather(np.full(N, tri + 2 * d + (len(H) * tri if dense else 0)),
+                                  mixing, start)
+    factor = None
+    if kind == "lowrank":
+        if draws is not None:
+            factor, more = _widen(M, draws, c, rank, mixing if decentralized else None)
+            cost = cost + more
+        else:
+            factor = np.zeros((d, 0))
+    adaptation = _Adaptation(kind, M, factor, c, 0.0, None, None, None, "", (1.0, 1.0), 0.0, False,
+                             cost)
+    S = adaptation.root()
+    # The local quadratics in y = S⁻¹(x − c): A_i' = Sᵀ A_i S, b_i' = Sᵀ (A_i p_i − g_i − A_i c).
+    if S.ndim == 2:
+        b = np.einsum("iab,ib->ia", A, p - c) - gbar if A.ndim == 3 else A * (p - c) - gbar
+        Ay = (np.einsum("ab,iac,cd->ibd", S, A, S) if A.ndim == 3
+              else np.einsum("ab,ia,ad->ibd", S, A, S))
+        by = b @ S
+        # The criterion is translation invariant: centre the y-coordinates at the quadratic's
+        # minimizer, so that chains still far from the mode leave no large offset for the
+        # nearly singular (I − Φ) of a small step to amplify.
+        centre = np.linalg.solve(Ay.sum(0), by.sum(0))
+        by = by - np.einsum("iab,b->ia", Ay, centre)
+        spectrum = np.linalg.eigvalsh(Ay.sum(0))
+    else:
+        b = A * (p - c) - gbar
+        Ay, by = None, b * S
+        spectrum = (A * S**2).sum(0)
+    curvature_range = (float(spectrum.min()), float(spectrum.max()))
+    # The stiffest curvature met: the pooled preconditioned Hessian's top eigenvalue per point.
+    if dense:
+        Hy = np.einsum("ab,pnac,cd->pnbd", S, H, S)
+        stiffest = float(np.max(np.linalg.eigvalsh(Hy.sum(1))[:, -1]))
+    else:
+        top = min(len(pts), 8)
+        iterations = 30
+        vals = _pooled_top(grads, jnp.asarray(pts[:top], jnp.float32),
+                           jnp.asarray(S, jnp.float32), k_top, iterations)
+        stiffest = float(np.max(np.asarray(vals, np.float64)))
+        if decentralized:
+            per = _gossip.all_reduce_cost(d, mixing, start)
+            cost = cost + _gossip.GossipCost(per.rounds * iterations * top,
+                                             per.bytes * iterations * top)
+    stiffest = max(stiffest, curvature_range[1])
+    # The dense exact law for the adaptation that sets the final step; the earlier windows'
+    # steps (capped by the growth factor anyway) from the cheap scalar modes.
+    exact = final and Ay is not None and N * d <= EXACT_MAX_SIZE
+    if exact:
+        q = Quadratic(Ay, by)
+        law = "exact"
+
+        def errors_at(eta, par):
+            return _criterion.stationary_errors(family.build(eta, par, law=True), q, mixing)
+    else:
+        modes = _modes(kind, curvature_range)
+        law = "modal"
+
+        def errors_at(eta, par):
+            return _criterion.modal_errors(family.build(eta, par, law=True), modes, N, mixing)
+    # The grid in units of the largest preconditioned curvature (about 1 with a preconditioner):
+    # the network average of N agents moves like one chain at a step up to N times smaller.
+    scale = 1.0 / max(curvature_range[1], 1e-12)
+    lo, hi = 1e-3 * scale, (4.0 * N if decentralized else 4.0) * scale
+    parameters = family.parameters
+    if exact and len(parameters) > 1:
+        # The second parameter by the cheap modal law, the step by the exact one at it.
+        modes = _modes(kind, curvature_range)
+
+        def modal(eta, par):
+            return _criterion.modal_errors(family.build(eta, par, law=True), modes, N, mixing)
+        parameters = (_criterion.choose_step(modal, lo=lo, hi=hi, parameters=parameters,
+                                             tol_sd=tol_sd, tol_mean=tol_mean,
+                                             num_draws=num_draws).parameter,)
+    choice = _criterion.choose_step(errors_at, lo=lo, hi=hi, parameters=parameters,
+                                    tol_sd=tol_sd, tol_mean=tol_mean, num_draws=num_draws)
+    eta, par, errors = choice.step_size, choice.parameter, choice.errors
+    capped = False
+    if stiffest > curvature_range[1] * (1 + 1e-9):
+        def stiff(e, pp):
+            return _criterion.modal_errors(family.build(e, pp, law=True), [stiffest], N, mixing)
+        guard = _criterion.choose_step(stiff, lo=lo / 10, hi=hi, parameters=(par,), tol_sd=0.5,
+                                       tol_mean=math.inf)
+        if guard.step_size < eta:
+            eta, capped = guard.step_size, True
+            errors = errors_at(eta, par)
+    return adaptation._replace(step=eta, parameter=par, errors=errors, errors_at=errors_at,
+                               law=law, curvature_range=curvature_range, stiffest=stiffest,
+                               capped=capped)
+
+
+# ------------------------------------------------------------------ the warm-up
+
+
+def _points(draws: np.ndarray, count: int) -> np.ndarray:
+    """``count`` curvature points ``(count, N, d)`` from draws ``(C, T, N, d)``: every chain at
+    evenly spaced times, cycled to exactly ``count`` (one compiled curvature computation)."""
+    C, T = draws.shape[:2]
+    times = np.unique(np.linspace(0, T - 1, max(1, -(-count // C))).astype(int))
+    pts = draws[:, times].reshape(-1, *draws.shape[2:])
+    return pts[np.arange(count) % len(pts)]
+
+
+def _check(num_steps, windows, kind, d, chains, decentralized, mixing, restart, tol_sd,
+           tol_mean):
+    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)):
+        raise ValueError(f"`num_steps` must be an integer; got {num_steps!r}.")
+    need = MIN_WINDOW_STEPS * len(windows)
+    if num_steps < need:
+        raise ValueError(f"`num_steps` must be at least {need} ({MIN_WINDOW_STEPS} per window "
+                         f"of {len(windows)}); got {num_steps}.")
+    if kind not in PRECONDITIONERS:
+        raise ValueError(f"`preconditioner` must be one of {PRECONDITIONERS}; got {kind!r}.")
+    if kind == "dense" and d > 2000:
+        raise ValueError(f"`preconditioner`: 'dense' needs d x d Hessians; d = {d} is too large "
+                         "(use 'diagonal' or 'lowrank').")
+    if chains < 2:
+        raise ValueError(f"`init` needs at least 2 chains (the over-dispersed check compares "
+                         f"them); got {chains}.")
+    if decentralized and mixing is None:
+        raise ValueError("`mixing` must be the network's schedule for a decentralized sampler; "
+                         "got None.")
+    if not decentralized and mixing is not None:
+        raise ValueError("`mixing` must be None for centralized SGLD.")
+    if restart is not None and not (isinstance(restart, (int, float)) and restart > 0):
+        raise ValueError(f"`restart` must be a positive number or None; got {restart!r}.")
+    for name, v in (("tol_sd", tol_sd), ("tol_mean", tol_mean)):
+        if not (isinstance(v, (int, float)) and v > 0):
+            raise ValueError(f"`{name}` must be positive; got {v!r}.")
+    w = np.asarray(windows, np.float64)
+    if w.ndim != 1 or len(w) < 2 or not np.all(w > 0):
+        raise ValueError(f"`windows` must be at least 2 positive fractions; got {windows!r}.")
+
+
+def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
+           preconditioner: str | None = "auto", estimator=None,
+           sampling_steps: int | None = None, tol_sd: float = 0.1, tol_mean: float = 0.1,
+           restart: float | None = 2.0, windows=WINDOWS, thin: int | None = None,
+           probe: float = 0.1, growth: float = 4.0, max_retries: int = 3,
+           curvature_points: int = 32, probes: int = 8, rank: int = 8,
+           rhat_threshold: float = 1.1, min_ess: float = 100.0, min_check_ess: float = 50.0,
+           log=None):
+    """Adapt a sampler's preconditioner and step size in ``num_steps`` steps (module doc).
+
+    Args:
+        sampler: a sampler class of :data:`dgsgld.samplers.ALL` (``dgsgld.DIGingSGLD``) or an
+            instance (its estimator, channel and noise generator are kept; its step size,
+            friction or consensus weight and preconditioner are adapted).
+        potential: the agents' potentials (:class:`dgsgld.Potential`, with ``log_likelihood``:
+            curvature needs full local gradients); its ``batch_size`` is the runs'.
+        mixing: the network's schedule (stored matrices), ``None`` for centralized SGLD.
+        init: starting points, leaves ``(num_chains, N, *param_shape)``
+            (``(num_chains, *param_shape)`` for SGLD), at least 2 chains.
+        key: PRNG key.
+        num_steps: the warm-up's budget of sampler steps (at least 10 per window).
+        preconditioner: ``"dense"``, ``"diagonal"``, ``"lowrank"`` (diagonal plus ``rank``
+            directions from the draws), ``None`` (the step alone) or ``"auto"``: dense for
+            ``d <=`` :data:`DENSE_MAX_DIM`, else diagonal.
+        estimator: a gradient estimator for a sampler *class* (default: plain mini-batches).
+        sampling_steps: the steps that will follow (for the step's error budget and the
+            predicted ESS); default ``num_steps``.
+        tol_sd, tol_mean: the criterion's bounds on the stationary worst sd ratio
+            (``|log r| <= log(1 + tol_sd)``) and standardized mean error.
+        restart: over-dispersion of the last window's restart (``None``: no restart).
+        windows: fractions of the budget per window.
+        thin: keep every ``thin``-th draw of a window (default: about 200 draws per chain in
+            the last window).
+        probe: the first window's step as a fraction of the criterion's at ``init``.
+        growth: the largest factor by which the step grows from one window to the next.
+        max_retries: windows rerun after divergences before giving up.
+        curvature_points: points (chains x times) per agent where curvature is measured.
+        probes: Hutchinson probes per point (diagonal and low-rank).
+        rank: the low-rank preconditioner's largest rank.
+        rhat_threshold, min_ess, min_check_ess: the budget checks (module doc).
+        log: optional ``str -> None`` for a line per window.
+
+    Returns:
+        ``(adapted sampler, state, WarmupReport)``; continue with
+        ``dgsgld.sample(adapted, potential, mixing, state, key, n)``.
+
+    Raises:
+        ValueError: bad arguments, naming them.
+        RuntimeError: when the first window diverged more than ``max_retries`` times or until
+            the budget ran out, or the curvature is nowhere finite. (Divergences that use up
+            the budget later return the last window without one, and the verdict says so.)
+    """
+    family = _family(sampler, estimator)
+    decentralized = family.cls.decentralized
+    flat = _flat(init, decentralized)
+    x = flat.flatten(init)
+    chains, d = x.shape[0], flat.dim
+    kind = preconditioner
+    if kind == "auto":
+        kind = "dense" if d <= DENSE_MAX_DIM else "diagonal"
+    _check(num_steps, windows, kind, d, chains, decentralized, mixing, restart, tol_sd,
+           tol_mean)
+    if not np.all(np.isfinite(x)):
+        raise ValueError("`init` has non-finite entries.")
+    N = potential.num_agents
+    if decentralized and x.shape[1] != N:
+        raise ValueError(f"`init` has {x.shape[1]} agents per chain; the potential has {N}.")
+    if decentralized:
+        _gossip.mixing_stack(mixing)  # schedules without stored matrices are refused here
+    xN = x if decentralized else np.broadcast_to(x[:, None], (chains, N, d))
+    grads = _agent_grads(potential, init, flat.lead)
+    if sampling_steps is not None and (isinstance(sampling_steps, bool) or not isinstance(
+            sampling_steps, (int, np.integer)) or sampling_steps < 1):
+        raise ValueError(f"`sampling_steps` must be a positive integer or None; got "
+                         f"{sampling_steps!r}.")
+    T_s = num_steps if sampling_steps is None else int(sampling_steps)
+    num_draws = chains * T_s
+    base = kind if kind is not None else "identity"
+    # Windows are whole numbers of chunks of `unit` steps: two compiled runs serve them all
+    # (a chunk from positions, a chunk continuing a state), whatever M and η.
+    fractions = np.asarray(windows, np.float64) / float(np.sum(windows))
+    unit = max(MIN_WINDOW_STEPS, int(num_steps * fractions.min()))
+    lengths = [max(1, round(f * num_steps / unit)) * unit for f in fractions[:-1]]
+    lengths.append(num_steps - sum(lengths))
+    if lengths[-1] < unit:
+        raise ValueError(f"`num_steps` = {num_steps} leaves the last window {lengths[-1]} "
+                         f"steps; raise it or use fewer windows.")
+    if thin is None:  # about 200 kept draws per chain in the last window, dividing `unit`
+        target = max(1, lengths[-1] // 200)
+        thin = max(t for t in range(1, unit + 1) if unit % t == 0 and t <= target)
+    elif not (isinstance(thin, (int, np.integer)) and thin >= 1 and unit % thin == 0):
+        raise ValueError(f"`thin` must be a positive integer dividing {unit} (the windows' "
+                         f"chunk); got {thin!r}.")
+    keys = jax.random.split(key, 3 * len(lengths) + 1)
+    common = {"kind": base, "probes": probes, "rank": rank, "tol_sd": tol_sd,
+              "tol_mean": tol_mean, "num_draws": num_draws}
+    pts = _points(xN[:, None], curvature_points)
+    ad = _adapt(family, grads, mixing, pts, None, key=keys[-1], start=0,
+                final=len(lengths) == 1, **common)
+    cost = ad.cost
+    history = []
+    eta, ceiling, retries, spent, w = probe * ad.step, math.inf, 0, 0, 0
+    state, good, exhausted = None, None, False
+    while w < len(lengths):
+        last = w == len(lengths) - 1
+        L = lengths[w] if not last else num_steps - spent
+        if L < MIN_WINDOW_STEPS:
+            if state is None:
+                raise RuntimeError(f"the warm-up's budget was spent on {retries} reruns after "
+                                   "divergences; lower the starting step (probe) or raise "
+                                   "num_steps.")
+            exhausted = True  # the last good window's state, at the lowered step
+            break
+        if last and restart:
+            S = ad.root()
+            z = np.asarray(jax.random.normal(keys[len(lengths) + w], (chains, d)), np.float64)
+            spread = z @ S.T if S.ndim == 2 else z * S
+            start_x = np.broadcast_to((ad.shift + restart * spread)[:, None], (chains, N, d))
+        else:
+            start_x = xN
+        algorithm = family.build(eta, ad.parameter, ad.preconditioner())
+        start_tree = flat.tree(start_x if decentralized else start_x[:, 0])
+        trace, parts = None, []
+        for j in range(L // unit + (L % unit > 0)):
+            n = min(unit, L - j * unit)
+            trace = _loop.sample(algorithm, potential, mixing,
+                                 start_tree if trace is None else trace.state,
+                                 jax.random.fold_in(jax.random.fold_in(keys[w], retries), j), n,
+                                 output=_loop.Output(thin=thin), on_divergence="flag")
+            parts.append(flat.flatten(trace.positions, lead=flat.lead + 1))
+            if bool(np.any(np.asarray(trace.diverged))):
+                break
+        draws = np.concatenate(parts, axis=1)  # (C, T, [N,] d)
+        if not decentralized:
+            draws = np.broadcast_to(draws[:, :, None], (*draws.shape[:2], N, d))
+        diverged = bool(np.any(np.asarray(trace.diverged))) or not np.all(np.isfinite(draws))
+        spent += L
+        history.append(WindowReport(L, float(eta), ad.parameter, float(ad.step), diverged))
+        if log is not None:
+            log(f"window {w}: {L} steps at {eta:.4g} (criterion {ad.step:.4g}), "
+                f"{'diverged' if diverged else 'ok'}")
+        if diverged:
+            ceiling = min(ceiling, eta / 2.0)
+            eta /= 4.0
+            retries += 1
+            if retries > max_retries:
+                if state is None:
+                    raise RuntimeError(f"the warm-up diverged {retries} times (last step "
+                                       f"{eta * 4:.3g}).")
+                exhausted = True
+                break
+            continue
+        state, good = trace.state, draws
+        xN = draws[:, -1]
+        if last:
+            break
+        half = draws[:, draws.shape[1] // 2:]
+        pts = _points(half, curvature_points)
+        k = keys[len(lengths) + w]
+        start = spent
+        ad = _adapt(family, grads, mixing, pts, half, key=k, start=start,
+                    final=w == len(lengths) - 2, **common)
+        cost = cost + ad.cost
+        eta = min(ad.step, growth * eta, ceiling)
+        w += 1
+    final = good[:, good.shape[1] // 2:]
+    errors = ad.errors if eta == ad.step else ad.errors_at(eta, ad.parameter)
+    radius = errors.radius
+    relax = 1.0 / -math.log(radius) if 0 < radius < 1 else (0.0 if radius == 0 else math.inf)
+    ess = num_draws / _criterion.tau_int(radius) if radius < 1 else 0.0
+    # The check runs on the network average in the preconditioned coordinates: one quantity per
+    # direction of the metric, the draws the sampler's law is about.
+    S = ad.root()
+    avg = final.mean(axis=2) - ad.shift
+    y = np.linalg.solve(S, avg.reshape(-1, d).T).T.reshape(avg.shape) if S.ndim == 2 \
+        else avg / S
+    rhat_max = float(np.nanmax(np.asarray(evaluate.rhat(y, diverged="drop"))))
+    check_ess = float(np.nanmin(np.asarray(evaluate.ess(y, diverged="drop"))))
+    reasons = []
+    if exhausted:
+        reasons.append(f"divergences used up the budget or the reruns (the step was lowered to "
+                       f"{eta:.3g}; the state is the last window without one)")
+    elif restart and check_ess < min_check_ess:
+        reasons.append(f"the last window's second half holds about {check_ess:.0f} effective "
+                       f"draws (< {min_check_ess:g}), too few to check that the chains forgot "
+                       "the over-dispersed restart")
+    elif restart and not rhat_max <= rhat_threshold:
+        reasons.append(f"after the over-dispersed restart the largest R-hat is {rhat_max:.3f} "
+                       f"(> {rhat_threshold:g})")
+    if not exhausted and L < 5 * relax:
+        reasons.append(f"the last window ({L} steps) is shorter than five relaxation times "
+                       f"({5 * relax:.0f} steps)")
+    if ess < min_ess:
+        reasons.append(f"{T_s} sampling steps would give an ESS of about {ess:.0f} for the "
+                       f"slowest mode (< {min_ess:g})")
+    verdict = "ok" if not reasons else "budget too small: " + "; ".join(reasons)
+    adapted = family.build(eta, ad.parameter, ad.preconditioner())
+    report = WarmupReport(
+        sampler=family.cls.name, preconditioner=kind if kind is not None else "none",
+        step_size=float(eta), parameter=ad.parameter, law=ad.law,
+        stationary_sd_ratio=math.exp(errors.sd), stationary_mean_error=float(errors.mean),
+        spectral_radius=float(radius), relaxation_steps=relax, predicted_ess=float(ess),
+        curvature_range=ad.curvature_range, stiffest=float(ad.stiffest), capped=ad.capped,
+        rhat_max=rhat_max, check_ess=check_ess, windows=tuple(history), retries=retries,
+        bytes_sent=int(cost.bytes), rounds=int(cost.rounds), num_steps=int(spent),
+        budget_ok=not reasons, verdict=verdict)
+    return adapted, state, report

@@ -1,0 +1,340 @@
+"""The decentralized warm-up (``dgsgld.warmup``): preconditioner, step, agreement, checks.
+
+The known answer. The test model is a linear-Gaussian regression: ``f_i(θ) = ½ Σ_n (a_nᵀθ −
+y_n)² + ½ ‖θ‖² / N``, so the posterior is ``N(A⁻¹b, A⁻¹)`` with ``A = Σ_i X_iᵀX_i + I`` and every
+Hessian is ``A_i`` wherever it is measured. The dense ``M`` the agents agree on is therefore the
+inverse of a sum of float32 forward-mode Hessians (entries up to ``~10³`` here, relative
+rounding ``~1e-7`` each, summed over ``~10²`` data): relative error ``1e-4`` of ``A⁻¹`` is ten
+times the rounding of ``A`` times its condition number (``~10³``).
+
+The step: whatever the warm-up chose, the exact stationary law of the adapted sampler
+(:func:`dgsgld.theory.stationary_moments` on the true quadratic, in the model's coordinates,
+with the preconditioner: an independent computation of what the criterion solved in the
+preconditioned coordinates) must have its worst sd ratio within ``1 + tol_sd`` and its mean
+error within ``tol_mean``, and agree with the report to ``1e-3`` (float32 Hessians).
+
+Sampling after the warm-up: ``C`` chains continue from the warmed-up state for ``T`` steps;
+pooled over agents, every whitened coordinate's sample mean must be within ``4 / √ESS`` of the
+exact stationary mean, and its sample variance within ``4 √(2 / ESS)`` relative of the exact
+stationary variance (Gaussian draws: the variance of a sample variance is ``2σ⁴ / ESS``), with
+``ESS`` the bulk effective sample size the draws themselves give (the chains' autocorrelation);
+4 standard errors over ``d`` coordinates: a false alarm below ``1e-3``.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dgsgld
+from dgsgld import theory
+from dgsgld.networks import directed
+from dgsgld.tuning import gossip
+from dgsgld.tuning.adaptation import warmup
+
+N, D = 4, 3
+
+
+def log_likelihood(theta, datum):
+    a, target = datum
+    return -0.5 * (a @ theta - target) ** 2
+
+
+def log_prior(theta):
+    return -0.5 * theta @ theta
+
+
+def _gaussian(batch_size=None, scales=(1.0, 3.0, 10.0), n=20, seed=0):
+    """The linear-Gaussian model (module docstring): ``(potential, A, b)``; its functions
+    are module-level so that every test's runs share compiled programs."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, n, D)) * np.asarray(scales)
+    y = rng.normal(size=(N, n))
+    pot = dgsgld.Potential(log_likelihood, log_prior, (jnp.asarray(X, jnp.float32),
+                                                       jnp.asarray(y, jnp.float32)),
+                           batch_size=batch_size)
+    A = np.einsum("ina,inb->ab", X, X) + np.eye(D)
+    b = np.einsum("ina,in->a", X, y)
+    return pot, A, b
+
+
+def _quadratic(A_parts):
+    _pot, A, b = A_parts
+    return theory.Quadratic(np.broadcast_to(A / N, (N, D, D)), np.broadcast_to(b / N, (N, D)))
+
+
+def _network(cls, n=N):
+    if not cls.decentralized:
+        return None
+    if cls.name.startswith("Push"):
+        return directed.directed_one_peer_exponential(n)
+    return dgsgld.networks.ring(n)
+
+
+def _init(cls, chains=4):
+    return jnp.zeros((chains, D)) if not cls.decentralized else jnp.zeros((chains, N, D))
+
+
+# ------------------------------------------------------------------ the known answer
+
+
+@pytest.fixture(scope="module")
+def gaussian_run():
+    model = _gaussian()
+    pot = model[0]
+    out = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N), jnp.zeros((8, N, D)),
+                 jax.random.key(0), 600)
+    return model, out
+
+
+def test_dense_preconditioner_is_the_posterior_covariance(gaussian_run):
+    (_pot, A, _b), (sampler, _state, report) = gaussian_run
+    M = np.asarray(sampler.preconditioner.matrix, np.float64)
+    cov = np.linalg.inv(A)
+    np.testing.assert_allclose(M, cov, rtol=1e-4, atol=1e-4 * np.abs(cov).max())
+    assert report.preconditioner == "dense" and report.law == "exact"
+    # a perfect M: the pooled preconditioned curvature is the identity
+    np.testing.assert_allclose(report.curvature_range, (1.0, 1.0), rtol=1e-3)
+
+
+def test_chosen_step_meets_the_criterion_in_the_model_coordinates(gaussian_run):
+    model, (sampler, _state, report) = gaussian_run
+    mix = dgsgld.networks.ring(N)
+    law = theory.stationary_moments(sampler, _quadratic(model), mix)
+    mu, sigma = _quadratic(model).target()
+    pooled_mean = law.mean[0].mean(0)
+    second = np.mean(law.cov[0] + np.einsum("ia,ib->iab", law.mean[0], law.mean[0]), axis=0)
+    pooled_cov = second - np.outer(pooled_mean, pooled_mean)
+    Li = np.linalg.inv(np.linalg.cholesky(sigma))
+    ev = np.linalg.eigvalsh(Li @ pooled_cov @ Li.T)
+    sd_ratio = float(np.exp(np.max(np.abs(0.5 * np.log(ev)))))
+    mean_error = float(np.linalg.norm(Li @ (pooled_mean - mu)))
+    assert sd_ratio <= 1.1 + 1e-6 and mean_error <= 0.1
+    assert abs(sd_ratio - report.stationary_sd_ratio) < 1e-3
+    assert abs(law.spectral_radius - report.spectral_radius) < 1e-3
+    assert report.step_size == pytest.approx(float(sampler.step_size), rel=1e-6)
+
+
+def test_sampling_after_warmup_matches_the_exact_law(gaussian_run):
+    model, (sampler, state, _report) = gaussian_run
+    mix = dgsgld.networks.ring(N)
+    trace = dgsgld.sample(sampler, model[0], mix, state, jax.random.key(1), 3000,
+                          output=dgsgld.Output(thin=5))
+    x = np.asarray(trace.positions, np.float64)                       # (C, T, N, D)
+    law = theory.stationary_moments(sampler, _quadratic(model), mix)
+    mean = law.mean[0].mean(0)
+    second = np.mean(law.cov[0] + np.einsum("ia,ib->iab", law.mean[0], law.mean[0]), axis=0)
+    cov = second - np.outer(mean, mean)
+    W = np.linalg.inv(np.linalg.cholesky(cov))                        # whitening of the law
+    z = (x - mean) @ W.T                                              # pooled law: N(0, I)
+    ess = np.asarray(dgsgld.evaluate.ess(z)).min(axis=0)              # (D,) worst agent
+    zm = z.mean(axis=(0, 1, 2))
+    zv = z.reshape(-1, D).var(axis=0)
+    assert np.all(np.abs(zm) <= 4 / np.sqrt(ess)), (zm, ess)
+    assert np.all(np.abs(zv - 1) <= 4 * np.sqrt(2 / ess)), (zv, ess)
+
+
+# ------------------------------------------------------------------ every sampler
+
+
+#: Samplers whose warm-up is in the slow set: each compiles its own runs (the default run keeps
+#: one per kind of second parameter and of network: DIGing-SGLD, DIGing-SGHMC's friction, D-ULA's
+#: consensus weight, centralized SGLD, Push-Sum-SGLD on a directed schedule; EXTRA-SGLD on a
+#: static graph in test_static_extra_and_minibatches_and_instances).
+SLOW_FAMILIES = (dgsgld.DESGLD, dgsgld.EXTRASGLD, dgsgld.DESGHMC, dgsgld.PushDIGingSGLD)
+
+
+@pytest.mark.parametrize("cls", [
+    pytest.param(c, marks=pytest.mark.slow) if c in SLOW_FAMILIES else c
+    for c in dgsgld.samplers.ALL], ids=lambda c: c.name)
+def test_every_sampler_runs_through_the_warmup(cls):
+    pot = _gaussian()[0]
+    mix = _network(cls)
+    sampler, state, report = warmup(cls, pot, mix, _init(cls), jax.random.key(2), 120,
+                                    sampling_steps=2000)
+    assert type(sampler) is cls and report.sampler == cls.name
+    assert sampler.preconditioner is not None and report.step_size > 0
+    if cls in (dgsgld.DIGingSGHMC, dgsgld.DESGHMC):
+        assert float(sampler.friction) == report.parameter
+    elif cls is dgsgld.DULA:
+        assert float(sampler.consensus) == report.parameter
+    else:
+        assert report.parameter is None
+    assert (report.bytes_sent > 0) == cls.decentralized
+    assert sum(w.steps for w in report.windows) == report.num_steps == 120
+    # the exact law at the adapted setting is within the criterion's tolerances (unless the
+    # stiffness cap lowered the step, which only shrinks the bias)
+    assert report.stationary_sd_ratio <= 1.1 + 1e-9 and report.stationary_mean_error <= 0.1
+    more = dgsgld.sample(sampler, pot, mix, state, jax.random.key(3), 20)
+    assert np.all(np.isfinite(np.asarray(more.positions)))
+
+
+def test_static_extra_and_minibatches_and_instances():
+    pot = _gaussian(batch_size=5)[0]
+    template = dgsgld.EXTRASGLD(1.0, normal=dgsgld.fast_normal)
+    sampler, _state, report = warmup(template, pot, dgsgld.networks.complete(N),
+                                    _init(dgsgld.EXTRASGLD), jax.random.key(4), 120)
+    assert sampler.normal is dgsgld.fast_normal and pot.batch_size == 5
+    assert report.step_size == pytest.approx(float(sampler.step_size), rel=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["diagonal", "lowrank", None])
+def test_other_preconditioners(kind):
+    scales = (1.0, 10.0, 100.0) if kind is not None else (1.0, 3.0, 10.0)
+    pot = _gaussian(scales=scales)[0]
+    sampler, _, report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N),
+                                _init(dgsgld.DIGingSGLD), jax.random.key(5), 120,
+                                preconditioner=kind)
+    assert report.preconditioner == (kind or "none")
+    if kind is None:
+        assert sampler.preconditioner is None
+        # without M the step is set by the stiffest direction (curvature ~ 10³ here)
+        assert report.step_size < 1e-3
+    else:
+        assert report.law == "modal"
+        # the Hutchinson diagonal of a nearly diagonal Hessian: M within a factor 3 of
+        # 1 / diag(A) (8 probes x 8 points of a dense 3 x 3 Hessian)
+        A = _gaussian(scales=(1.0, 10.0, 100.0))[1]
+        diag = np.asarray(sampler.preconditioner.diagonal, np.float64)
+        assert np.all((diag * np.diag(A) > 1 / 3) & (diag * np.diag(A) < 3))
+
+
+def test_pytree_parameters_with_a_diagonal_preconditioner():
+    """Parameters as a dict of leaves: curvature, M and the draws on the flattened parameters
+    (``jax.tree.leaves`` order, each raveled), and back."""
+    pot0, A, _ = _gaussian()
+
+    def ll(theta, datum):
+        return log_likelihood(jnp.concatenate([theta["a"], theta["b"][None]]), datum)
+
+    def lp(theta):
+        return log_prior(jnp.concatenate([theta["a"], theta["b"][None]]))
+
+    pot = dgsgld.Potential(ll, lp, pot0.data)
+    init = {"a": jnp.zeros((4, N, D - 1)), "b": jnp.zeros((4, N))}
+    sampler, state, _ = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N), init,
+                               jax.random.key(6), 120, preconditioner="diagonal")
+    diag = np.asarray(sampler.preconditioner.diagonal, np.float64)
+    assert diag.shape == (D,) and set(state.position) == {"a", "b"}
+    # the dict's leaves in order "a", "b": the same coordinates as the flat model's
+    assert np.all((diag * np.diag(A) > 1 / 3) & (diag * np.diag(A) < 3))
+
+
+@pytest.mark.slow  # fast twin: test_pytree_parameters_with_a_diagonal_preconditioner
+def test_equinox_mlp_with_a_diagonal_preconditioner():
+    """An equinox MLP's parameters (array leaves, a static activation) through the warm-up."""
+    import equinox as eqx
+
+    rng = np.random.default_rng(0)
+    X = jnp.asarray(rng.normal(size=(N, 16, 2)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=(N, 16)), jnp.float32)
+    mlp = eqx.nn.MLP(2, "scalar", 4, 1, key=jax.random.key(0))
+
+    def mlp_likelihood(model, datum):
+        a, t = datum
+        return -0.5 * (model(a) - t) ** 2
+
+    def mlp_prior(model):
+        leaves = jax.tree.leaves(eqx.filter(model, eqx.is_array))
+        return -0.5 * sum(jnp.sum(p**2) for p in leaves)
+
+    pot = dgsgld.Potential(mlp_likelihood, mlp_prior, (X, y))
+    arrays, static = eqx.partition(mlp, eqx.is_array)
+    init = eqx.combine(jax.tree.map(lambda p: jnp.broadcast_to(p, (4, N, *p.shape)), arrays),
+                       static)
+    sampler, state, _ = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N), init,
+                               jax.random.key(6), 120, preconditioner="diagonal")
+    d = sum(p.size for p in jax.tree.leaves(arrays))
+    assert sampler.preconditioner.diagonal.shape == (d,)
+    assert np.all(np.isfinite(np.asarray(sampler.preconditioner.diagonal)))
+    more = dgsgld.sample(sampler, pot, dgsgld.networks.ring(N), state, jax.random.key(7), 10)
+    assert all(np.all(np.isfinite(np.asarray(leaf)))
+               for leaf in jax.tree.leaves(eqx.filter(more.positions, eqx.is_array)))
+
+
+# ------------------------------------------------------------------ agreement and checks
+
+
+def test_flooding_bytes_by_hand():
+    """A ring of 4: two rounds; in each, each of the 8 directed links carries one payload
+    (round 1: the sender's own; round 2: the one neighbour's the receiver lacks). A complete
+    graph of 4: one round over 12 links. ``p`` float32 numbers, 4 bytes each."""
+    p = 7
+    ring = gossip.all_gather(np.full(4, p), dgsgld.networks.ring(4))
+    assert ring == gossip.GossipCost(2, 16 * p * 4)
+    full = gossip.all_gather(np.full(4, p), dgsgld.networks.complete(4))
+    assert full == gossip.GossipCost(1, 12 * p * 4)
+
+
+def test_report_counts_the_agreement_bytes(gaussian_run):
+    """Dense, d = 3: each adaptation floods per agent its averaged Hessian (6 numbers), gradient
+    and position (3 + 3) and its Hessians at the 32 curvature points (6 each): on the ring 16
+    payload transfers of 4 bytes per number (above); one adaptation at the start and one after
+    every window but the last."""
+    (_, _, _), (_, _, report) = gaussian_run
+    adaptations = len(report.windows)
+    assert report.rounds == 2 * adaptations
+    assert report.bytes_sent == adaptations * 16 * 4 * (12 + 6 * 32)
+
+
+def test_budget_too_small_is_reported():
+    pot = _gaussian()[0]
+    _, _, report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N),
+                          _init(dgsgld.DIGingSGLD), jax.random.key(7), 120)
+    assert not report.budget_ok and report.verdict.startswith("budget too small")
+    assert "budget too small" in report.explain()
+
+
+def test_same_key_same_result():
+    pot = _gaussian()[0]
+    runs = [warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N), _init(dgsgld.DIGingSGLD),
+                   jax.random.key(8), 120) for _ in range(2)]
+    (s1, st1, r1), (s2, st2, r2) = runs
+    assert r1 == r2
+    np.testing.assert_array_equal(np.asarray(s1.preconditioner.matrix),
+                                  np.asarray(s2.preconditioner.matrix))
+    np.testing.assert_array_equal(np.asarray(st1.position), np.asarray(st2.position))
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"num_steps": 30}, "num_steps"),
+    ({"num_steps": 2.5}, "num_steps"),
+    ({"preconditioner": "full"}, "preconditioner"),
+    ({"init": jnp.zeros((1, N, D))}, "init"),
+    ({"init": jnp.full((4, N, D), jnp.nan)}, "init"),
+    ({"init": jnp.zeros((4, N + 1, D))}, "init"),
+    ({"mixing": None}, "mixing"),
+    ({"sampler": object()}, "sampler"),
+    ({"tol_sd": 0.0}, "tol_sd"),
+    ({"restart": -1.0}, "restart"),
+    ({"thin": 7}, "thin"),
+    ({"sampling_steps": 0}, "sampling_steps"),
+    ({"estimator": dgsgld.gradients.MiniBatch(), "sampler": dgsgld.DIGingSGLD(0.1)},
+     "estimator"),
+])
+def test_bad_input(change, match):
+    args = {"sampler": dgsgld.DIGingSGLD, "potential": _gaussian()[0],
+                "mixing": dgsgld.networks.ring(N), "init": _init(dgsgld.DIGingSGLD),
+                "key": jax.random.key(0), "num_steps": 120}
+    args.update(change)
+    with pytest.raises(ValueError, match=match):
+        warmup(**args)
+
+
+def test_top_level_export():
+    assert dgsgld.warmup is warmup and "warmup" in dgsgld.__all__
+    assert "warmup" in dgsgld.tuning.__all__
+
+
+def test_divergence_lowers_the_step_and_is_reported():
+    """A first step far above the stable range (probe = 300 x the criterion's) diverges; the
+    window reruns at a quarter of the step until it runs, and the report counts the reruns."""
+    pot = _gaussian()[0]
+    _, state, report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N),
+                              _init(dgsgld.DIGingSGLD), jax.random.key(9), 240,
+                              probe=300.0, max_retries=8)
+    assert report.retries >= 1 and report.windows[0].diverged
+    assert not any(w.diverged for w in report.windows[report.retries:])
+    assert report.windows[report.retries].step_size == pytest.approx(
+        report.windows[0].step_size / 4 ** report.retries, rel=1e-6)
+    assert np.all(np.isfinite(np.asarray(state.position)))
