@@ -390,8 +390,8 @@ def target_entry(name, repeats, *, batch, plain_budget, nuts_warmups, nuts_sampl
                 + (f"{hit['grad_evals']:.3g} grads, {hit['wall_s']:.1f} s" if hit else
                    f"not reached (last: mean err {run['rows'][-1]['mean_error_max']:.3f}, "
                    f"sd ratio {run['rows'][-1]['sd_ratio_worst']:.3f})"))
-        entry["methods"][method.name] = {"runs": runs, **summarize(runs)}
-        save(name, entry)
+            entry["methods"][method.name] = {"runs": runs, **summarize(runs)}
+            save(name, entry)  # after every repeat
     nuts_name = "NUTS (Laplace-whitened)" if large else "NUTS"
     if only is not None and "NUTS" not in only:
         return entry
@@ -410,8 +410,8 @@ def target_entry(name, repeats, *, batch, plain_budget, nuts_warmups, nuts_sampl
                 + (f"{hit['grad_evals']:.3g} grads, {hit['wall_s']:.1f} s" if hit
                    else "not reached"))
         runs.append(best)
-    entry["methods"][nuts_name] = {"runs": runs, **summarize(runs)}
-    save(name, entry)
+        entry["methods"][nuts_name] = {"runs": runs, **summarize(runs)}
+        save(name, entry)  # after every repeat
     return entry
 
 

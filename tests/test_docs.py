@@ -282,6 +282,7 @@ def test_the_theory_page_quotes_the_theory_report():
     ("figures/stepsize_spread_only/stepsize_proposals.md", "results/step-sizes.md"),
     ("figures/digits.md", "results/real-data.md"),
     ("figures/diabetes.md", "results/real-data.md"),
+    ("../benchmarks/cost_to_accuracy.md", "results/cost-to-accuracy.md"),
 ])
 def test_result_pages_quote_every_row_of_their_generated_tables(generated, page):
     text = (DOCS / page).read_text()

@@ -224,6 +224,36 @@ def test_laplace_of_the_logistic_target_is_newtons_closed_form():
     np.testing.assert_allclose(fit.cov, cov, rtol=1e-6)
 
 
+def _double_well(x, datum):
+    return -((x[0] ** 2 - 1.0) ** 2 + 0.3 * x[0]) + 0.0 * datum[0]
+
+
+def _ridge(x, datum):  # flat along x[1]: no mode
+    return -(x[0] - 1.0) ** 2 + 0.0 * datum[0]
+
+
+def _toy(log_likelihood, dim):
+    from dgsgld.posteriors.targets import Target
+
+    return Target("toy", "test", log_likelihood, _flat_prior, (np.zeros(1),),
+                  tuple(f"x{j}" for j in range(dim)), np.zeros(1, np.int64), "-")
+
+
+def _flat_prior(x):
+    return 0.0 * x[0]
+
+
+def test_laplace_leaves_a_saddle_for_the_mode():
+    # −log p = (x² − 1)² + 0.3 x: at the start x = 0 the curvature is −4, and plain Newton
+    # would step uphill to the local maximum near 0.075. The search must reach the minimum
+    # near −1.04 instead: f'(x) = 4x³ − 4x + 0.3 = 0 there and cov = 1 / f''(x̂) = 1/(12x̂² − 4).
+    fit = laplace_fit(_toy(_double_well, 1))
+    roots = np.roots([4.0, 0.0, -4.0, 0.3]).real
+    mode = roots.min()
+    np.testing.assert_allclose(fit.mode, [mode], rtol=1e-9)
+    np.testing.assert_allclose(fit.cov, [[1.0 / (12 * mode**2 - 4)]], rtol=1e-7)
+
+
 def test_laplace_refuses_bad_arguments():
     target = get_target("gaussian_linear")
     with pytest.raises(ValueError, match="`tol` must be positive"):
@@ -232,6 +262,8 @@ def test_laplace_refuses_bad_arguments():
         laplace_fit(target, max_iterations=0)
     with pytest.raises(RuntimeError, match="did not converge in 1 iterations"):
         laplace_fit(get_target("logistic_breast_cancer"), max_iterations=1)
+    with pytest.raises(RuntimeError, match="not positive definite .*: no mode"):
+        laplace_fit(_toy(_ridge, 2))
 
 
 def _write_stored():  # pragma: no cover - run by hand when the data or the reference change

@@ -42,11 +42,18 @@ class Laplace(NamedTuple):
     wall_s: float
 
 
+def _extreme_eigenvalues(h):
+    eig = np.linalg.eigvalsh(0.5 * (h + h.T))
+    return float(eig[0]), float(np.max(np.abs(eig)))
+
+
 def laplace(target, *, tol: float = 1e-6, max_iterations: int = 50) -> Laplace:
     """The Laplace approximation of ``target`` (a :class:`dgsgld.posteriors.Target`).
 
-    Damped Newton on ``−log p`` from zero until the Newton decrement is below ``tol``: halving
-    steps while the decrement is large (> 1/4), full steps once in the quadratic region.
+    Damped Newton on ``−log p`` from zero until the Newton decrement is below ``tol`` where
+    the Hessian is positive definite: halving steps while the decrement is large (> 1/4), full
+    steps once in the quadratic region; where the Hessian is not positive definite its spectrum
+    is shifted up (a descent direction), so that saddles are left, not found.
 
     Args:
         target: the posterior (its pooled ``log_density``).
@@ -54,9 +61,8 @@ def laplace(target, *, tol: float = 1e-6, max_iterations: int = 50) -> Laplace:
         max_iterations: Newton iterations allowed.
 
     Returns:
-        A :class:`Laplace`; ``RuntimeError`` when a value is not finite, when Newton's method
-        does not converge in ``max_iterations``, or when the Hessian at the end is not positive
-        definite (no mode).
+        A :class:`Laplace`; ``RuntimeError`` when a value is not finite or when Newton's method
+        does not reach a mode in ``max_iterations``.
     """
     if not tol > 0:
         raise ValueError(f"`tol` must be positive; got {tol!r}.")
@@ -71,24 +77,30 @@ def laplace(target, *, tol: float = 1e-6, max_iterations: int = 50) -> Laplace:
         for it in range(1, max_iterations + 1):
             f, g = (np.asarray(v, np.float64) for v in value_and_grad(x))
             h = np.asarray(hessian(x), np.float64)
-            step = np.linalg.solve(h, g)
-            decrement = float(np.sqrt(max(g @ step, 0.0)))
-            if not (np.isfinite(f) and np.isfinite(decrement)):
+            if not (np.isfinite(f) and np.all(np.isfinite(g)) and np.all(np.isfinite(h))):
                 raise RuntimeError(f"Newton's method on {target.name!r} met a non-finite value.")
-            if decrement < tol:
+            # Where −log p is not convex, a shifted Hessian (its spectrum raised to at least
+            # 1e-3 of its largest modulus): a descent direction, so that the search leaves
+            # saddles instead of converging to them.
+            lowest, top = _extreme_eigenvalues(h)
+            convex = lowest > 0
+            shift = 0.0 if convex else 1e-3 * max(top, 1.0) - lowest
+            step = np.linalg.solve(h + shift * np.eye(len(x)), g)
+            decrement = float(np.sqrt(max(g @ step, 0.0)))
+            if convex and decrement < tol:
                 break
             t = 1.0
-            while decrement > 0.25 and float(neg(x - t * step)) > f - 0.25 * t * decrement**2:
+            while (decrement > 0.25 or not convex) and t > 1e-12 \
+                    and not float(neg(x - t * step)) <= f - 0.25 * t * decrement**2:
                 t *= 0.5
             x = x - t * step
         else:
+            found = ("" if convex else f"; the Hessian there is not positive definite (smallest "
+                     f"eigenvalue {lowest:.3g}): no mode")
             raise RuntimeError(f"Newton's method on {target.name!r} did not converge in "
-                               f"{max_iterations} iterations (decrement {decrement:.3g}).")
+                               f"{max_iterations} iterations (decrement {decrement:.3g}{found}).")
     h = 0.5 * (h + h.T)
-    eig = np.linalg.eigvalsh(h)
-    if eig[0] <= 0:
-        raise RuntimeError(f"the Hessian of {target.name!r} at the stationary point is not "
-                           f"positive definite (smallest eigenvalue {eig[0]:.3g}): no mode.")
+    eig = np.linalg.eigvalsh(h)  # positive: the loop stops only where it is convex
     cov = np.linalg.inv(h)
     cov = 0.5 * (cov + cov.T)
     return Laplace(x, cov, np.linalg.cholesky(cov), it, decrement, float(eig[-1] / eig[0]),
