@@ -28,7 +28,7 @@ is :func:`laplace_constant`: the Laplace approximation (:func:`dgsgld.posteriors
 Newton: ``n`` gradients and ``n`` per-datum Hessians per iteration, counted in the set-up
 columns and charged to every run that uses it), the constant preconditioner ``M`` = its
 covariance, the start at its mode, and the step the Gaussian approximation implies for a
-variance inflation of 10 % (sd + 5 %): in units of ``M`` the pooled draws of DIGing-SGLD at step
+variance inflation of ``--inflation`` (0.1: sd + 5 %): in units of ``M`` the pooled draws of DIGing-SGLD at step
 ``η`` on ``N`` agents have variance ``≈ 1 + η/(2N) + (2η/N) Σ_k 1/(1 − λ_k²) + (η/N) q``,
 ``λ_k`` the mixing matrix's eigenvalues but the consensus one (the average moves like SGLD at
 step ``η/N``; each agent's own noise ``√(2η)`` is damped by gossip at rate ``|λ_k|`` in mode
@@ -52,7 +52,8 @@ gradient noise allows (variance inflation ``h n / (2 B)`` for a batch of ``B``),
 
     PYTHONPATH=. python benchmarks/cost_to_accuracy.py [NAME ...] [--repeats 3] \\
         [--nuts-warmups 200 500] [--nuts-samples 50 100 200 400 800 1600] [--batch 32] \
-        [--plain-budget 200000] [--only ROW [ROW ...]] [--out benchmarks/cost_to_accuracy.json]
+        [--plain-budget 200000] [--inflation 0.1] [--only ROW [ROW ...]] \
+        [--out benchmarks/cost_to_accuracy.json]
 
 Writes ``--out`` and its Markdown table beside it after every row, merging into what is there
 per target and row (``--only`` runs some rows and keeps the others).
@@ -390,7 +391,8 @@ def target_entry(name, repeats, *, batch, plain_budget, nuts_warmups, nuts_sampl
                 + (f"{hit['grad_evals']:.3g} grads, {hit['wall_s']:.1f} s" if hit else
                    f"not reached (last: mean err {run['rows'][-1]['mean_error_max']:.3f}, "
                    f"sd ratio {run['rows'][-1]['sd_ratio_worst']:.3f})"))
-            entry["methods"][method.name] = {"runs": runs, **summarize(runs)}
+            entry["methods"][method.name] = {"runs": runs, "inflation": INFLATION,
+                                             **summarize(runs)}
             save(name, entry)  # after every repeat
     nuts_name = "NUTS (Laplace-whitened)" if large else "NUTS"
     if only is not None and "NUTS" not in only:
@@ -419,8 +421,8 @@ def markdown(result):
     lines = [("Per-datum gradient evaluations and wall seconds to the reference's accuracy "
               "band (medians over repeats; ratios against NUTS's medians of the same run; "
               "set-up included; see the module doc of `benchmarks/cost_to_accuracy.py`)."), "",
-             ("| target | n | d | band: mean err, sd ratio | method | step | reached | "
-              "grad evals | x NUTS | wall s | x NUTS |"), "|---" * 11 + "|"]
+             ("| target | n | d | band: mean err, sd ratio | method | inflation | step | "
+              "reached | grad evals | x NUTS | wall s | x NUTS |"), "|---" * 12 + "|"]
     for name, e in result.items():
         b = e["band"]
         nuts = next((v for k, v in e["methods"].items() if k.startswith("NUTS")),
@@ -429,6 +431,7 @@ def markdown(result):
         for k in order:
             m = e["methods"][k]
             step = "-" if k.startswith("NUTS") else f"{m['runs'][0]['step']:.3g}"
+            inflation = f"{m['inflation']:g}" if "inflation" in m else "-"
 
             def cell(key, m=m, nuts=nuts):
                 if m[key] is None:
@@ -437,7 +440,7 @@ def markdown(result):
                 return f"{m[key]:.3g} | {ratio}"
 
             lines.append(f"| {name} | {e['num_data']} | {e['dim']} | {b['mean_error_max']:.3f}, "
-                         f"{b['sd_ratio'][0]:.3f}-{b['sd_ratio'][1]:.3f} | {k} | {step} | "
+                         f"{b['sd_ratio'][0]:.3f}-{b['sd_ratio'][1]:.3f} | {k} | {inflation} | {step} | "
                          f"{m['reached']}/{m['repeats']} | {cell('grad_evals')} | "
                          f"{cell('wall_s')} |")
     return "\n".join(lines) + "\n"
@@ -454,11 +457,16 @@ def main(argv=None):
     parser.add_argument("--nuts-warmups", type=int, nargs="+", default=[200, 500])
     parser.add_argument("--nuts-samples", type=int, nargs="+",
                         default=[50, 100, 200, 400, 800, 1600])
+    parser.add_argument("--inflation", type=float, default=INFLATION,
+                        help="variance inflation the samplers' step rule aims at")
     parser.add_argument("--only", nargs="+", default=None,
                         help="run these rows only (method names, or NUTS), keeping the others")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).with_name("cost_to_accuracy.json"))
     args = parser.parse_args(argv)
+    if not 0 < args.inflation < 1:
+        parser.error(f"--inflation must be in (0, 1); got {args.inflation}.")
+    globals()["INFLATION"] = args.inflation  # read by gaussian_step
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
 
     def save(name, entry):
