@@ -46,6 +46,7 @@ seeds); 0 for the centralized sampler.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
@@ -439,28 +440,31 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
     rows = []
     t_all = time.perf_counter()
     for t, (name, target) in enumerate(zip(settings.targets, targets)):
+        # A target that asks for its own number of agents is split over that many.
+        run_settings = settings if target.num_agents is None else dataclasses.replace(
+            settings, num_agents=target.num_agents)
         ref = load_reference(name, fingerprint=target.fingerprint)
-        split = target.split(settings.num_agents, settings.split, seed=seed)
+        split = target.split(run_settings.num_agents, run_settings.split, seed=seed)
         smallest = int(split.sizes.min())
-        batch = None if smallest <= settings.max_batch else settings.max_batch
-        potential = target.potential(settings.num_agents, settings.split, batch_size=batch,
+        batch = None if smallest <= run_settings.max_batch else run_settings.max_batch
+        potential = target.potential(run_settings.num_agents, run_settings.split, batch_size=batch,
                                      seed=seed)
         cv_batch = batch or 1  # a control variate's mini-batch (see the module doc)
         cv_potential = potential if cv_batch == batch else target.potential(
-            settings.num_agents, settings.split, batch_size=cv_batch, seed=seed)
-        floor = _floor(target, ref, potential, settings.score_size)
+            run_settings.num_agents, run_settings.split, batch_size=cv_batch, seed=seed)
+        floor = _floor(target, ref, potential, run_settings.score_size)
         rows.append({"target": name, "network": "-", "sampler": "reference", "step_size": None,
                      "wall_s": None, "bytes_sent": None, "diverged": 0, "batch_size": batch,
                      **{k: [v, float("nan")] for k, v in floor.items()}, "seeds_finite": 1})
-        for network in settings.networks:
-            for s, sampler_name in enumerate(settings.samplers):
+        for network in run_settings.networks:
+            for s, sampler_name in enumerate(run_settings.samplers):
                 method = SAMPLERS[sampler_name]
-                if method.centralized and network != settings.networks[0]:
+                if method.centralized and network != run_settings.networks[0]:
                     continue  # the centralized sampler has no network
                 run_key = jax.random.fold_in(jax.random.fold_in(key, t), s)
                 pot, b = (cv_potential, cv_batch) if method.control_variate else (potential,
                                                                                    batch)
-                r = _one_run(target, ref, pot, sampler_name, network, settings, run_key)
+                r = _one_run(target, ref, pot, sampler_name, network, run_settings, run_key)
                 row = {"target": name, "network": "-" if method.centralized
                        else network, "sampler": sampler_name, "step_size": r["step_size"],
                        "wall_s": r["wall_s"], "bytes_sent": r["bytes_sent"],

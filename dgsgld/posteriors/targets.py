@@ -5,23 +5,24 @@ coordinates (scales enter through their logarithm, with the log-Jacobian in the 
 its pooled data ``(n, ...)`` and two documented ways to split them across ``N`` agents:
 
 * ``"iid"``: a random permutation cut into near-equal parts (:func:`dgsgld.model.data.split_iid`);
-* ``"skew"``: each agent holds one group (:func:`dgsgld.model.data.split_by_label` with one class per
-  agent): the class for classifiers, the quantile bin of a covariate or of the response for
-  regressions. The number of groups is the number of agents (or the number of classes).
+* ``"skew"``: each agent holds one group (:func:`dgsgld.model.data.split_by_label` with one
+  class per agent): the class for classifiers, the quantile bin of a covariate or of the
+  response for regressions. The number of groups is the number of agents (or the number of classes).
 
-========================  ====  =====  =======================================================
-name                      d     n      model
-========================  ====  =====  =======================================================
-gaussian_linear           6     100    linear regression, known noise, Gaussian prior (exact anchor)
-logistic_breast_cancer    31    569    logistic regression, standardized features + intercept
-multinomial_wine          42    178    softmax regression, 3 classes, 13 standardized features
-poisson_linnerud          4     20     Poisson regression of chin-ups on weight, waist, pulse
-student_t_diabetes        12    442    robust regression, Student-t (nu = 4) noise, unknown scale
-sparse_mixture            10    40     regression with a spike-and-slab-like scale-mixture prior
-eight_schools             10    8      hierarchical normal model, non-centred
-bnn_regression            10    40     one-hidden-layer tanh network (3 units), known noise
-hierarchical_regression   21    240    per-group intercepts and slopes under a shared hyperprior
-========================  ====  =====  =======================================================
+=======================  ====  =====  ==============================================================
+name                     d     n      model
+=======================  ====  =====  ==============================================================
+gaussian_linear          6     100    linear regression, known noise, Gaussian prior (exact anchor)
+logistic_breast_cancer   31    569    logistic regression, standardized features + intercept
+multinomial_wine         42    178    softmax regression, 3 classes, 13 standardized features
+poisson_linnerud         4     20     Poisson regression of chin-ups on weight, waist, pulse
+student_t_diabetes       12    442    robust regression, Student-t (nu = 4) noise, unknown scale
+sparse_mixture           10    40     regression with a spike-and-slab-like scale-mixture prior
+eight_schools            10    8      hierarchical normal model, non-centred
+bnn_regression           10    40     one-hidden-layer tanh network (3 units), known noise
+logistic_large           50    10⁶    logistic regression on 49 correlated features + intercept
+hierarchical_regression  21    240    per-group intercepts and slopes under a shared hyperprior
+=======================  ====  =====  ==============================================================
 
 ``hierarchical_regression``'s ``"skew"`` split deals pairs of its 8 groups (``2j, 2j + 1``), so
 that it runs on 4 agents like the others. Its personalized form
@@ -33,6 +34,13 @@ The data of the breast-cancer, wine, Linnerud and diabetes targets are the sets 
 scikit-learn (imported on use: the ``examples`` extra); the others are generated with NumPy from
 a fixed seed. A target's :attr:`Target.fingerprint` hashes its data, so that a stored reference
 is only ever compared with the data it was computed on.
+
+``logistic_large`` is the large-data target, meant for 16 agents with mini-batches (its
+``"skew"`` split has 16 groups): its data take 400 MB in float64 (0.2 GB more per float32
+:meth:`Target.potential`) and are generated in a few seconds, once per process
+(:func:`get_target` caches targets). Its ``predictive`` is evaluated at the first
+:data:`LARGE_PREDICTIVE_INPUTS` inputs only (a random sample: the data are i.i.d.), so that
+:meth:`Target.mean_predictive` stays ``(m, n_inputs, 2)`` small for ``m`` hundreds of draws.
 """
 
 from __future__ import annotations
@@ -57,7 +65,8 @@ from .problems import (
     logistic_log_likelihood,
 )
 
-__all__ = ["SPLITS", "TARGETS", "Target", "get_target", "hierarchical_private_potential"]
+__all__ = ["LARGE_PREDICTIVE_INPUTS", "LARGE_TARGETS", "SPLITS", "TARGETS", "Target",
+           "get_target", "hierarchical_private_potential"]
 
 SPLITS = ("iid", "skew")
 
@@ -80,7 +89,11 @@ class Target:
         quantity_names: ``q`` names when ``quantities`` is given.
         init_scale: standard deviation of :meth:`init`'s draws around zero.
         predictive: for classifiers, ``x (d,) -> (n, K)`` class probabilities at the data's
-            inputs (the scores compare the posterior predictive); else ``None``.
+            inputs (at a fixed subsample of ``n' < n`` of them for ``logistic_large``; the
+            scores compare the posterior predictive); else ``None``.
+        num_agents: the number of agents the benchmark splits the data over when the target
+            asks for its own (``logistic_large``: 16, its ``"skew"`` groups); ``None``: the
+            benchmark's setting.
     """
 
     name: str
@@ -95,6 +108,7 @@ class Target:
     quantity_names: tuple | None = None
     init_scale: float = 0.1
     predictive: Callable | None = None
+    num_agents: int | None = None
     _hash: list = field(default_factory=list, repr=False)
 
     @property
@@ -116,8 +130,8 @@ class Target:
         """SHA-256 (first 16 hex digits) of the data in float64."""
         if not self._hash:
             h = hashlib.sha256()
-            for leaf in self.data:
-                h.update(np.ascontiguousarray(np.asarray(leaf, np.float64)).tobytes())
+            for leaf in self.data:  # the array's own buffer: no copy of large data
+                h.update(np.ascontiguousarray(np.asarray(leaf, np.float64)))
             self._hash.append(h.hexdigest()[:16])
         return self._hash[0]
 
@@ -141,7 +155,8 @@ class Target:
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     def mean_predictive(self, x):
-        """``(n, K)`` posterior predictive class probabilities, averaged over ``x (m, d)``."""
+        """``(n, K)`` posterior predictive class probabilities, averaged over ``x (m, d)``
+        (``n`` the inputs ``predictive`` evaluates)."""
         if self.predictive is None:
             raise ValueError(f"target {self.name!r} is not a classifier (no `predictive`).")
         return _mean_predictive(self.predictive, self.data, jnp.asarray(x))
@@ -342,6 +357,61 @@ def bnn_quantities(x):
     return bnn_function(x, jnp.asarray(BNN_GRID, x.dtype))
 
 
+#: Inputs at which ``logistic_large``'s predictive is compared: the first this many data.
+LARGE_PREDICTIVE_INPUTS = 10_000
+
+
+@dataclass(frozen=True)
+class LogisticPredictiveHead:
+    """``(m, 2)`` logistic class probabilities at the data's first ``m`` inputs."""
+
+    num_inputs: int
+
+    def __call__(self, x, data):
+        return logistic_predictive(x, (data[0][:self.num_inputs],))
+
+
+# logistic_large's generator: n data, p features with corr(z_j, z_k) = rho^|j - k| (AR(1)
+# across features: Hessian condition number ~ ((1 + rho) / (1 - rho))^2, 135 at the MAP).
+_LARGE_N, _LARGE_P, _LARGE_RHO, _LARGE_SEED = 1_000_000, 49, 0.85, 11
+_LARGE_AGENTS = 16
+
+
+def large_logistic_data(num_data: int = _LARGE_N, seed: int = _LARGE_SEED):
+    """``logistic_large``'s generated data and the coefficients they were drawn from.
+
+    Features ``z_1..z_p`` (``p = 49``) are unit-variance Gaussians with AR(1) correlation
+    ``0.85^|j-k|``, generated in float32 (so that a float32 potential holds them exactly) and
+    followed by an intercept column; the true coefficients are ``N(0, 1.5² / p)`` draws with
+    ``β_1 = 1`` (the split feature carries signal: the skew groups differ in label rate) and
+    intercept ``-0.5``; ``y ~ Bernoulli(σ(zᵀβ))``.
+
+    Args:
+        num_data: ``n`` (the target uses 10⁶; smaller for tests of the generator).
+        seed: NumPy seed.
+
+    Returns:
+        ``(z (n, p + 1) float64, y (n,) float64 in {0, 1}, truth (p + 1,))``.
+    """
+    p, rho = _LARGE_P, _LARGE_RHO
+    rng = np.random.default_rng(seed)
+    truth = np.append(rng.normal(0.0, 1.5 / np.sqrt(p), p), -0.5)
+    truth[0] = 1.0
+    # Feature-major, so that the recursion runs over contiguous rows.
+    e = rng.standard_normal((p, num_data), dtype=np.float32)
+    s, r = np.float32(np.sqrt(1.0 - rho**2)), np.float32(rho)
+    for j in range(1, p):
+        e[j] *= s
+        e[j] += r * e[j - 1]
+    z = np.empty((num_data, p + 1))
+    z[:, :p] = e.T
+    z[:, p] = 1.0
+    del e
+    eta = z @ truth
+    y = (rng.random(num_data) < 1.0 / (1.0 + np.exp(-eta))).astype(np.float64)
+    return z, y, truth
+
+
 # -- the targets ----------------------------------------------------------------------------------
 
 
@@ -531,8 +601,9 @@ def hierarchical_regression() -> Target:
 def hierarchical_private_potential(target: Target | None = None, *,
                                    batch_size: int | None = None) -> tuple[Potential, np.ndarray]:
     """The personalized potential of :func:`hierarchical_regression`, agent ``i`` holding one
-    group (:func:`dgsgld.model.data.split_by_label`, one label per agent): parameters ``{"shared": (5,), "local": (2,)}``, ``local =
-    (a_g, b_g)`` private, ``f_i = −Σ log N(y; a + b u, σ²) − log p(a, b | φ) − log p(φ)/N``.
+    group (:func:`dgsgld.model.data.split_by_label`, one label per agent): parameters
+    ``{"shared": (5,), "local": (2,)}``, ``local = (a_g, b_g)`` private,
+    ``f_i = −Σ log N(y; a + b u, σ²) − log p(a, b | φ) − log p(φ)/N``.
 
     Returns:
         ``(potential, groups (N,))``: the group each agent holds.
@@ -566,11 +637,31 @@ class _HierarchicalGroupPrior:
         return hierarchical_group_prior(params["shared"], params["local"])
 
 
+def logistic_large() -> Target:
+    z, y, _ = large_logistic_data()
+    p = _LARGE_P
+    return Target("logistic_large",
+                  f"logistic regression on generated data (n=10^6, {p} Gaussian "
+                  f"features with AR(1) correlation {_LARGE_RHO} + intercept, prior N(0, I))",
+                  logistic_log_likelihood, GaussianLogPrior(1.0), (z, y),
+                  tuple(f"beta[{j}]" for j in range(p)) + ("intercept",),
+                  _bins(z[:, 0], 16), "sixteenth (quantile bin) of the first feature",
+                  predictive=LogisticPredictiveHead(LARGE_PREDICTIVE_INPUTS),
+                  num_agents=_LARGE_AGENTS)
+
+
 TARGETS: dict[str, Callable[[], Target]] = {
     f.__name__: f for f in (gaussian_linear, logistic_breast_cancer, multinomial_wine,
                             poisson_linnerud, student_t_diabetes, sparse_mixture,
-                            eight_schools, bnn_regression, hierarchical_regression)
+                            eight_schools, bnn_regression, logistic_large,
+                            hierarchical_regression)
 }
+
+
+#: Targets meant for 16 agents and mini-batches (:attr:`Target.num_agents`): their data take
+#: seconds to build, and full-data passes (Stein scores, SVRG anchors, SAGA tables) cost 10⁶
+#: per-datum gradients each.
+LARGE_TARGETS = ("logistic_large",)
 
 
 @cache

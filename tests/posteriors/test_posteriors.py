@@ -16,7 +16,7 @@ from dgsgld.posteriors import (
     predictive_scores,
     references,
 )
-from dgsgld.posteriors.targets import exact_gaussian_posterior
+from dgsgld.posteriors.targets import LARGE_TARGETS, exact_gaussian_posterior
 
 pytest.importorskip("sklearn")
 
@@ -33,8 +33,11 @@ def test_split_potentials_sum_to_the_log_posterior():
     assert float(value) == pytest.approx(-float(target.log_density(x)), rel=1e-5)
 
 
-@pytest.mark.parametrize("name", available())
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE_TARGETS
+                                  else n for n in available()])
 def test_stored_references_pass_their_checks(name):
+    # The large targets' data take seconds to build: slow (their fast checks are in
+    # test_large_target.py).
     target = get_target(name)
     ref = load_reference(name, fingerprint=target.fingerprint)
     q = len(target.names)

@@ -1,0 +1,485 @@
+"""Cost to accuracy: what each method spends to reach a target's reference accuracy band.
+
+For each benchmark target, side by side in one run and on the same machine: NUTS on the pooled
+data (numpyro), centralized SGLD and DIGing-SGLD (ring and complete graph), each run
+``--repeats`` times on independent seeds; the table gives the medians over repeats of the
+per-datum gradient evaluations and the wall seconds each needs until its draws are in the band,
+and their ratios to NUTS's medians of the same run.
+
+**The band** is the reference's own accuracy (:func:`benchmarks.nuts_cost.band`): the moment
+scores of the stored reference's first 400 draws against the whole reference (its Monte Carlo
+error at 400 independent draws), loosened to 0.1 sd and 10 % where tighter::
+
+    max_j |mean_j − m_ref,j| / sd_ref,j   <= max(0.1, floor mean_error_max)
+    max_j |log(sd_j / sd_ref,j)|          <= max(log 1.1, |log floor sd_ratio_worst|)
+
+over the compared coordinates ``j``. A run *reaches* the band at the first prefix of its ladder
+whose draws are in the band and stay in it at every longer prefix of the same run.
+
+**The cost** of a prefix, in per-datum gradient evaluations (one ``∇ log p(d | x)`` of one
+datum, whatever the method): NUTS: ``n`` per leapfrog step, warm-up included; SG-MCMC: the
+agents' batches per step (``2 b`` per agent with a control variate, which evaluates the batch at
+``x`` and at its anchor), plus ``n`` for the anchor's full gradient, plus the set-up. Wall
+seconds: set-up + warm-up + the run prorated to the prefix by its share of the steps
+(compilation included); all methods in float64 (x64 on, as the references).
+
+**The samplers' set-up** is :data:`ADAPT`, called once per (target, method, repeat). Today it
+is :func:`laplace_constant`: the Laplace approximation (:func:`dgsgld.posteriors.laplace.laplace`,
+Newton: ``n`` gradients and ``n`` per-datum Hessians per iteration, counted in the set-up
+columns and charged to every run that uses it), the constant preconditioner ``M`` = its
+covariance, the start at its mode, and the step the Gaussian approximation implies for a
+variance inflation of ``--inflation`` (0.1: sd + 5 %): in units of ``M`` the pooled draws of DIGing-SGLD at step
+``η`` on ``N`` agents have variance ``≈ 1 + η/(2N) + (2η/N) Σ_k 1/(1 − λ_k²) + (η/N) q``,
+``λ_k`` the mixing matrix's eigenvalues but the consensus one (the average moves like SGLD at
+step ``η/N``; each agent's own noise ``√(2η)`` is damped by gossip at rate ``|λ_k|`` in mode
+``k``) and ``q`` the mini-batch gradient noise's share (:func:`gradient_noise`, estimated from
+2000 data at 8 Laplace draws; 0 with full batches); SGLD's at step ``h`` has
+``≈ 1 + h/2 + h q``.
+A warm-up that returns ``(sampler, start, cost)`` replaces it by setting :data:`ADAPT`.
+
+NUTS is numpyro's as ``benchmarks/nuts_cost.py`` runs it on the small targets (dense mass
+matrix adapted, one chain from ``Target.init``); on the large targets
+(:data:`dgsgld.posteriors.targets.LARGE_TARGETS`) it samples in the Laplace-whitened
+coordinates the reference used (``make_references.py --laplace``), from the mode, charged with
+the same set-up as the SG-MCMC samplers.
+
+On the large targets the SG-MCMC samplers draw mini-batches of ``--batch`` per agent with a
+control variate anchored at the start (:func:`dgsgld.gradients.svrg` refreshed at the first
+call only: SGLD-CV); the centralized one is DIGing-SGLD on one agent (``W = [1]``), which is
+SGLD with that estimator. The row "SGLD, plain mini-batches" runs without it at the step its
+gradient noise allows (variance inflation ``h n / (2 B)`` for a batch of ``B``), for at most
+``--plain-budget`` steps.
+
+    PYTHONPATH=. python benchmarks/cost_to_accuracy.py [NAME ...] [--repeats 3] \\
+        [--nuts-warmups 200 500] [--nuts-samples 50 100 200 400 800 1600] [--batch 32] \
+        [--plain-budget 200000] [--inflation 0.1] [--only ROW [ROW ...]] \
+        [--out benchmarks/cost_to_accuracy.json]
+
+Writes ``--out`` and its Markdown table beside it after every row, merging into what is there
+per target and row (``--only`` runs some rows and keeps the others).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import MCMC, NUTS
+
+from benchmarks.nuts_cost import band
+from dgsgld import gradients, networks
+from dgsgld.posteriors import get_target, load_reference
+from dgsgld.posteriors.laplace import laplace
+from dgsgld.posteriors.scores import moment_errors
+from dgsgld.posteriors.targets import LARGE_TARGETS
+from dgsgld.runner.loop import Output, sample
+from dgsgld.samplers import SGLD, DensePreconditioner, DIGingSGLD
+
+#: The targets of a run without names.
+DEFAULT_TARGETS = ("gaussian_linear", "logistic_breast_cancer", "eight_schools", "logistic_large")
+#: Sample size of the band's floor (the benchmark's ``score_size``).
+SCORE_SIZE = 400
+#: Variance inflation (in units of the Laplace covariance) the samplers' step rule aims at.
+INFLATION = 0.1
+#: Data and Laplace draws :func:`gradient_noise` estimates a mini-batch's noise from.
+NOISE_SAMPLE, NOISE_POINTS = 2000, 8
+#: Agents of the small targets (``bench posteriors``' default); large ones use their own.
+SMALL_AGENTS = 4
+#: Effective draws a run's length is sized for: its longest prefix runs ``2 x`` this many
+#: integrated autocorrelation times ``2/h`` of the network average.
+TARGET_ESS = 500
+#: Prefixes of a run: its length divided by ``2^(k/2)``, ``k < LADDER``.
+LADDER = 12
+#: Kept positions per agent and run.
+KEPT = 2000
+
+
+class Adapted(NamedTuple):
+    """What the set-up of a sampler gives its run.
+
+    Attributes:
+        sampler: the sampler at its constant step.
+        start: ``([N,] d)`` starting point.
+        step: the step (``η``) for the record.
+        grad_evals: per-datum gradient evaluations spent before the first step.
+        hessian_evals: per-datum Hessian evaluations spent before the first step.
+        wall_s: seconds of the set-up.
+    """
+
+    sampler: object
+    start: np.ndarray
+    step: float
+    grad_evals: int
+    hessian_evals: int
+    wall_s: float
+
+
+class Method(NamedTuple):
+    """A row: ``kind`` ``"sgld"`` (centralized, no control variate) or ``"diging"``;
+    ``network`` ``None`` (centralized), ``"ring"`` or ``"complete"``; ``control_variate``
+    whether it draws mini-batches with SGLD-CV on the large targets."""
+
+    name: str
+    kind: str
+    network: str | None
+    control_variate: bool = True
+
+
+METHODS = (Method("SGLD (centralized)", "diging", None),
+           Method("DIGing-SGLD (ring)", "diging", "ring"),
+           Method("DIGing-SGLD (complete)", "diging", "complete"),
+           Method("SGLD, plain mini-batches", "sgld", None, control_variate=False))
+
+
+def disagreement(mixing) -> float:
+    """``(1/N) Σ_k 1/(1 − λ_k²)`` over the mixing matrix's eigenvalues but the consensus one
+    (0 for one agent): the agents' mean variance about their average per unit of noise
+    variance injected per step (each agent's ``√(2η) S w`` damped by gossip at rate
+    ``|λ_k|`` in mode ``k``)."""
+    w = np.asarray(mixing.matrix_at(0) if hasattr(mixing, "matrix_at") else mixing, np.float64)
+    lam = np.sort(np.abs(np.linalg.eigvalsh(w)))[:-1]
+    return float(np.sum(1.0 / (1.0 - lam**2)) / w.shape[0])
+
+
+def gaussian_step(num_agents: int, spread: float, noise: float) -> float:
+    """The step ``η`` with ``η/(2N) + 2η spread + (η/N) noise = INFLATION`` (``spread`` from
+    :func:`disagreement`, ``noise`` from :func:`gradient_noise`; see the module doc): for one
+    agent and no network (``spread = 0``) SGLD's ``h``."""
+    return INFLATION / (1 / (2 * num_agents) + 2 * spread + noise / num_agents)
+
+
+def gradient_noise(target, fit, batch: int | None, control_variate: bool, *, seed: int = 0):
+    """``(q, evaluations)``: a mini-batch estimator's variance inflation per unit step, in
+    units of the Laplace covariance, and the per-datum gradients spent estimating it.
+
+    A batch of ``B`` of ``n`` data scaled by ``n/B`` has covariance ``≈ (n²/B) Var_i g_i``;
+    SGLD at step ``h`` adds ``h² (n²/B) c`` to the ``2h`` of its injected noise per coordinate
+    of the whitened gradient ``Lᵀ g_i`` (``c`` the mean of its variances), so ``q = (n²/B)
+    c/2``. ``g_i`` is one datum's gradient at ``NOISE_POINTS`` draws of the Laplace law, minus
+    that at the mode with a control variate; ``Var_i`` over ``NOISE_SAMPLE`` random data. 0
+    with full batches."""
+    n = target.num_data
+    if batch is None or batch >= n:
+        return 0.0, 0
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(n, min(NOISE_SAMPLE, n), replace=False)
+    data = tuple(jnp.asarray(a[idx]) for a in target.data)
+    grads = jax.jit(jax.vmap(jax.grad(target.log_likelihood), (None, 0)))
+    at_mode = np.asarray(grads(jnp.asarray(fit.mode), data))
+    c = []
+    for _ in range(NOISE_POINTS):
+        g = np.asarray(grads(jnp.asarray(fit.mode + fit.chol @ rng.standard_normal(target.dim)),
+                             data))
+        c.append(np.mean(np.var((g - at_mode if control_variate else g) @ fit.chol, axis=0)))
+    return n**2 / batch * float(np.mean(c)) / 2, len(idx) * (NOISE_POINTS + 1)
+
+
+def laplace_constant(target, fit, method: Method, potential, mixing, num_agents: int,
+                     batch: int | None) -> Adapted:
+    """The set-up of today's samplers: ``M`` = the Laplace covariance, the start at the mode,
+    the step of :func:`gaussian_step` with the network's :func:`disagreement` and the
+    estimator's :func:`gradient_noise`. ``fit`` is the
+    :class:`dgsgld.posteriors.laplace.Laplace` computed once; its cost is charged here.
+    ``batch``: the per-agent mini-batch (``None``: full batches)."""
+    n = target.num_data
+    t0 = time.perf_counter()
+    pre = DensePreconditioner(jnp.asarray(fit.cov))
+    cv = batch is not None and method.control_variate
+    noise, spent = gradient_noise(target, fit, None if batch is None else num_agents * batch,
+                                  cv)
+    if method.kind == "sgld":
+        step = gaussian_step(1, 0.0, noise)
+        sampler = SGLD(step, preconditioner=pre)
+        start = fit.mode
+    else:
+        step = gaussian_step(num_agents, disagreement(mixing), noise)
+        estimator = gradients.svrg(update_every=_first_call_only) if cv else None
+        sampler = DIGingSGLD(step, estimator, preconditioner=pre)
+        start = np.broadcast_to(fit.mode, (num_agents, target.dim))
+    return Adapted(sampler, np.asarray(start), step, fit.iterations * n + spent,
+                   fit.iterations * n, fit.wall_s + time.perf_counter() - t0)
+
+
+def _first_call_only(count):
+    return count == 0
+
+
+#: ``(target, laplace fit, method, potential, mixing, num_agents, batch) -> Adapted``: the
+#: samplers' set-up. Set it to an adaptive warm-up to benchmark that instead.
+ADAPT = laplace_constant
+
+
+def run_length(method: Method, adapted: Adapted, num_agents: int, *,
+               plain_budget: int) -> tuple[int, int]:
+    """``(steps, thin)`` of a run: ``2 TARGET_ESS`` autocorrelation times ``2/h`` of the
+    average, ``h`` its step (``η/N`` on a network), about :data:`KEPT` kept positions."""
+    h = adapted.step / (num_agents if method.network is not None else 1)
+    raw = int(2 * TARGET_ESS * 2 / h)
+    if method.kind == "sgld":
+        raw = min(raw, plain_budget)
+    thin = max(1, raw // KEPT)
+    return max(thin, -(-raw // thin) * thin), thin
+
+
+def prefixes(steps: int, thin: int) -> list[int]:
+    """The ladder: ``steps 2^(-k/2)`` rounded to multiples of ``thin``, ascending, distinct."""
+    out = {max(thin, round(steps * 2 ** (-k / 2) / thin) * thin) for k in range(LADDER)}
+    return sorted(out)
+
+
+def sgmcmc_run(target, ref, fit, method: Method, potential, mixing, num_agents, batch, seed,
+               bounds, *, plain_budget):
+    """One repeat of an SG-MCMC row: its ladder of prefixes with costs and scores."""
+    adapted = ADAPT(target, fit, method, potential, mixing, num_agents, batch)
+    setup_s = adapted.wall_s
+    steps, thin = run_length(method, adapted, num_agents, plain_budget=plain_budget)
+    t1 = time.perf_counter()
+    trace = sample(adapted.sampler, potential, mixing, jnp.asarray(adapted.start)[None],
+                   jax.random.key(seed), steps, output=Output(thin=thin), on_divergence="flag")
+    positions = np.asarray(trace.positions)[0]  # (kept, [N,] d)
+    run_s = time.perf_counter() - t1
+    if positions.ndim == 2:
+        positions = positions[:, None]
+    n = target.num_data
+    per_agent = n / num_agents if batch is None else batch
+    cv = batch is not None and method.control_variate and method.kind == "diging"
+    per_step = num_agents * per_agent * (2 if cv else 1)
+    anchor = n if cv else 0
+    rows = []
+    for t in prefixes(steps, thin):
+        draws = positions[:t // thin].reshape(-1, target.dim)
+        total = int(adapted.grad_evals + anchor + per_step * t)
+        rows.append(_row(target, ref, draws, bounds, steps=t, grad_evals=total,
+                         hessian_evals=adapted.hessian_evals,
+                         wall_s=setup_s + run_s * t / steps))
+    return {"step": adapted.step, "steps": steps, "thin": thin, "setup_s": setup_s,
+            "run_s": run_s, "diverged": int(np.sum(np.asarray(trace.diverged))),
+            **_reached(rows)}
+
+
+def _row(target, ref, draws, bounds, **cost):
+    if not np.all(np.isfinite(draws)):
+        return {**cost, "mean_error_max": float("inf"), "sd_ratio_worst": float("inf"),
+                "in_band": False}
+    m = moment_errors(np.asarray(target.compared(jnp.asarray(draws)), np.float64), ref)
+    mean_bound, log_sd_bound = bounds
+    return {**cost, "mean_error_max": m["mean_error_max"], "sd_ratio_worst": m["sd_ratio_worst"],
+            "in_band": bool(m["mean_error_max"] <= mean_bound
+                            and abs(np.log(m["sd_ratio_worst"])) <= log_sd_bound)}
+
+
+def _reached(rows):
+    for i, r in enumerate(rows):
+        r["stays_in_band"] = all(q["in_band"] for q in rows[i:])
+    hit = next((r for r in rows if r["stays_in_band"]), None)
+    return {"reached": hit, "rows": rows}
+
+
+def nuts_run(target, ref, fit, warmup, sample_sizes, seed, target_accept, bounds, *,
+             whiten: bool):
+    """One NUTS chain: ``warmup`` iterations, then ``max(sample_sizes)`` draws, each prefix
+    scored; ``whiten`` samples the Laplace-whitened coordinates from the mode (the set-up
+    charged), else the original ones from ``Target.init`` with a dense mass matrix adapted."""
+    n = target.num_data
+    init_key, warm_key, run_key = jax.random.split(jax.random.key(seed), 3)
+    if whiten:
+        mode, chol = jnp.asarray(fit.mode), jnp.asarray(fit.chol)
+        potential = lambda u: -target.log_density(mode + chol @ u)
+        init = jnp.zeros(target.dim)
+        setup = (fit.iterations * n, fit.iterations * n, fit.wall_s)
+    else:
+        potential = lambda x: -target.log_density(x)
+        init = target.init(init_key, 1)[0]
+        setup = (0, 0, 0.0)
+    mcmc = MCMC(NUTS(potential_fn=potential, dense_mass=not whiten,
+                     adapt_mass_matrix=not whiten, target_accept_prob=target_accept),
+                num_warmup=warmup, num_samples=max(sample_sizes), num_chains=1,
+                progress_bar=False)
+    t0 = time.perf_counter()
+    mcmc.warmup(warm_key, init_params=init, extra_fields=("num_steps",), collect_warmup=True)
+    warm_steps = np.asarray(mcmc.get_extra_fields()["num_steps"])
+    t1 = time.perf_counter()
+    mcmc.run(run_key, extra_fields=("num_steps", "diverging"))
+    t2 = time.perf_counter()
+    extra = mcmc.get_extra_fields()
+    steps = np.asarray(extra["num_steps"])
+    draws = np.asarray(mcmc.get_samples())
+    if whiten:
+        draws = np.asarray(fit.mode) + draws @ np.asarray(fit.chol).T
+    rows = []
+    for s in sorted(sample_sizes):
+        total = int(warm_steps.sum() + steps[:s].sum())
+        rows.append(_row(target, ref, draws[:s], bounds, warmup=warmup, samples=s,
+                         leapfrog_steps=total, grad_evals=setup[0] + total * n,
+                         hessian_evals=setup[1],
+                         wall_s=setup[2] + (t1 - t0) + (t2 - t1) * steps[:s].sum() / steps.sum()))
+    return {"warmup": warmup, "whitened": whiten, "divergent": int(np.sum(extra["diverging"])),
+            "mean_steps_per_draw": float(steps.mean()), **_reached(rows)}
+
+
+def _median(values):
+    """Median with unreached runs (``None``) as +inf; ``None`` when that is infinite."""
+    v = np.median([np.inf if x is None else x for x in values])
+    return None if not np.isfinite(v) else float(v)
+
+
+def summarize(runs):
+    """``runs``: one dict per repeat with ``reached``; the medians and the count reached."""
+    hits = [r["reached"] for r in runs]
+    return {"reached": sum(h is not None for h in hits), "repeats": len(runs),
+            "grad_evals": _median([h and h["grad_evals"] for h in hits]),
+            "wall_s": _median([h and h["wall_s"] for h in hits])}
+
+
+def target_entry(name, repeats, *, batch, plain_budget, nuts_warmups, nuts_samples, save,
+                 previous=None, only=None, log=print):
+    """Run every row of target ``name`` (those of ``only``, names or ``"NUTS"``, when given;
+    the rows of ``previous``, an earlier entry, are kept) and return its entry."""
+    target = get_target(name)
+    ref = load_reference(name, fingerprint=target.fingerprint)
+    bounds, floor = band(ref, SCORE_SIZE)
+    settings = json.loads(ref.settings)
+    large = name in LARGE_TARGETS
+    try:
+        fit = laplace(target)
+    except RuntimeError as err:  # no mode: the samplers' set-up has nothing to start from
+        fit, why = None, str(err)
+        log(f"{name}: no Laplace approximation: {why}")
+    else:
+        why = None
+        log(f"{name}: Laplace in {fit.iterations} Newton iterations, {fit.wall_s:.1f} s, "
+            f"condition {fit.condition:.3g}")
+    num_agents = target.num_agents or SMALL_AGENTS
+    b = batch if large else None
+    potential = target.potential(num_agents, "skew", batch_size=b)
+    entry = {"num_data": target.num_data, "dim": target.dim, "num_agents": num_agents,
+             "batch": b, "floor": floor, "score_size": SCORE_SIZE,
+             "band": {"mean_error_max": bounds[0],
+                      "sd_ratio": [float(np.exp(-bounds[1])), float(np.exp(bounds[1]))]},
+             "laplace": {"error": why} if fit is None else {
+                 "iterations": fit.iterations, "wall_s": fit.wall_s,
+                 "condition": fit.condition}, "methods": {}}
+    for method in METHODS if fit is not None else ():
+        if only is not None and method.name not in only:
+            continue
+        if method.kind == "sgld" and not large:
+            continue  # full batches: the plain row is the centralized one
+        mixing = (networks.ring(num_agents) if method.network == "ring" else
+                  networks.complete(num_agents) if method.network == "complete" else
+                  None if method.kind == "sgld" else np.ones((1, 1)))
+        pot = potential if method.network is not None or method.kind == "sgld" else \
+            target.potential(1, "iid", batch_size=None if b is None else num_agents * b)
+        agents = num_agents if method.network is not None else 1
+        runs = []
+        for r in range(repeats):
+            run = sgmcmc_run(target, ref, fit, method, pot, mixing, agents,
+                             None if b is None else (num_agents * b if agents == 1 else b),
+                             1000 + r, bounds, plain_budget=plain_budget)
+            runs.append(run)
+            hit = run["reached"]
+            log(f"{name} {method.name} seed {r} step {run['step']:.3g} x {run['steps']}: "
+                + (f"{hit['grad_evals']:.3g} grads, {hit['wall_s']:.1f} s" if hit else
+                   f"not reached (last: mean err {run['rows'][-1]['mean_error_max']:.3f}, "
+                   f"sd ratio {run['rows'][-1]['sd_ratio_worst']:.3f})"))
+            entry["methods"][method.name] = {"runs": runs, "inflation": INFLATION,
+                                             **summarize(runs)}
+            save(name, entry)  # after every repeat
+    nuts_name = "NUTS (Laplace-whitened)" if large else "NUTS"
+    if only is not None and "NUTS" not in only:
+        return entry
+    runs = []
+    for r in range(repeats):
+        best = None
+        for w in nuts_warmups:
+            run = nuts_run(target, ref, fit, w, nuts_samples, 100 + r,
+                           settings.get("target_accept", 0.9), bounds, whiten=large)
+            hit = run["reached"]
+            if hit is not None and (best is None or best["reached"] is None
+                                    or hit["grad_evals"] < best["reached"]["grad_evals"]):
+                best = run
+            best = best or run
+            log(f"{name} {nuts_name} seed {r} W={w}: "
+                + (f"{hit['grad_evals']:.3g} grads, {hit['wall_s']:.1f} s" if hit
+                   else "not reached"))
+        runs.append(best)
+        entry["methods"][nuts_name] = {"runs": runs, **summarize(runs)}
+        save(name, entry)  # after every repeat
+    return entry
+
+
+def markdown(result):
+    lines = [("Per-datum gradient evaluations and wall seconds to the reference's accuracy "
+              "band (medians over repeats; ratios against NUTS's medians of the same run; "
+              "set-up included; see the module doc of `benchmarks/cost_to_accuracy.py`)."), "",
+             ("| target | n | d | band: mean err, sd ratio | method | inflation | step | "
+              "reached | grad evals | x NUTS | wall s | x NUTS |"), "|---" * 12 + "|"]
+    for name, e in result.items():
+        b = e["band"]
+        nuts = next((v for k, v in e["methods"].items() if k.startswith("NUTS")),
+                    {"grad_evals": None, "wall_s": None})
+        order = sorted(e["methods"], key=lambda k: not k.startswith("NUTS"))
+        for k in order:
+            m = e["methods"][k]
+            step = "-" if k.startswith("NUTS") else f"{m['runs'][0]['step']:.3g}"
+            inflation = f"{m['inflation']:g}" if "inflation" in m else "-"
+
+            def cell(key, m=m, nuts=nuts):
+                if m[key] is None:
+                    return "not reached | -"
+                ratio = "-" if nuts[key] is None else f"{m[key] / nuts[key]:.3g}"
+                return f"{m[key]:.3g} | {ratio}"
+
+            lines.append(f"| {name} | {e['num_data']} | {e['dim']} | {b['mean_error_max']:.3f}, "
+                         f"{b['sd_ratio'][0]:.3f}-{b['sd_ratio'][1]:.3f} | {k} | {inflation} | {step} | "
+                         f"{m['reached']}/{m['repeats']} | {cell('grad_evals')} | "
+                         f"{cell('wall_s')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("names", nargs="*", default=list(DEFAULT_TARGETS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=32,
+                        help="per-agent mini-batch on the large targets")
+    parser.add_argument("--plain-budget", type=int, default=200_000,
+                        help="most steps of the plain mini-batch row")
+    parser.add_argument("--nuts-warmups", type=int, nargs="+", default=[200, 500])
+    parser.add_argument("--nuts-samples", type=int, nargs="+",
+                        default=[50, 100, 200, 400, 800, 1600])
+    parser.add_argument("--inflation", type=float, default=INFLATION,
+                        help="variance inflation the samplers' step rule aims at")
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="run these rows only (method names, or NUTS), keeping the others")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).with_name("cost_to_accuracy.json"))
+    args = parser.parse_args(argv)
+    if not 0 < args.inflation < 1:
+        parser.error(f"--inflation must be in (0, 1); got {args.inflation}.")
+    globals()["INFLATION"] = args.inflation  # read by gaussian_step
+    result = json.loads(args.out.read_text()) if args.out.exists() else {}
+
+    def save(name, entry):
+        result[name] = entry
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        args.out.with_suffix(".md").write_text(markdown(result))
+
+    for name in args.names:
+        target_entry(name, args.repeats, batch=args.batch, plain_budget=args.plain_budget,
+                     nuts_warmups=args.nuts_warmups, nuts_samples=args.nuts_samples, save=save,
+                     previous=result.get(name), only=args.only)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
