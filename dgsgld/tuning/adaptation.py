@@ -673,6 +673,12 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     """
     family = _family(sampler, estimator)
     decentralized = family.cls.decentralized
+    if getattr(potential, "private", None) is not None:
+        # The agreed M and the step criterion's Gaussian approximation are over the shared
+        # parameters of one network; private leaves would need a per-agent block.
+        raise ValueError("`potential` declares private parameters (`private=`): the warm-up "
+                         "adapts fully shared models only; pass a preconditioner and a step "
+                         "to the sampler yourself (dgsgld.samplers.precondition).")
     flat = _flat(init, decentralized)
     x = flat.flatten(init)
     chains, d = x.shape[0], flat.dim

@@ -321,6 +321,16 @@ def test_bad_input(change, match):
         warmup(**args)
 
 
+def test_private_parameters_are_refused_by_name():
+    data = (jnp.ones((N, 5, D)), jnp.zeros((N, 5)))
+    private = dgsgld.Potential(
+        lambda t, datum: -0.5 * (datum[0] @ t["b"] + t["a"][0] - datum[1]) ** 2,
+        lambda t: -0.5 * (t["b"] @ t["b"] + t["a"] @ t["a"]), data, private=("a",))
+    init = {"a": jnp.zeros((4, N, 1)), "b": jnp.zeros((4, N, D))}
+    with pytest.raises(ValueError, match="private parameters"):
+        warmup(dgsgld.DIGingSGLD, private, dgsgld.networks.ring(N), init, jax.random.key(0), 120)
+
+
 def test_top_level_export():
     assert dgsgld.warmup is warmup and "warmup" in dgsgld.__all__
     assert "warmup" in dgsgld.tuning.__all__
