@@ -91,9 +91,10 @@ _LAZY = ("posteriors", "theory", "tuning")
 
 
 def __getattr__(name):
-    if name == "warmup":  # the decentralized warm-up (dgsgld.tuning.adaptation), loaded on first use
+    if name == "warmup":  # the decentralized warm-up (dgsgld.tuning.adaptation), on first use
         from .tuning.adaptation import warmup
 
+        globals()["warmup"] = warmup  # an attribute from now on, like the eager names
         return warmup
     if name in _LAZY:
         import importlib

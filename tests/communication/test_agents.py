@@ -438,6 +438,8 @@ def _check_send(result: dict) -> None:
     assert gossip["support_spec"] == [], gossip                  # replicated
 
 
+@pytest.mark.slow  # fast twin: tests/parallel/test_sharding.py::
+# test_a_channel_under_agent_placement_makes_the_single_device_draws_and_bytes
 def test_channels_under_agent_placement_make_the_single_device_draws():
     result = _run("fast")
     _check(result)

@@ -451,6 +451,7 @@ def test_variance_reduced_estimators_with_private_leaves_keep_the_tracking_invar
     assert np.isfinite(np.asarray(st.position["shared"])).all()
 
 
+@pytest.mark.slow  # fast twin: tests/runner/test_checkpoint.py::test_chunked_equals_single_call
 def test_chunked_checkpointed_run_with_private_leaves_equals_one_run(tmp_path):
     """``sample_chunked`` writing checkpoints (the potential's fingerprint holds its private
     declaration) gives the draws of one ``sample`` call; the same declaration as a mask gives

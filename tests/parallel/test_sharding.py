@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPT = textwrap.dedent(
@@ -108,6 +109,21 @@ SCRIPT = textwrap.dedent(
                             dgsgld.sample(dgsgld.DIGingSGLD(0.02), hb.potential, mixing, hinit,
                                           key, 20, placement=placement).positions.items())
         for name, placement in (("chains", dgsgld.Chains()), ("agents", dgsgld.Agents()))}
+    # A channel on the dense all-gather: top-k messages with error feedback and stragglers
+    # (drawn for all agents by every device) give the single-device draws and byte counts.
+    from dgsgld import communication as C
+    chan = C.Channel(C.top_k(0.5), error_feedback=True, consensus=0.5, activity=0.7)
+    calg = dgsgld.DIGingSGLD(0.05, channel=chan)
+    cref = dgsgld.sample(calg, prob.potential, mixing, init, key, 20)
+    cagents = dgsgld.sample(calg, prob.potential, mixing, init, key, 20,
+                            placement=dgsgld.Agents())
+    plain = dgsgld.sample(alg, prob.potential, mixing, init, key, 20)
+    out["channel"] = {
+        "scale": float(jnp.abs(cref.positions).max()),
+        "effect": float(jnp.abs(cref.positions - plain.positions).max()),
+        "agents_diff": float(jnp.abs(cagents.positions - cref.positions).max()),
+        "bytes": np.asarray(chan.bytes_sent(cref.state)).tolist(),
+        "bytes_agents": np.asarray(chan.bytes_sent(cagents.state)).tolist()}
     if full:   # the slow run: divergence and the sparse exchange (more programs)
         # A diverging run: the same first non-finite iteration and agent per chain.
         prob = linear_regression(num_agents=8, dim=2, batch_size=2, dtype=np.float64)
@@ -227,6 +243,16 @@ def test_private_leaves_sharded_runs_equal_single_device_run(result):
     assert r["scale"] > 0.1
     bound = 1e-10 * max(1.0, r["scale"])
     assert r["chains_diff"] < bound and r["agents_diff"] < bound, r
+
+
+def test_a_channel_under_agent_placement_makes_the_single_device_draws_and_bytes(result):
+    """Top-k with error feedback and stragglers on the dense all-gather (the neighbour
+    exchange, gossip and every sampler: tests/communication/test_agents.py, slow). The same
+    draws, so the same messages: positions to the float64 rounding bound, bytes exactly."""
+    r = result["channel"]
+    assert r["scale"] > 0.1 and r["effect"] > 1e-2, r      # a moving run the channel changes
+    assert r["agents_diff"] < 1e-10 * max(1.0, r["scale"]), r
+    assert r["bytes_agents"] == r["bytes"] and np.sum(r["bytes"]) > 0, r
 
 
 @pytest.mark.slow  # the slow run's subprocess

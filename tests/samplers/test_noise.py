@@ -199,6 +199,7 @@ def _transposed_normal(key, shape, dtype=jnp.float32):
     return jax.random.normal(key, tuple(shape)[::-1], dtype).T
 
 
+@pytest.mark.slow  # fast twin: test_every_sampler_draws_its_noise_from_the_generator
 def test_a_shape_dependent_generator_gives_the_same_run_in_either_layout(key):
     """The runner keeps the chain axis last for 8 chains of (5, 2) leaves and first for 2, and
     passes the noise flat to chains-first steps; every leaf is drawn flat whatever the layout,

@@ -366,6 +366,8 @@ def _flat_positions(trace):
     return np.asarray(ravel_pytree(eqx.filter(trace.positions, eqx.is_array))[0])
 
 
+@pytest.mark.slow  # fast twin: tests/tuning/test_warmup.py::
+# test_pytree_parameters_with_a_diagonal_preconditioner (a pytree diagonal M in a run)
 def test_grid_run_with_a_pytree_diagonal_equals_each_dense_run():
     """``tuning.grid_run`` vmaps the sampler over step sizes, here on ``eqx.Module``
     parameters with ``M = diag(m)`` given as a pytree shaped like the model; each grid point

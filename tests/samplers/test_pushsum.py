@@ -131,10 +131,12 @@ _DIRECTED = {"barbell": lambda: directed.directed_barbell(8, period=4, seed=1, d
              "one_peer": lambda: directed.directed_one_peer_exponential(8, dtype=jnp.float64)}
 
 
+# Slow; fast twin: tests/communication/test_pushsum_channel.py::
+# test_a_directed_snapshots_exchange_rows_are_rewritten_as_its_dense_matrix
 @pytest.mark.parametrize("network, fmt", [
-    ("barbell", "neighbors"),
-    *[pytest.param(n, f, marks=pytest.mark.slow)
-      for n, f in [("barbell", "edges"), ("one_peer", "auto"), ("one_peer", "edges")]]])
+    pytest.param(n, f, marks=pytest.mark.slow)
+    for n, f in [("barbell", "neighbors"), ("barbell", "edges"), ("one_peer", "auto"),
+                 ("one_peer", "edges")]])
 def test_sparse_directed_networks_run_push_sum_as_their_dense_stack(network, fmt, key):
     # from_dense of a DirectedSchedule keeps every weight (W[i, j]: j → i) and its kind; the
     # push-sum samplers then make the dense run's draws: positions agree to float64 rounding

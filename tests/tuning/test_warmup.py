@@ -141,7 +141,9 @@ def test_sampling_after_warmup_matches_the_exact_law(gaussian_run):
 #: one per kind of second parameter and of network: DIGing-SGLD, DIGing-SGHMC's friction, D-ULA's
 #: consensus weight, centralized SGLD, Push-Sum-SGLD on a directed schedule; EXTRA-SGLD on a
 #: static graph in test_static_extra_and_minibatches_and_instances).
-SLOW_FAMILIES = (dgsgld.DESGLD, dgsgld.EXTRASGLD, dgsgld.DESGHMC, dgsgld.PushDIGingSGLD)
+# The default run keeps DIGing-SGLD (a tracker), the others run in the slow set; their
+# recursions and M are tested in the default run by tests/samplers/test_preconditioner.py.
+SLOW_FAMILIES = tuple(c for c in dgsgld.samplers.ALL if c is not dgsgld.DIGingSGLD)
 
 
 @pytest.mark.parametrize("cls", [
@@ -178,7 +180,8 @@ def test_static_extra_and_minibatches_and_instances():
     assert report.step_size == pytest.approx(float(sampler.step_size), rel=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["diagonal", "lowrank", None])
+@pytest.mark.parametrize("kind", [  # diagonal: test_pytree_parameters_with_a_diagonal_...
+    pytest.param("diagonal", marks=pytest.mark.slow), "lowrank", None])
 def test_other_preconditioners(kind):
     scales = (1.0, 10.0, 100.0) if kind is not None else (1.0, 3.0, 10.0)
     pot = _gaussian(scales=scales)[0]
