@@ -181,7 +181,9 @@ def test_static_extra_and_minibatches_and_instances():
 
 
 @pytest.mark.parametrize("kind", [  # diagonal: test_pytree_parameters_with_a_diagonal_...
-    pytest.param("diagonal", marks=pytest.mark.slow), "lowrank", None])
+    pytest.param("diagonal", marks=pytest.mark.slow),
+    pytest.param("lowrank", marks=pytest.mark.slow), None])  # LowRankPreconditioner itself:
+# tests/samplers/test_preconditioner.py (every step against its recursion)
 def test_other_preconditioners(kind):
     scales = (1.0, 10.0, 100.0) if kind is not None else (1.0, 3.0, 10.0)
     pot = _gaussian(scales=scales)[0]
