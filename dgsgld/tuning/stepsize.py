@@ -42,8 +42,8 @@ its inflation over the smallest spread are still reported (``explain()``), as a 
 
 For large ``N d`` the law is that of one scalar mode at the pooled Hessian's largest
 eigenvalue (every agent holding ``1/N`` of it), which bounds the stiffest direction's bias but
-not the agents' disagreement in mean. :func:`~dgsgld.tuning.adaptation.warmup` adapts a preconditioner as well,
-which a badly conditioned posterior needs: without one the stiffest direction sets the step
+not the agents' disagreement in mean. :func:`~dgsgld.tuning.adaptation.warmup` adapts a
+preconditioner as well, which a badly conditioned posterior needs: without one the stiffest direction sets the step
 and the flattest ones barely move.
 
 **A criterion of your own.** The spread criterion asks for samples faithful to the posterior.
