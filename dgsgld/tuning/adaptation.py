@@ -23,15 +23,15 @@ After every window but the last:
    many draws, from the agents' flooded sketches).
 3. **Step.** ``η`` (and the second parameter) is chosen by :mod:`dgsgld.tuning.criterion`:
    the sampler's exact stationary law on the agents' local quadratics in the preconditioned
-   coordinates (dense and small, at the adaptation that sets the final step; SGHMC's friction
-   and D-ULA's consensus weight chosen on scalar modes first), or on scalar modes at the pooled
-   preconditioned curvature's extremes (large ``d``, and the earlier windows), scored by the stationary bias against the Monte Carlo error the
-   sampling run (``sampling_steps``) leaves. The step is then capped so that the stiffest
-   curvature the chains met (the largest eigenvalue of the pooled preconditioned Hessian at
-   any of the points: exact from the flooded Hessians, or by power iteration on network sums
-   for diagonal ``M``) keeps its stationary sd within 50 %. It grows at most ``growth``-fold
-   per window; the first window runs at ``probe`` times the criterion's step from the
-   curvature at ``init``. A window with a divergence is run again at a quarter of the step
+   coordinates (dense and small, at the adaptation that sets the final step; SGHMC's friction and
+   D-ULA's consensus weight chosen on scalar modes first), or on scalar modes at the pooled
+   preconditioned curvature's extremes (large ``d``, and the earlier windows), scored by the
+   stationary bias against the Monte Carlo error the sampling run (``sampling_steps``) leaves. The
+   step is then capped so that the stiffest curvature the chains met (the largest eigenvalue of the
+   pooled preconditioned Hessian at any of the points: exact from the flooded Hessians, or by power
+   iteration on network sums for diagonal ``M``) keeps its stationary sd within 50 %. It grows at
+   most ``growth``-fold per window; the first window runs at ``probe`` times the criterion's step
+   from the curvature at ``init``. A window with a divergence is run again at a quarter of the step
    (its steps stay spent), and later steps stay below half of the one that diverged.
 
 The **last window** restarts every chain over-dispersed, ``x = c + restart · S z`` (``c`` the
@@ -278,8 +278,9 @@ def _flat(init, decentralized: bool) -> _Flat:
     lead = 2 if decentralized else 1
     if not leaves or any(np.ndim(leaf) < lead for leaf in leaves):
         shapes = [np.shape(leaf) for leaf in leaves]
-        raise ValueError(f"`init` must have array leaves ({'num_chains, N' if decentralized else 'num_chains'}, "
-                         f"*param_shape); got leaves shaped {shapes}.")
+        lead_axes = "num_chains, N" if decentralized else "num_chains"
+        raise ValueError(f"`init` must have array leaves ({lead_axes}, *param_shape); got "
+                         f"leaves shaped {shapes}.")
     one = jax.tree.map(lambda x: x[(0,) * lead], arrays)
     flat, unravel = ravel_pytree(one)
     return _Flat(unravel, static, lead, int(flat.size))

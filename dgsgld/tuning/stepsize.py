@@ -27,24 +27,24 @@ short run decide:
    size, at the start, middle and end: divergence, every agent's spread (the geometric mean
    over coordinates of the standard deviation across chains) and the consensus error.
 
-A step size is **stable** when no chain diverged and neither the spread nor the consensus
-error more than doubled over the second half of the pilot. It is **accurate** when, in
-addition, the sampler's exact stationary law on the Gaussian approximation of the agents'
-potentials at ``curvature_at`` (their Hessians and gradients there;
-:mod:`dgsgld.tuning.criterion`, the warm-up's criterion, with ``M = I``) gives the draws pooled
-over agents a worst sd ratio within ``1 ± tol_sd`` and a worst standardized mean error at most
-``tol_mean``, and lies below the largest stable grid step (the pilot ran ``num_steps``
-iterations; a longer run may diverge at the edge it found): the bias the chains settle into,
-which chains that have not moved yet cannot fake (a pilot's spread cannot tell "accurate" from "not yet moved": at the smallest steps the
-chains stay where they started). The proposal is the largest accurate step: no larger stable
-step is within the tolerances, and every smaller one mixes more slowly. The pilot's spread and
-its inflation over the smallest spread are still reported (``explain()``), as a diagnostic.
+A step size is **stable** when no chain diverged and neither the spread nor the consensus error more
+than doubled over the second half of the pilot. It is **accurate** when, in addition, the sampler's
+exact stationary law on the Gaussian approximation of the agents' potentials at ``curvature_at``
+(their Hessians and gradients there; :mod:`dgsgld.tuning.criterion`, the warm-up's criterion, with
+``M = I``) gives the draws pooled over agents a worst sd ratio within ``1 ± tol_sd`` and a worst
+standardized mean error at most ``tol_mean``, and lies below the largest stable grid step (the pilot
+ran ``num_steps`` iterations; a longer run may diverge at the edge it found): the bias the chains
+settle into, which chains that have not moved yet cannot fake (a pilot's spread cannot tell
+"accurate" from "not yet moved": at the smallest steps the chains stay where they started). The
+proposal is the largest accurate step: no larger stable step is within the tolerances, and every
+smaller one mixes more slowly. The pilot's spread and its inflation over the smallest spread are
+still reported (``explain()``), as a diagnostic.
 
 For large ``N d`` the law is that of one scalar mode at the pooled Hessian's largest
 eigenvalue (every agent holding ``1/N`` of it), which bounds the stiffest direction's bias but
 not the agents' disagreement in mean. :func:`~dgsgld.tuning.adaptation.warmup` adapts a
-preconditioner as well, which a badly conditioned posterior needs: without one the stiffest direction sets the step
-and the flattest ones barely move.
+preconditioner as well, which a badly conditioned posterior needs: without one the stiffest
+direction sets the step and the flattest ones barely move.
 
 **A criterion of your own.** The spread criterion asks for samples faithful to the posterior.
 When what matters is a prediction after a run of a given length (the paper tunes its
