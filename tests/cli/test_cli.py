@@ -135,6 +135,7 @@ def test_run_prints_the_table(capsys):
     assert kb == round(links * 2 * 24 / 20 / 1e3, 1), (kb, links)
 
 
+@pytest.mark.slow  # fast twin: tests/cli/test_cli.py::test_run_reports_bad_batch_size
 def test_the_run_command_loads_neither_networkx_nor_optax():
     # Loaded where they are used (graphs given as networkx objects, gradient tuning), not by
     # `python -m dgsgld run`'s imports or its network.

@@ -258,6 +258,8 @@ def test_ctrl_c_while_the_package_imports_stops_with_130(tmp_path):
     assert waited < 5.0
 
 
+@pytest.mark.slow  # fast twin:
+# tests/cli/test_cli.py::test_command_line_process_prints_one_error_line
 def test_a_keyboard_interrupt_lost_in_a_callback_ends_the_command_with_130():
     # Ctrl-C raised inside a garbage-collection callback or a `__del__` (JAX registers such a
     # callback) reaches `sys.unraisablehook` instead of the command: it must end the process

@@ -129,6 +129,7 @@ def test_top_k_selection_is_lax_top_k_ties_included():
     _check_random_k_keeps_its_largest_uniform_keys()
 
 
+@pytest.mark.slow  # fast twin: test_top_k_selection_is_lax_top_k_ties_included
 def test_top_k_selection_in_one_program():
     """test_top_k_selection_is_lax_top_k_ties_included on three of its cases, compiled as
     one program: d = 97 with continuous values, ties and zeros in float32 at k = 30 (ties at

@@ -124,6 +124,8 @@ def test_round_draws_do_not_depend_on_chain_batching(key):
                                       channel.bytes_sent(one.state))
 
 
+@pytest.mark.slow  # fast twin:
+# tests/communication/test_channel.py::test_diging_exact_channel_and_tracking_invariant
 def test_links_and_stragglers_step_by_step(key):
     """DIGing-SGLD with mini-batches on the complete graph, links up w.p. 1/2 and the
     activity pattern (all, all but 1, only 1 and 2), 6 steps, one compiled program. The used

@@ -152,7 +152,7 @@ def test_step_sizes_guide_runs():
     assert search.best_step_size == pytest.approx(float(ns["steps"][np.nanargmin(scores)]))
 
 
-@pytest.mark.slow  # fast twin: tests/tuning/test_warmup.py (the warm-up on a Gaussian, known answer)
+@pytest.mark.slow  # fast twin: tests/tuning/test_warmup.py (a Gaussian, known answer)
 def test_warmup_section_of_the_step_sizes_guide_runs():
     with pytest.warns(RuntimeWarning, match="step size"):
         ns, printed = run("guide/step-sizes.md", "A step size proposed for your model",

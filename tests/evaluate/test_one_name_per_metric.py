@@ -10,6 +10,8 @@ import sys
 import types
 from collections import defaultdict
 
+import pytest
+
 import dgsgld.evaluate
 import dgsgld.posteriors
 
@@ -61,6 +63,8 @@ def test_the_flat_namespace_holds_every_metric_of_the_submodules():
             assert getattr(flat, name) is getattr(module, name)
 
 
+@pytest.mark.slow  # fast twin:
+# tests/posteriors/test_posteriors.py::test_bench_writes_the_sbc_cells_without_matplotlib
 def test_importing_the_plots_does_not_import_matplotlib():
     # matplotlib is an optional extra: dgsgld.evaluate.plots imports it on first use only.
     code = ("import sys, dgsgld; from dgsgld.evaluate import plots; "

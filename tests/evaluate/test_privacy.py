@@ -487,6 +487,7 @@ def test_measured_privacy_loss_reaches_but_never_exceeds_the_reported_epsilon():
     assert lower <= reported <= upper, (lower, reported, upper)
 
 
+@pytest.mark.slow  # fast twin: test_subsampled_composition_is_dp_accountings_own
 def test_subsampled_step_is_bounded_by_the_without_replacement_accountant():
     """One step, two data, mini-batches of one (``q = 1/2``, scale ``n/b = 2``): datum 1 at
     ``±M`` (clipped gradient ``∓C``), datum 2 at 0 (gradient 0 at ``x = 0``). The released

@@ -240,6 +240,8 @@ def test_bad_private_declarations_are_refused_with_the_argument_named():
                                  jax.random.key(0))
 
 
+@pytest.mark.slow  # fast twin:
+# tests/model/test_ppl.py::test_numpyro_potential_equals_the_model_written_by_hand
 def test_numpyro_agent_plate_gives_private_sites_with_the_hand_written_potential():
     """A numpyro model of the pooled data with intercepts in a plate over the agents: the
     intercepts become private parameters, and the potential's gradients equal those of the

@@ -247,6 +247,7 @@ print("SLURM", jax.process_index(), jax.process_count(), jax.device_count(), lis
 """
 
 
+@pytest.mark.slow  # fast twin: test_sample_chains_in_one_process_is_dgsgld_sample_with_its_ensemble
 def test_initialize_without_arguments_joins_a_simulated_slurm_job():
     # What srun sets for two tasks of one job on one node ("localhost"); JAX derives the
     # coordinator (the first node, port 61440 + job id mod 4096) and each process's id and

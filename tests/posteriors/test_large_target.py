@@ -3,8 +3,8 @@ the Laplace approximation (:func:`dgsgld.posteriors.laplace.laplace`).
 
 The default run checks the generator on small ``n``, the Laplace approximation on targets with
 a known answer, and the shipped reference against the target's Laplace approximation stored
-in ``tests/posteriors/data/logistic_large_laplace.npz``. Building the 10⁶ data (about 4 s and 0.8 GB at
-peak) and everything that uses them is ``slow``, including the check that the stored Laplace
+in ``tests/posteriors/data/logistic_large_laplace.npz``. Building the 10⁶ data (about 4 s and
+0.8 GB at peak) and everything that uses them is ``slow``, including the check that the stored Laplace
 approximation is the data's (``python tests/posteriors/test_large_target.py`` rewrites it).
 """
 

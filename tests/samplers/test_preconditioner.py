@@ -390,6 +390,8 @@ def test_grid_run_with_a_pytree_diagonal_equals_each_dense_run():
                                    rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # fast twin:
+# tests/runner/test_reliability_checkpoint.py::test_resume_with_other_settings_is_refused
 def test_checkpoint_resume_needs_the_same_preconditioner(tmp_path):
     """A chunked run with a preconditioner equals one call bit for bit, a different ``M``
     moves the chains, and a resume with it is refused naming the field, as a changed step

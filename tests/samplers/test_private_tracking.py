@@ -271,6 +271,8 @@ def _released(algo, sign, clip, eta, steps, num_chains, key):
     return np.asarray(copies, np.float64), np.asarray(positions, np.float64), np.asarray(W)
 
 
+@pytest.mark.slow  # fast twin:
+# tests/evaluate/test_privacy.py::test_measured_privacy_loss_reaches_but_never_exceeds_the_reported_epsilon
 def test_measured_privacy_loss_of_copies_and_positions_reaches_but_never_exceeds_epsilon(dp):
     """Neighbouring data sets of agent 0 (its one datum at ``±100``: clipped gradient ``∓C``
     throughout), T = 4 steps, full batches, η = 0.02, ``σ = √(2/η)`` (the copies as noisy as

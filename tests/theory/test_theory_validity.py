@@ -92,6 +92,7 @@ def test_theorems_bound_exact_w2_at_every_k(case):
             assert terms.D[0] ** 2 >= np.max(np.asarray(mom.aux_sq)), case
 
 
+@pytest.mark.slow  # fast twin: tests/theory/test_theory_bounds.py
 def test_how_loose_on_small_problems():
     # Not a claim of the paper; pins down the order of looseness reported in the README.
     q, W, m0, S0 = two_agents()

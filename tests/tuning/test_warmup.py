@@ -204,6 +204,7 @@ def test_other_preconditioners(kind):
         assert np.all((diag * np.diag(A) > 1 / 3) & (diag * np.diag(A) < 3))
 
 
+@pytest.mark.slow  # fast twin: test_dense_preconditioner_is_the_posterior_covariance
 def test_pytree_parameters_with_a_diagonal_preconditioner():
     """Parameters as a dict of leaves: curvature, M and the draws on the flattened parameters
     (``jax.tree.leaves`` order, each raveled), and back."""
@@ -341,6 +342,7 @@ def test_top_level_export():
     assert "warmup" in dgsgld.tuning.__all__
 
 
+@pytest.mark.slow  # fast twin: test_budget_too_small_is_reported
 def test_divergence_lowers_the_step_and_is_reported():
     """A first step far above the stable range (probe = 300 x the criterion's) diverges; the
     window reruns at a quarter of the step until it runs, and the report counts the reruns."""
