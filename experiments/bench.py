@@ -1,4 +1,4 @@
-"""The posterior benchmark behind ``dgsgld bench posteriors``: samplers against the stored
+"""The posterior benchmark behind ``python -m experiments bench posteriors``: samplers against the stored
 references.
 
 For every target with a stored reference, every network and every sampler: the data are split

@@ -31,7 +31,7 @@ predictive of an agent averages the probabilities of its own samples: every chai
 iteration after burn-in. "network" scores pool every agent's samples. The MAP baseline picks its
 number of Adam steps (a checkpoint) by the same validation NLL.
 
-    python -m dgsgld reproduce digits --out DIR [--small]
+    python -m experiments reproduce digits --out DIR [--small]
 """
 
 import json
