@@ -1,5 +1,5 @@
-"""The posterior benchmark behind ``python -m experiments bench posteriors``: samplers against the stored
-references.
+"""The posterior benchmark behind ``python -m experiments bench posteriors``: samplers against
+the stored references.
 
 For every target with a stored reference, every network and every sampler: the data are split
 across ``num_agents`` agents (``split``, see :mod:`dgsgld.posteriors.targets`), the step size

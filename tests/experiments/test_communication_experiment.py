@@ -1,4 +1,5 @@
-"""``python -m experiments reproduce communication``: its standard errors and its rows' byte accounting."""
+"""``python -m experiments reproduce communication``: its standard errors and its rows' byte
+accounting."""
 
 import json
 import sys
