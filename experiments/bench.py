@@ -213,6 +213,15 @@ def run_chains(algorithm, potential, mixing, init, key, settings: BenchSettings)
     return trace, round(float(per_seed.mean()))
 
 
+def _seed_scores(target, ref, potential, draws, settings, rng) -> dict | None:
+    """The scores of one seed's ``(draws, d)`` on ``settings.score_size`` of them drawn
+    without replacement by ``rng``; ``None`` (and no draw of ``rng``) if any is non-finite."""
+    if not np.all(np.isfinite(draws)):
+        return None
+    pick = rng.choice(draws.shape[0], min(settings.score_size, draws.shape[0]), replace=False)
+    return _scores(target, ref, potential, draws[pick])
+
+
 def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
     method = SAMPLERS[sampler_name]
     n = settings.num_agents
@@ -241,13 +250,8 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
     per_seed = []
     for s in range(settings.seeds):
         group = positions[s * settings.chains:(s + 1) * settings.chains, kept // 2:]
-        draws = group.reshape(-1, target.dim)
-        if not np.all(np.isfinite(draws)):
-            per_seed.append(None)
-            continue
-        pick = rng.choice(draws.shape[0], min(settings.score_size, draws.shape[0]),
-                          replace=False)
-        per_seed.append(_scores(target, ref, potential, draws[pick]))
+        per_seed.append(_seed_scores(target, ref, potential, group.reshape(-1, target.dim),
+                                     settings, rng))
     return {"step_size": h, "wall_s": wall, "bytes_sent": sent,
             "diverged": int(np.sum(np.asarray(trace.diverged))), "seeds": per_seed}
 
@@ -294,13 +298,9 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
                         "rhat_max": report.rhat_max, "check_ess": report.check_ess,
                         "predicted_ess": report.predicted_ess, "retries": report.retries,
                         "bytes_sent": report.bytes_sent, "verdict": report.verdict})
-        draws = np.asarray(trace.positions).reshape(-1, target.dim)
-        if not np.all(np.isfinite(draws)):
-            per_seed.append(None)
-            continue
-        pick = rng.choice(draws.shape[0], min(settings.score_size, draws.shape[0]),
-                          replace=False)
-        per_seed.append(_scores(target, ref, potential, draws[pick]))
+        per_seed.append(_seed_scores(target, ref, potential,
+                                     np.asarray(trace.positions).reshape(-1, target.dim),
+                                     settings, rng))
     etas = [r["step_size"] for r in reports if "step_size" in r]
     return {"step_size": float(np.median(etas)) if etas else float("nan"),
             "wall_s": time.perf_counter() - t0,
