@@ -76,6 +76,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import MCMC, NUTS
 
+from benchmarks.harness import resumable_results
 from benchmarks.nuts_cost import band
 from dgsgld import gradients, networks
 from dgsgld.posteriors import get_target, load_reference
@@ -467,12 +468,7 @@ def main(argv=None):
     if not 0 < args.inflation < 1:
         parser.error(f"--inflation must be in (0, 1); got {args.inflation}.")
     globals()["INFLATION"] = args.inflation  # read by gaussian_step
-    result = json.loads(args.out.read_text()) if args.out.exists() else {}
-
-    def save(name, entry):
-        result[name] = entry
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        args.out.with_suffix(".md").write_text(markdown(result))
+    result, save = resumable_results(args.out, markdown)
 
     for name in args.names:
         target_entry(name, args.repeats, batch=args.batch, plain_budget=args.plain_budget,

@@ -165,3 +165,19 @@ def stream_table(header: list[str], rows, out=None) -> str:
         Path(out).write_text(text)
     return text
 
+
+
+def resumable_results(path, markdown: Callable[[dict], str]):
+    """``(result, save)``: the JSON results at ``path`` so far (``{}`` when none), and
+    ``save(name, entry)``, which records one entry and rewrites the JSON and its Markdown
+    table (``path`` with the suffix ``.md``), so that an interrupted run keeps what it did."""
+    import json
+
+    result = json.loads(path.read_text()) if path.exists() else {}
+
+    def save(name, entry):
+        result[name] = entry
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        path.with_suffix(".md").write_text(markdown(result))
+
+    return result, save

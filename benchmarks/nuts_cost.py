@@ -52,6 +52,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np
 from numpyro.infer import MCMC, NUTS
 
+from benchmarks.harness import resumable_results
 from dgsgld.posteriors import get_target, load_reference
 from dgsgld.posteriors.scores import moment_errors
 from experiments.bench import BenchSettings
@@ -184,12 +185,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("nuts_cost.json"))
     parser.add_argument("--progress", action="store_true", help="numpyro's progress bar")
     args = parser.parse_args(argv)
-    result = json.loads(args.out.read_text()) if args.out.exists() else {}
-
-    def save(name, entry):
-        result[name] = entry
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        args.out.with_suffix(".md").write_text(markdown(result))
+    result, save = resumable_results(args.out, markdown)
 
     for name in args.names:
         cost(name, sorted(args.warmups), sorted(args.samples), args.seed,
