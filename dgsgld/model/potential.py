@@ -584,6 +584,39 @@ class Potential(eqx.Module):
         one = jax.grad(pot._local_value)
         return jax.vmap(one, in_axes=(0, 0, 0, None))(positions, self.data, weights, 1.0)
 
+    def subsample_indices(self, key: PRNGKey, size: int) -> Array:
+        """``(N, size)`` indices: every agent's uniform ``size``-subset of its own data (drawn
+        without replacement; an agent with fewer data keeps all of them, padded by repeats of
+        weight 0 in :meth:`subsample_grad`)."""
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"`size` must be a positive integer; got {size!r}.")
+        counts, _ = self._counts_weights(self.num_agents, jnp.float32)
+        size = min(size, self.local_size)
+        keys = jax.random.split(key, self.num_agents)
+        return jax.vmap(lambda k, c: distinct_batch(k, jnp.maximum(c, size), size))(keys, counts)
+
+    def subsample_grad(self, positions: PyTree, indices: Array) -> PyTree:
+        """Unbiased estimates of ``grad f_i(x_i)`` from the data ``indices`` ``(N, m)`` of
+        :meth:`subsample_indices` (any ``m``, whatever ``batch_size``): agent ``i``'s data
+        term scaled by ``n_i / m`` (every datum when ``m >= n_i``), plus the prior terms.
+        ``positions`` as in :meth:`full_grad`; needs ``log_likelihood``."""
+        if self.log_likelihood is None:
+            raise ValueError("`subsample_grad` needs `log_likelihood`; this potential has an "
+                             "oracle.")
+        pot, positions = self._on_arrays(positions, name="positions", agents=self.num_agents)
+        dtype = jax.tree.leaves(positions)[0].dtype
+        counts, weights = self._counts_weights(self.num_agents, dtype)
+        m = indices.shape[1]
+
+        def one(params, agent_data, count, weight, idx):
+            batch = jax.tree.map(lambda leaf: leaf[idx], agent_data)
+            # an agent with at most m data: its real data once each (the draw holds them all)
+            whole = count <= m
+            w = jnp.where(whole, weight[idx], jnp.ones((m,), dtype))
+            scale = jnp.where(whole, 1.0, count.astype(dtype) / m)
+            return jax.grad(pot._local_value)(params, batch, w, scale)
+        return jax.vmap(one)(positions, self.data, counts, weights, indices)
+
     def agent_values(self, positions: PyTree) -> Array:
         """Full-batch potentials ``f_i(x_i)``, shape ``(N,)``; ``positions`` as in
         :meth:`full_grad`."""

@@ -45,6 +45,23 @@ the last window is shorter than five relaxation times of the chosen step
 (``1 / −log ρ`` steps, ``ρ`` the exact law's spectral radius), or when the sampling run would
 give fewer than ``min_ess`` effective draws of the slowest mode.
 
+**Private parameters** (a potential with ``private=`` leaves, decentralized samplers): ``M``
+is block-diagonal between the shared coordinates and the private ones, the same on every agent
+as every preconditioner. The shared block is adapted as above from the shared blocks of the
+agents' curvature, gradients and positions. The private block is the inverse of the network
+sum of the agents' private curvatures: a private coordinate moves at the sampler's step on
+``f_i`` while the network average moves at ``η/N`` on ``Σ f_i``, and this sum balances the two.
+An agent's private positions and gradients never leave it; its curvature does (the private
+block and, dense, its coupling to the shared one; flooded with the rest, bytes counted). The
+exact law is then the joint model's, each private block at its conditional optimum (its
+gradient is not sent), scored agent by agent on ``(φ, θ_i)`` against the posterior's marginal;
+the modal law adds every agent's preconditioned private curvature times ``N`` (the shared mode
+of the same speed) to the scalar modes, and the stiffness cap's power iteration runs on the
+joint Hessian, summing only the shared coordinates over the network. The restart puts each
+private block at its agent's own centre, ``√N`` times wider, and the R-hat check takes the
+shared network average and every agent's private coordinates. Centralized SGLD (whose
+positions hold the pooled joint vector) and models with no shared parameter are refused.
+
 All the agents' arithmetic on the flooded data is deterministic, so every agent holds the same
 ``M`` and ``η``; the simulation computes them once. The same ``key`` gives the same result.
 """
@@ -142,6 +159,8 @@ class WarmupReport(NamedTuple):
         num_steps: sampler steps spent (the budget).
         budget_ok: ``False`` when the budget was too small (``verdict`` says why).
         verdict: ``"ok"`` or ``"budget too small: ..."``.
+        private_coordinates: the private coordinates of one agent's vector (module doc:
+            adapted on their agent, never sent); 0 for a fully shared model.
     """
 
     sampler: str
@@ -166,6 +185,7 @@ class WarmupReport(NamedTuple):
     num_steps: int
     budget_ok: bool
     verdict: str
+    private_coordinates: int = 0
 
     def explain(self) -> str:
         """The choices and the checks, in words."""
@@ -185,7 +205,10 @@ class WarmupReport(NamedTuple):
             + (" (capped the step)." if self.capped else "."),
             (f"Over-dispersed restart: largest R-hat {self.rhat_max:.3f} (ESS of the check "
             f"{self.check_ess:.0f})."),
-            f"Agreement by flooding: {self.rounds} rounds, {self.bytes_sent / 1e6:.3f} MB.",
+            f"Agreement by flooding: {self.rounds} rounds, {self.bytes_sent / 1e6:.3f} MB"
+            + (f" ({self.private_coordinates} private coordinates per agent: their "
+               "curvature was sent, never their values or gradients)."
+               if self.private_coordinates else "."),
             f"Verdict: {self.verdict}.",
         ]
         return "\n".join(lines)
@@ -286,6 +309,21 @@ def _flat(init, decentralized: bool) -> _Flat:
     return _Flat(unravel, static, lead, int(flat.size))
 
 
+def _private_coordinates(potential, init, lead: int) -> np.ndarray | None:
+    """``(d,)`` bools, ``True`` at the private coordinates of one agent's flat vector (leaf
+    order, as :class:`_Flat`), or ``None`` when no leaf is private."""
+    if getattr(potential, "private", None) is None:
+        return None
+    one = jax.tree.map(lambda x: x[(0,) * lead] if eqx.is_array(x) else x, init)
+    mask = potential.private_mask(one)
+    if mask is None:
+        return None
+    flags = [np.full(int(np.size(x)), bool(m)) for x, m in
+             zip(jax.tree.leaves(one), jax.tree.leaves(mask)) if eqx.is_array(x)]
+    out = np.concatenate(flags)
+    return out if out.any() else None
+
+
 # ------------------------------------------------------------------ local curvature
 
 
@@ -298,6 +336,7 @@ class _AgentGrads(eqx.Module):
     treedef: Any = eqx.field(static=True)
     shapes: tuple = eqx.field(static=True)
     static: Any = eqx.field(static=True)
+    indices: Any = None     # (N, m) data of each agent's subsample; None: its full data
 
     def arrays(self, vector):
         leaves, start = [], 0
@@ -309,7 +348,9 @@ class _AgentGrads(eqx.Module):
 
     def __call__(self, x):
         tree = eqx.combine(jax.vmap(self.arrays)(x), self.static)
-        g = eqx.filter(self.potential.full_grad(tree), eqx.is_array)
+        g = (self.potential.full_grad(tree) if self.indices is None
+             else self.potential.subsample_grad(tree, self.indices))
+        g = eqx.filter(g, eqx.is_array)
         return jax.vmap(lambda t: ravel_pytree(t)[0])(g).astype(x.dtype)
 
 
@@ -346,29 +387,66 @@ def _diagonal_curvature(grads, xs, key, probes: int):
 
 
 @eqx.filter_jit
-def _pooled_top(grads, xs, scale, key, iterations: int):
+def _pooled_top(grads, xs, scale, key, iterations: int, private=None):
     """Largest eigenvalue of ``Sᵀ (Σ_i ∇²f_i(x_i)) S`` at every point ``xs (P, N, d)`` by power
     iteration, ``S = scale`` a ``(d, d)`` matrix or ``(d,)`` diagonal: each iteration one
-    Hessian-vector product per agent and one network sum."""
-    def mul(v):
-        return scale @ v if scale.ndim == 2 else scale * v
+    Hessian-vector product per agent and one network sum.
 
-    def mul_t(v):
-        return scale.T @ v if scale.ndim == 2 else scale * v
+    With ``private`` (``(d,)`` bools) the operator is the joint Hessian of ``Σ_i f_i(φ, θ_i)``
+    with the private blocks scaled by ``N`` (a private coordinate moves at ``N`` times the
+    network average's step): the iterate holds one ``φ`` and every agent's own ``θ_i``, and only
+    the shared coordinates of the agents' products are summed over the network."""
+    def mul(v):  # S v (rows of v: agents)
+        if scale.ndim == 1:
+            return scale * v
+        return scale @ v if v.ndim == 1 else v @ scale.T
+
+    def mul_t(v):  # Sᵀ v
+        if scale.ndim == 1:
+            return scale * v
+        return scale.T @ v if v.ndim == 1 else v @ scale
+
+    if private is None:
+        def at(args):
+            x, k = args
+
+            def hvp(v):
+                t = jnp.broadcast_to(mul(v), x.shape)
+                return mul_t(jnp.sum(jax.jvp(grads, (x,), (t,))[1], axis=0))
+
+            v = jax.random.normal(k, x.shape[-1:], x.dtype)
+            v = v / jnp.linalg.norm(v)
+            v = jax.lax.fori_loop(
+                0, iterations,
+                lambda _, v: (w := hvp(v)) / jnp.maximum(jnp.linalg.norm(w), 1e-30), v)
+            return v @ hvp(v)
+        return jax.lax.map(at, (xs, jax.random.split(key, xs.shape[0])))
+
+    N = xs.shape[1]
+    private = jnp.broadcast_to(private, xs.shape[1:])                    # (N, d)
+    root_n = jnp.where(private, jnp.sqrt(jnp.asarray(N, xs.dtype)), 1.0)
+
+    def joint(v):  # one φ (agent 0's row) and every θ_i
+        return jnp.where(private, v, jnp.broadcast_to(v[:1], v.shape))
+
+    def inner(v, w):  # the joint vectors' inner product: φ once, every θ_i
+        return jnp.sum(jnp.where(private, v * w, 0.0)) + jnp.sum(
+            jnp.where(private[0], 0.0, v[0] * w[0]))
 
     def at(args):
         x, k = args
 
         def hvp(v):
-            t = jnp.broadcast_to(mul(v), x.shape)
-            return mul_t(jnp.sum(jax.jvp(grads, (x,), (t,))[1], axis=0))
+            out = jax.jvp(grads, (x,), (mul(root_n * v),))[1]
+            total = jnp.broadcast_to(jnp.sum(out, axis=0, keepdims=True), out.shape)
+            return root_n * mul_t(jnp.where(private, out, total))
 
-        v = jax.random.normal(k, x.shape[-1:], x.dtype)
-        v = v / jnp.linalg.norm(v)
-        v = jax.lax.fori_loop(0, iterations,
-                              lambda _, v: (w := hvp(v)) / jnp.maximum(jnp.linalg.norm(w), 1e-30),
-                              v)
-        return v @ hvp(v)
+        def normalized(v):
+            return v / jnp.maximum(jnp.sqrt(inner(v, v)), 1e-30)
+
+        v = normalized(joint(jax.random.normal(k, x.shape, x.dtype)))
+        v = jax.lax.fori_loop(0, iterations, lambda _, v: normalized(hvp(v)), v)
+        return inner(v, hvp(v))
     return jax.lax.map(at, (xs, jax.random.split(key, xs.shape[0])))
 
 
@@ -376,7 +454,7 @@ class _Adaptation(NamedTuple):
     kind: str                      # "dense", "diagonal", "lowrank" or "identity" (M = I)
     M: np.ndarray                  # (d, d) dense or (d,) diagonal of the base part
     factor: np.ndarray | None      # (d, k) low-rank widening U, or None
-    shift: np.ndarray              # (d,) agreed centre c
+    shift: np.ndarray              # (d,) agreed centre c; (N, d) with private coordinates
     step: float
     parameter: float | None
     errors: Any
@@ -448,15 +526,59 @@ def _modes(kind: str, curvature_range) -> list:
     return sorted({max(curvature_range[0], 1e-6), 1.0, curvature_range[1]})
 
 
+def _inverse_curvature(pooled: np.ndarray, dense: bool, kind: str):
+    """``(M, clipped)``: a pooled curvature made positive definite (``clipped``) and its inverse
+    (the identity for ``kind == "identity"``)."""
+    if dense:
+        lam, Q = np.linalg.eigh(pooled)
+        clipped = (Q * _floor(lam)) @ Q.T
+        M = np.eye(len(pooled)) if kind == "identity" else np.linalg.inv(clipped)
+        return 0.5 * (M + M.T), clipped
+    clipped = _floor(pooled)
+    return (np.ones(len(pooled)) if kind == "identity" else 1.0 / clipped), clipped
+
+
+def _joint_quadratic(A, A_s, g, p, shift, S, sh, pr) -> Quadratic | None:
+    """The agents' quadratics over shared and private coordinates in ``y = S⁻¹(x − c_i)``
+    (``c_i = shift[i]``: the agreed shared centre, the agent's own private one), centred at the
+    joint minimizer, or ``None`` when they are not jointly positive definite. ``A (N, d, d)``
+    the measured Hessians, ``A_s`` their shared blocks as floored; each private block is
+    floored on its own. A private gradient never leaves its agent: each private block is taken
+    at its conditional optimum (its gradient 0 at the centre)."""
+    N, d = p.shape
+    A = np.array(A)
+    A[:, sh[:, None], sh[None, :]] = A_s
+    for i in range(N):
+        lam, Q = np.linalg.eigh(A[i][np.ix_(pr, pr)])
+        A[i][np.ix_(pr, pr)] = (Q * _floor(lam)) @ Q.T
+    g = np.array(g)
+    g[:, pr] = 0.0
+    b = np.einsum("iab,ib->ia", A, p - shift) - g
+    Ay, by = np.einsum("ab,iac,cd->ibd", S, A, S), b @ S
+    mask = np.zeros(d, bool)
+    mask[pr] = True
+    q = Quadratic(Ay, by, tuple(bool(m) for m in mask))
+    J = q.joint(np)[0]
+    if np.linalg.eigvalsh(0.5 * (J + J.T))[0] <= 0:
+        return None
+    centre = np.einsum("iad,d->ia", q.embedding(), q.minimizer())
+    return q._replace(shifts=by - np.einsum("iab,ib->ia", Ay, centre))
+
+
 def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes: int, rank: int,
            tol_sd: float, tol_mean: float, num_draws: float, start: int,
-           final: bool = True) -> _Adaptation:
+           final: bool = True, private: np.ndarray | None = None,
+           curvature_batch: int | None = None) -> _Adaptation:
     """One adaptation from the agents' points ``xs (P, N, d)`` (and the window's draws
-    ``(C, T, N, d)`` for the low-rank widening)."""
+    ``(C, T, N, d)`` for the low-rank widening); ``private``: ``(d,)`` bools of the private
+    coordinates (module doc), or ``None``."""
     P, N, d = xs.shape
     decentralized = family.cls.decentralized
     x = jnp.asarray(xs, jnp.float32)
     k_curv, k_top = jax.random.split(key)
+    if curvature_batch is not None:  # one subsample per agent for every point of this window
+        indices = grads.potential.subsample_indices(jax.random.fold_in(key, 1), curvature_batch)
+        grads = eqx.tree_at(lambda g: g.indices, grads, indices, is_leaf=lambda v: v is None)
     dense = kind == "dense" or (kind == "identity" and d <= DENSE_MAX_DIM)
     if dense:
         H, g = _dense_curvature(grads, x)
@@ -471,35 +593,59 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
         raise RuntimeError("the curvature is not finite at any of the chains' positions.")
     H, g, pts = H[finite], g[finite], np.asarray(xs, np.float64)[finite]
     A, gbar, p = H.mean(0), g.mean(0), pts.mean(0)          # (N, d[, d]), (N, d), (N, d)
-    pooled = A.sum(0)
-    if dense:
-        lam, Q = np.linalg.eigh(pooled)
-        clipped = (Q * _floor(lam)) @ Q.T
-        M = np.eye(d) if kind == "identity" else np.linalg.inv(clipped)
-        M = 0.5 * (M + M.T)
-    else:
-        clipped = _floor(pooled)
-        M = np.ones(d) if kind == "identity" else 1.0 / clipped
-    A = A + ((clipped - pooled) / N)[None]                   # the floor shared evenly
-    c = p.mean(0)
-    tri = d * (d + 1) // 2 if dense else d
-    # Flooded: every agent's (A_i, g_i, p_i) and, dense, its Hessians at the points (for the
-    # stiffness cap); diagonal: the cap's power iterations are network sums of d-vectors.
+    A_all, g_all, p_all = A, gbar, p
+    # Shared coordinates `sh` (all of them without private ones) and private ones `pr`.
+    sh = np.arange(d) if private is None else np.flatnonzero(~private)
+    pr = np.arange(0) if private is None else np.flatnonzero(private)
+    ds = sh.size
+    A_s = A[:, sh][:, :, sh] if dense else A[:, sh]
+    pooled = A_s.sum(0)
+    M, clipped = _inverse_curvature(pooled, dense, kind)
+    A_s = A_s + ((clipped - pooled) / N)[None]               # the floor shared evenly
+    c = p[:, sh].mean(0)
+    shift = c
+    tri = ds * (ds + 1) // 2 if dense else ds
+    flood_points = dense and private is None
+    # Flooded: every agent's shared (A_i, g_i, p_i) and, dense, its Hessians at the points (for
+    # the stiffness cap); diagonal (and with private coordinates): the cap's power iterations
+    # are network sums of shared d-vectors. Private coordinates add their curvature: the
+    # private block (and, dense, its coupling to the shared one).
+    dp = pr.size
+    extra = (dp * (dp + 1) // 2 + ds * dp if dense else dp) if dp else 0
     cost = _gossip.GossipCost(0, 0)
     if decentralized:
-        cost = _gossip.all_gather(np.full(N, tri + 2 * d + (len(H) * tri if dense else 0)),
-                                  mixing, start)
+        cost = _gossip.all_gather(np.full(N, tri + 2 * ds + extra + (
+            len(H) * tri if flood_points else 0)), mixing, start)
+    if pr.size:
+        # The private blocks: one M_pp for every agent, the inverse of the network sum of the
+        # agents' private curvatures (each moves at N times the network average's step, so
+        # this balances the two); their positions and gradients never leave the agent.
+        A_p = A[:, pr][:, :, pr] if dense else A[:, pr]
+        M_p, _ = _inverse_curvature(A_p.sum(0), dense, kind)
+        full = np.zeros((d, d) if dense else d)
+        if dense:
+            full[np.ix_(sh, sh)], full[np.ix_(pr, pr)] = M, M_p
+        else:
+            full[sh], full[pr] = M, M_p
+        M = full
+        shift = np.empty((N, d))
+        shift[:, sh], shift[:, pr] = c, p[:, pr]
     factor = None
     if kind == "lowrank":
+        factor = np.zeros((d, 0))
         if draws is not None:
-            factor, more = _widen(M, draws, c, rank, mixing if decentralized else None)
+            U, more = _widen(M[sh], draws[..., sh], c, rank, mixing if decentralized else None)
+            factor = np.zeros((d, U.shape[1]))
+            factor[sh] = U
             cost = cost + more
-        else:
-            factor = np.zeros((d, 0))
-    adaptation = _Adaptation(kind, M, factor, c, 0.0, None, None, None, "", (1.0, 1.0), 0.0, False,
-                             cost)
-    S = adaptation.root()
-    # The local quadratics in y = S⁻¹(x − c): A_i' = Sᵀ A_i S, b_i' = Sᵀ (A_i p_i − g_i − A_i c).
+    adaptation = _Adaptation(kind, M, factor, shift, 0.0, None, None, None, "", (1.0, 1.0), 0.0,
+                             False, cost)
+    S_full = adaptation.root()
+    S = S_full[np.ix_(sh, sh)] if S_full.ndim == 2 else S_full[sh]
+    A, p, gbar = A_s, p[:, sh], gbar[:, sh]
+    # The local quadratics of the shared coordinates in y = S⁻¹(x − c):
+    # A_i' = Sᵀ A_i S, b_i' = Sᵀ (A_i p_i − g_i − A_i c) (a private block sits at its agent's
+    # own centre, so it adds nothing to b_i').
     if S.ndim == 2:
         b = np.einsum("iab,ib->ia", A, p - c) - gbar if A.ndim == 3 else A * (p - c) - gbar
         Ay = (np.einsum("ab,iac,cd->ibd", S, A, S) if A.ndim == 3
@@ -515,31 +661,55 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
         b = A * (p - c) - gbar
         Ay, by = None, b * S
         spectrum = (A * S**2).sum(0)
+    private_modes = []
+    if pr.size:
+        # Each agent's private curvature in the preconditioned coordinates, times N: the shared
+        # mode of the same speed (the network average moves at η/N, a private block at η).
+        S_p = S_full[np.ix_(pr, pr)] if S_full.ndim == 2 else S_full[pr]
+        if dense:
+            Ap = np.einsum("ab,iac,cd->ibd", S_p, A_p, S_p)
+            lam = np.linalg.eigvalsh(0.5 * (Ap + np.swapaxes(Ap, -1, -2)))
+        else:
+            lam = A_p * S_p**2
+        lam = _floor(N * lam.ravel())
+        private_modes = sorted({float(lam.min()), float(lam.max())})
+        spectrum = np.concatenate([spectrum, lam])
     curvature_range = (float(spectrum.min()), float(spectrum.max()))
     # The stiffest curvature met: the pooled preconditioned Hessian's top eigenvalue per point.
-    if dense:
+    if flood_points:
         Hy = np.einsum("ab,pnac,cd->pnbd", S, H, S)
         stiffest = float(np.max(np.linalg.eigvalsh(Hy.sum(1))[:, -1]))
     else:
         top = min(len(pts), 8)
         iterations = 30
         vals = _pooled_top(grads, jnp.asarray(pts[:top], jnp.float32),
-                           jnp.asarray(S, jnp.float32), k_top, iterations)
+                           jnp.asarray(S_full, jnp.float32), k_top, iterations,
+                           None if private is None else jnp.asarray(private))
         stiffest = float(np.max(np.asarray(vals, np.float64)))
         if decentralized:
-            per = _gossip.all_reduce_cost(d, mixing, start)
+            per = _gossip.all_reduce_cost(ds, mixing, start)
             cost = cost + _gossip.GossipCost(per.rounds * iterations * top,
                                              per.bytes * iterations * top)
     stiffest = max(stiffest, curvature_range[1])
     # The dense exact law for the adaptation that sets the final step; the earlier windows'
-    # steps (capped by the growth factor anyway) from the cheap scalar modes.
+    # steps (capped by the growth factor anyway) from the cheap scalar modes. Private
+    # coordinates enter the exact law's errors as their scalar modes.
     exact = final and Ay is not None and N * d <= EXACT_MAX_SIZE
+    q = Quadratic(Ay, by) if exact else None
+    if exact and dp:
+        joint = _joint_quadratic(A_all, A_s, g_all, p_all, shift, S_full, sh, pr)
+        if joint is not None:
+            q, private_modes = joint, []
     if exact:
-        q = Quadratic(Ay, by)
         law = "exact"
 
         def errors_at(eta, par):
-            return _criterion.stationary_errors(family.build(eta, par, law=True), q, mixing)
+            sampler = family.build(eta, par, law=True)
+            e = _criterion.stationary_errors(sampler, q, mixing)
+            if private_modes:  # a joint approximation that was not positive definite
+                e = _criterion.worst(e, _criterion.modal_errors(sampler, private_modes, N,
+                                                                 mixing))
+            return e
     else:
         modes = _modes(kind, curvature_range)
         law = "modal"
@@ -574,7 +744,7 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
             errors = errors_at(eta, par)
     return adaptation._replace(step=eta, parameter=par, errors=errors, errors_at=errors_at,
                                law=law, curvature_range=curvature_range, stiffest=stiffest,
-                               capped=capped)
+                               capped=capped, cost=cost)
 
 
 # ------------------------------------------------------------------ the warm-up
@@ -626,6 +796,7 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
            restart: float | None = 2.0, windows=WINDOWS, thin: int | None = None,
            probe: float = 0.1, growth: float = 4.0, max_retries: int = 3,
            curvature_points: int = 32, probes: int = 8, rank: int = 8,
+           curvature_batch: int | None = None,
            rhat_threshold: float = 1.1, min_ess: float = 100.0, min_check_ess: float = 50.0,
            log=None):
     """Adapt a sampler's preconditioner and step size in ``num_steps`` steps (module doc).
@@ -635,7 +806,8 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
             instance (its estimator, channel and noise generator are kept; its step size,
             friction or consensus weight and preconditioner are adapted).
         potential: the agents' potentials (:class:`dgsgld.Potential`, with ``log_likelihood``:
-            curvature needs full local gradients); its ``batch_size`` is the runs'.
+            curvature needs full local gradients); its ``batch_size`` is the runs'. Private
+            leaves (``private=``) get a private block of ``M`` (module doc).
         mixing: the network's schedule (stored matrices), ``None`` for centralized SGLD.
         init: starting points, leaves ``(num_chains, N, *param_shape)``
             (``(num_chains, *param_shape)`` for SGLD), at least 2 chains.
@@ -658,6 +830,11 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         max_retries: windows rerun after divergences before giving up.
         curvature_points: points (chains x times) per agent where curvature is measured.
         probes: Hutchinson probes per point (diagonal and low-rank).
+        curvature_batch: measure every agent's curvature and gradients on a uniform subsample
+            of this many of its data (drawn anew for each adaptation, the same at all of its
+            points; scaled by ``n_i / m``: unbiased), not on all of them: for large local data
+            sets, where ``curvature_points`` full Hessians per window would cost more than the
+            sampling. ``None``: full local data.
         rank: the low-rank preconditioner's largest rank.
         rhat_threshold, min_ess, min_check_ess: the budget checks (module doc).
         log: optional ``str -> None`` for a line per window.
@@ -674,13 +851,16 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     """
     family = _family(sampler, estimator)
     decentralized = family.cls.decentralized
-    if getattr(potential, "private", None) is not None:
-        # The agreed M and the step criterion's Gaussian approximation are over the shared
-        # parameters of one network; private leaves would need a per-agent block.
-        raise ValueError("`potential` declares private parameters (`private=`): the warm-up "
-                         "adapts fully shared models only; pass a preconditioner and a step "
-                         "to the sampler yourself (dgsgld.samplers.precondition).")
     flat = _flat(init, decentralized)
+    private = _private_coordinates(potential, init, flat.lead)
+    if private is not None and not decentralized:
+        raise ValueError("`potential` declares private parameters (`private=`): centralized "
+                         "SGLD samples their pooled joint posterior, which has no agents' "
+                         "blocks to adapt; warm up a decentralized sampler, or pass SGLD a "
+                         "preconditioner and a step yourself.")
+    if private is not None and private.all():
+        raise ValueError("`potential` declares every parameter private: the agents share "
+                         "nothing, so there is no network to adapt; sample each agent alone.")
     x = flat.flatten(init)
     chains, d = x.shape[0], flat.dim
     kind = preconditioner
@@ -688,6 +868,12 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         kind = "dense" if d <= DENSE_MAX_DIM else "diagonal"
     _check(num_steps, windows, kind, d, chains, decentralized, mixing, restart, tol_sd,
            tol_mean)
+    if curvature_batch is not None and (isinstance(curvature_batch, bool) or not isinstance(
+            curvature_batch, (int, np.integer)) or curvature_batch < 1):
+        raise ValueError(f"`curvature_batch` must be a positive integer or None; got "
+                         f"{curvature_batch!r}.")
+    if curvature_batch is not None:
+        curvature_batch = int(curvature_batch)
     if not np.all(np.isfinite(x)):
         raise ValueError("`init` has non-finite entries.")
     N = potential.num_agents
@@ -721,7 +907,8 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
                          f"chunk); got {thin!r}.")
     keys = jax.random.split(key, 3 * len(lengths) + 1)
     common = {"kind": base, "probes": probes, "rank": rank, "tol_sd": tol_sd,
-              "tol_mean": tol_mean, "num_draws": num_draws}
+              "tol_mean": tol_mean, "num_draws": num_draws, "private": private,
+              "curvature_batch": curvature_batch}
     pts = _points(xN[:, None], curvature_points)
     ad = _adapt(family, grads, mixing, pts, None, key=keys[-1], start=0,
                 final=len(lengths) == 1, **common)
@@ -739,7 +926,16 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
                                    "num_steps.")
             exhausted = True  # the last good window's state, at the lowered step
             break
-        if last and restart:
+        if last and restart and private is not None:
+            # Every agent of a chain at one shared point; each private block on its own, √N
+            # wider (M's private block is the network sum's inverse: N times too narrow).
+            S = ad.root()
+            z = np.asarray(jax.random.normal(keys[len(lengths) + w], (chains, N, d)),
+                           np.float64)
+            z = np.where(private, z * math.sqrt(N), z[:, :1])
+            spread = z @ S.T if S.ndim == 2 else z * S
+            start_x = ad.shift + restart * spread
+        elif last and restart:
             S = ad.root()
             z = np.asarray(jax.random.normal(keys[len(lengths) + w], (chains, d)), np.float64)
             spread = z @ S.T if S.ndim == 2 else z * S
@@ -799,9 +995,16 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     # The check runs on the network average in the preconditioned coordinates: one quantity per
     # direction of the metric, the draws the sampler's law is about.
     S = ad.root()
-    avg = final.mean(axis=2) - ad.shift
-    y = np.linalg.solve(S, avg.reshape(-1, d).T).T.reshape(avg.shape) if S.ndim == 2 \
-        else avg / S
+    if private is None:
+        avg = final.mean(axis=2) - ad.shift
+        y = np.linalg.solve(S, avg.reshape(-1, d).T).T.reshape(avg.shape) if S.ndim == 2 \
+            else avg / S
+    else:  # the shared coordinates' network average and every agent's private ones
+        dev = final - ad.shift
+        y = np.linalg.solve(S, dev.reshape(-1, d).T).T.reshape(dev.shape) if S.ndim == 2 \
+            else dev / S
+        y = np.concatenate([y[..., ~private].mean(axis=2),
+                            y[..., private].reshape(*y.shape[:2], -1)], axis=-1)
     rhat_max = float(np.nanmax(np.asarray(evaluate.rhat(y, diverged="drop"))))
     check_ess = float(np.nanmin(np.asarray(evaluate.ess(y, diverged="drop"))))
     reasons = []
@@ -831,5 +1034,6 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         curvature_range=ad.curvature_range, stiffest=float(ad.stiffest), capped=ad.capped,
         rhat_max=rhat_max, check_ess=check_ess, windows=tuple(history), retries=retries,
         bytes_sent=int(cost.bytes), rounds=int(cost.rounds), num_steps=int(spent),
-        budget_ok=not reasons, verdict=verdict)
+        budget_ok=not reasons, verdict=verdict,
+        private_coordinates=0 if private is None else int(private.sum()))
     return adapted, state, report

@@ -5,7 +5,8 @@ Given the agents' quadratics ``f_i(y) = ½ yᵀA_i y − b_iᵀy`` in preconditi
 sampler in ``y``), :func:`stationary_errors` solves the sampler's exact stationary law
 (:func:`dgsgld.theory.stationary_moments`: a discrete Lyapunov equation on the recursion of its
 type) and compares the law of the draws *pooled over agents* (what a user keeps) with the target
-``N(A⁻¹b, A⁻¹)``, ``A = Σ A_i``, whatever the direction:
+``N(A⁻¹b, A⁻¹)``, ``A = Σ A_i``, whatever the direction (with private coordinates, every
+agent's law of its ``(φ, θ_i)`` against the target's marginal of them):
 
 * ``sd``: ``max |log r|`` over the square roots ``r`` of the generalized eigenvalues of (pooled
   covariance, target covariance): the log sd ratio of the worst linear functional;
@@ -38,7 +39,7 @@ from ..theory import exact
 from ..theory.recursions import Quadratic
 
 __all__ = ["Errors", "StepChoice", "choose_step", "modal_errors", "mse_objective",
-           "stationary_errors", "tau_int"]
+           "stationary_errors", "tau_int", "worst"]
 
 
 class Errors(NamedTuple):
@@ -77,19 +78,28 @@ def stationary_errors(sampler, quadratic: Quadratic, mixing) -> Errors:
     if not st.spectral_radius < 1 or not np.all(np.isfinite(st.cov)):
         return Errors(math.inf, math.inf, float(st.spectral_radius))
     mu, sigma = quadratic.target()
-    Li = np.linalg.inv(np.linalg.cholesky(sigma))
+    private = quadratic.private_coordinates is not None and sampler.decentralized
+    if private:  # agent i's (φ, θ_i) against the target's marginal of them
+        rows = [np.argmax(E, axis=1) for E in quadratic.embedding()]
+        whiten = [np.linalg.inv(np.linalg.cholesky(sigma[np.ix_(r, r)])) for r in rows]
+    else:
+        whiten = np.linalg.inv(np.linalg.cholesky(sigma))
     sd = mean = 0.0
     for p in range(st.mean.shape[0]):
-        if sampler.decentralized:
-            m, c = _pooled(st.mean[p], st.cov[p])
+        if private:
+            laws = [(st.mean[p][i], st.cov[p][i], mu[r], Li)
+                    for i, (r, Li) in enumerate(zip(rows, whiten))]
+        elif sampler.decentralized:
+            laws = [(*_pooled(st.mean[p], st.cov[p]), mu, whiten)]
         else:
-            m, c = st.mean[p].reshape(-1), st.cov[p].reshape(mu.size, mu.size)
-        rel = Li @ c @ Li.T
-        ev = np.linalg.eigvalsh(0.5 * (rel + rel.T))
-        if ev.min() <= 0:
-            return UNSTABLE
-        sd = max(sd, float(np.max(np.abs(0.5 * np.log(ev)))))
-        mean = max(mean, float(np.linalg.norm(Li @ (m - mu))))
+            laws = [(st.mean[p].reshape(-1), st.cov[p].reshape(mu.size, mu.size), mu, whiten)]
+        for m, c, target_mean, Li in laws:
+            rel = Li @ c @ Li.T
+            ev = np.linalg.eigvalsh(0.5 * (rel + rel.T))
+            if ev.min() <= 0:
+                return UNSTABLE
+            sd = max(sd, float(np.max(np.abs(0.5 * np.log(ev)))))
+            mean = max(mean, float(np.linalg.norm(Li @ (m - target_mean))))
     return Errors(sd, mean, float(st.spectral_radius))
 
 
@@ -99,13 +109,17 @@ def modal_quadratic(lam: float, num_agents: int) -> Quadratic:
                      np.zeros((num_agents, 1)))
 
 
+def worst(*errors: Errors) -> Errors:
+    """The elementwise worst of several :class:`Errors`."""
+    return Errors(*(max(values) for values in zip(*errors)))
+
+
 def modal_errors(sampler, curvatures, num_agents: int, mixing) -> Errors:
     """The worst :class:`Errors` of ``sampler`` over scalar modes of the given curvatures."""
     out = Errors(0.0, 0.0, 0.0)
     for lam in curvatures:
         n = num_agents if sampler.decentralized else 1
-        e = stationary_errors(sampler, modal_quadratic(float(lam), n), mixing)
-        out = Errors(max(out.sd, e.sd), max(out.mean, e.mean), max(out.radius, e.radius))
+        out = worst(out, stationary_errors(sampler, modal_quadratic(float(lam), n), mixing))
     return out
 
 
