@@ -16,7 +16,11 @@
    copy in the all-shared run), the standardized mean error ``|mean − m_ref| / sd_ref``
    (worst coordinate), the sd ratio farthest from 1 and the Monte Carlo standard error of a
    mean, ``1/√ESS`` in sds; bytes each agent sends per step
-   (:class:`dgsgld.communication.Channel`, float32).
+   (:class:`dgsgld.communication.Channel`, float32). The rows ``<sampler> (adapted)``
+   (:data:`ADAPTED`) let :func:`dgsgld.warmup` choose the step and a block-diagonal
+   preconditioner (its private block from the agents' private curvatures) in the burn-in's
+   steps, then sample the rest of the same budget from the warmed-up state; their bytes per
+   step are the sampling run's, the warm-up's own are given apart (``warmup_bytes``).
 2. **Digits BNN** (:mod:`experiments.digits`' task: MLP 64-64-10, prior N(0, 1), 10 agents,
    IID and Dirichlet label skew 0.5 and 0.1), DIGing-SGLD with mini-batches of 16 on a ring:
    the fully shared model; a private output layer per agent; a private hidden layer per agent
@@ -52,6 +56,7 @@ from dgsgld.networks import directed
 from dgsgld.posteriors import references
 from dgsgld.posteriors.targets import get_target, hierarchical_private_potential
 from dgsgld.runner.loop import Output, sample
+from dgsgld.tuning.adaptation import warmup
 from dgsgld.samplers import (
     DESGHMC,
     DESGLD,
@@ -66,7 +71,7 @@ from dgsgld.samplers import (
 
 from . import digits as _digits
 
-__all__ = ["DIGITS_SIZES", "HIERARCHICAL_SIZES", "TEST_DRAWS", "digits_personalized",
+__all__ = ["ADAPTED", "DIGITS_SIZES", "HIERARCHICAL_SIZES", "TEST_DRAWS", "digits_personalized",
            "hierarchical_scores", "personalized_experiment", "table"]
 
 #: ``(num_chains, num_steps, thin)`` of the hierarchical part, full and ``--small``.
@@ -82,6 +87,10 @@ TEST_DRAWS = 2000
 #: SGHMC samplers at ``h = √η`` with friction ``0.5 / h`` (at ``1 / h`` the velocity forgets
 #: itself each step and they are the SGLD samplers at ``h²``); centralized SGLD at ``η / 2``.
 ETA = 1e-3
+
+
+#: Samplers of the hierarchical part that also run after the decentralized warm-up.
+ADAPTED = ("DIGing-SGLD", "DE-SGLD", "DIGing-SGHMC")
 
 
 def _ring(n: int) -> np.ndarray:
@@ -170,6 +179,30 @@ def hierarchical_scores(small: bool = False, seed: int = 0, logger=print) -> dic
         "seconds": round(time.perf_counter() - start, 1)}
     if logger:
         logger(f"hierarchical all shared: {out['DIGing-SGLD, all shared']}")
+    for name in ADAPTED:  # the warm-up inside the burn-in's steps, then the rest of the budget
+        start = time.perf_counter()
+        cls = type(_hierarchical_samplers(n)[name])
+        init = {"shared": jnp.asarray(0.1 * rng.normal(size=(num_chains, n, 5)), jnp.float32),
+                "local": jnp.asarray(0.1 * rng.normal(size=(num_chains, n, 2)), jnp.float32)}
+        half = num_steps // 2
+        alg, state, report = warmup(cls, pot, ring, init, jax.random.fold_in(key, 1), half,
+                                    sampling_steps=num_steps - half)
+        channel = Channel()
+        trace = sample(alg, pot, ring, state, key, num_steps - half, output=Output(thin=thin),
+                       channel=channel)
+        shared = np.asarray(evaluate.network_average(trace.positions, potential=pot)["shared"],
+                            np.float64)
+        local = np.asarray(trace.positions["local"], np.float64)
+        private = [_moment_scores(local[:, :, i], ref, list(own[i])) for i in range(n)]
+        out[f"{name} (adapted)"] = {
+            "shared": _moment_scores(shared, ref, list(range(5))), "private": _worst(private),
+            "bytes_per_step": float(np.mean(channel.bytes_sent(trace.state, pot))
+                                    / (num_steps - half)),
+            "warmup_bytes": int(report.bytes_sent), "step_size": report.step_size,
+            "parameter": report.parameter, "verdict": report.verdict,
+            "seconds": round(time.perf_counter() - start, 1)}
+        if logger:
+            logger(f"hierarchical {name} (adapted): {out[f'{name} (adapted)']}")
     return {"sizes": {"chains": num_chains, "steps": num_steps, "thin": thin,
                       "burn_in": num_steps // 2}, "step_size": ETA, "scores": out,
             "reference": json.loads(ref.settings)}
@@ -310,7 +343,8 @@ def table(result: dict) -> str:
                    "Shared: the network average of the 5 hyperparameters; private: each "
                    "agent's own (a_g, b_g), worst agent. Mean err: worst |mean - m_ref| / "
                    "sd_ref; MCSE: its Monte Carlo standard error 1/sqrt(ESS) (errors within "
-                   "~3 MCSE are noise); sd ratio: farthest from 1."), "",
+                   "~3 MCSE are noise); sd ratio: farthest from 1. Rows '(adapted)': "
+                   "dgsgld.warmup in the burn-in's steps, then the rest from its state."), "",
                   ("| sampler | shared mean err (MCSE) | shared sd ratio | private mean err "
                    "(MCSE) | private sd ratio | bytes / agent / step |"),
                   "|---|---:|---:|---:|---:|---:|"]

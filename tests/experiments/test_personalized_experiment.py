@@ -43,12 +43,15 @@ def test_digits_masks_mark_the_named_layer_and_the_bytes_follow():
 
 @pytest.mark.slow  # fast twins: tests/model/test_private.py (exact laws of every sampler)
 def test_hierarchical_part_scores_every_sampler_against_nuts_and_counts_bytes():
-    """``--small``: every sampler's private (a_g, b_g) means within 0.35 posterior sds of the
+    """``--small``: every sampler's (and every adapted row's) private (a_g, b_g) means within
+    0.35 posterior sds of the
     NUTS reference (Monte Carlo error of 8 short chains, 1/√ESS ≤ 0.1, plus the constant
     step's bias) and sds within 25 %; bytes: 5 shared numbers of 4 bytes per message against
     21 when everything is shared (DIGing-SGLD: 2 messages to 2 ring neighbours)."""
     out = personalized.hierarchical_scores(small=True, logger=None)["scores"]
-    assert set(out) == {cls.name for cls in dgsgld.samplers.ALL} | {"DIGing-SGLD, all shared"}
+    adapted = {f"{name} (adapted)" for name in personalized.ADAPTED}
+    assert set(out) == ({cls.name for cls in dgsgld.samplers.ALL} | {"DIGing-SGLD, all shared"}
+                        | adapted)
     for name, row in out.items():
         if name != "DIGing-SGLD, all shared":
             assert row["private"]["mean_error"] < 0.35 + 3 * row["private"]["mcse"], name
@@ -57,3 +60,6 @@ def test_hierarchical_part_scores_every_sampler_against_nuts_and_counts_bytes():
     assert out["DE-SGLD"]["bytes_per_step"] == 5 * 4 * 2
     assert out["DIGing-SGLD, all shared"]["bytes_per_step"] == 21 * 4 * 2 * 2
     assert out["SGLD"]["bytes_per_step"] is None
+    # after the warm-up the same messages: its M and step change what is sent, not its size
+    assert out["DIGing-SGLD (adapted)"]["bytes_per_step"] == 5 * 4 * 2 * 2
+    assert all(out[name]["warmup_bytes"] > 0 for name in adapted)
