@@ -16,6 +16,12 @@ averaged over agents, ± the delete-a-group jackknife standard error over chains
 ``PYTHONPATH=. python benchmarks/references/adapted/digits_warmup.py --chains 8 --steps 400``;
 ``--options '{"curvature": "hutchinson"}'`` passes keywords to ``warmup``. The JSON goes to
 ``--out`` (default: ``digits_warmup.json`` next to this script).
+
+Stored runs (32 chains, 2000 steps, ``--warm 0.5``): ``digits_warmup.json`` (the fixed step and
+the warm-up's defaults), ``digits_warmup_tol1.5.json`` (``{"stiff_tol_sd": 1.5}``),
+``digits_warmup_tol1.5_norestart.json`` (``{"stiff_tol_sd": 1.5, "restart": null}``) and
+``digits_warmup_before.json`` (the warm-up before the prior floor); at 8 chains and 400 steps,
+``digits_warmup_8x400_before.json`` (with the fixed step) and ``digits_warmup_8x400.json``.
 """
 
 import argparse
