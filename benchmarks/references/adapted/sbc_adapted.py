@@ -47,13 +47,19 @@ def main(out: Path, targets=None) -> None:
         done["targets"][name] = {
             "settings": {k: getattr(settings, k) for k in settings.__dataclass_fields__},
             "wall_s": time.perf_counter() - t0, "cells": cells}
-        order = [t for t, _, _ in PLAN if t in done["targets"]]
-        done["targets"] = {t: done["targets"][t] for t in order}
-        path.write_text(json.dumps(done) + "\n")
-        first = done["targets"][order[0]]
-        table = markdown({"settings": first["settings"], "wall_s": 0.0, "rows": [],
-                          "sbc": [c for t in order for c in done["targets"][t]["cells"]]})
-        (out / "sbc_adapted.md").write_text(table[table.index("Simulation-based"):])
+        write(out, done)
+
+
+def write(out: Path, done: dict) -> None:
+    """``out/sbc_adapted.json`` and ``out/sbc_adapted.md`` from ``{"targets": {name: {"settings",
+    "wall_s", "cells"}}}``, the targets in :data:`PLAN`'s order."""
+    order = [t for t, _, _ in PLAN if t in done["targets"]]
+    done = {"targets": {t: done["targets"][t] for t in order}}
+    (out / "sbc_adapted.json").write_text(json.dumps(done) + "\n")
+    first = done["targets"][order[0]]
+    table = markdown({"settings": first["settings"], "wall_s": 0.0, "rows": [],
+                      "sbc": [c for t in order for c in done["targets"][t]["cells"]]})
+    (out / "sbc_adapted.md").write_text(table[table.index("Simulation-based"):])
 
 
 if __name__ == "__main__":
