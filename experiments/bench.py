@@ -77,6 +77,7 @@ from dgsgld.samplers import (
     DIGingSGLD,
     PolynomialDecay,
 )
+from dgsgld.tuning import adapted_sbc
 
 __all__ = ["ADAPTED", "SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
            "run_chains", "sbc_cells", "sbc_figure"]
@@ -158,8 +159,14 @@ class BenchSettings:
     steps per data set for each of ``sbc_samplers``, at the step ``h_s = sbc_step /
     curvature_s`` of data set ``s`` (:func:`dgsgld.posteriors.sbc.curvature_scale`), ranks
     in ``sbc_bins`` bins for the figure (the p-values use one bin per rank); no SBC when
-    ``sbc_targets`` is empty. ``adapted``: the samplers (names of :data:`ADAPTED`) that also get
-    an adapted row (module docstring) on every network; ``small()`` three, ``full()`` all."""
+    ``sbc_targets`` is empty. ``sbc_adapted`` (names of :data:`ADAPTED`) get adapted SBC cells
+    on those of ``sbc_targets`` also in ``sbc_adapted_targets``: per data set
+    :func:`dgsgld.warmup` of ``sbc_warmup_steps`` steps, then ``sbc_steps`` steps at its
+    settings (:func:`dgsgld.tuning.adapted_sbc`; a warm-up per data set, so these cells cost
+    far more than the plain ones: ``small()`` keeps one sampler on the Gaussian anchor).
+    ``adapted``: the
+    samplers (names of :data:`ADAPTED`) that also get an adapted row (module docstring) on every
+    network; ``small()`` three, ``full()`` all."""
 
     targets: tuple
     samplers: tuple
@@ -181,6 +188,9 @@ class BenchSettings:
     sbc_steps: int = 1000
     sbc_step: float = 0.1
     sbc_bins: int = 4
+    sbc_adapted: tuple = ("DIGing-SGLD", "DE-SGLD")
+    sbc_warmup_steps: int = 1000
+    sbc_adapted_targets: tuple = sbc.SIMULATED
     adapted: tuple = ()
 
     @classmethod
@@ -190,6 +200,8 @@ class BenchSettings:
                              "DIGing-SGLD+SVRG"), networks=("ring",),
                    seeds=2, chains=4, num_steps=1000, thin=5, pilot_steps=100, pilot_grid=8,
                    score_size=200, sbc_datasets=40, sbc_draws=7, sbc_steps=500,
+                   sbc_adapted=("DIGing-SGLD",), sbc_warmup_steps=300,
+                   sbc_adapted_targets=("gaussian_linear",),
                    adapted=("DIGing-SGLD", "DIGing-SGHMC", "D-ULA"))
 
     @classmethod
@@ -357,11 +369,15 @@ def _summary(per_seed):
 
 def sbc_cells(settings: BenchSettings, key, *, seed: int = 0, log=print) -> list:
     """Simulation-based calibration (:mod:`dgsgld.posteriors.sbc`) of ``settings.sbc_samplers``
-    on the first network of ``settings.networks``, and of the exact posterior draws on the
-    Gaussian anchor: one dict per (target, sampler) with the chi-square p-values ``(N, d)``
-    (``(1, d)`` for the exact draws), their minimum, the number ``rejected`` below
-    ``0.01 / (N d)`` (Bonferroni at level 0.01 per cell), the ranks, the steps' range and the
-    wall time; a run with diverged chains has ``error`` instead of p-values."""
+    on the first network of ``settings.networks``, of ``settings.sbc_adapted`` at the warm-up's
+    settings on ``settings.sbc_adapted_targets`` (cells ``<sampler> (adapted)``,
+    :func:`dgsgld.tuning.adapted_sbc`), and of the
+    exact posterior draws on the Gaussian anchor: one dict per (target, sampler) with the
+    chi-square p-values ``(N, d)`` (``(1, d)`` for the exact draws), their minimum, the number
+    ``rejected`` below ``0.01 / (N d)`` (Bonferroni at level 0.01 per cell), the ranks, the
+    steps' range (an adapted cell's: the adapted, preconditioned steps, with
+    ``warmup_steps`` and ``budget_ok``, the warm-ups whose verdict was "ok") and the wall time;
+    a run with diverged chains has ``error`` instead of p-values."""
     cells = []
     n, network = settings.num_agents, settings.networks[0]
     mixing = NETWORKS[network](n)
@@ -401,6 +417,31 @@ def sbc_cells(settings: BenchSettings, key, *, seed: int = 0, log=print) -> list
             cells.append(cell)
             log(f"SBC {name:24s} {sampler_name:20s} min p={cell['min_p']:.2g} rejected "
                 f"{cell['rejected']} of {cell['tests']} ({cell['wall_s']:.1f} s)")
+        adapted = settings.sbc_adapted if name in settings.sbc_adapted_targets else ()
+        for s_index, sampler_name in enumerate(adapted):
+            label = sampler_name + ADAPTED_SUFFIX
+            row = size | {"sampler": label, "network": network, "num_steps": settings.sbc_steps,
+                          "warmup_steps": settings.sbc_warmup_steps, "step": "adapted"}
+            run_key = jax.random.fold_in(jax.random.fold_in(key, 1000 + t), 100 + s_index)
+            t0 = time.perf_counter()
+            try:
+                r = adapted_sbc(name, ADAPTED[sampler_name], mixing, run_key,
+                                num_datasets=settings.sbc_datasets,
+                                num_draws=settings.sbc_draws,
+                                warmup_steps=settings.sbc_warmup_steps,
+                                num_steps=settings.sbc_steps, num_agents=n,
+                                split=settings.split, seed=seed)
+            except ValueError as err:  # a warm-up or a sampling run diverged: no ranks
+                cells.append(row | {"error": str(err), "wall_s": time.perf_counter() - t0})
+                log(f"SBC {name:24s} {label:20s} {err}")
+                continue
+            steps = r["step_sizes"]
+            cell = _sbc_cell(row | {"h_min": float(steps.min()), "h_max": float(steps.max()),
+                                    "budget_ok": sum(w.budget_ok for w in r["reports"])},
+                             r["ranks"], settings.sbc_draws, time.perf_counter() - t0)
+            cells.append(cell)
+            log(f"SBC {name:24s} {label:20s} min p={cell['min_p']:.2g} rejected "
+                f"{cell['rejected']} of {cell['tests']} ({cell['wall_s']:.1f} s)")
     return cells
 
 
@@ -410,7 +451,7 @@ def _sbc_steps(name, scale, y):
 
 def _sbc_cell(row: dict, ranks, num_draws: int, wall: float) -> dict:
     """``row`` with the p-values of ranks ``(S, N, q)`` (one bin per rank)."""
-    p = np.stack([sbc.rank_uniformity(ranks[:, i], num_draws) for i in range(ranks.shape[1])])
+    p = sbc.rank_pvalues(ranks, num_draws)
     return row | {"pvalues": p.tolist(), "min_p": float(p.min()), "tests": int(p.size),
                   "rejected": int(np.sum(p < 0.01 / p.size)), "wall_s": wall,
                   "ranks": np.asarray(ranks).tolist()}
@@ -602,13 +643,19 @@ def markdown(result: dict) -> str:
         lines += ["", ("Simulation-based calibration: per data set a step `h = "
                        f"{s['sbc_step']:g} / curvature` (`sbc.curvature_scale`), chi-square "
                        "p-values of uniform ranks (one bin per rank) per agent and coordinate; "
-                       "rejected: below 0.01 / tests."), "",
+                       "rejected: below 0.01 / tests.")
+                  + (" Adapted cells: per data set a warm-up (`dgsgld.warmup`) of the first "
+                     "number of steps, then the second at its settings "
+                     "(`dgsgld.tuning.adapted_sbc`); h: the adapted (preconditioned) steps."
+                     if any("warmup_steps" in c for c in result["sbc"]) else ""), "",
                   ("| target | network | sampler | data sets x draws | steps | h | smallest p | "
                    "rejected | wall s |"), "|---|---|---|---|---|---|---|---|---|"]
         for c in result["sbc"]:
             h = "-" if "h_min" not in c else (f"{c['h_min']:.3g}" if c["h_min"] == c["h_max"]
                                                else f"{c['h_min']:.3g}-{c['h_max']:.3g}")
             steps = "-" if c["num_steps"] is None else c["num_steps"]
+            if "warmup_steps" in c:
+                steps = f"{c['warmup_steps']} + {steps}"
             found = (f"{c['min_p']:.2g} | {c['rejected']} of {c['tests']}" if "error" not in c
                      else "diverged | -")
             lines.append(f"| {c['target']} | {c['network']} | {c['sampler']} | "

@@ -15,10 +15,12 @@ ends, a biased mean at one end.
 each data set gets ``L`` independent chains, and its ``L`` draws are their final positions, per
 agent (so a network bias shows agent by agent). The data split does not depend on the simulated
 responses (the skew split's groups are the target's own: covariate quantiles, or the
-observed classes of the logistic target), so every data set is dealt out alike.
-:func:`exact_draws` gives the Gaussian anchor's closed-form posterior draws, the calibrated
+observed classes of the logistic target), so every data set is dealt out alike
+(:func:`simulated_potentials`; :func:`dgsgld.tuning.adapted_sbc` runs the same calibration at
+the settings a warm-up adapts per data set). :func:`exact_draws` gives the Gaussian anchor's closed-form posterior draws, the calibrated
 case. :func:`rank_uniformity` is Pearson's chi-square test of
-uniform ranks per coordinate, :func:`rank_dispersion` the direction of a miscalibration of
+uniform ranks per coordinate (:func:`rank_pvalues`: per agent and coordinate),
+:func:`rank_dispersion` the direction of a miscalibration of
 spread (the ranks' variance against the uniform's), :func:`rank_histograms` their figure
 (:func:`rank_histogram_grid` for several runs).
 """
@@ -39,8 +41,8 @@ from ..runner.loop import Output, sample
 from .targets import get_target
 
 __all__ = ["SIMULATED", "curvature_scale", "exact_draws", "rank_dispersion",
-           "rank_histogram_grid", "rank_histograms", "rank_uniformity", "sbc_ranks", "sbc_run",
-           "simulate"]
+           "rank_histogram_grid", "rank_histograms", "rank_pvalues", "rank_uniformity",
+           "sbc_ranks", "sbc_run", "simulate", "simulated_potentials"]
 
 #: Targets :func:`simulate` can draw data sets for.
 SIMULATED = ("gaussian_linear", "poisson_linnerud", "logistic_breast_cancer")
@@ -69,6 +71,23 @@ def simulate(target: str, seed: int, num_datasets: int) -> tuple[np.ndarray, np.
         p = 0.5 * (1.0 + np.tanh(0.5 * eta))  # σ(η) without overflow
         return theta, (rng.uniform(size=eta.shape) < p).astype(np.float64)
     return theta, rng.poisson(np.exp(eta)).astype(np.float64)
+
+
+def simulated_potentials(target: str, y, num_agents: int = 4, split: str = "skew",
+                         seed: int = 0) -> list:
+    """One :class:`dgsgld.Potential` per simulated data set: ``target``'s model (one of
+    :data:`SIMULATED`) with its responses replaced by ``y[s]`` (``y (S, n)``, e.g. from
+    :func:`simulate`), split over ``num_agents`` agents by ``split`` with ``seed`` (see
+    :meth:`~.Target.split`; the split does not depend on the responses, so every data set is
+    dealt out alike)."""
+    if target not in SIMULATED:
+        raise ValueError(f"`target` must be one of {SIMULATED}; got {target!r}.")
+    t = get_target(target)
+    y = np.asarray(y)
+    if y.ndim != 2 or y.shape[1] != t.data[0].shape[0]:
+        raise ValueError(f"`y` must be (num_datasets, {t.data[0].shape[0]}); got {y.shape}.")
+    return [dataclasses.replace(t, data=(t.data[0], ys), _hash=[]).potential(
+        num_agents, split, seed=seed) for ys in y]
 
 
 def curvature_scale(target: str, y) -> np.ndarray:
@@ -144,6 +163,17 @@ def rank_uniformity(ranks, num_draws: int, num_bins: int | None = None) -> np.nd
         raise ValueError(f"`ranks` must lie in [0, {num_draws}].")
     counts = np.stack([np.bincount(b, minlength=num_bins) for b in bins.T])  # (q, bins)
     return stats.chisquare(counts, axis=1).pvalue
+
+
+def rank_pvalues(ranks, num_draws: int, num_bins: int | None = None) -> np.ndarray:
+    """``(N, q)`` chi-square p-values of uniform ranks ``(S, N, q)``, per agent and coordinate
+    (:func:`rank_uniformity` on each agent's ranks; agents are not pooled: their ranks on one
+    data set are dependent)."""
+    ranks = np.asarray(ranks)
+    if ranks.ndim != 3:
+        raise ValueError(f"`ranks` must be (num_datasets, N, q); got shape {ranks.shape}.")
+    return np.stack([rank_uniformity(ranks[:, i], num_draws, num_bins)
+                     for i in range(ranks.shape[1])])
 
 
 def rank_dispersion(ranks, num_draws: int) -> np.ndarray:
@@ -224,10 +254,8 @@ def sbc_run(target: str, algorithm, mixing, key, *, num_datasets: int = 100,
                 np.any(step_sizes <= 0):
             raise ValueError(f"`step_sizes` must be {num_datasets} positive finite steps, one "
                              f"per data set; got shape {step_sizes.shape}.")
+    stacked = stack_potentials(simulated_potentials(target, y, num_agents, split, seed))
     target = get_target(target)
-    potentials = [dataclasses.replace(target, data=(target.data[0], ys), _hash=[]).potential(
-        num_agents, split, seed=seed) for ys in y]
-    stacked = stack_potentials(potentials)
     init_key, run_key = jax.random.split(key)
     start = target.init(init_key, num_draws)
     init = jnp.broadcast_to(start[:, None], (num_draws, num_agents, target.dim))
@@ -250,9 +278,7 @@ def sbc_run(target: str, algorithm, mixing, key, *, num_datasets: int = 100,
                          "ranks).")
     ranks = sbc_ranks(draws, theta)
     return {"ranks": ranks, "truth": theta, "num_draws": num_draws, "draws": draws,
-            "step_sizes": step_sizes,
-            "pvalues": np.stack([rank_uniformity(ranks[:, i], num_draws)
-                                 for i in range(num_agents)])}
+            "step_sizes": step_sizes, "pvalues": rank_pvalues(ranks, num_draws)}
 
 
 def _rank_panel(ax, ranks, num_draws: int, num_bins: int, j: int, title: str) -> None:

@@ -1,11 +1,13 @@
 """Tuning: the decentralized warm-up (:func:`warmup`: a preconditioner and a step size agreed
 by the agents), step sizes (a one-call grid over every step size and chain, grid search, gradient
 tuning, the step-size proposer) and network design (mixing weights learned by differentiating
-the exact laws of :mod:`dgsgld.theory` or a sampled criterion)."""
+the exact laws of :mod:`dgsgld.theory` or a sampled criterion), and simulation-based
+calibration at the warm-up's settings (:func:`adapted_sbc`)."""
 
 from .adaptation import WarmupReport as WarmupReport
 from .adaptation import WindowReport as WindowReport
 from .adaptation import warmup as warmup
+from .calibration import adapted_sbc as adapted_sbc
 from .design import EdgeParametrization as EdgeParametrization
 from .design import WeightDesign as WeightDesign
 from .design import edge_parametrization as edge_parametrization
@@ -24,7 +26,7 @@ from .stepsize import propose_step_size as propose_step_size
 from .stepsize import tune_step_size_gradient as tune_step_size_gradient
 
 __all__ = [
-    "warmup", "WarmupReport", "WindowReport",
+    "warmup", "WarmupReport", "WindowReport", "adapted_sbc",
     "grid_run", "GridRun", "grid_search", "GridSearch", "log_grid",
     "tune_step_size_gradient", "GradientTuning",
     "propose_step_size", "StepSizeReport", "check_step_size", "local_curvature",

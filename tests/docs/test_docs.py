@@ -302,6 +302,7 @@ def test_the_theory_page_quotes_the_theory_report():
     ("../benchmarks/references/adapted/diging_full_gaussian.md", "results/posteriors.md"),
     ("../benchmarks/references/adapted/diging_full_one_seed.md", "results/posteriors.md"),
     ("../benchmarks/references/adapted/diging_full_eight_schools.md", "results/posteriors.md"),
+    ("../benchmarks/references/adapted/sbc_adapted.md", "results/posteriors.md"),
     ("../benchmarks/cost_to_accuracy.md", "results/cost-to-accuracy.md"),
 ])
 def test_result_pages_quote_every_row_of_their_generated_tables(generated, page):

@@ -264,6 +264,8 @@ def test_full_bench_runs_every_sampler_on_every_target_over_both_networks():
         len(full.adapted) == 8
     assert full.networks == tuple(NETWORKS) == ("ring", "complete")
     assert full.sbc_targets == SIMULATED and full.seeds >= 3
+    # adapted SBC cells (a warm-up per data set) for both SBC samplers on every simulated target
+    assert full.sbc_adapted == full.sbc_samplers and full.sbc_adapted_targets == SIMULATED
 
 
 def test_leaderboard_markdown_has_a_cell_per_score():
@@ -293,14 +295,36 @@ def test_leaderboard_markdown_has_a_cell_per_score():
     assert reference["median sd ratio"] == "%.3f" % scores["sd_ratio_median"][0]
 
 
+def test_sbc_markdown_shows_an_adapted_cells_warmup_and_sampling_steps():
+    # An adapted SBC cell's steps column is "warm-up + sampling", and the table's note says
+    # what the adapted cells are; a table without adapted cells has no such note.
+    from experiments.bench import BenchSettings, markdown
+
+    settings = BenchSettings.small()
+    base = {"target": "t", "network": "ring", "num_datasets": 4, "num_draws": 3,
+            "num_steps": 10, "h_min": 1e-3, "h_max": 2e-3, "min_p": 0.5, "rejected": 0,
+            "tests": 24, "wall_s": 1.0}
+    plain = base | {"sampler": "A"}
+    adapted = base | {"sampler": "A (adapted)", "warmup_steps": 60, "budget_ok": 4}
+    result = {"settings": {k: getattr(settings, k) for k in settings.__dataclass_fields__},
+              "wall_s": 1.0, "rows": [], "sbc": [plain, adapted]}
+    text = markdown(result)
+    assert "| t | ring | A | 4 x 3 | 10 | 0.001-0.002 | 0.5 | 0 of 24 | 1.0 |" in text
+    assert "| t | ring | A (adapted) | 4 x 3 | 60 + 10 | 0.001-0.002 | 0.5 | 0 of 24 | 1.0 |" \
+        in text
+    assert "Adapted cells:" in text
+    assert "Adapted cells:" not in markdown(result | {"sbc": [plain]})
+
+
 def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
     # benchmarks/references/leaderboard.{json,md} are the output of one `python -m experiments
     # bench posteriors` run with the full settings it records: a row for every (target,
     # network, sampler), the centralized sampler once per target, an adapted row per network
     # for each of its adapted samplers, SBC cells for every simulated target; the Markdown is
     # the JSON's table, and docs/results/posteriors.md quotes every line of it verbatim. The
-    # recorded settings are today's full settings except for targets and adapted rows added
-    # since that run; docs/known-issues.md names each of them until the leaderboard is rerun.
+    # recorded settings are today's full settings except for targets, adapted rows and the
+    # adapted SBC cells (sbc_adapted, sbc_warmup_steps, sbc_adapted_targets) added since;
+    # docs/known-issues.md names each of them until the leaderboard is rerun.
     import dataclasses
     import pathlib
 
@@ -311,9 +335,11 @@ def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
     result = json.loads((shipped / "leaderboard.json").read_text())
     recorded = result["settings"]
     full = json.loads(json.dumps(dataclasses.asdict(BenchSettings.full())))
-    growing = ("targets", "adapted")
+    growing = ("targets", "adapted", "sbc_adapted", "sbc_warmup_steps", "sbc_adapted_targets")
     assert {k: v for k, v in recorded.items() if k not in growing} == {
         k: v for k, v in full.items() if k not in growing}
+    sbc_adapted = recorded.get("sbc_adapted", [])
+    assert set(sbc_adapted) <= set(full["sbc_adapted"])
     assert full["targets"][:len(recorded["targets"])] == recorded["targets"]
     adapted = recorded.get("adapted", [])
     assert set(adapted) <= set(full["adapted"])
@@ -321,6 +347,8 @@ def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
         s + ADAPTED_SUFFIX for s in full["adapted"] if s not in adapted]
     known = (root / "docs" / "known-issues.md").read_text()
     assert all(f"`{name}`" in known for name in newer), newer
+    if set(full["sbc_adapted"]) - set(sbc_adapted):
+        assert "adapted SBC cells" in known
     rows = [(r["target"], r["network"], r["sampler"]) for r in result["rows"]]
     want = []
     for t in recorded["targets"]:
@@ -334,7 +362,9 @@ def test_shipped_leaderboard_is_one_full_run_and_the_guide_quotes_it():
         1 + 2 * 8 + 1 + 2 * len(adapted))
     assert {(c["target"], c["sampler"]) for c in result["sbc"]} == {
         ("gaussian_linear", "exact")} | {(t, s) for t in recorded["sbc_targets"]
-                                         for s in recorded["sbc_samplers"]}
+                                         for s in recorded["sbc_samplers"]} | {
+        (t, s + ADAPTED_SUFFIX) for t in recorded["sbc_targets"] for s in sbc_adapted
+        if t in recorded.get("sbc_adapted_targets", [])}
     table = (shipped / "leaderboard.md").read_text()
     assert markdown(result) == table
     guide = (root / "docs" / "results" / "posteriors.md").read_text()
@@ -636,10 +666,11 @@ def test_sbc_run_with_one_step_per_data_set_is_the_run_at_that_step():
     np.testing.assert_array_equal(per_set["step_sizes"], np.full(3, 1e-3))
 
 
-def _bench_sbc_cells(out, log):
+def _bench_sbc_cells(out, log, adapted=()):
     """The bench with no leaderboard targets, SBC on the Gaussian anchor only: the exact cell
-    and DIGing-SGLD's at h = 0.1 / lambda_max of the posterior precision, their p-values in
-    the JSON and the Markdown, the ranks in a file. (Calibration itself: the SBC tests above.)"""
+    and DIGing-SGLD's at h = 0.1 / lambda_max of the posterior precision (and the adapted cells
+    of ``adapted``), their p-values in the JSON and the Markdown, the ranks in a file.
+    (Calibration itself: the SBC tests above and tests/tuning/test_adapted_sbc.py.)"""
     import dataclasses
 
     from dgsgld.posteriors.sbc import curvature_scale, simulate
@@ -647,9 +678,17 @@ def _bench_sbc_cells(out, log):
 
     settings = dataclasses.replace(
         BenchSettings.small(), targets=(), sbc_targets=("gaussian_linear",),
-        sbc_samplers=("DIGing-SGLD",), sbc_datasets=12, sbc_draws=3, sbc_steps=10)
+        sbc_samplers=("DIGing-SGLD",), sbc_datasets=12, sbc_draws=3, sbc_steps=10,
+        sbc_adapted=adapted, sbc_warmup_steps=60)
     result = bench_posteriors(out, settings, log=log)
-    exact, diging = result["sbc"]
+    exact, diging, *rest = result["sbc"]
+    assert [c["sampler"] for c in rest] == [a + " (adapted)" for a in adapted]
+    for cell in rest:  # a warm-up of 60 steps per data set, then 10 steps at its settings
+        assert np.asarray(cell["pvalues"]).shape == (4, 6) and cell["tests"] == 24
+        assert cell["warmup_steps"] == 60 and 0 < cell["h_min"] <= cell["h_max"]
+        assert 0 <= cell["budget_ok"] <= 12
+        assert f"| gaussian_linear | ring | {cell['sampler']} | 12 x 3 | 60 + 10 |" in (
+            out / "leaderboard.md").read_text()
     assert (exact["sampler"], diging["sampler"]) == ("exact", "DIGing-SGLD")
     assert np.asarray(exact["pvalues"]).shape == (1, 6)
     assert np.asarray(diging["pvalues"]).shape == (4, 6) and diging["tests"] == 24
@@ -666,8 +705,9 @@ def _bench_sbc_cells(out, log):
 @pytest.mark.slow  # fast twin: test_bench_writes_the_sbc_cells_without_matplotlib (all but the
 # figures; the figures' contents: test_rank_histograms_... and test_leaderboard_figure_...)
 def test_bench_writes_the_sbc_cells(tmp_path):
-    # The cells (_bench_sbc_cells), and the ranks' histograms in a figure (with matplotlib).
-    _bench_sbc_cells(tmp_path, log=lambda *_: None)
+    # The cells (_bench_sbc_cells, with an adapted cell), and the ranks' histograms in a
+    # figure (with matplotlib).
+    _bench_sbc_cells(tmp_path, log=lambda *_: None, adapted=("DIGing-SGLD",))
     if (tmp_path / "sbc_ranks.png").exists():  # with matplotlib
         assert (tmp_path / "sbc_ranks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
