@@ -923,7 +923,7 @@ def stationary_moments(algorithm, quadratic: Quadratic, mixing, *, step_size=Non
     stack = ([None] if not decentralized
              else np.asarray(_mixing_stack(mixing, algorithm, np), np.float64))
     T, o = _reachable_coordinates(law, decentralized, q, N, d)
-    T_pinv = np.linalg.pinv(T)
+    T_pinv = T.T  # T has orthonormal columns (_reachable_coordinates)
     weights = _periodic_weights(stack) if directed else [None] * len(stack)
 
     def reduced(W, v):

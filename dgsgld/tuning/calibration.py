@@ -2,7 +2,7 @@
 
 :func:`adapted_sbc` is :func:`dgsgld.posteriors.sbc.sbc_run` with the step (and
 preconditioner, friction or consensus weight) chosen per simulated data set by
-:func:`dgsgld.warmup` instead of given: for ``s = 1, ..., S`` it draws ``θ_s`` from the target's
+:func:`dgsgld.tuning.warmup` instead of given: for ``s = 1, ..., S`` it draws ``θ_s`` from the target's
 prior and a data set ``y_s`` from the model (:func:`~dgsgld.posteriors.sbc.simulate`), warms up
 ``L`` chains on ``y_s`` (their own ``M`` and step, from ``y_s`` alone), samples on from the
 warmed-up state, and ranks ``θ_s`` among the ``L`` chains' final positions, per agent and
@@ -42,7 +42,7 @@ def adapted_sbc(target: str, sampler, mixing, key, *, num_datasets: int = 40,
     Args:
         target: one of :data:`dgsgld.posteriors.sbc.SIMULATED`.
         sampler: a decentralized sampler class of :data:`dgsgld.samplers.ALL` (e.g.
-            ``dgsgld.DIGingSGLD``) or an instance, as :func:`dgsgld.warmup` takes it.
+            ``dgsgld.DIGingSGLD``) or an instance, as :func:`dgsgld.tuning.warmup` takes it.
         mixing: the network's schedule (stored matrices).
         key: the runs' key (data set ``s``: ``jax.random.fold_in(key, s)``, split into its
             warm-up's key and its sampling run's key).
@@ -53,7 +53,7 @@ def adapted_sbc(target: str, sampler, mixing, key, *, num_datasets: int = 40,
         num_steps: the sampling run's steps from the warmed-up state.
         num_agents, split: the data split (see :meth:`dgsgld.posteriors.Target.split`).
         seed: seed of the simulation and of the split.
-        warmup_options: further keyword arguments of :func:`dgsgld.warmup` (e.g.
+        warmup_options: further keyword arguments of :func:`dgsgld.tuning.warmup` (e.g.
             ``{"windows": (0.5, 0.5), "tol_sd": 0.05}``); ``sampling_steps`` is ``num_steps``.
         controls: ``{name: adapted sampler -> sampler}``: each also samples from every
             warmed-up state with the same key (e.g. a deliberately wrong sampler, to check
