@@ -18,7 +18,8 @@ averaged over agents, ± the delete-a-group jackknife standard error over chains
 ``--out`` (default: ``digits_warmup.json`` next to this script).
 
 Stored runs (32 chains, 2000 steps, ``--warm 0.5``): ``digits_warmup.json`` (the fixed step and
-the warm-up's defaults), ``digits_warmup_tol1.5.json`` (``{"stiff_tol_sd": 1.5}``),
+the warm-up with the stiffness cap at 0.5, the default before it became 1.5 for a diagonal
+``M``), ``digits_warmup_tol1.5.json`` (``{"stiff_tol_sd": 1.5}``: today's default),
 ``digits_warmup_tol1.5_norestart.json`` (``{"stiff_tol_sd": 1.5, "restart": null}``) and
 ``digits_warmup_before.json`` (the warm-up before the prior floor); at 8 chains and 400 steps,
 ``digits_warmup_8x400_before.json`` (with the fixed step) and ``digits_warmup_8x400.json``.
