@@ -160,9 +160,10 @@ def choose_step(errors_fn: Callable[[float, float | None], Errors], *, lo: float
     errors are within ``log(1 + tol_sd)`` (sd) and ``tol_mean`` (mean); without
     ``num_draws`` the largest such step (over ``parameters``: the fastest contraction).
 
-    The log grid ``[lo, hi]`` is walked upwards until a step fails (the bias grows with the
-    step), the best point refined by bisection in ``log η``; a first point that fails moves the
-    grid down (twice, a factor 100 each).
+    The log grid ``[lo, hi]`` is walked upwards until a step fails after one passed (the bias
+    grows with the step; failures below the first pass are the law's numerics at contractions
+    within rounding of 1), the best point refined by bisection in ``log η``; a grid with no
+    passing point moves down (twice, a factor 100 each).
 
     Raises:
         ValueError: when no step passes.
@@ -213,7 +214,12 @@ def _search(fn, lo, hi, grid, refine, ok, score):
     for eta in etas:
         e = fn(eta)
         if not ok(e):
-            break
+            if pts:
+                break
+            # Below the first passing step a failure is the law's numerics, not its bias: a
+            # contraction within rounding of 1 (a nearly flat direction at a tiny step) makes
+            # the stationary solve ill-posed.
+            continue
         pts.append((float(eta), e))
     if not pts:
         return None

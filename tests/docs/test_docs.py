@@ -347,6 +347,12 @@ def test_private_parameters_guide_runs():
     assert trace.positions["intercept"].shape == (4, 1001, 8)
     # the intercepts were never mixed: agents' values differ; nothing is NaN
     assert np.isfinite(np.asarray(trace.positions["slope"])).all()
+    # the warm-up's block-diagonal M: the private intercept apart from the shared (mu, slope)
+    report, adapted = ns["report"], ns["adapted"]
+    assert report.private_coordinates == 1 and np.isfinite(
+        np.asarray(adapted.positions["intercept"])).all()
+    M = np.asarray(ns["sampler"].preconditioner.matrix)
+    np.testing.assert_array_equal(M[0, 1:], 0.0)           # leaf order: intercept, mu, slope
     from dgsgld.model import ppl
     assert ppl.numpyro_model(ns["potential"]).private == ("a",)
 
