@@ -23,8 +23,9 @@ agents' batches per step (``2 b`` per agent with a control variate, which evalua
 seconds: set-up + warm-up + the run prorated to the prefix by its share of the steps
 (compilation included); all methods in float64 (x64 on, as the references).
 
-**The samplers' set-up** is :data:`ADAPT`, called once per (target, method, repeat). Today it
-is :func:`laplace_constant`: the Laplace approximation (:func:`dgsgld.posteriors.laplace.laplace`,
+**The samplers' set-up** is :data:`ADAPT`, called once per (target, method, repeat), one of
+two (``--adapt``). ``laplace`` (the default) is :func:`laplace_constant`, a central fit: the
+Laplace approximation (:func:`dgsgld.posteriors.laplace.laplace`,
 Newton: ``n`` gradients and ``n`` per-datum Hessians per iteration, counted in the set-up
 columns and charged to every run that uses it), the constant preconditioner ``M`` = its
 covariance, the start at its mode, and the step the Gaussian approximation implies for a
@@ -35,7 +36,25 @@ step ``η/N``; each agent's own noise ``√(2η)`` is damped by gossip at rate `
 ``k``) and ``q`` the mini-batch gradient noise's share (:func:`gradient_noise`, estimated from
 2000 data at 8 Laplace draws; 0 with full batches); SGLD's at step ``h`` has
 ``≈ 1 + h/2 + h q``.
-A warm-up that returns ``(sampler, start, cost)`` replaces it by setting :data:`ADAPT`.
+
+``warmup`` is :func:`warmup_adapt`, the toolkit's decentralized warm-up
+(:func:`dgsgld.warmup` of DIGing-SGLD; on one agent for the centralized row) with no central
+fit: from ``Target.init``'s points, :data:`WARMUP_CHAINS` chains of :data:`WARMUP_STEPS`
+steps, the agents adapt a dense ``M`` and the step (criterion bounds: stationary sd ratio
+``<= 1.02``, mean error ``<= 0.05`` sd), and the run continues chain 0 of the warmed-up state
+(with a control variate from that chain's positions, anchored there).
+Its rows are named ``"..., warm-up)"``, beside the Laplace rows; the Laplace fit still runs for
+the entry's record but is not charged to them (and targets without a mode get warm-up rows);
+"SGLD, plain mini-batches" has no warm-up row.
+Its whole cost is charged (:func:`warmup_cost`): both chains' sampler steps, the anchors of
+the control variate, and the curvature of every adaptation (each point: a gradient and ``d``
+Hessian-vector products per datum, **a Hessian-vector product counted as 2 gradient
+evaluations**, one forward-over-reverse pass); on the large targets the curvature is measured
+at :data:`LARGE_CURVATURE_POINTS` points on :data:`LARGE_CURVATURE_DATA` data (the
+``curvature_batch`` of the warm-up: 2000 per agent on 16 agents). Its wall seconds (compilation
+included) are the set-up's. The Laplace set-up's per-datum Hessians are not in its gradient
+count (they are recorded apart, as ``hessian_evals``); at ``d`` products each they would add
+``2 d`` gradients per Hessian.
 
 NUTS is numpyro's as ``benchmarks/nuts_cost.py`` runs it on the small targets (dense mass
 matrix adapted, one chain from ``Target.init``); on the large targets
@@ -53,7 +72,7 @@ gradient noise allows (variance inflation ``h n / (2 B)`` for a batch of ``B``),
     PYTHONPATH=. python benchmarks/cost_to_accuracy.py [NAME ...] [--repeats 3] \\
         [--nuts-warmups 200 500] [--nuts-samples 50 100 200 400 800 1600] [--batch 32] \
         [--plain-budget 200000] [--inflation 0.1] [--only ROW [ROW ...]] \
-        [--out benchmarks/cost_to_accuracy.json]
+        [--adapt laplace|warmup] [--out benchmarks/cost_to_accuracy.json]
 
 Writes ``--out`` and its Markdown table beside it after every row, merging into what is there
 per target and row (``--only`` runs some rows and keeps the others).
@@ -115,6 +134,9 @@ class Adapted(NamedTuple):
         grad_evals: per-datum gradient evaluations spent before the first step.
         hessian_evals: per-datum Hessian evaluations spent before the first step.
         wall_s: seconds of the set-up.
+        state: the sampler state the run continues (leaves with one chain axis of 1), or
+            ``None``: the run starts at ``start``.
+        detail: what the set-up spent, itemized, for the record (or ``None``).
     """
 
     sampler: object
@@ -123,6 +145,8 @@ class Adapted(NamedTuple):
     grad_evals: int
     hessian_evals: int
     wall_s: float
+    state: object = None
+    detail: dict | None = None
 
 
 class Method(NamedTuple):
@@ -186,12 +210,12 @@ def gradient_noise(target, fit, batch: int | None, control_variate: bool, *, see
 
 
 def laplace_constant(target, fit, method: Method, potential, mixing, num_agents: int,
-                     batch: int | None) -> Adapted:
-    """The set-up of today's samplers: ``M`` = the Laplace covariance, the start at the mode,
-    the step of :func:`gaussian_step` with the network's :func:`disagreement` and the
-    estimator's :func:`gradient_noise`. ``fit`` is the
-    :class:`dgsgld.posteriors.laplace.Laplace` computed once; its cost is charged here.
-    ``batch``: the per-agent mini-batch (``None``: full batches)."""
+                     batch: int | None, seed: int) -> Adapted:
+    """The central set-up: ``M`` = the Laplace covariance, the start at the mode, the step of
+    :func:`gaussian_step` with the network's :func:`disagreement` and the estimator's
+    :func:`gradient_noise`. ``fit`` is the :class:`dgsgld.posteriors.laplace.Laplace` computed
+    once; its cost is charged here. ``batch``: the per-agent mini-batch (``None``: full
+    batches); ``seed`` is unused (the set-up is deterministic)."""
     n = target.num_data
     t0 = time.perf_counter()
     pre = DensePreconditioner(jnp.asarray(fit.cov))
@@ -215,9 +239,128 @@ def _first_call_only(count):
     return count == 0
 
 
-#: ``(target, laplace fit, method, potential, mixing, num_agents, batch) -> Adapted``: the
-#: samplers' set-up. Set it to an adaptive warm-up to benchmark that instead.
+#: The warm-up's budget of sampler steps, its chains (at least 2: its last check compares
+#: them), and the bounds its step criterion keeps the stationary law within (sd ratio
+#: ``<= 1 + tol_sd``, about the variance inflation ``2 tol_sd``; mean error in sd).
+WARMUP_STEPS, WARMUP_CHAINS, WARMUP_TOL_SD, WARMUP_TOL_MEAN = 4000, 2, 0.02, 0.05
+#: Large targets: curvature at this many points, each on a subsample of this many data in all
+#: (split evenly over the agents: 2000 each on 16).
+LARGE_CURVATURE_POINTS, LARGE_CURVATURE_DATA = 4, 32_000
+#: Per-datum gradient evaluations charged per Hessian-vector product of one datum: one
+#: forward-over-reverse pass (a ``jvp`` of the gradient) costs about two gradients.
+HVP_COST = 2
+#: The warm-up's stiffness cap on a diagonal ``M``: power iteration at this many points, with
+#: this many Hessian-vector products each (30 iterations and the Rayleigh quotient).
+POWER_POINTS, POWER_HVPS = 8, 31
+
+
+def warmup_cost(report, *, num_data: int, num_agents: int, chains: int, per_step: float,
+                control_variate: bool, dim: int, curvature_points: int,
+                curvature_data: int, probes: int) -> dict:
+    """The per-datum gradient evaluations of one :func:`dgsgld.warmup`, itemized.
+
+    ``report``: its :class:`dgsgld.tuning.adaptation.WarmupReport`; ``per_step``: the data
+    one chain's agents evaluate per sampler step (``2 b`` per agent with a control variate);
+    ``curvature_data``: the data of all agents one curvature point is measured on (``n``, or
+    ``N`` times ``curvature_batch``).
+
+    * sampler steps: ``report.num_steps`` (reruns included) times ``chains x per_step``;
+    * anchors: with a control variate every window (reruns included) starts its chains afresh,
+      each anchored by a full gradient: ``n`` per window and chain;
+    * curvature: one adaptation at the start and one after every window but the last that did
+      not diverge; each measures ``curvature_points`` points on ``curvature_data`` data with a
+      gradient and ``d`` (dense) or ``probes`` (diagonal) Hessian-vector products, each
+      :data:`HVP_COST` gradients;
+    * the stiffness cap's power iteration (diagonal ``M``): :data:`POWER_POINTS` points x
+      :data:`POWER_HVPS` products on ``curvature_data`` data per adaptation.
+    """
+    windows = report.windows
+    exhausted = report.verdict.startswith("budget too small: divergences used up")
+    completed = sum(not w.diverged for w in windows)
+    # The last window adapts nothing after it; a run cut short by reruns adapted after its
+    # last good window.
+    last_adapts = exhausted and bool(windows) and not windows[-1].diverged
+    adaptations = 1 + completed - (0 if last_adapts or not windows or windows[-1].diverged
+                                   else 1)
+    dense = report.preconditioner == "dense"
+    per_point = curvature_data * (1 + HVP_COST * (dim if dense else probes))
+    power = 0 if dense else adaptations * min(curvature_points, POWER_POINTS) * POWER_HVPS \
+        * HVP_COST * curvature_data
+    out = {"sampler_steps": round(report.num_steps * chains * per_step),
+           "anchors": len(windows) * chains * num_data if control_variate else 0,
+           "adaptations": adaptations,
+           "curvature": adaptations * curvature_points * per_point,
+           "power_iteration": power}
+    out["total"] = out["sampler_steps"] + out["anchors"] + out["curvature"] + power
+    return out
+
+
+def warmup_adapt(target, fit, method: Method, potential, mixing, num_agents: int,
+                 batch: int | None, seed: int) -> Adapted:
+    """The decentralized set-up: :func:`dgsgld.warmup` of DIGing-SGLD (on one agent,
+    ``W = [1]``, for the centralized row) from :data:`WARMUP_CHAINS` of ``Target.init``'s
+    starting points (each chain's agents at one point, as ``bench posteriors``' rows), no
+    Laplace fit (``fit`` is unused): :data:`WARMUP_STEPS` steps, a dense ``M`` (``d <= 200``),
+    the step criterion's bounds :data:`WARMUP_TOL_SD` and :data:`WARMUP_TOL_MEAN`, on the large
+    targets curvature at :data:`LARGE_CURVATURE_POINTS` points on
+    :data:`LARGE_CURVATURE_DATA` data and the rows' control variate. The run continues chain 0
+    of the warmed-up state (with a control variate it restarts from that chain's positions, so
+    that its anchor is taken there and not at the last window's over-dispersed restart), in
+    float64. Every chain's warm-up is charged (:func:`warmup_cost`)."""
+    from dgsgld.tuning import warmup
+
+    t0 = time.perf_counter()
+    large = batch is not None
+    cv = large and method.control_variate
+    estimator = gradients.svrg(update_every=_first_call_only) if cv else None
+    k_init, k_warm = jax.random.split(jax.random.key(seed + 7919))
+    x0 = jnp.asarray(target.init(k_init, WARMUP_CHAINS), jnp.float64)
+    init = jnp.broadcast_to(x0[:, None], (WARMUP_CHAINS, num_agents, target.dim))
+    points = LARGE_CURVATURE_POINTS if large else 32
+    cbatch = LARGE_CURVATURE_DATA // num_agents if large else None
+    sampler, state, report = warmup(DIGingSGLD, potential, mixing, init, k_warm, WARMUP_STEPS,
+                                    estimator=estimator, tol_sd=WARMUP_TOL_SD,
+                                    tol_mean=WARMUP_TOL_MEAN, curvature_points=points,
+                                    curvature_batch=cbatch)
+    n = target.num_data
+    per_agent = n / num_agents if batch is None else batch
+    data = n if cbatch is None else num_agents * min(cbatch, potential.local_size)
+    cost = warmup_cost(report, num_data=n, num_agents=num_agents, chains=WARMUP_CHAINS,
+                       per_step=num_agents * per_agent * (2 if cv else 1), control_variate=cv,
+                       dim=target.dim, curvature_points=points, curvature_data=data, probes=8)
+    state = jax.tree.map(lambda a: a[:1].astype(jnp.float64)
+                         if jnp.issubdtype(a.dtype, jnp.floating) else a[:1], state)
+    start = np.asarray(state.position[0], np.float64)
+    wall = time.perf_counter() - t0
+    detail = {"warmup_steps": WARMUP_STEPS, "chains": WARMUP_CHAINS, "tol_sd": WARMUP_TOL_SD,
+              "tol_mean": WARMUP_TOL_MEAN, "curvature_points": points,
+              "curvature_batch": cbatch, "cost": cost, "wall_s": wall,
+              "report": {"step_size": report.step_size, "law": report.law,
+                         "stationary_sd_ratio": report.stationary_sd_ratio,
+                         "stationary_mean_error": report.stationary_mean_error,
+                         "relaxation_steps": report.relaxation_steps,
+                         "capped": report.capped, "rhat_max": report.rhat_max,
+                         "check_ess": report.check_ess, "retries": report.retries,
+                         "bytes_sent": report.bytes_sent, "verdict": report.verdict}}
+    return Adapted(sampler, start, float(report.step_size), cost["total"], 0, wall,
+                   None if cv else state, detail)
+
+
+#: The set-ups :func:`main`'s ``--adapt`` chooses from, and the suffix of their rows' names.
+SETUPS = {"laplace": (laplace_constant, ""), "warmup": (warmup_adapt, "warm-up")}
+
+#: ``(target, laplace fit, method, potential, mixing, num_agents, batch, seed) -> Adapted``:
+#: the samplers' set-up (``--adapt``).
 ADAPT = laplace_constant
+
+
+def row_name(method: Method, suffix: str) -> str:
+    """The row's name: ``"DIGing-SGLD (ring)"`` with suffix ``"warm-up"`` is
+    ``"DIGing-SGLD (ring, warm-up)"``."""
+    if not suffix:
+        return method.name
+    return method.name[:-1] + f", {suffix})" if method.name.endswith(")") \
+        else f"{method.name} ({suffix})"
 
 
 def run_length(method: Method, adapted: Adapted, num_agents: int, *,
@@ -241,11 +384,12 @@ def prefixes(steps: int, thin: int) -> list[int]:
 def sgmcmc_run(target, ref, fit, method: Method, potential, mixing, num_agents, batch, seed,
                bounds, *, plain_budget):
     """One repeat of an SG-MCMC row: its ladder of prefixes with costs and scores."""
-    adapted = ADAPT(target, fit, method, potential, mixing, num_agents, batch)
+    adapted = ADAPT(target, fit, method, potential, mixing, num_agents, batch, seed)
     setup_s = adapted.wall_s
     steps, thin = run_length(method, adapted, num_agents, plain_budget=plain_budget)
     t1 = time.perf_counter()
-    trace = sample(adapted.sampler, potential, mixing, jnp.asarray(adapted.start)[None],
+    init = jnp.asarray(adapted.start)[None] if adapted.state is None else adapted.state
+    trace = sample(adapted.sampler, potential, mixing, init,
                    jax.random.key(seed), steps, output=Output(thin=thin), on_divergence="flag")
     positions = np.asarray(trace.positions)[0]  # (kept, [N,] d)
     run_s = time.perf_counter() - t1
@@ -263,9 +407,12 @@ def sgmcmc_run(target, ref, fit, method: Method, potential, mixing, num_agents, 
         rows.append(_row(target, ref, draws, bounds, steps=t, grad_evals=total,
                          hessian_evals=adapted.hessian_evals,
                          wall_s=setup_s + run_s * t / steps))
-    return {"step": adapted.step, "steps": steps, "thin": thin, "setup_s": setup_s,
-            "run_s": run_s, "diverged": int(np.sum(np.asarray(trace.diverged))),
-            **_reached(rows)}
+    out = {"step": adapted.step, "steps": steps, "thin": thin, "setup_s": setup_s,
+           "setup_grad_evals": int(adapted.grad_evals), "run_s": run_s,
+           "diverged": int(np.sum(np.asarray(trace.diverged))), **_reached(rows)}
+    if adapted.detail is not None:
+        out["setup"] = adapted.detail
+    return out
 
 
 def _row(target, ref, draws, bounds, **cost):
@@ -343,9 +490,13 @@ def summarize(runs):
 
 
 def target_entry(name, repeats, *, batch, plain_budget, nuts_warmups, nuts_samples, save,
-                 previous=None, only=None, log=print):
+                 previous=None, only=None, adapt="laplace", log=print):
     """Run every row of target ``name`` (those of ``only``, names or ``"NUTS"``, when given;
-    the rows of ``previous``, an earlier entry, are kept) and return its entry."""
+    the rows of ``previous``, an earlier entry, are kept) with the samplers' set-up ``adapt``
+    (a key of :data:`SETUPS`) and return its entry."""
+    global ADAPT
+    ADAPT, suffix = SETUPS[adapt]
+    central = adapt == "laplace"  # the warm-up needs no Laplace fit
     target = get_target(name)
     ref = load_reference(name, fingerprint=target.fingerprint)
     bounds, floor = band(ref, SCORE_SIZE)
@@ -369,12 +520,16 @@ def target_entry(name, repeats, *, batch, plain_budget, nuts_warmups, nuts_sampl
                       "sd_ratio": [float(np.exp(-bounds[1])), float(np.exp(bounds[1]))]},
              "laplace": {"error": why} if fit is None else {
                  "iterations": fit.iterations, "wall_s": fit.wall_s,
-                 "condition": fit.condition}, "methods": {}}
-    for method in METHODS if fit is not None else ():
-        if only is not None and method.name not in only:
+                 "condition": fit.condition},
+             "methods": dict(previous["methods"]) if previous else {}}
+    if previous and not central:  # the fit's record stays that of the rows charged with it
+        entry["laplace"] = previous.get("laplace", entry["laplace"])
+    for method in METHODS if fit is not None or not central else ():
+        label = row_name(method, suffix)
+        if only is not None and method.name not in only and label not in only:
             continue
-        if method.kind == "sgld" and not large:
-            continue  # full batches: the plain row is the centralized one
+        if method.kind == "sgld" and (not large or not central):
+            continue  # full batches: the plain row is the centralized one; warmed up: CV only
         mixing = (networks.ring(num_agents) if method.network == "ring" else
                   networks.complete(num_agents) if method.network == "complete" else
                   None if method.kind == "sgld" else np.ones((1, 1)))
@@ -388,12 +543,12 @@ def target_entry(name, repeats, *, batch, plain_budget, nuts_warmups, nuts_sampl
                              1000 + r, bounds, plain_budget=plain_budget)
             runs.append(run)
             hit = run["reached"]
-            log(f"{name} {method.name} seed {r} step {run['step']:.3g} x {run['steps']}: "
+            log(f"{name} {label} seed {r} step {run['step']:.3g} x {run['steps']}: "
                 + (f"{hit['grad_evals']:.3g} grads, {hit['wall_s']:.1f} s" if hit else
                    f"not reached (last: mean err {run['rows'][-1]['mean_error_max']:.3f}, "
                    f"sd ratio {run['rows'][-1]['sd_ratio_worst']:.3f})"))
-            entry["methods"][method.name] = {"runs": runs, "inflation": INFLATION,
-                                             **summarize(runs)}
+            entry["methods"][label] = {"runs": runs, **summarize(runs),
+                                       **({"inflation": INFLATION} if central else {})}
             save(name, entry)  # after every repeat
     nuts_name = "NUTS (Laplace-whitened)" if large else "NUTS"
     if only is not None and "NUTS" not in only:
@@ -444,6 +599,29 @@ def markdown(result):
                          f"{b['sd_ratio'][0]:.3f}-{b['sd_ratio'][1]:.3f} | {k} | {inflation} | {step} | "
                          f"{m['reached']}/{m['repeats']} | {cell('grad_evals')} | "
                          f"{cell('wall_s')} |")
+    warm = [(name, k, m) for name, e in result.items() for k, m in e["methods"].items()
+            if any("setup" in r for r in m["runs"])]
+    if warm:
+        lines += ["", ("The warm-up rows' set-up (`dgsgld.warmup`; medians over repeats; "
+                       "\"share\": of the grad evals at which a run reached the band; "
+                       "verdict: the warm-up's own budget check, per repeat)."), "",
+                  ("| target | method | warm-up steps x chains | set-up grad evals | of which "
+                   "curvature | share | set-up s | sd ratio (law) | verdict |"), "|---" * 9 + "|"]
+        for name, k, m in warm:
+            runs = [r for r in m["runs"] if "setup" in r]
+            cost = [r["setup"]["cost"] for r in runs]
+            shares = [r["setup"]["cost"]["total"] / r["reached"]["grad_evals"]
+                      for r in runs if r["reached"] is not None]
+            first = runs[0]["setup"]
+            verdicts = ", ".join("ok" if r["setup"]["report"]["verdict"] == "ok" else "small"
+                                 for r in runs)
+            share = f"{np.median(shares):.2g}" if shares else "-"
+            lines.append(
+                f"| {name} | {k} | {first['warmup_steps']} x {first['chains']} | "
+                f"{np.median([c['total'] for c in cost]):.3g} | "
+                f"{np.median([c['curvature'] for c in cost]):.3g} | {share} | "
+                f"{np.median([r['setup_s'] for r in runs]):.3g} | "
+                f"{first['report']['stationary_sd_ratio']:.3f} | {verdicts} |")
     return "\n".join(lines) + "\n"
 
 
@@ -462,6 +640,9 @@ def main(argv=None):
                         help="variance inflation the samplers' step rule aims at")
     parser.add_argument("--only", nargs="+", default=None,
                         help="run these rows only (method names, or NUTS), keeping the others")
+    parser.add_argument("--adapt", choices=sorted(SETUPS), default="laplace",
+                        help="the samplers' set-up: the central Laplace fit, or the "
+                             "decentralized warm-up (rows named '..., warm-up)')")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).with_name("cost_to_accuracy.json"))
     args = parser.parse_args(argv)
@@ -473,7 +654,7 @@ def main(argv=None):
     for name in args.names:
         target_entry(name, args.repeats, batch=args.batch, plain_budget=args.plain_budget,
                      nuts_warmups=args.nuts_warmups, nuts_samples=args.nuts_samples, save=save,
-                     previous=result.get(name), only=args.only)
+                     previous=result.get(name), only=args.only, adapt=args.adapt)
     return 0
 
 
