@@ -393,6 +393,7 @@ def test_subsample_grad_with_every_datum_is_the_full_gradient():
                                atol=1e-5)
 
 
+@pytest.mark.slow  # fast twin: test_subsample_grad_with_every_datum_is_the_full_gradient
 def test_subsample_grad_is_unbiased():
     """1000 subsamples of 4 of 12 data per agent: the mean estimate within 4 standard errors
     (the estimates' own sd / √1000) of the full gradient, over 6 coordinates: a false alarm

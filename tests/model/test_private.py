@@ -102,6 +102,7 @@ def test_exact_law_with_private_leaves_every_sampler(cls):
     _check_exact_law(cls)
 
 
+@pytest.mark.slow  # fast twins: test_exact_law_with_private_leaves, test_private_tracking.py
 def test_exact_law_with_private_leaves_and_tracking_noise():
     """Private gradient tracking with private leaves: the trackers' public copies carry noise on
     the shared coordinates only (a private leaf's tracker is its own gradient, never sent), as

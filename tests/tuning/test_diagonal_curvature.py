@@ -106,6 +106,7 @@ def _correlated_gaussian(n=25, scales=(0.05,) * 8 + (3.0,) * 4, seed=0, shared=0
     return pot, A_i.sum(0), A_i
 
 
+@pytest.mark.slow  # fast twin: test_stiffness_tolerance_sets_the_capped_step
 def test_prior_floor_bounds_the_preconditioner_and_the_stiffness():
     pot, A, A_i = _correlated_gaussian()
     d = A.shape[0]

@@ -461,6 +461,7 @@ def test_private_refusals_name_the_argument(change, match):
         warmup(**args)
 
 
+@pytest.mark.slow  # fast twin: test_potential.py::test_subsample_grad_with_every_datum_is_the_full_gradient
 def test_curvature_on_subsamples():
     """``curvature_batch`` at least the local size measures on every datum (the estimate is
     then the full-data one up to float32 summation order: M within 1e-4 as above); smaller
