@@ -340,6 +340,7 @@ def test_the_matched_choco_steps_are_quoted_from_the_full_table():
                    for row in table.splitlines()), line
 
 
+@pytest.mark.slow  # fast twin: tests/model/test_private.py, the warm-up's private tests
 def test_private_parameters_guide_runs():
     pytest.importorskip("numpyro")
     ns, _ = run("guide/private-parameters.md")

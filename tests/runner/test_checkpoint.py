@@ -87,6 +87,7 @@ def assert_identical(got, want):
         assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow  # fast twin: test_resume_after_crash_between_chunks
 def test_chunked_equals_single_call(tmp_path, reference):
     got = run_chunked(tmp_path / "run")  # chunks of 10 + 10 + 4 iterations
     assert got.positions.shape == (C, NUM_STEPS // THIN + 1, N, D)

@@ -172,6 +172,7 @@ def test_every_sampler_runs_through_the_warmup(cls):
     assert np.all(np.isfinite(np.asarray(more.positions)))
 
 
+@pytest.mark.slow  # fast twin: test_every_sampler_runs_through_the_warmup[DIGing-SGLD]
 def test_static_extra_and_minibatches_and_instances():
     pot = _gaussian(batch_size=5)[0]
     template = dgsgld.EXTRASGLD(1.0, normal=dgsgld.fast_normal)
