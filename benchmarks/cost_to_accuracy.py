@@ -93,9 +93,9 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import MCMC, NUTS
 
 from benchmarks.harness import resumable_results
+from benchmarks import nuts_cost
 from benchmarks.nuts_cost import band
 from dgsgld import gradients, networks
 from dgsgld.posteriors import get_target, load_reference
@@ -439,29 +439,17 @@ def nuts_run(target, ref, fit, warmup, sample_sizes, seed, target_accept, bounds
     scored; ``whiten`` samples the Laplace-whitened coordinates from the mode (the set-up
     charged), else the original ones from ``Target.init`` with a dense mass matrix adapted."""
     n = target.num_data
-    init_key, warm_key, run_key = jax.random.split(jax.random.key(seed), 3)
     if whiten:
         mode, chol = jnp.asarray(fit.mode), jnp.asarray(fit.chol)
         potential = lambda u: -target.log_density(mode + chol @ u)
         init = jnp.zeros(target.dim)
         setup = (fit.iterations * n, fit.iterations * n, fit.wall_s)
     else:
-        potential = lambda x: -target.log_density(x)
-        init = target.init(init_key, 1)[0]
+        potential, init = None, None
         setup = (0, 0, 0.0)
-    mcmc = MCMC(NUTS(potential_fn=potential, dense_mass=not whiten,
-                     adapt_mass_matrix=not whiten, target_accept_prob=target_accept),
-                num_warmup=warmup, num_samples=max(sample_sizes), num_chains=1,
-                progress_bar=False)
-    t0 = time.perf_counter()
-    mcmc.warmup(warm_key, init_params=init, extra_fields=("num_steps",), collect_warmup=True)
-    warm_steps = np.asarray(mcmc.get_extra_fields()["num_steps"])
-    t1 = time.perf_counter()
-    mcmc.run(run_key, extra_fields=("num_steps", "diverging"))
-    t2 = time.perf_counter()
-    extra = mcmc.get_extra_fields()
-    steps = np.asarray(extra["num_steps"])
-    draws = np.asarray(mcmc.get_samples())
+    draws, warm_steps, steps, warm_s, run_s, divergent = nuts_cost.run(
+        target, warmup, max(sample_sizes), seed, target_accept, potential=potential, init=init,
+        adapt_mass=not whiten)
     if whiten:
         draws = np.asarray(fit.mode) + draws @ np.asarray(fit.chol).T
     rows = []
@@ -470,8 +458,8 @@ def nuts_run(target, ref, fit, warmup, sample_sizes, seed, target_accept, bounds
         rows.append(_row(target, ref, draws[:s], bounds, warmup=warmup, samples=s,
                          leapfrog_steps=total, grad_evals=setup[0] + total * n,
                          hessian_evals=setup[1],
-                         wall_s=setup[2] + (t1 - t0) + (t2 - t1) * steps[:s].sum() / steps.sum()))
-    return {"warmup": warmup, "whitened": whiten, "divergent": int(np.sum(extra["diverging"])),
+                         wall_s=setup[2] + warm_s + run_s * steps[:s].sum() / steps.sum()))
+    return {"warmup": warmup, "whitened": whiten, "divergent": divergent,
             "mean_steps_per_draw": float(steps.mean()), **_reached(rows)}
 
 

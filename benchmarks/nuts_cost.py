@@ -69,14 +69,18 @@ def band(ref, size):
                     "sd_ratio_worst": floor["sd_ratio_worst"]}
 
 
-def run(target, warmup, samples, seed, target_accept, progress=False):
+def run(target, warmup, samples, seed, target_accept, progress=False, *, potential=None,
+        init=None, adapt_mass=True):
     """One chain: ``(draws (samples, d), warm-up steps (warmup,), kept steps (samples,),
-    warm-up s, sampling s, divergences after warm-up)``."""
-    mcmc = MCMC(NUTS(potential_fn=lambda x: -target.log_density(x), dense_mass=True,
-                     target_accept_prob=target_accept),
+    warm-up s, sampling s, divergences after warm-up)``. Defaults: the target's own density
+    from ``Target.init`` with a dense mass matrix adapted; ``potential`` and ``init`` replace
+    them (e.g. whitened coordinates), ``adapt_mass=False`` keeps the identity mass."""
+    potential = potential or (lambda x: -target.log_density(x))
+    mcmc = MCMC(NUTS(potential_fn=potential, dense_mass=adapt_mass,
+                     adapt_mass_matrix=adapt_mass, target_accept_prob=target_accept),
                 num_warmup=warmup, num_samples=samples, num_chains=1, progress_bar=progress)
     init_key, warm_key, run_key = jax.random.split(jax.random.key(seed), 3)
-    init = target.init(init_key, 1)[0]
+    init = target.init(init_key, 1)[0] if init is None else init
     t0 = time.perf_counter()
     mcmc.warmup(warm_key, init_params=init, extra_fields=("num_steps",), collect_warmup=True)
     warm_steps = np.asarray(mcmc.get_extra_fields()["num_steps"])
