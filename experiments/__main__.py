@@ -174,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "small SBC runs: a quick "
                        "check")
     bench.add_argument("--seed", type=seed, default=0, help="seed of splits, starts and keys")
+    bench.add_argument("--targets", default=None, metavar="NAMES",
+                       help="run a part: these of the suite's targets only, comma-separated "
+                       "('none': no target), with the keys they have in the whole run")
+    bench.add_argument("--no-sbc", action="store_true",
+                       help="run a part: no simulation-based calibration")
+    bench.add_argument("--merge", nargs="+", type=Path, default=None, metavar="PART",
+                       help="run nothing: join the parts in these directories (same settings "
+                       "and seed) into DIR, the files of one whole run")
     for command in (rep, sweep, bench):
         add_no_cache(command)
     return parser
@@ -216,10 +224,24 @@ def _figure_memory(args) -> tuple[int, str]:
 
 
 def _bench(args) -> int:
-    from .bench import BenchSettings, bench_posteriors
+    from .bench import BenchSettings, bench_posteriors, merge
 
+    if args.merge is not None:
+        if args.targets is not None or args.no_sbc:
+            raise ValueError("--merge joins parts already run: no --targets or --no-sbc.")
+        merge(args.out, args.merge)
+        print(f"wrote {args.out / 'leaderboard.md'}, leaderboard.json and sbc_ranks.json")
+        return 0
     settings = BenchSettings.small() if args.small else BenchSettings.full()
-    bench_posteriors(args.out, settings, seed=args.seed)
+    only = None
+    if args.targets is not None:
+        only = () if args.targets == "none" else tuple(args.targets.split(","))
+        unknown = [t for t in only if t not in settings.targets]
+        if unknown:
+            raise ValueError(f"--targets: {unknown} are not targets of this suite "
+                             f"({', '.join(settings.targets)}).")
+    bench_posteriors(args.out, settings, seed=args.seed, only=only,
+                     calibration=not args.no_sbc)
     print(f"wrote {args.out / 'leaderboard.md'}, leaderboard.json and sbc_ranks.json")
     return 0
 

@@ -80,7 +80,7 @@ from dgsgld.samplers import (
 from dgsgld.tuning import adapted_sbc
 
 __all__ = ["ADAPTED", "SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
-           "run_chains", "sbc_cells", "sbc_figure"]
+           "merge", "run_chains", "sbc_cells", "sbc_figure"]
 
 #: SVRG's anchor refresh period (steps) in the benchmark.
 SVRG_PERIOD = 10
@@ -166,7 +166,9 @@ class BenchSettings:
     far more than the plain ones: ``small()`` keeps one sampler on the Gaussian anchor).
     ``adapted``: the
     samplers (names of :data:`ADAPTED`) that also get an adapted row (module docstring) on every
-    network; ``small()`` three, ``full()`` all."""
+    network; ``small()`` three, ``full()`` all. ``curvature_batch``: an adapted row's warm-up
+    measures curvature on this many of each agent's data where the agent holds more (its
+    ``curvature_batch``; only ``logistic_large``'s agents do)."""
 
     targets: tuple
     samplers: tuple
@@ -192,6 +194,7 @@ class BenchSettings:
     sbc_warmup_steps: int = 1000
     sbc_adapted_targets: tuple = sbc.SIMULATED
     adapted: tuple = ()
+    curvature_batch: int = 2000
 
     @classmethod
     def small(cls) -> BenchSettings:
@@ -268,9 +271,11 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
             "diverged": int(np.sum(np.asarray(trace.diverged))), "seeds": per_seed}
 
 
-def _adapted_run(target, ref, potential, sampler_name, network_name, settings, key):
+def _adapted_run(target, ref, potential, sampler_name, network_name, settings, key, *,
+                 curvature_batch=None):
     """An adapted row (module docstring): per seed, :func:`dgsgld.warmup` in the first half of
-    ``num_steps``, then the adapted sampler for the second half, every kept draw scored."""
+    ``num_steps`` (its ``curvature_batch``), then the adapted sampler for the second half, every
+    kept draw scored."""
     from dgsgld.tuning import warmup
 
     cls = ADAPTED[sampler_name]
@@ -292,7 +297,8 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
         template = cls(1.0, channel=communication.Channel())
         try:
             sampler, state, report = warmup(template, potential, mixing, group, k_warm,
-                                            warm_steps, sampling_steps=steps)
+                                            warm_steps, sampling_steps=steps,
+                                            curvature_batch=curvature_batch)
         except (RuntimeError, ValueError) as err:  # every retry diverged, no stable step
             per_seed.append(None)
             reports.append({"error": str(err)})
@@ -465,22 +471,33 @@ def sbc_figure(cells: list, num_bins: int = 4):
     return sbc.rank_histogram_grid(rows, num_bins=num_bins)
 
 
-def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
-                     log=print) -> dict:
+def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=print,
+                     only: tuple | None = None, calibration: bool = True) -> dict:
     """Run the benchmark and write ``out/leaderboard.{json,md}`` (after every run) and
     ``out/leaderboard.png`` (:func:`leaderboard_figure`, when matplotlib is installed); then
     the calibration runs (:func:`sbc_cells`), their p-values added to the JSON (``"sbc"``,
     without the ranks) and the Markdown, the ranks to ``out/sbc_ranks.json`` and their
-    histograms to ``out/sbc_ranks.png`` (:func:`sbc_figure`). Returns the JSON object."""
+    histograms to ``out/sbc_ranks.png`` (:func:`sbc_figure`). Returns the JSON object.
+
+    ``only`` (names of ``settings.targets``) and ``calibration=False`` run a part of the benchmark: a
+    target's keys come from its place in ``settings.targets`` and the calibration's from the
+    seed alone, so parts run apart (processes, machines) and joined by :func:`merge` give the
+    rows and cells of one run. A part's JSON records what it ran (``"part"``)."""
     # Every target's data first: one bundled with scikit-learn fails here, not after the
     # targets before it have run.
-    targets = [get_target(name) for name in settings.targets]
+    if only is not None and not set(only) <= set(settings.targets):
+        raise ValueError(f"`only` must name targets of `settings.targets`; got {list(only)}.")
+    chosen = [(t, name) for t, name in enumerate(settings.targets)
+              if only is None or name in only]
+    targets = [get_target(name) for _, name in chosen]
+    part = None if only is None and calibration else {
+        "targets": [name for _, name in chosen], "sbc": calibration, "seed": seed}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     key = jax.random.key(seed)
     rows = []
     t_all = time.perf_counter()
-    for t, (name, target) in enumerate(zip(settings.targets, targets)):
+    for (t, name), target in zip(chosen, targets):
         # A target that asks for its own number of agents is split over that many.
         run_settings = settings if target.num_agents is None else dataclasses.replace(
             settings, num_agents=target.num_agents)
@@ -488,6 +505,8 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
         split = target.split(run_settings.num_agents, run_settings.split, seed=seed)
         smallest = int(split.sizes.min())
         batch = None if smallest <= run_settings.max_batch else run_settings.max_batch
+        curvature_batch = (settings.curvature_batch
+                           if int(split.sizes.max()) > settings.curvature_batch else None)
         potential = target.potential(run_settings.num_agents, run_settings.split, batch_size=batch,
                                      seed=seed)
         cv_batch = batch or 1  # a control variate's mini-batch (see the module doc)
@@ -512,36 +531,88 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0,
                        "diverged": r["diverged"], "batch_size": b,
                        **_summary(r["seeds"])}
                 rows.append(row)
-                _write(out, settings, rows, time.perf_counter() - t_all)  # partial results
+                _write(out, settings, rows, time.perf_counter() - t_all, part=part)
                 log(f"{name:24s} {row['network']:8s} {sampler_name:20s} h={r['step_size']:.3g} "
                     f"W2={row.get('w2', [np.nan])[0]:.3f} KSD={row.get('ksd', [np.nan])[0]:.3f} "
                     f"({r['wall_s']:.1f} s)")
             for s, sampler_name in enumerate(settings.adapted):
                 run_key = jax.random.fold_in(jax.random.fold_in(key, t), 100 + s)
-                r = _adapted_run(target, ref, potential, sampler_name, network, settings,
-                                 run_key)
+                r = _adapted_run(target, ref, potential, sampler_name, network, run_settings,
+                                 run_key, curvature_batch=curvature_batch)
                 row = {"target": name, "network": network,
                        "sampler": sampler_name + ADAPTED_SUFFIX, "step_size": r["step_size"],
                        "wall_s": r["wall_s"], "bytes_sent": r["bytes_sent"],
                        "diverged": r["diverged"], "batch_size": batch,
                        **_summary(r["seeds"]), "warmup": r["warmup"]}
                 rows.append(row)
-                _write(out, settings, rows, time.perf_counter() - t_all)
+                _write(out, settings, rows, time.perf_counter() - t_all, part=part)
                 verdicts = sum(w.get("verdict") == "ok" for w in r["warmup"])
                 log(f"{name:24s} {network:8s} {row['sampler']:20s} h={r['step_size']:.3g} "
                     f"sd={row.get('sd_ratio_worst', [np.nan])[0]:.3f} "
                     f"mean={row.get('mean_error_max', [np.nan])[0]:.3f} "
                     f"verdict ok {verdicts}/{len(r['warmup'])} ({r['wall_s']:.1f} s)")
-    result = _write(out, settings, rows, time.perf_counter() - t_all)
-    _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
-    if settings.sbc_targets:
+    result = _write(out, settings, rows, time.perf_counter() - t_all, part=part)
+    if rows:
+        _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
+    if calibration and settings.sbc_targets:
         cells = sbc_cells(settings, key, seed=seed, log=log)
         (out / "sbc_ranks.json").write_text(json.dumps(
             [{k: c[k] for k in ("target", "sampler", "ranks") if k in c} for c in cells]) + "\n")
         result = _write(out, settings, rows, time.perf_counter() - t_all,
-                        [{k: v for k, v in c.items() if k != "ranks"} for c in cells])
+                        [{k: v for k, v in c.items() if k != "ranks"} for c in cells], part=part)
         _save_figure(functools.partial(sbc_figure, num_bins=settings.sbc_bins), cells,
                      out / "sbc_ranks.png", log)
+    return result
+
+
+def merge(out: Path, parts) -> dict:
+    """Join the parts of one benchmark run (directories written by :func:`bench_posteriors`
+    with ``only`` or ``calibration=False``, the same settings and seed, every target in exactly one
+    part and the calibration in one) into ``out``: the files of the whole run, its rows in
+    the order of ``settings.targets`` and its wall time the parts' sum. Raises ``ValueError``
+    naming the part that does not fit."""
+    loaded = []
+    for d in parts:
+        result = json.loads((Path(d) / "leaderboard.json").read_text())
+        if "part" not in result:
+            raise ValueError(f"`parts`: {d} holds a whole run, not a part.")
+        loaded.append((Path(d), result))
+    settings = loaded[0][1]["settings"]
+    seeds = {r["part"]["seed"] for _, r in loaded}
+    for d, r in loaded:
+        if r["settings"] != settings:
+            raise ValueError(f"`parts`: {d} ran other settings than {loaded[0][0]}.")
+    if len(seeds) != 1:
+        raise ValueError(f"`parts` ran different seeds: {sorted(seeds)}.")
+    ran = [name for _, r in loaded for name in r["part"]["targets"]]
+    if sorted(ran) != sorted(settings["targets"]):
+        raise ValueError(f"`parts` must run every target of the settings once; they ran {ran} "
+                         f"for {settings['targets']}.")
+    with_sbc = [(d, r) for d, r in loaded if r["part"]["sbc"]]
+    if len(with_sbc) != (1 if settings["sbc_targets"] else 0):
+        raise ValueError("`parts`: exactly one must hold the calibration cells; "
+                         f"{[str(d) for d, _ in with_sbc]} do.")
+    by_target = {name: [row for row in r["rows"] if row["target"] == name]
+                 for _, r in loaded for name in r["part"]["targets"]}
+    rows = [row for name in settings["targets"] for row in by_target[name]]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"settings": settings, "wall_s": sum(r["wall_s"] for _, r in loaded),
+              "rows": rows}
+    if with_sbc:
+        d, r = with_sbc[0]
+        result["sbc"] = r["sbc"]
+        (out / "sbc_ranks.json").write_text((d / "sbc_ranks.json").read_text())
+    (out / "leaderboard.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "leaderboard.md").write_text(markdown(result))
+    _save_figure(leaderboard_figure, result, out / "leaderboard.png", print)
+    if with_sbc:
+        ranks = {(c["target"], c["sampler"]): c["ranks"]
+                 for c in json.loads((out / "sbc_ranks.json").read_text()) if "ranks" in c}
+        cells = [c | {"ranks": ranks[c["target"], c["sampler"]]}
+                 for c in result["sbc"] if (c["target"], c["sampler"]) in ranks]
+        _save_figure(functools.partial(sbc_figure, num_bins=settings["sbc_bins"]), cells,
+                     out / "sbc_ranks.png", print)
     return result
 
 
@@ -603,9 +674,11 @@ def leaderboard_figure(result: dict):
 
 
 def _write(out: Path, settings: BenchSettings, rows: list, wall: float,
-           sbc_rows: list | None = None) -> dict:
+           sbc_rows: list | None = None, part: dict | None = None) -> dict:
     result = {"settings": {k: getattr(settings, k) for k in settings.__dataclass_fields__},
               "wall_s": wall, "rows": rows}
+    if part is not None:
+        result["part"] = part
     if sbc_rows is not None:
         result["sbc"] = sbc_rows
     (out / "leaderboard.json").write_text(json.dumps(result, indent=1) + "\n")
