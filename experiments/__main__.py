@@ -175,10 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "check")
     bench.add_argument("--seed", type=seed, default=0, help="seed of splits, starts and keys")
     bench.add_argument("--targets", default=None, metavar="NAMES",
-                       help="run a part: these of the suite's targets only, comma-separated "
-                       "('none': no target), with the keys they have in the whole run")
-    bench.add_argument("--no-sbc", action="store_true",
+                       help="run a part: these targets only (comma-separated; their rows and "
+                       "calibration cells), with the keys they have in the whole run")
+    parts = bench.add_mutually_exclusive_group()
+    parts.add_argument("--no-sbc", action="store_true",
                        help="run a part: no simulation-based calibration")
+    parts.add_argument("--sbc-only", action="store_true",
+                       help="run a part: the simulation-based calibration alone")
     bench.add_argument("--merge", nargs="+", type=Path, default=None, metavar="PART",
                        help="run nothing: join the parts in these directories (same settings "
                        "and seed) into DIR, the files of one whole run")
@@ -227,21 +230,23 @@ def _bench(args) -> int:
     from .bench import BenchSettings, bench_posteriors, merge
 
     if args.merge is not None:
-        if args.targets is not None or args.no_sbc:
-            raise ValueError("--merge joins parts already run: no --targets or --no-sbc.")
+        if args.targets is not None or args.no_sbc or args.sbc_only:
+            raise ValueError("--merge joins parts already run: no --targets, --no-sbc or "
+                             "--sbc-only.")
         merge(args.out, args.merge)
         print(f"wrote {args.out / 'leaderboard.md'}, leaderboard.json and sbc_ranks.json")
         return 0
     settings = BenchSettings.small() if args.small else BenchSettings.full()
     only = None
     if args.targets is not None:
-        only = () if args.targets == "none" else tuple(args.targets.split(","))
-        unknown = [t for t in only if t not in settings.targets]
+        only = tuple(args.targets.split(","))
+        names = dict.fromkeys(settings.targets + settings.sbc_targets)
+        unknown = [t for t in only if t not in names]
         if unknown:
             raise ValueError(f"--targets: {unknown} are not targets of this suite "
-                             f"({', '.join(settings.targets)}).")
+                             f"({', '.join(names)}).")
     bench_posteriors(args.out, settings, seed=args.seed, only=only,
-                     calibration=not args.no_sbc)
+                     calibration=not args.no_sbc, leaderboard=not args.sbc_only)
     print(f"wrote {args.out / 'leaderboard.md'}, leaderboard.json and sbc_ranks.json")
     return 0
 

@@ -373,7 +373,8 @@ def _summary(per_seed):
     return out
 
 
-def sbc_cells(settings: BenchSettings, key, *, seed: int = 0, log=print) -> list:
+def sbc_cells(settings: BenchSettings, key, *, seed: int = 0, log=print,
+              only: tuple | None = None) -> list:
     """Simulation-based calibration (:mod:`dgsgld.posteriors.sbc`) of ``settings.sbc_samplers``
     on the first network of ``settings.networks``, of ``settings.sbc_adapted`` at the warm-up's
     settings on ``settings.sbc_adapted_targets`` (cells ``<sampler> (adapted)``,
@@ -383,11 +384,14 @@ def sbc_cells(settings: BenchSettings, key, *, seed: int = 0, log=print) -> list
     ``rejected`` below ``0.01 / (N d)`` (Bonferroni at level 0.01 per cell), the ranks, the
     steps' range (an adapted cell's: the adapted, preconditioned steps, with
     ``warmup_steps`` and ``budget_ok``, the warm-ups whose verdict was "ok") and the wall time;
-    a run with diverged chains has ``error`` instead of p-values."""
+    a run with diverged chains has ``error`` instead of p-values. ``only``: these targets'
+    cells alone (each with the keys it has in the whole run)."""
     cells = []
     n, network = settings.num_agents, settings.networks[0]
     mixing = NETWORKS[network](n)
     for t, name in enumerate(settings.sbc_targets):
+        if only is not None and name not in only:
+            continue
         names = get_target(name).names
         size = {"target": name, "num_datasets": settings.sbc_datasets,
                 "num_draws": settings.sbc_draws, "names": list(names)}
@@ -472,26 +476,35 @@ def sbc_figure(cells: list, num_bins: int = 4):
 
 
 def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=print,
-                     only: tuple | None = None, calibration: bool = True) -> dict:
+                     only: tuple | None = None, calibration: bool = True,
+                     leaderboard: bool = True) -> dict:
     """Run the benchmark and write ``out/leaderboard.{json,md}`` (after every run) and
     ``out/leaderboard.png`` (:func:`leaderboard_figure`, when matplotlib is installed); then
     the calibration runs (:func:`sbc_cells`), their p-values added to the JSON (``"sbc"``,
     without the ranks) and the Markdown, the ranks to ``out/sbc_ranks.json`` and their
     histograms to ``out/sbc_ranks.png`` (:func:`sbc_figure`). Returns the JSON object.
 
-    ``only`` (names of ``settings.targets``) and ``calibration=False`` run a part of the benchmark: a
-    target's keys come from its place in ``settings.targets`` and the calibration's from the
-    seed alone, so parts run apart (processes, machines) and joined by :func:`merge` give the
-    rows and cells of one run. A part's JSON records what it ran (``"part"``)."""
+    ``only`` (target names), ``calibration=False`` and ``leaderboard=False`` run a part of the
+    benchmark: the rows of the targets of ``only`` in ``settings.targets`` (none with
+    ``leaderboard=False``) and the calibration cells of those in ``settings.sbc_targets`` (none
+    with ``calibration=False``). A target's keys come from its
+    place in those lists and the seed alone, so parts run apart (processes, machines, days)
+    and joined by :func:`merge` give the rows and cells of one run. A part's JSON records what
+    it ran (``"part"``)."""
+    names = set(settings.targets) | set(settings.sbc_targets)
+    if only is not None and (isinstance(only, str) or not set(only) <= names):
+        raise ValueError("`only` must be a collection of names of `settings.targets` or "
+                         f"`settings.sbc_targets`; got {only!r}.")
+    chosen = [(t, name) for t, name in enumerate(settings.targets)
+              if leaderboard and (only is None or name in only)]
+    sbc_only = None if only is None else tuple(only)
+    sbc_run = [name for name in settings.sbc_targets if calibration
+               and (sbc_only is None or name in sbc_only)]
     # Every target's data first: one bundled with scikit-learn fails here, not after the
     # targets before it have run.
-    if only is not None and not set(only) <= set(settings.targets):
-        raise ValueError(f"`only` must name targets of `settings.targets`; got {list(only)}.")
-    chosen = [(t, name) for t, name in enumerate(settings.targets)
-              if only is None or name in only]
     targets = [get_target(name) for _, name in chosen]
-    part = None if only is None and calibration else {
-        "targets": [name for _, name in chosen], "sbc": calibration, "seed": seed}
+    part = None if only is None and calibration and leaderboard else {
+        "targets": [name for _, name in chosen], "sbc_targets": sbc_run, "seed": seed}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     key = jax.random.key(seed)
@@ -552,10 +565,9 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
                     f"mean={row.get('mean_error_max', [np.nan])[0]:.3f} "
                     f"verdict ok {verdicts}/{len(r['warmup'])} ({r['wall_s']:.1f} s)")
     result = _write(out, settings, rows, time.perf_counter() - t_all, part=part)
-    if rows:
-        _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
-    if calibration and settings.sbc_targets:
-        cells = sbc_cells(settings, key, seed=seed, log=log)
+    _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
+    if sbc_run:
+        cells = sbc_cells(settings, key, seed=seed, log=log, only=sbc_only)
         (out / "sbc_ranks.json").write_text(json.dumps(
             [{k: c[k] for k in ("target", "sampler", "ranks") if k in c} for c in cells]) + "\n")
         result = _write(out, settings, rows, time.perf_counter() - t_all,
@@ -567,10 +579,10 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
 
 def merge(out: Path, parts) -> dict:
     """Join the parts of one benchmark run (directories written by :func:`bench_posteriors`
-    with ``only`` or ``calibration=False``, the same settings and seed, every target in exactly one
-    part and the calibration in one) into ``out``: the files of the whole run, its rows in
-    the order of ``settings.targets`` and its wall time the parts' sum. Raises ``ValueError``
-    naming the part that does not fit."""
+    with ``only`` or ``calibration=False``, the same settings and seed, every target's rows
+    and every calibration target's cells in exactly one part) into ``out``: the files of the
+    whole run, rows and cells in the order of the settings, its wall time the parts' sum.
+    Raises ``ValueError`` naming what does not fit."""
     loaded = []
     for d in parts:
         result = json.loads((Path(d) / "leaderboard.json").read_text())
@@ -578,41 +590,42 @@ def merge(out: Path, parts) -> dict:
             raise ValueError(f"`parts`: {d} holds a whole run, not a part.")
         loaded.append((Path(d), result))
     settings = loaded[0][1]["settings"]
-    seeds = {r["part"]["seed"] for _, r in loaded}
     for d, r in loaded:
         if r["settings"] != settings:
             raise ValueError(f"`parts`: {d} ran other settings than {loaded[0][0]}.")
+    seeds = {r["part"]["seed"] for _, r in loaded}
     if len(seeds) != 1:
         raise ValueError(f"`parts` ran different seeds: {sorted(seeds)}.")
-    ran = [name for _, r in loaded for name in r["part"]["targets"]]
-    if sorted(ran) != sorted(settings["targets"]):
-        raise ValueError(f"`parts` must run every target of the settings once; they ran {ran} "
-                         f"for {settings['targets']}.")
-    with_sbc = [(d, r) for d, r in loaded if r["part"]["sbc"]]
-    if len(with_sbc) != (1 if settings["sbc_targets"] else 0):
-        raise ValueError("`parts`: exactly one must hold the calibration cells; "
-                         f"{[str(d) for d, _ in with_sbc]} do.")
-    by_target = {name: [row for row in r["rows"] if row["target"] == name]
-                 for _, r in loaded for name in r["part"]["targets"]}
-    rows = [row for name in settings["targets"] for row in by_target[name]]
+    for what, field in (("targets", "targets"), ("calibration targets", "sbc_targets")):
+        ran = [name for _, r in loaded for name in r["part"][field]]
+        if sorted(ran) != sorted(settings[field]):
+            raise ValueError(f"`parts` must run every one of the settings' {what} once; they "
+                             f"ran {ran} for {settings[field]}.")
+    rows, cells, ranks = [], [], []
+    for name in settings["targets"]:
+        rows += [row for _, r in loaded if name in r["part"]["targets"]
+                 for row in r["rows"] if row["target"] == name]
+    for name in settings["sbc_targets"]:
+        d, r = next((d, r) for d, r in loaded if name in r["part"]["sbc_targets"])
+        cells += [c for c in r["sbc"] if c["target"] == name]
+        ranks += [c for c in json.loads((d / "sbc_ranks.json").read_text())
+                  if c["target"] == name]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"settings": settings, "wall_s": sum(r["wall_s"] for _, r in loaded),
               "rows": rows}
-    if with_sbc:
-        d, r = with_sbc[0]
-        result["sbc"] = r["sbc"]
-        (out / "sbc_ranks.json").write_text((d / "sbc_ranks.json").read_text())
+    if settings["sbc_targets"]:
+        result["sbc"] = cells
+        (out / "sbc_ranks.json").write_text(json.dumps(ranks) + "\n")
     (out / "leaderboard.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "leaderboard.md").write_text(markdown(result))
     _save_figure(leaderboard_figure, result, out / "leaderboard.png", print)
-    if with_sbc:
-        ranks = {(c["target"], c["sampler"]): c["ranks"]
-                 for c in json.loads((out / "sbc_ranks.json").read_text()) if "ranks" in c}
-        cells = [c | {"ranks": ranks[c["target"], c["sampler"]]}
-                 for c in result["sbc"] if (c["target"], c["sampler"]) in ranks]
-        _save_figure(functools.partial(sbc_figure, num_bins=settings["sbc_bins"]), cells,
-                     out / "sbc_ranks.png", print)
+    if settings["sbc_targets"]:
+        by_cell = {(c["target"], c["sampler"]): c["ranks"] for c in ranks}
+        figure_cells = [c | {"ranks": by_cell[c["target"], c["sampler"]]}
+                        for c in cells if (c["target"], c["sampler"]) in by_cell]
+        _save_figure(functools.partial(sbc_figure, num_bins=settings["sbc_bins"]),
+                     figure_cells, out / "sbc_ranks.png", print)
     return result
 
 

@@ -763,3 +763,44 @@ def test_bench_builds_every_target_before_any_run(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match="scikit-learn"):
         bench_posteriors(tmp_path / "out", settings, log=lambda *_: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_bench_parts_merge_into_the_whole_run(tmp_path):
+    # A run split into parts (targets apart, the calibration apart) and joined by `merge` has
+    # the whole run's rows and cells: a target's keys come from its place in the settings.
+    import dataclasses
+
+    from experiments.bench import BenchSettings, bench_posteriors, merge
+
+    settings = dataclasses.replace(
+        BenchSettings.small(), targets=("gaussian_linear", "poisson_linnerud"),
+        samplers=("DE-SGLD",), seeds=1, chains=4, num_steps=40, thin=2, pilot_steps=10,
+        pilot_grid=2, score_size=20, adapted=(), sbc_targets=("gaussian_linear",),
+        sbc_samplers=("DE-SGLD",), sbc_datasets=4, sbc_draws=3, sbc_steps=10, sbc_adapted=())
+    quiet = {"log": lambda *_: None}
+    whole = bench_posteriors(tmp_path / "whole", settings, **quiet)
+    bench_posteriors(tmp_path / "b", settings, only=("poisson_linnerud",), **quiet)
+    bench_posteriors(tmp_path / "a", settings, only=("gaussian_linear",), calibration=False,
+                     **quiet)
+    bench_posteriors(tmp_path / "c", settings, only=("gaussian_linear",), leaderboard=False,
+                     **quiet)
+    joined = merge(tmp_path / "joined", [tmp_path / "c", tmp_path / "b", tmp_path / "a"])
+
+    def scores(result):
+        return json.dumps([{k: v for k, v in r.items() if k != "wall_s"}
+                           for r in result["rows"] + result["sbc"]])
+
+    assert "part" not in joined
+    assert joined["settings"] == json.loads(json.dumps(whole["settings"]))
+    assert [r["target"] for r in joined["rows"]] == [r["target"] for r in whole["rows"]]
+    assert scores(joined) == scores(whole)
+    assert json.loads((tmp_path / "joined" / "sbc_ranks.json").read_text()) == json.loads(
+        (tmp_path / "whole" / "sbc_ranks.json").read_text())
+    with pytest.raises(ValueError, match="every one of the settings' targets"):
+        merge(tmp_path / "bad", [tmp_path / "a", tmp_path / "c"])
+    with pytest.raises(ValueError, match="calibration targets"):  # the Gaussian's cells twice
+        merge(tmp_path / "bad", [tmp_path / "a", tmp_path / "b", tmp_path / "c", tmp_path / "c"])
+    with pytest.raises(ValueError, match="whole run"):
+        merge(tmp_path / "bad", [tmp_path / "a", tmp_path / "whole"])
+    with pytest.raises(ValueError, match="`only`"):
+        bench_posteriors(tmp_path / "bad", settings, only=("eight_schools",), **quiet)
