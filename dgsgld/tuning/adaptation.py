@@ -34,7 +34,12 @@ After every window but the last:
    iteration on network sums for diagonal ``M``) keeps its stationary sd within 50 %. It grows at
    most ``growth``-fold per window; the first window runs at ``probe`` times the criterion's step
    from the curvature at ``init``. A window with a divergence is run again at a quarter of the step
-   (its steps stay spent), and later steps stay below half of the one that diverged.
+   (its steps stay spent), and later steps stay below half of the one that diverged. When the
+   first window diverges, the chains met curvature far stiffer than at their starts (a flat
+   start under a stiff mode): the agents first move every chain's start to the mode, by Newton
+   steps on the pooled potential with a backtracking line search (each agent's curvature,
+   gradient and potential value at the chain's point flooded per step, bytes counted), and adapt
+   ``M`` and the step there (not with private parameters, whose positions are not sent).
 
 The **last window** restarts every chain over-dispersed, ``x = c + restart · S z`` (``c`` the
 agreed centre, ``S Sᵀ = M``, ``z`` standard normal, every agent of a chain at the same point),
@@ -106,6 +111,11 @@ DENSE_MAX_DIM = 200
 EXACT_MAX_SIZE = 256
 #: Steps the budget must give every window at least.
 MIN_WINDOW_STEPS = 10
+#: Newton steps at most when a first window's divergence sends the starts to the mode.
+APPROACH_STEPS = 50
+#: The Newton steps' eigenvalue floor relative to the largest: the rounding of float32
+#: Hessians, not ``M``'s floor (a Newton step must cross directions that ``M`` may flatten).
+NEWTON_FLOOR = 1e-6
 #: Second parameters searched: SGHMC's friction, D-ULA's consensus weight.
 FRICTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
 CONSENSUS = (0.25, 0.5, 1.0)
@@ -163,6 +173,8 @@ class WarmupReport(NamedTuple):
         verdict: ``"ok"`` or ``"budget too small: ..."``.
         private_coordinates: the private coordinates of one agent's vector (module doc:
             adapted on their agent, never sent); 0 for a fully shared model.
+        approach_steps: Newton steps that moved the chains' starts to the mode after the
+            first window diverged (module doc); 0 when none did.
     """
 
     sampler: str
@@ -188,6 +200,7 @@ class WarmupReport(NamedTuple):
     budget_ok: bool
     verdict: str
     private_coordinates: int = 0
+    approach_steps: int = 0
 
     def explain(self) -> str:
         """The choices and the checks, in words."""
@@ -196,7 +209,9 @@ class WarmupReport(NamedTuple):
         lines = [
             (f"{self.sampler}: step {self.step_size:.4g}{par}, {self.preconditioner} "
             f"preconditioner, after {self.num_steps} warm-up steps in {len(self.windows)} "
-            f"windows ({self.retries} rerun after a divergence)."),
+            f"windows ({self.retries} rerun after a divergence)."
+            + (f" The first window diverged: {self.approach_steps} Newton steps moved the "
+               "starts to the mode." if self.approach_steps else "")),
             (f"Step criterion ({self.law} stationary law on the preconditioned Gaussian "
             f"approximation): worst sd ratio {self.stationary_sd_ratio:.3f}, worst mean error "
             f"{self.stationary_mean_error:.3g} sd, contraction {self.spectral_radius:.5f} per "
@@ -357,6 +372,10 @@ class _AgentGrads(eqx.Module):
 
     def _params(self, vector):
         return eqx.combine(self.arrays(vector), self.static)
+
+    def values(self, x):
+        """``x (N, d) -> f_i(x_i) (N,)`` on each agent's full local data."""
+        return self.potential.agent_values(eqx.combine(jax.vmap(self.arrays)(x), self.static))
 
     def prior_grads(self, x):
         """``x (N, d) -> ∇(prior terms of f_i)(x_i) (N, d)`` (zeros without a prior)."""
@@ -799,6 +818,69 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
                                capped=capped, cost=cost)
 
 
+@eqx.filter_jit
+def _agent_values(grads, xs):
+    """Every agent's potential ``(P, N)`` at points ``xs (P, N, d)``."""
+    return jax.lax.map(grads.values, xs)
+
+
+def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, curvature: str,
+              start: int, max_steps: int = APPROACH_STEPS):
+    """Move every chain's point ``x (C, d)`` to the pooled potential's mode by Newton steps
+    with a backtracking line search: ``(points, cost, steps)``.
+
+    At each step every agent measures its curvature (the dense Hessian, or the diagonal
+    estimate floored at the prior's), gradient and potential at the chain's point, and floods
+    them (bytes counted); every agent then takes the same step ``x − t A⁻¹ g`` on the pooled
+    ``(A, g)`` (``A``'s eigenvalues or diagonal taken in absolute value and floored at
+    :data:`NEWTON_FLOOR` of the largest, the diagonal also at the prior's), halving ``t`` from 1 until the
+    pooled potential, flooded again, falls by a quarter of the Newton decrement ``t gᵀA⁻¹g``
+    (Armijo). A chain stops when ``gᵀA⁻¹g <= d`` (within about one standard deviation per
+    direction of its Gaussian approximation's mode) or when no step of 30 halvings descends."""
+    C, d = x.shape
+    N = grads.potential.num_agents
+    tri = d * (d + 1) // 2 if dense else d
+    cost = _gossip.GossipCost(0, 0)
+    moving = np.ones(C, bool)
+    steps = 0
+    for steps in range(max_steps):  # noqa: B007  (the count is returned)
+        xs = jnp.asarray(np.broadcast_to(x[:, None], (C, N, d)), jnp.float32)
+        if dense:
+            H, g = _dense_curvature(grads, xs)
+            H = np.asarray(H, np.float64).sum(1)
+            lam, Q = np.linalg.eigh(0.5 * (H + np.swapaxes(H, -1, -2)))
+            lam = np.stack([_floor(row, rel=NEWTON_FLOOR) for row in lam])
+            direction = np.einsum("cab,cb,cdb,cd->ca", Q, 1.0 / lam, Q,
+                                  np.asarray(g, np.float64).sum(1))
+        else:
+            diag, prior, g = _diagonal_curvature(grads, xs, jax.random.fold_in(key, steps),
+                                                 probes, curvature)
+            diag = np.asarray(diag, np.float64).sum(1)
+            prior = np.asarray(prior, np.float64).sum(1)
+            lam = np.stack([_floor(a, rel=NEWTON_FLOOR, lower=b) for a, b in zip(diag, prior)])
+            direction = np.asarray(g, np.float64).sum(1) / lam
+        g = np.asarray(g, np.float64).sum(1)
+        decrement = np.einsum("ca,ca->c", g, direction)
+        f0 = np.asarray(_agent_values(grads, xs), np.float64).sum(1)
+        cost = cost + _gossip.all_gather(np.full(N, C * (tri + d + 1)), mixing, start)
+        moving &= np.isfinite(decrement) & (decrement > d)
+        if not moving.any():
+            break
+        t = np.where(moving, 1.0, 0.0)
+        for _ in range(30):
+            trial = x - t[:, None] * direction
+            f1 = np.asarray(_agent_values(grads, jnp.asarray(
+                np.broadcast_to(trial[:, None], (C, N, d)), jnp.float32)), np.float64).sum(1)
+            cost = cost + _gossip.all_gather(np.full(N, C), mixing, start)
+            ok = ~moving | (np.isfinite(f1) & (f1 <= f0 - 0.25 * t * decrement))
+            if ok.all():
+                break
+            t = np.where(ok, t, t / 2.0)
+        moving &= ok
+        x = np.where(moving[:, None], trial, x)
+    return x, cost, steps
+
+
 # ------------------------------------------------------------------ the warm-up
 
 
@@ -996,6 +1078,7 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     cost = ad.cost
     history = []
     eta, ceiling, retries, spent, w = probe * ad.step, math.inf, 0, 0, 0
+    approach_steps = 0
     state, good, exhausted = None, None, False
     while w < len(lengths):
         last = w == len(lengths) - 1
@@ -1054,6 +1137,20 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
                                        f"{eta * 4:.3g}).")
                 exhausted = True
                 break
+            if state is None and approach_steps == 0 and private is None:
+                # The chains met curvature far stiffer than at their starts: move the starts
+                # to the mode and adapt there (a new M: the old step's ceiling does not apply).
+                moved, more, approach_steps = _approach(
+                    grads, xN.mean(axis=1), mixing, dense=base == "dense" or (
+                        base == "identity" and d <= DENSE_MAX_DIM),
+                    key=keys[len(lengths)], probes=probes, curvature=curvature, start=spent)
+                approach_steps = max(approach_steps, 1)
+                xN = np.broadcast_to(moved[:, None], (chains, N, d))
+                ad = _adapt(family, grads, mixing, _points(xN[:, None], curvature_points),
+                            None, key=keys[-1], start=spent, final=len(lengths) == 1,
+                            **common)
+                cost = cost + more + ad.cost
+                eta, ceiling = probe * ad.step, math.inf
             continue
         state, good = trace.state, draws
         xN = draws[:, -1]
@@ -1116,5 +1213,6 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         rhat_max=rhat_max, check_ess=check_ess, windows=tuple(history), retries=retries,
         bytes_sent=int(cost.bytes), rounds=int(cost.rounds), num_steps=int(spent),
         budget_ok=not reasons, verdict=verdict,
-        private_coordinates=0 if private is None else int(private.sum()))
+        private_coordinates=0 if private is None else int(private.sum()),
+        approach_steps=approach_steps)
     return adapted, state, report
