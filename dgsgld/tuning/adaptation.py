@@ -830,13 +830,13 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
     with a backtracking line search: ``(points, cost, steps)``.
 
     At each step every agent measures its curvature (the dense Hessian, or the diagonal
-    estimate floored at the prior's), gradient and potential at the chain's point, and floods
-    them (bytes counted); every agent then takes the same step ``x − t A⁻¹ g`` on the pooled
-    ``(A, g)`` (``A``'s eigenvalues or diagonal taken in absolute value and floored at
-    :data:`NEWTON_FLOOR` of the largest, the diagonal also at the prior's), halving ``t`` from 1 until the
-    pooled potential, flooded again, falls by a quarter of the Newton decrement ``t gᵀA⁻¹g``
-    (Armijo). A chain stops when ``gᵀA⁻¹g <= d`` (within about one standard deviation per
-    direction of its Gaussian approximation's mode) or when no step of 30 halvings descends."""
+    estimate), gradient and potential at the chain's point, and floods them (bytes counted);
+    every agent then takes the same step ``x − t A⁻¹ g`` on the pooled ``(A, g)``: ``A``'s
+    eigenvalues (or diagonal) in absolute value, floored at :data:`NEWTON_FLOOR` of the largest
+    (a diagonal also at the prior's), and ``t`` halved from 1 until the pooled potential,
+    flooded again, falls by a quarter of the Newton decrement ``t gᵀA⁻¹g`` (Armijo). A chain
+    stops when ``gᵀA⁻¹g <= d`` (within about one standard deviation per direction of its
+    Gaussian approximation's mode) or when no step of 30 halvings descends."""
     C, d = x.shape
     N = grads.potential.num_agents
     tri = d * (d + 1) // 2 if dense else d

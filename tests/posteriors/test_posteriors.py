@@ -765,6 +765,58 @@ def test_bench_builds_every_target_before_any_run(tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
+def test_bench_merge_joins_parts_in_the_settings_order(tmp_path):
+    # Parts written as bench_posteriors writes them (settings, part, rows, cells, ranks):
+    # merge orders rows and cells as the settings list their targets, sums the wall times,
+    # copies the ranks, and refuses a missing, doubled or foreign part by name.
+    from experiments.bench import merge
+
+    settings = {"targets": ["t1", "t2", "t3"], "sbc_targets": ["t3", "t1"], "sbc_bins": 4,
+                "num_agents": 4, "split": "skew", "seeds": 1, "chains": 2, "num_steps": 10,
+                "thin": 1, "score_size": 5, "sbc_step": 0.1}
+
+    def row(t, sampler):
+        return {"target": t, "network": "-", "sampler": sampler, "step_size": None,
+                "wall_s": None, "bytes_sent": None, "diverged": 0, "batch_size": None}
+
+    def cell(t):
+        return {"target": t, "sampler": "S", "network": "ring", "num_datasets": 2,
+                "num_draws": 3, "num_steps": 5, "min_p": 0.5, "rejected": 0, "tests": 1,
+                "wall_s": 1.0, "names": ["a"]}
+
+    def part(name, targets, sbc_targets, seed=0, **changes):
+        d = tmp_path / name
+        d.mkdir()
+        result = {"settings": settings | changes, "wall_s": 2.0,
+                  "rows": [row(t, s) for t in targets for s in ("reference", "A")],
+                  "part": {"targets": targets, "sbc_targets": sbc_targets, "seed": seed}}
+        if sbc_targets:
+            result["sbc"] = [cell(t) for t in sbc_targets]
+            (d / "sbc_ranks.json").write_text(json.dumps(
+                [{"target": t, "sampler": "S", "ranks": [[[0]], [[3]]]} for t in sbc_targets]))
+        (d / "leaderboard.json").write_text(json.dumps(result))
+        return d
+
+    a = part("a", ["t3"], ["t1"])
+    b = part("b", ["t1", "t2"], [])
+    c = part("c", [], ["t3"])
+    joined = merge(tmp_path / "out", [a, b, c])
+    assert [(r["target"], r["sampler"]) for r in joined["rows"]] == [
+        (t, s) for t in ("t1", "t2", "t3") for s in ("reference", "A")]
+    assert [c["target"] for c in joined["sbc"]] == ["t3", "t1"]
+    assert joined["wall_s"] == 6.0 and "part" not in joined
+    assert [r["target"] for r in json.loads((tmp_path / "out" / "sbc_ranks.json").read_text())
+            ] == ["t3", "t1"]
+    assert (tmp_path / "out" / "leaderboard.md").read_text().count("| t2 | - | A |") == 1
+    for parts, match in (([a, b], "calibration targets"), ([a, c], "settings' targets"),
+                         ([a, b, c, c], "calibration targets"), ([a, b, b, c], "settings' targets"),
+                         ([a, b, part("d", [], ["t3"], seed=1)], "seeds"),
+                         ([a, b, part("e", [], ["t3"], seeds=3)], "other settings")):
+        with pytest.raises(ValueError, match=match):
+            merge(tmp_path / "bad", parts)
+
+
+@pytest.mark.slow  # fast twin: test_bench_merge_joins_parts_in_the_settings_order
 def test_bench_parts_merge_into_the_whole_run(tmp_path):
     # A run split into parts (targets apart, the calibration apart) and joined by `merge` has
     # the whole run's rows and cells: a target's keys come from its place in the settings.
