@@ -84,6 +84,8 @@ __all__ = ["ADAPTED", "SAMPLERS", "BenchSettings", "Method", "bench_posteriors",
 
 #: SVRG's anchor refresh period (steps) in the benchmark.
 SVRG_PERIOD = 10
+#: Bytes of per-datum state (SAGA's tables) the proposer's pilot grid may hold at once.
+PILOT_BYTES = 4 * 2**30
 #: ``γη`` of DIGing-SGHMC and DE-SGHMC in the benchmark.
 FRICTION_PRODUCT = 0.5
 
@@ -91,11 +93,14 @@ FRICTION_PRODUCT = 0.5
 class Method(NamedTuple):
     """A benchmark row's sampler: ``make(h)`` at the proposer's step ``h``;
     ``control_variate`` whether it draws mini-batches even where the others use full local
-    batches; ``takes_num_agents`` whether ``make`` takes ``num_agents=`` too."""
+    batches; ``takes_num_agents`` whether ``make`` takes ``num_agents=`` too;
+    ``per_datum_state`` whether its state holds a gradient per datum and chain (SAGA's table:
+    the proposer's pilot grid then runs in chunks that keep it under :data:`PILOT_BYTES`)."""
 
     make: Callable
     control_variate: bool = False
     takes_num_agents: bool = False
+    per_datum_state: bool = False
 
     def builder(self, num_agents: int) -> Callable:
         """``h -> sampler`` for a network of ``num_agents``."""
@@ -140,7 +145,7 @@ SAMPLERS = {
     "DE-SGHMC": Method(_de_sghmc),
     "D-ULA": Method(_d_ula, takes_num_agents=True),
     "DIGing-SGLD+SVRG": Method(_diging_svrg, control_variate=True),
-    "DIGing-SGLD+SAGA": Method(_diging_saga, control_variate=True),
+    "DIGing-SGLD+SAGA": Method(_diging_saga, control_variate=True, per_datum_state=True),
     "SGLD (centralized)": Method(SGLD),
 }
 NETWORKS = {"ring": networks.ring, "complete": networks.complete}
@@ -251,9 +256,16 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
     # Curvature of every agent's f_i at the first start, for every sampler (a centralized
     # sampler's default would be the pooled potential's).
     at = jnp.broadcast_to(start[0], (n, target.dim))
+    grid_batch = None
+    if method.per_datum_state:  # float32 gradients of every datum, agent and chain
+        table = 4 * total * int(np.prod(jax.tree.leaves(potential.data)[0].shape[:2])) \
+            * target.dim
+        if table * settings.pilot_grid > PILOT_BYTES:
+            grid_batch = max(1, PILOT_BYTES // table)
     report = stepsize.propose_step_size(make, potential, mixing, init, pilot_key,
                                         num_steps=settings.pilot_steps,
-                                        num_step_sizes=settings.pilot_grid, curvature_at=at)
+                                        num_step_sizes=settings.pilot_grid, curvature_at=at,
+                                        grid_batch=grid_batch)
     h = float(report.step_size)
     trace, sent = run_chains(make(h), potential, mixing, init, run_key, settings)
     positions = np.asarray(trace.positions)  # (chains, kept, [N,] d)

@@ -121,7 +121,7 @@ class GridRun(NamedTuple):
 
 @eqx.filter_jit
 def _grid_run(make_algorithm, step_sizes, potential, mixing, init, key, num_steps, output,
-              score_fn, stacked):
+              score_fn, stacked, grid_batch=None):
     def one(potential, step_size):
         trace = run.sample(make_algorithm(step_size), potential, mixing, init, key, num_steps,
                            output=output, on_divergence="flag")
@@ -129,7 +129,10 @@ def _grid_run(make_algorithm, step_sizes, potential, mixing, init, key, num_step
         return trace.ensemble, score, jnp.any(trace.diverged)
 
     def over_grid(potential):
-        return jax.vmap(lambda step_size: one(potential, step_size))(step_sizes)
+        if grid_batch is None:
+            return jax.vmap(lambda step_size: one(potential, step_size))(step_sizes)
+        return jax.lax.map(lambda step_size: one(potential, step_size), step_sizes,
+                           batch_size=grid_batch)
 
     return jax.vmap(over_grid)(potential) if stacked else over_grid(potential)
 
@@ -146,6 +149,7 @@ def grid_run(
     output: run.Output = run.Output(positions=False),
     score_fn: Callable[[run.Trace], PyTree] | None = None,
     stacked: bool = False,
+    grid_batch: int | None = None,
 ) -> GridRun:
     """Run a sampler at every step size of a grid, every chain, in one compiled call.
 
@@ -166,13 +170,21 @@ def grid_run(
         stacked: ``potential`` is a stack of ``S`` potentials (leaves with a leading ``(S,)``
             axis, e.g. several splits of a data set): an outer ``jax.vmap`` over them, every
             leaf of the result ``(S, G, ...)``.
+        grid_batch: run the grid ``grid_batch`` step sizes at a time (``jax.lax.map``) instead
+            of all at once: memory for a sampler whose state is large (SAGA's table holds a
+            gradient per datum and chain) at the cost of parallelism. ``None``: all at once.
 
     Returns:
         A :class:`GridRun` of JAX arrays.
     """
+    if grid_batch is not None and (isinstance(grid_batch, bool) or not isinstance(
+            grid_batch, (int, np.integer)) or grid_batch < 1):
+        raise ValueError(f"`grid_batch` must be a positive integer or None; got "
+                         f"{grid_batch!r}.")
     mixing = checked_if_concrete(mixing)
     return GridRun(*_grid_run(make_algorithm, jnp.asarray(step_sizes, jnp.float32), potential,
-                              mixing, init, key, num_steps, output, score_fn, bool(stacked)))
+                              mixing, init, key, num_steps, output, score_fn, bool(stacked),
+                              None if grid_batch is None else int(grid_batch)))
 
 
 class GridSearch(NamedTuple):
@@ -742,6 +754,7 @@ def propose_step_size(
     score_fn: Callable[[PyTree], Array] | None = None,
     tol_sd: float = 0.1,
     tol_mean: float = 0.1,
+    grid_batch: int | None = None,
 ) -> StepSizeReport:
     """Propose a constant step size for a model and a network (see the module doc).
 
@@ -770,6 +783,8 @@ def propose_step_size(
         tol_sd, tol_mean: the accurate range's bounds on the exact stationary worst sd ratio
             (``<= 1 + tol_sd``, either way) and standardized mean error, on the Gaussian
             approximation at ``curvature_at``.
+        grid_batch: run the pilot's grid this many step sizes at a time (:func:`grid_run`;
+            memory for a sampler with a large state, e.g. SAGA on large local data sets).
 
     Returns:
         A :class:`StepSizeReport`; ``report.explain()`` says how it decided.
@@ -833,7 +848,7 @@ def propose_step_size(
 
     def run_pilot(step_sizes):  # the same shapes every time: one compilation
         return grid_run(make_algorithm, step_sizes, potential, checked, pilot_init, pilot_key,
-                        num_steps, output=output, score_fn=final_score)
+                        num_steps, output=output, score_fn=final_score, grid_batch=grid_batch)
 
     pilot = _run_grid(grid, run_pilot)
     ratio = float(grid[-1] / grid[-2])

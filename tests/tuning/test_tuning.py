@@ -4,6 +4,7 @@ digits benchmark."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import dgsgld
 from dgsgld import networks, tuning
@@ -48,3 +49,18 @@ def test_every_grid_point_and_split_is_a_plain_run_with_the_same_draws():
             np.testing.assert_allclose(out.score[s, g], _final_mean(trace), rtol=1e-5)
     # The means of the two splits differ (the targets were shifted): the splits are not mixed.
     assert np.all(np.abs(out.score[1, :2] - out.score[0, :2]) > 1e-2)
+
+
+def test_grid_in_chunks_is_the_grid_at_once():
+    # grid_batch runs the grid a few step sizes at a time (lax.map over chunks, the last one
+    # shorter): the same runs as all at once, up to the float32 rounding of another program.
+    pot = potential(0.0)
+    init = jnp.asarray(np.random.default_rng(1).standard_normal((3, N, D)), jnp.float32)
+    args = (dgsgld.DIGingSGLD, [0.005, 0.02, 0.04], pot, networks.ring(N), init,
+            jax.random.key(2), 6)
+    whole = tuning.grid_run(*args, score_fn=_final_mean)
+    chunked = tuning.grid_run(*args, score_fn=_final_mean, grid_batch=2)
+    np.testing.assert_allclose(chunked.score, whole.score, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(chunked.diverged, whole.diverged)
+    with pytest.raises(ValueError, match="grid_batch"):
+        tuning.grid_run(*args, grid_batch=0)
