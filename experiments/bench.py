@@ -80,7 +80,7 @@ from dgsgld.samplers import (
 from dgsgld.tuning import adapted_sbc
 
 __all__ = ["ADAPTED", "SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
-           "merge", "run_chains", "sbc_cells", "sbc_figure"]
+           "band_table", "merge", "run_chains", "sbc_cells", "sbc_figure", "within_band"]
 
 #: SVRG's anchor refresh period (steps) in the benchmark.
 SVRG_PERIOD = 10
@@ -718,8 +718,44 @@ def _fmt(cell):
     return f"{m:.3f}" if not np.isfinite(se) else f"{m:.3f} ± {se:.3f}"
 
 
+#: The band a row must reach on a target: worst sd ratio within ``SD_BAND`` and max
+#: standardized mean error at most ``MEAN_BAND`` (means over seeds).
+SD_BAND = (0.8, 1.25)
+MEAN_BAND = 0.3
+
+
+def within_band(row: dict) -> bool:
+    """Whether a leaderboard row's worst sd ratio is within :data:`SD_BAND` and its max
+    standardized mean error at most :data:`MEAN_BAND` (no scores: not within)."""
+    sd, mean = row.get("sd_ratio_worst"), row.get("mean_error_max")
+    return (sd is not None and mean is not None and SD_BAND[0] <= sd[0] <= SD_BAND[1]
+            and mean[0] <= MEAN_BAND)
+
+
+def band_table(result: dict) -> list[str]:
+    """Markdown lines: for every sampler and network, the targets whose row is
+    :func:`within_band`, and those that are not."""
+    targets = list(dict.fromkeys(r["target"] for r in result["rows"]))
+    cells: dict = {}
+    for r in result["rows"]:
+        if r["sampler"] != "reference":
+            cells.setdefault((r["sampler"], r["network"]), {})[r["target"]] = within_band(r)
+    lines = [(f"Within the band (worst sd ratio in [{SD_BAND[0]:g}, {SD_BAND[1]:g}], max mean "
+              f"error <= {MEAN_BAND:g}), of {len(targets)} targets:"), "",
+             "| sampler | network | within | not within |", "|---|---|---|---|"]
+    samplers = list(dict.fromkeys(k[0] for k in cells))
+    networks_ = list(dict.fromkeys(k[1] for k in cells))
+    for (sampler, network), got in sorted(cells.items(), key=lambda kv: (
+            samplers.index(kv[0][0]), networks_.index(kv[0][1]))):
+        outside = [t for t in targets if not got.get(t, False)]
+        lines.append(f"| {sampler} | {network} | {sum(got.values())} | "
+                     f"{', '.join(outside) or '-'} |")
+    return lines
+
+
 def markdown(result: dict) -> str:
-    """The leaderboard as a Markdown table (mean ± standard error over seeds)."""
+    """The leaderboard as a Markdown table (mean ± standard error over seeds), then which
+    targets each row reaches the band on (:func:`band_table`)."""
     s = result["settings"]
     lines = [(f"Posterior benchmark: {s['num_agents']} agents, split {s['split']!r}, "
               f"{s['seeds']} seeds x {s['chains']} chains, {s['num_steps']} steps (thin "
@@ -737,6 +773,8 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['target']} | {r['network']} | {r['sampler']}{div} | {step} | "
                      f"{batch} | "
                      + " | ".join(_fmt(r.get(k)) for k in _KEYS) + f" | {wall} | {mb} |")
+    if any(r["sampler"].endswith(ADAPTED_SUFFIX) for r in result["rows"]):
+        lines += [""] + band_table(result)
     if result.get("sbc"):
         lines += ["", ("Simulation-based calibration: per data set a step `h = "
                        f"{s['sbc_step']:g} / curvature` (`sbc.curvature_scale`), chi-square "

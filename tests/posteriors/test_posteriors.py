@@ -858,3 +858,25 @@ def test_bench_parts_merge_into_the_whole_run(tmp_path):
         merge(tmp_path / "bad", [tmp_path / "a", tmp_path / "whole"])
     with pytest.raises(ValueError, match="`only`"):
         bench_posteriors(tmp_path / "bad", settings, only=("eight_schools",), **quiet)
+
+
+def test_band_table_counts_the_targets_each_row_reaches():
+    # A row is within the band when its worst sd ratio is in [0.8, 1.25] and its max mean
+    # error at most 0.3 (bounds included); a row without scores (every seed diverged) is not.
+    from experiments.bench import band_table, within_band
+
+    def row(target, sampler, network, sd, mean):
+        scores = {} if sd is None else {"sd_ratio_worst": [sd, 0.0],
+                                        "mean_error_max": [mean, 0.0]}
+        return {"target": target, "sampler": sampler, "network": network} | scores
+
+    rows = [row("t1", "reference", "-", 1.0, 0.1),
+            row("t1", "A (adapted)", "ring", 1.25, 0.3), row("t2", "A (adapted)", "ring", 0.79, 0.1),
+            row("t1", "A (adapted)", "complete", 0.8, 0.31), row("t2", "A (adapted)", "complete",
+                                                                  None, None),
+            row("t2", "reference", "-", 1.0, 0.1)]
+    assert [within_band(r) for r in rows[1:5]] == [True, False, False, False]
+    table = band_table({"rows": rows})
+    assert table[0].endswith("of 2 targets:")
+    assert table[4:] == ["| A (adapted) | ring | 1 | t2 |",
+                         "| A (adapted) | complete | 0 | t1, t2 |"]
