@@ -185,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--merge", nargs="+", type=Path, default=None, metavar="PART",
                        help="run nothing: join the parts in these directories (same settings "
                        "and seed) into DIR, the files of one whole run")
+    bench.add_argument("--partial", action="store_true",
+                       help="with --merge: parts may leave targets out (the files name them)")
     for command in (rep, sweep, bench):
         add_no_cache(command)
     return parser
@@ -233,9 +235,11 @@ def _bench(args) -> int:
         if args.targets is not None or args.no_sbc or args.sbc_only:
             raise ValueError("--merge joins parts already run: no --targets, --no-sbc or "
                              "--sbc-only.")
-        merge(args.out, args.merge)
+        merge(args.out, args.merge, partial=args.partial)
         print(f"wrote {args.out / 'leaderboard.md'}, leaderboard.json and sbc_ranks.json")
         return 0
+    if args.partial:
+        raise ValueError("--partial applies to --merge.")
     settings = BenchSettings.small() if args.small else BenchSettings.full()
     only = None
     if args.targets is not None:

@@ -589,12 +589,14 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
     return result
 
 
-def merge(out: Path, parts) -> dict:
+def merge(out: Path, parts, *, partial: bool = False) -> dict:
     """Join the parts of one benchmark run (directories written by :func:`bench_posteriors`
     with ``only`` or ``calibration=False``, the same settings and seed, every target's rows
     and every calibration target's cells in exactly one part) into ``out``: the files of the
     whole run, rows and cells in the order of the settings, its wall time the parts' sum.
-    Raises ``ValueError`` naming what does not fit."""
+    ``partial=True`` joins parts that leave targets out (each still at most once): the JSON
+    then names them (``"missing"``) and so does the Markdown's first line. Raises
+    ``ValueError`` naming what does not fit."""
     loaded = []
     for d in parts:
         result = json.loads((Path(d) / "leaderboard.json").read_text())
@@ -608,9 +610,12 @@ def merge(out: Path, parts) -> dict:
     seeds = {r["part"]["seed"] for _, r in loaded}
     if len(seeds) != 1:
         raise ValueError(f"`parts` ran different seeds: {sorted(seeds)}.")
+    missing = {}
     for what, field in (("targets", "targets"), ("calibration targets", "sbc_targets")):
         ran = [name for _, r in loaded for name in r["part"][field]]
-        if sorted(ran) != sorted(settings[field]):
+        missing[field] = [name for name in settings[field] if name not in ran]
+        if len(set(ran)) != len(ran) or not set(ran) <= set(settings[field]) or (
+                missing[field] and not partial):
             raise ValueError(f"`parts` must run every one of the settings' {what} once; they "
                              f"ran {ran} for {settings[field]}.")
     rows, cells, ranks = [], [], []
@@ -618,6 +623,8 @@ def merge(out: Path, parts) -> dict:
         rows += [row for _, r in loaded if name in r["part"]["targets"]
                  for row in r["rows"] if row["target"] == name]
     for name in settings["sbc_targets"]:
+        if name in missing["sbc_targets"]:
+            continue
         d, r = next((d, r) for d, r in loaded if name in r["part"]["sbc_targets"])
         cells += [c for c in r["sbc"] if c["target"] == name]
         ranks += [c for c in json.loads((d / "sbc_ranks.json").read_text())
@@ -626,6 +633,8 @@ def merge(out: Path, parts) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     result = {"settings": settings, "wall_s": sum(r["wall_s"] for _, r in loaded),
               "rows": rows}
+    if any(missing.values()):
+        result["missing"] = missing
     if settings["sbc_targets"]:
         result["sbc"] = cells
         (out / "sbc_ranks.json").write_text(json.dumps(ranks) + "\n")
@@ -760,7 +769,10 @@ def markdown(result: dict) -> str:
     lines = [(f"Posterior benchmark: {s['num_agents']} agents, split {s['split']!r}, "
               f"{s['seeds']} seeds x {s['chains']} chains, {s['num_steps']} steps (thin "
               f"{s['thin']}, second half kept), scores on {s['score_size']} draws; "
-              f"total {result['wall_s']:.0f} s."), "",
+              f"total {result['wall_s']:.0f} s."
+              + ("" if "missing" not in result else " Parts of a run: not run "
+                 + "; ".join(f"{field} {', '.join(names)}" for field, names
+                             in result["missing"].items() if names) + ".")), "",
              ("| target | network | sampler | step | batch | mean err max | mean err median | "
               "worst sd ratio | median sd ratio | W2 (std.) | KSD | pred. TV | pred. agree | "
               "wall s | MB sent |"), "|---" * 15 + "|"]

@@ -810,6 +810,13 @@ def test_bench_merge_joins_parts_in_the_settings_order(tmp_path):
     assert [r["target"] for r in json.loads((tmp_path / "out" / "sbc_ranks.json").read_text())
             ] == ["t3", "t1"]
     assert (tmp_path / "out" / "leaderboard.md").read_text().count("| t2 | - | A |") == 1
+    some = merge(tmp_path / "some", [a, c], partial=True)  # t1 and t2's rows not run
+    assert some["missing"] == {"targets": ["t1", "t2"], "sbc_targets": []}
+    assert [r["target"] for r in some["rows"]] == ["t3", "t3"]
+    assert "Parts of a run: not run targets t1, t2." in (
+        tmp_path / "some" / "leaderboard.md").read_text().splitlines()[0]
+    with pytest.raises(ValueError, match="calibration targets"):  # doubled, even if partial
+        merge(tmp_path / "bad", [a, c, c], partial=True)
     for parts, match in (([a, b], "calibration targets"), ([a, c], "settings' targets"),
                          ([a, b, c, c], "calibration targets"), ([a, b, b, c], "settings' targets"),
                          ([a, b, part("d", [], ["t3"], seed=1)], "seeds"),
