@@ -843,7 +843,7 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
     cost = _gossip.GossipCost(0, 0)
     moving = np.ones(C, bool)
     steps = 0
-    for steps in range(max_steps):  # noqa: B007  (the count is returned)
+    for _ in range(max_steps):
         xs = jnp.asarray(np.broadcast_to(x[:, None], (C, N, d)), jnp.float32)
         if dense:
             H, g = _dense_curvature(grads, xs)
@@ -878,6 +878,7 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
             t = np.where(ok, t, t / 2.0)
         moving &= ok
         x = np.where(moving[:, None], trial, x)
+        steps += 1
     return x, cost, steps
 
 
@@ -1078,7 +1079,7 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     cost = ad.cost
     history = []
     eta, ceiling, retries, spent, w = probe * ad.step, math.inf, 0, 0, 0
-    approach_steps = 0
+    approach_steps, approached = 0, False
     state, good, exhausted = None, None, False
     while w < len(lengths):
         last = w == len(lengths) - 1
@@ -1137,14 +1138,14 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
                                        f"{eta * 4:.3g}).")
                 exhausted = True
                 break
-            if state is None and approach_steps == 0 and private is None:
+            if state is None and not approached and private is None:
                 # The chains met curvature far stiffer than at their starts: move the starts
                 # to the mode and adapt there (a new M: the old step's ceiling does not apply).
                 moved, more, approach_steps = _approach(
                     grads, xN.mean(axis=1), mixing, dense=base == "dense" or (
                         base == "identity" and d <= DENSE_MAX_DIM),
                     key=keys[len(lengths)], probes=probes, curvature=curvature, start=spent)
-                approach_steps = max(approach_steps, 1)
+                approached = True
                 xN = np.broadcast_to(moved[:, None], (chains, N, d))
                 ad = _adapt(family, grads, mixing, _points(xN[:, None], curvature_points),
                             None, key=keys[-1], start=spent, final=len(lengths) == 1,

@@ -538,7 +538,7 @@ def test_a_diverging_first_window_moves_the_starts_to_the_mode():
                                    start=0)
     assert min(decrement(jnp.asarray(x, jnp.float32)) for x in starts) > 1e4
     assert max(decrement(jnp.asarray(x, jnp.float32)) for x in moved) <= target.dim
-    assert 1 <= steps < 50 and cost.bytes > 0
+    assert 1 <= steps < 50 and cost.bytes > 0  # steps taken
 
     sampler, state, report = warmup(dgsgld.DIGingSGLD, pot, mixing, init, jax.random.key(2),
                                     300)
