@@ -642,7 +642,7 @@ def merge(out: Path, parts, *, partial: bool = False) -> dict:
     (out / "leaderboard.md").write_text(markdown(result))
     _save_figure(leaderboard_figure, result, out / "leaderboard.png", print)
     if settings["sbc_targets"]:
-        by_cell = {(c["target"], c["sampler"]): c["ranks"] for c in ranks}
+        by_cell = {(c["target"], c["sampler"]): c["ranks"] for c in ranks if "ranks" in c}
         figure_cells = [c | {"ranks": by_cell[c["target"], c["sampler"]]}
                         for c in cells if (c["target"], c["sampler"]) in by_cell]
         _save_figure(functools.partial(sbc_figure, num_bins=settings["sbc_bins"]),

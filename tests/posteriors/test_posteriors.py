@@ -799,8 +799,9 @@ def test_bench_merge_joins_parts_in_the_settings_order(tmp_path):
                   "part": {"targets": targets, "sbc_targets": sbc_targets, "seed": seed}}
         if sbc_targets:
             result["sbc"] = [cell(t) for t in sbc_targets]
-            (d / "sbc_ranks.json").write_text(json.dumps(
-                [{"target": t, "sampler": "S", "ranks": [[[0]], [[3]]]} for t in sbc_targets]))
+            (d / "sbc_ranks.json").write_text(json.dumps(  # a diverged cell has no ranks
+                [{"target": t, "sampler": "S", "ranks": [[[0]], [[3]]]} for t in sbc_targets]
+                + [{"target": t, "sampler": "D"} for t in sbc_targets]))
         (d / "leaderboard.json").write_text(json.dumps(result))
         return d
 
@@ -813,7 +814,7 @@ def test_bench_merge_joins_parts_in_the_settings_order(tmp_path):
     assert [c["target"] for c in joined["sbc"]] == ["t3", "t1"]
     assert joined["wall_s"] == 6.0 and "part" not in joined
     assert [r["target"] for r in json.loads((tmp_path / "out" / "sbc_ranks.json").read_text())
-            ] == ["t3", "t1"]
+            ] == ["t3", "t3", "t1", "t1"]
     assert (tmp_path / "out" / "leaderboard.md").read_text().count("| t2 | - | A |") == 1
     some = merge(tmp_path / "some", [a, c], partial=True)  # t1 and t2's rows not run
     assert some["missing"] == {"targets": ["t1", "t2"], "sbc_targets": []}
