@@ -668,8 +668,10 @@ FIGURE_SCORES = (("mean_error_max", "max standardized mean error", 0.0),
 def leaderboard_figure(result: dict):
     """The leaderboard as a figure: one panel per score of :data:`FIGURE_SCORES`, the targets
     along the x axis, one marker per sampler and network with its standard error over seeds
-    as an error bar, and the reference's own score (the floor) as a black bar. Runs without a
-    finite seed have no marker. Returns the ``matplotlib`` figure (Agg backend)."""
+    as an error bar, and the reference's own score (the floor) as a black bar. A sampler's
+    plain and adapted rows share a colour (circles plain, diamonds adapted; hollow on the
+    second network). Runs without a finite seed have no marker. Returns the ``matplotlib``
+    figure (Agg backend)."""
     plt = pyplot(headless=True)
     from matplotlib.ticker import LogLocator, NullFormatter
 
@@ -680,6 +682,17 @@ def leaderboard_figure(result: dict):
     fig, axes = plt.subplots(len(FIGURE_SCORES), 1, squeeze=False,
                              figsize=(max(6.0, 1.3 * len(targets)), 3.2 * len(FIGURE_SCORES)))
     width = 0.8 / max(len(methods), 1)
+    bases = list(dict.fromkeys(m[0].removesuffix(ADAPTED_SUFFIX) for m in methods))
+    nets = list(dict.fromkeys(m[1] for m in methods if m[1] != "-"))
+    colours = plt.get_cmap("tab20" if len(bases) > 10 else "tab10")
+
+    def style(sampler, network):
+        base = sampler.removesuffix(ADAPTED_SUFFIX)
+        colour = colours(bases.index(base) % colours.N)
+        hollow = network in nets[1:]
+        return {"fmt": "D" if sampler.endswith(ADAPTED_SUFFIX) else "o", "color": colour,
+                "mfc": "none" if hollow else colour}
+
     for ax, (key, label, perfect) in zip(axes[:, 0], FIGURE_SCORES):
         for j, (sampler, network) in enumerate(methods):
             cells = {r["target"]: r[key] for r in rows if (r["sampler"], r["network"]) ==
@@ -688,7 +701,8 @@ def leaderboard_figure(result: dict):
             ms = [cells[t][0] for t in targets if t in cells]
             ses = [np.nan_to_num(cells[t][1]) for t in targets if t in cells]
             name = sampler if network == "-" else f"{sampler} ({network})"
-            ax.errorbar(xs, ms, yerr=ses, fmt="o", ms=4, capsize=2, label=name)
+            ax.errorbar(xs, ms, yerr=ses, ms=4, capsize=2, label=name,
+                        **style(sampler, network))
         floor = {r["target"]: r[key][0] for r in rows if r["sampler"] == "reference" and key in r}
         ax.hlines([floor[t] for t in targets if t in floor],
                   [i - 0.45 for i, t in enumerate(targets) if t in floor],
