@@ -327,6 +327,7 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
                         "stationary_mean_error": report.stationary_mean_error,
                         "rhat_max": report.rhat_max, "check_ess": report.check_ess,
                         "predicted_ess": report.predicted_ess, "retries": report.retries,
+                        "approach_steps": report.approach_steps,
                         "bytes_sent": report.bytes_sent, "verdict": report.verdict})
         per_seed.append(_seed_scores(target, ref, potential,
                                      np.asarray(trace.positions).reshape(-1, target.dim),

@@ -298,10 +298,6 @@ def test_the_theory_page_quotes_the_theory_report():
     ("figures/stepsize_spread_only/stepsize_proposals.md", "results/step-sizes.md"),
     ("figures/digits.md", "results/real-data.md"),
     ("figures/diabetes.md", "results/real-data.md"),
-    ("../benchmarks/references/adapted/small.md", "results/posteriors.md"),
-    ("../benchmarks/references/adapted/diging_full_gaussian.md", "results/posteriors.md"),
-    ("../benchmarks/references/adapted/diging_full_one_seed.md", "results/posteriors.md"),
-    ("../benchmarks/references/adapted/diging_full_eight_schools.md", "results/posteriors.md"),
     ("../benchmarks/references/adapted/sbc_adapted.md", "results/posteriors.md"),
     ("../benchmarks/cost_to_accuracy.md", "results/cost-to-accuracy.md"),
 ])
