@@ -500,54 +500,65 @@ def test_divergence_lowers_the_step_and_is_reported():
     assert np.all(np.isfinite(np.asarray(state.position)))
 
 
-def test_a_diverging_first_window_moves_the_starts_to_the_mode():
-    """A flat start under a stiff mode: the simulated Poisson data set with the largest counts
-    (543 820 in all; log link, so the curvature at the mode is about 10⁴ times that at the
-    starts, where the first window's step is chosen). The first window diverges; the agents
-    move the starts to the mode by Newton steps and the warm-up finishes there.
-
-    Checks: the Newton decrement ``gᵀH⁻¹g`` of the pooled potential (its gradient and Hessian
-    by autodiff of ``Potential.value``, independent of the warm-up's agent-wise ones) is far
-    above ``d`` at the starts and at most ``d`` where ``_approach`` stops; and after the
-    warm-up and 200 more steps every chain's every agent sits in the posterior's bulk. At these
-    counts the posterior is Gaussian to a good approximation, ``N(m, H(m)⁻¹)``, and a
-    coordinate of ``H^{1/2}(x − m)`` has sd about 1 (within the criterion's 10 % and the
-    agents' spread); 15 chains x 4 agents x 4 coordinates: a bound of 6 such sds is missed by
-    chance with probability below 1e-4 and by a chain left in the flat region by far."""
+def _stiff_poisson():
+    """The simulated Poisson data set with the largest counts (543 820 in all; log link, so
+    the curvature at the mode is about 10⁴ times that at starts near zero): ``(potential,
+    init (15, N, 4), the pooled potential's value, gradient and Hessian, jitted)``."""
     from dgsgld.posteriors import sbc
     from dgsgld.posteriors.targets import get_target
-    from dgsgld.tuning.adaptation import _agent_grads, _approach
 
     _, y = sbc.simulate("poisson_linnerud", 0, 200)
     s = int(np.argmax(np.asarray(y).reshape(200, -1).sum(1)))
     pot = sbc.simulated_potentials("poisson_linnerud", np.asarray(y)[s:s + 1], N, "skew", 0)[0]
     target = get_target("poisson_linnerud")
     init = jnp.broadcast_to(target.init(jax.random.key(1), 15)[:, None], (15, N, target.dim))
-    mixing = dgsgld.networks.ring(N)
-
     value = jax.jit(lambda x: pot.value(x))
-    grad, hess = jax.jit(jax.grad(value)), jax.jit(jax.hessian(value))
+    return pot, init, value, jax.jit(jax.grad(value)), jax.jit(jax.hessian(value))
+
+
+def test_newton_steps_reach_the_mode_from_a_flat_start():
+    """The approach a diverging first window takes (``_approach``) on ``_stiff_poisson``: the
+    Newton decrement ``gᵀH⁻¹g`` of the pooled potential (its gradient and Hessian by autodiff
+    of ``Potential.value``, independent of the agent-wise ones the agents flood) is far above
+    ``d`` at every start and at most ``d`` where the steps stop."""
+    from dgsgld.tuning.adaptation import _agent_grads, _approach
+
+    pot, init, _, grad, hess = _stiff_poisson()
 
     def decrement(x):
+        x = jnp.asarray(x, jnp.float32)
         g, H = np.asarray(grad(x), np.float64), np.asarray(hess(x), np.float64)
         return float(g @ np.linalg.solve(H, g))
 
     starts = np.asarray(init[:, 0], np.float64)
-    moved, cost, steps = _approach(_agent_grads(pot, init, 2), starts, mixing, dense=True,
-                                   key=jax.random.key(0), probes=1, curvature="hutchinson",
-                                   start=0)
-    assert min(decrement(jnp.asarray(x, jnp.float32)) for x in starts) > 1e4
-    assert max(decrement(jnp.asarray(x, jnp.float32)) for x in moved) <= target.dim
+    moved, cost, steps = _approach(_agent_grads(pot, init, 2), starts, dgsgld.networks.ring(N),
+                                   dense=True, key=jax.random.key(0), probes=1,
+                                   curvature="hutchinson", start=0)
+    d = starts.shape[1]
+    assert min(decrement(x) for x in starts) > 1e4
+    assert max(decrement(x) for x in moved) <= d
     assert 1 <= steps < 50 and cost.bytes > 0  # steps taken
 
+
+@pytest.mark.slow  # fast twin: test_newton_steps_reach_the_mode_from_a_flat_start
+def test_a_diverging_first_window_moves_the_starts_to_the_mode():
+    """On ``_stiff_poisson`` the first window diverges; the agents move the starts to the mode
+    by Newton steps and the warm-up finishes there. After it and 200 more steps every chain's
+    every agent sits in the posterior's bulk: at these counts the posterior is Gaussian to a
+    good approximation, ``N(m, H(m)⁻¹)``, and a coordinate of ``H^{1/2}(x − m)`` has sd about 1
+    (within the criterion's 10 % and the agents' spread); 15 chains x 4 agents x 4
+    coordinates: a bound of 6 such sds is missed by chance with probability below 1e-4 and by
+    a chain left in the flat region by far."""
+    pot, init, _, grad, hess = _stiff_poisson()
+    mixing = dgsgld.networks.ring(N)
     sampler, state, report = warmup(dgsgld.DIGingSGLD, pot, mixing, init, jax.random.key(2),
                                     300)
     assert report.windows[0].diverged and report.approach_steps >= 1
     assert "Newton steps moved the starts to the mode" in report.explain()
     x = np.asarray(dgsgld.sample(sampler, pot, mixing, state, jax.random.key(3), 200,
                                  output=dgsgld.Output(positions=False)).state.position)
-    m = moved.mean(0)
-    for _ in range(5):  # Newton to the mode in float64 arithmetic on float32 derivatives
+    m = x.reshape(-1, x.shape[-1]).mean(0)
+    for _ in range(8):  # Newton to the mode in float64 arithmetic on float32 derivatives
         m = m - np.linalg.solve(np.asarray(hess(jnp.asarray(m, jnp.float32)), np.float64),
                                 np.asarray(grad(jnp.asarray(m, jnp.float32)), np.float64))
     lam, Q = np.linalg.eigh(np.asarray(hess(jnp.asarray(m, jnp.float32)), np.float64))
