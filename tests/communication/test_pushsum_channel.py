@@ -273,7 +273,22 @@ def test_one_way_drops_keep_push_diging_stationary_mean(key):
     np.testing.assert_allclose(np.asarray(trace.state.weight).sum((1, 2)), N, rtol=1e-5)
 
 
-def test_a_directed_snapshots_exchange_rows_are_rewritten_as_its_dense_matrix(key):
+#: The channels of the exchange-rows test: stragglers, one-way drops and gossip alone in the
+#: default run; their compositions, edge gossip and a clock's deadline slow (same code paths).
+EXCHANGE_CHANNELS = [
+    C.Channel(activity=0.6), C.Channel(probability=0.6, per_link=True),
+    C.Channel(gossip="matching"),
+    *(pytest.param(c, marks=pytest.mark.slow) for c in (
+        C.Channel(gossip="edge", activity=0.6),
+        C.Channel(probability=0.7, per_link=True, activity=0.6),
+        C.Channel(gossip="matching", probability=0.7, per_link=True),
+        C.Channel(clock=C.Clock((1.0,) * 7 + (3.0,), deadline=2.0))))]
+
+
+@pytest.mark.parametrize("channel", EXCHANGE_CHANNELS, ids=[
+    "stragglers", "drops", "gossip", "edge_gossip_stragglers", "drops_stragglers",
+    "gossip_drops", "clock"])
+def test_a_directed_snapshots_exchange_rows_are_rewritten_as_its_dense_matrix(key, channel):
     # Over a neighbour exchange a device rewrites its rows of a directed snapshot from draws
     # made for all agents: dropped one-way links and stragglers keep each dropped weight in
     # its sender's column (from the weights each agent gives out, HaloRows.sent), gossip
@@ -293,12 +308,6 @@ def test_a_directed_snapshots_exchange_rows_are_rewritten_as_its_dense_matrix(ke
         format="edges")
     plan = rows.exchange_plan(schedule, 1, support=True)
     mesh = jax.make_mesh((1,), ("agents",))
-    channels = [C.Channel(activity=0.6), C.Channel(probability=0.6, per_link=True),
-                C.Channel(gossip="matching"), C.Channel(gossip="edge", activity=0.6),
-                C.Channel(probability=0.7, per_link=True, activity=0.6),
-                C.Channel(gossip="matching", probability=0.7, per_link=True),
-                C.Channel(clock=C.Clock((1.0,) * 7 + (3.0,), deadline=2.0))]
-
     def used(channel, halo, step_key, k):
         active = C.active_agents(channel, step_key, k, n)
         _, matrix, degrees = channel.plan(jax.random.fold_in(step_key, 1), halo, k, active,
@@ -309,17 +318,16 @@ def test_a_directed_snapshots_exchange_rows_are_rewritten_as_its_dense_matrix(ke
                       .at[own[:, None], agents].add(matrix.weights) + jnp.diag(matrix.diagonal))
         return matrix, degrees
 
-    for channel in channels:
-        @jax.jit
-        def both(step_key, k, c=channel):
-            halo = jax.shard_map(lambda pl: used(c, pl.rows(k, "agents", 1), step_key, k),
-                                 mesh=mesh, in_specs=(jax.tree.map(lambda _: P(), plan),),
-                                 out_specs=(P("agents"), P("agents")))(plan)
-            return halo, used(c, schedule.matrix_at(k).todense(), step_key, k)
+    @jax.jit
+    def both(step_key, k):
+        halo = jax.shard_map(lambda pl: used(channel, pl.rows(k, "agents", 1), step_key, k),
+                             mesh=mesh, in_specs=(jax.tree.map(lambda _: P(), plan),),
+                             out_specs=(P("agents"), P("agents")))(plan)
+        return halo, used(channel, schedule.matrix_at(k).todense(), step_key, k)
 
-        for k in range(12):
-            halo, dense = both(jax.random.fold_in(key, k), jnp.int32(k))
-            np.testing.assert_allclose(halo[0], dense[0], rtol=0, atol=1e-6,
-                                       err_msg=f"{channel} at {k}")
-            np.testing.assert_array_equal(halo[1], dense[1])
-            np.testing.assert_allclose(np.asarray(halo[0]).sum(0), 1.0, atol=1e-6)
+    for k in range(12):
+        halo, dense = both(jax.random.fold_in(key, k), jnp.int32(k))
+        np.testing.assert_allclose(halo[0], dense[0], rtol=0, atol=1e-6,
+                                   err_msg=f"{channel} at {k}")
+        np.testing.assert_array_equal(halo[1], dense[1])
+        np.testing.assert_allclose(np.asarray(halo[0]).sum(0), 1.0, atol=1e-6)
