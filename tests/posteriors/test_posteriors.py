@@ -893,3 +893,25 @@ def test_band_table_counts_the_targets_each_row_reaches():
     assert table[0].endswith("of 2 targets:")
     assert table[4:] == ["| A (adapted) | ring | 1 | t2 |",
                          "| A (adapted) | complete | 0 | t1, t2 |"]
+
+
+def test_shipped_leaderboard_is_the_merge_of_its_stored_parts(tmp_path, monkeypatch):
+    # benchmarks/references/leaderboard.json is what `merge --partial` makes of the parts kept
+    # in benchmarks/references/parts/: a part edited, added or lost shows here. (No figures:
+    # drawn as when matplotlib is missing.)
+    import pathlib
+
+    from experiments import bench
+    from experiments.bench import merge
+
+    def no_figure(*args, **kwargs):
+        raise ImportError("figures are not compared here")
+
+    monkeypatch.setattr(bench, "leaderboard_figure", no_figure)
+    monkeypatch.setattr(bench, "sbc_figure", no_figure)
+
+    shipped = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "references"
+    parts = sorted(p for p in (shipped / "parts").iterdir() if p.is_dir())
+    joined = merge(tmp_path, parts, partial=True)
+    assert json.loads(json.dumps(joined)) == json.loads((shipped / "leaderboard.json").read_text())
+    assert (tmp_path / "sbc_ranks.json").read_text() == (shipped / "sbc_ranks.json").read_text()
