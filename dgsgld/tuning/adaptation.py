@@ -363,8 +363,12 @@ class _AgentGrads(eqx.Module):
             start += size
         return jax.tree.unflatten(self.treedef, leaves)
 
+    def _trees(self, x):
+        """Flat vectors ``(N, d)`` as the agents' parameter trees (static leaves put back)."""
+        return eqx.combine(jax.vmap(self.arrays)(x), self.static)
+
     def __call__(self, x):
-        tree = eqx.combine(jax.vmap(self.arrays)(x), self.static)
+        tree = self._trees(x)
         g = (self.potential.full_grad(tree) if self.indices is None
              else self.potential.subsample_grad(tree, self.indices))
         g = eqx.filter(g, eqx.is_array)
@@ -375,7 +379,7 @@ class _AgentGrads(eqx.Module):
 
     def values(self, x):
         """``x (N, d) -> f_i(x_i) (N,)`` on each agent's full local data."""
-        return self.potential.agent_values(eqx.combine(jax.vmap(self.arrays)(x), self.static))
+        return self.potential.agent_values(self._trees(x))
 
     def prior_grads(self, x):
         """``x (N, d) -> ∇(prior terms of f_i)(x_i) (N, d)`` (zeros without a prior)."""
@@ -592,6 +596,12 @@ def _modes(kind: str, curvature_range) -> list:
     return sorted({max(curvature_range[0], 1e-6), 1.0, curvature_range[1]})
 
 
+def _dense(kind: str, d: int) -> bool:
+    """Whether curvature is measured as dense Hessians (else Hutchinson diagonals): a dense
+    ``M``, or none (``"identity"``) up to :data:`DENSE_MAX_DIM` parameters."""
+    return kind == "dense" or (kind == "identity" and d <= DENSE_MAX_DIM)
+
+
 def _inverse_curvature(pooled: np.ndarray, dense: bool, kind: str, lower=None):
     """``(M, clipped)``: a pooled curvature made positive definite (``clipped``; a diagonal one
     at least ``lower``) and its inverse (the identity for ``kind == "identity"``)."""
@@ -646,7 +656,7 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     if curvature_batch is not None:  # one subsample per agent for every point of this window
         indices = grads.potential.subsample_indices(jax.random.fold_in(key, 1), curvature_batch)
         grads = eqx.tree_at(lambda g: g.indices, grads, indices, is_leaf=lambda v: v is None)
-    dense = kind == "dense" or (kind == "identity" and d <= DENSE_MAX_DIM)
+    dense = _dense(kind, d)
     if dense:
         H, g = _dense_curvature(grads, x)
         H = np.asarray(H, np.float64)
@@ -848,18 +858,18 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
         if dense:
             H, g = _dense_curvature(grads, xs)
             H = np.asarray(H, np.float64).sum(1)
+            g = np.asarray(g, np.float64).sum(1)
             lam, Q = np.linalg.eigh(0.5 * (H + np.swapaxes(H, -1, -2)))
             lam = np.stack([_floor(row, rel=NEWTON_FLOOR) for row in lam])
-            direction = np.einsum("cab,cb,cdb,cd->ca", Q, 1.0 / lam, Q,
-                                  np.asarray(g, np.float64).sum(1))
+            direction = np.einsum("cab,cb,cdb,cd->ca", Q, 1.0 / lam, Q, g)
         else:
             diag, prior, g = _diagonal_curvature(grads, xs, jax.random.fold_in(key, steps),
                                                  probes, curvature)
             diag = np.asarray(diag, np.float64).sum(1)
             prior = np.asarray(prior, np.float64).sum(1)
+            g = np.asarray(g, np.float64).sum(1)
             lam = np.stack([_floor(a, rel=NEWTON_FLOOR, lower=b) for a, b in zip(diag, prior)])
-            direction = np.asarray(g, np.float64).sum(1) / lam
-        g = np.asarray(g, np.float64).sum(1)
+            direction = g / lam
         decrement = np.einsum("ca,ca->c", g, direction)
         f0 = np.asarray(_agent_values(grads, xs), np.float64).sum(1)
         cost = cost + _gossip.all_gather(np.full(N, C * (tri + d + 1)), mixing, start)
@@ -1142,8 +1152,7 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
                 # The chains met curvature far stiffer than at their starts: move the starts
                 # to the mode and adapt there (a new M: the old step's ceiling does not apply).
                 moved, more, approach_steps = _approach(
-                    grads, xN.mean(axis=1), mixing, dense=base == "dense" or (
-                        base == "identity" and d <= DENSE_MAX_DIM),
+                    grads, xN.mean(axis=1), mixing, dense=_dense(base, d),
                     key=keys[len(lengths)], probes=probes, curvature=curvature, start=spent)
                 approached = True
                 xN = np.broadcast_to(moved[:, None], (chains, N, d))
@@ -1174,14 +1183,15 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     # The check runs on the network average in the preconditioned coordinates: one quantity per
     # direction of the metric, the draws the sampler's law is about.
     S = ad.root()
+
+    def whiten(v):  # S⁻¹ v over the last axis
+        return (np.linalg.solve(S, v.reshape(-1, d).T).T.reshape(v.shape) if S.ndim == 2
+                else v / S)
+
     if private is None:
-        avg = final.mean(axis=2) - ad.shift
-        y = np.linalg.solve(S, avg.reshape(-1, d).T).T.reshape(avg.shape) if S.ndim == 2 \
-            else avg / S
+        y = whiten(final.mean(axis=2) - ad.shift)
     else:  # the shared coordinates' network average and every agent's private ones
-        dev = final - ad.shift
-        y = np.linalg.solve(S, dev.reshape(-1, d).T).T.reshape(dev.shape) if S.ndim == 2 \
-            else dev / S
+        y = whiten(final - ad.shift)
         y = np.concatenate([y[..., ~private].mean(axis=2),
                             y[..., private].reshape(*y.shape[:2], -1)], axis=-1)
     rhat_max = float(np.nanmax(np.asarray(evaluate.rhat(y, diverged="drop"))))
