@@ -510,9 +510,8 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
                          f"`settings.sbc_targets`; got {only!r}.")
     chosen = [(t, name) for t, name in enumerate(settings.targets)
               if leaderboard and (only is None or name in only)]
-    sbc_only = None if only is None else tuple(only)
     sbc_run = [name for name in settings.sbc_targets if calibration
-               and (sbc_only is None or name in sbc_only)]
+               and (only is None or name in only)]
     # Every target's data first: one bundled with scikit-learn fails here, not after the
     # targets before it have run.
     targets = [get_target(name) for _, name in chosen]
@@ -580,7 +579,7 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
     result = _write(out, settings, rows, time.perf_counter() - t_all, part=part)
     _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
     if sbc_run:
-        cells = sbc_cells(settings, key, seed=seed, log=log, only=sbc_only)
+        cells = sbc_cells(settings, key, seed=seed, log=log, only=only)
         (out / "sbc_ranks.json").write_text(json.dumps(
             [{k: c[k] for k in ("target", "sampler", "ranks") if k in c} for c in cells]) + "\n")
         result = _write(out, settings, rows, time.perf_counter() - t_all,
@@ -639,8 +638,7 @@ def merge(out: Path, parts, *, partial: bool = False) -> dict:
     if settings["sbc_targets"]:
         result["sbc"] = cells
         (out / "sbc_ranks.json").write_text(json.dumps(ranks) + "\n")
-    (out / "leaderboard.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / "leaderboard.md").write_text(markdown(result))
+    _save_result(out, result)
     _save_figure(leaderboard_figure, result, out / "leaderboard.png", print)
     if settings["sbc_targets"]:
         by_cell = {(c["target"], c["sampler"]): c["ranks"] for c in ranks if "ranks" in c}
@@ -730,6 +728,11 @@ def _write(out: Path, settings: BenchSettings, rows: list, wall: float,
         result["part"] = part
     if sbc_rows is not None:
         result["sbc"] = sbc_rows
+    return _save_result(out, result)
+
+
+def _save_result(out: Path, result: dict) -> dict:
+    """``out/leaderboard.json`` and its table ``out/leaderboard.md``; returns ``result``."""
     (out / "leaderboard.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "leaderboard.md").write_text(markdown(result))
     return result
