@@ -128,6 +128,16 @@ def _worst(rows: list[dict]) -> dict:
             "mcse": max(r["mcse"] for r in rows)}
 
 
+def _shared_and_private(positions, pot, ref, own, decentralized: bool = True) -> dict:
+    """A hierarchical run's scores: the shared hyperparameters (the network average of a
+    decentralized run) and each agent's own ``(a_g, b_g)`` (columns ``own[i]``), worst agent."""
+    shared = np.asarray(evaluate.network_average(positions, potential=pot)["shared"]
+                        if decentralized else positions["shared"], np.float64)
+    local = np.asarray(positions["local"], np.float64)                 # (C, K, N, 2)
+    private = [_moment_scores(local[:, :, i], ref, list(cols)) for i, cols in enumerate(own)]
+    return {"shared": _moment_scores(shared, ref, list(range(5))), "private": _worst(private)}
+
+
 def hierarchical_scores(small: bool = False, seed: int = 0, logger=print) -> dict:
     """Part 1 (module docstring): ``{sampler: {"shared": ..., "private": ..., "bytes": ...}}``."""
     target = get_target("hierarchical_regression")
@@ -151,15 +161,10 @@ def hierarchical_scores(small: bool = False, seed: int = 0, logger=print) -> dic
             push if getattr(alg, "network_kind", None) == "column_stochastic" else ring)
         channel = Channel() if alg.decentralized else None
         trace = sample(alg, pot, network, init, key, num_steps, output=output, channel=channel)
-        shared = np.asarray(evaluate.network_average(trace.positions, potential=pot)["shared"]
-                            if alg.decentralized else trace.positions["shared"], np.float64)
-        local = np.asarray(trace.positions["local"], np.float64)       # (C, K, N, 2)
-        private = [_moment_scores(local[:, :, i], ref, list(own[i])) for i in range(n)]
         sent = (None if channel is None else
                 float(np.mean(channel.bytes_sent(trace.state, pot)) / num_steps))
-        out[name] = {"shared": _moment_scores(shared, ref, list(range(5))),
-                     "private": _worst(private), "bytes_per_step": sent,
-                     "seconds": round(time.perf_counter() - start, 1)}
+        out[name] = {**_shared_and_private(trace.positions, pot, ref, own, alg.decentralized),
+                     "bytes_per_step": sent, "seconds": round(time.perf_counter() - start, 1)}
         if logger:
             logger(f"hierarchical {name}: {out[name]}")
     # Baseline: every parameter shared (the flat model on the same one-group-per-agent split).
@@ -191,12 +196,8 @@ def hierarchical_scores(small: bool = False, seed: int = 0, logger=print) -> dic
                                     sampling_steps=num_steps - half)
         before = np.asarray(alg.channel.bytes_sent(state, pot))
         trace = sample(alg, pot, ring, state, key, num_steps - half, output=Output(thin=thin))
-        shared = np.asarray(evaluate.network_average(trace.positions, potential=pot)["shared"],
-                            np.float64)
-        local = np.asarray(trace.positions["local"], np.float64)
-        private = [_moment_scores(local[:, :, i], ref, list(own[i])) for i in range(n)]
         out[f"{name} (adapted)"] = {
-            "shared": _moment_scores(shared, ref, list(range(5))), "private": _worst(private),
+            **_shared_and_private(trace.positions, pot, ref, own),
             "bytes_per_step": float(np.mean(np.asarray(alg.channel.bytes_sent(trace.state, pot))
                                             - before) / (num_steps - half)),
             "warmup_bytes": int(report.bytes_sent), "step_size": report.step_size,
