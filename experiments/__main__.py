@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "and seed) into DIR, the files of one whole run")
     bench.add_argument("--partial", action="store_true",
                        help="with --merge: parts may leave targets out (the files name them)")
+    bench.add_argument("--resume", action="store_true",
+                       help="keep the rows already in DIR (a run of the same settings and "
+                       "part that stopped) and run the others")
     for command in (rep, sweep, bench):
         add_no_cache(command)
     return parser
@@ -232,9 +235,9 @@ def _bench(args) -> int:
     from .bench import BenchSettings, bench_posteriors, merge
 
     if args.merge is not None:
-        if args.targets is not None or args.no_sbc or args.sbc_only:
-            raise ValueError("--merge joins parts already run: no --targets, --no-sbc or "
-                             "--sbc-only.")
+        if args.targets is not None or args.no_sbc or args.sbc_only or args.resume:
+            raise ValueError("--merge joins parts already run: no --targets, --no-sbc, "
+                             "--sbc-only or --resume.")
         merge(args.out, args.merge, partial=args.partial)
         print(f"wrote {args.out / 'leaderboard.md'}, leaderboard.json and sbc_ranks.json")
         return 0
@@ -250,7 +253,8 @@ def _bench(args) -> int:
             raise ValueError(f"--targets: {unknown} are not targets of this suite "
                              f"({', '.join(names)}).")
     bench_posteriors(args.out, settings, seed=args.seed, only=only,
-                     calibration=not args.no_sbc, leaderboard=not args.sbc_only)
+                     calibration=not args.no_sbc, leaderboard=not args.sbc_only,
+                     resume=args.resume)
     print(f"wrote {args.out / 'leaderboard.md'}, leaderboard.json and sbc_ranks.json")
     return 0
 

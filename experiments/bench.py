@@ -490,7 +490,7 @@ def sbc_figure(cells: list, num_bins: int = 4):
 
 def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=print,
                      only: tuple | None = None, calibration: bool = True,
-                     leaderboard: bool = True) -> dict:
+                     leaderboard: bool = True, resume: bool = False) -> dict:
     """Run the benchmark and write ``out/leaderboard.{json,md}`` (after every run) and
     ``out/leaderboard.png`` (:func:`leaderboard_figure`, when matplotlib is installed); then
     the calibration runs (:func:`sbc_cells`), their p-values added to the JSON (``"sbc"``,
@@ -503,7 +503,12 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
     with ``calibration=False``). A target's keys come from its
     place in those lists and the seed alone, so parts run apart (processes, machines, days)
     and joined by :func:`merge` give the rows and cells of one run. A part's JSON records what
-    it ran (``"part"``)."""
+    it ran (``"part"``).
+
+    ``resume=True`` continues a run that stopped: the rows already in ``out/leaderboard.json``
+    are kept and the others run (a row's key depends on its place alone, so the result is the
+    uninterrupted run's). The stored file must hold the same settings and part (a part's seed
+    included), else ``ValueError`` names what differs."""
     names = set(settings.targets) | set(settings.sbc_targets)
     if only is not None and (isinstance(only, str) or not set(only) <= names):
         raise ValueError("`only` must be a collection of names of `settings.targets` or "
@@ -521,7 +526,8 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
     out.mkdir(parents=True, exist_ok=True)
     key = jax.random.key(seed)
     rows = []
-    t_all = time.perf_counter()
+    done, before = _resumed(out, settings, part) if resume else ({}, 0.0)
+    t_all = time.perf_counter() - before
     for (t, name), target in zip(chosen, targets):
         # A target that asks for its own number of agents is split over that many.
         run_settings = settings if target.num_agents is None else dataclasses.replace(
@@ -537,15 +543,23 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
         cv_batch = batch or 1  # a control variate's mini-batch (see the module doc)
         cv_potential = potential if cv_batch == batch else target.potential(
             run_settings.num_agents, run_settings.split, batch_size=cv_batch, seed=seed)
-        floor = _floor(target, ref, potential, run_settings.score_size)
-        rows.append({"target": name, "network": "-", "sampler": "reference", "step_size": None,
-                     "wall_s": None, "bytes_sent": None, "diverged": 0, "batch_size": batch,
-                     **{k: [v, float("nan")] for k, v in floor.items()}, "seeds_finite": 1})
+        if (name, "-", "reference") in done:
+            rows.append(done[name, "-", "reference"])
+        else:
+            floor = _floor(target, ref, potential, run_settings.score_size)
+            rows.append({"target": name, "network": "-", "sampler": "reference",
+                         "step_size": None, "wall_s": None, "bytes_sent": None, "diverged": 0,
+                         "batch_size": batch, **{k: [v, float("nan")] for k, v in floor.items()},
+                         "seeds_finite": 1})
         for network in run_settings.networks:
             for s, sampler_name in enumerate(run_settings.samplers):
                 method = SAMPLERS[sampler_name]
                 if method.centralized and network != run_settings.networks[0]:
                     continue  # the centralized sampler has no network
+                stored = done.get((name, "-" if method.centralized else network, sampler_name))
+                if stored is not None:
+                    rows.append(stored)
+                    continue
                 run_key = jax.random.fold_in(jax.random.fold_in(key, t), s)
                 pot, b = (cv_potential, cv_batch) if method.control_variate else (potential,
                                                                                    batch)
@@ -561,6 +575,10 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
                     f"W2={row.get('w2', [np.nan])[0]:.3f} KSD={row.get('ksd', [np.nan])[0]:.3f} "
                     f"({r['wall_s']:.1f} s)")
             for s, sampler_name in enumerate(settings.adapted):
+                stored = done.get((name, network, sampler_name + ADAPTED_SUFFIX))
+                if stored is not None:
+                    rows.append(stored)
+                    continue
                 run_key = jax.random.fold_in(jax.random.fold_in(key, t), 100 + s)
                 r = _adapted_run(target, ref, potential, sampler_name, network, run_settings,
                                  run_key, curvature_batch=curvature_batch)
@@ -587,6 +605,26 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
         _save_figure(functools.partial(sbc_figure, num_bins=settings.sbc_bins), cells,
                      out / "sbc_ranks.png", log)
     return result
+
+
+def _resumed(out: Path, settings: BenchSettings, part: dict | None):
+    """``({(target, network, sampler): row}, wall seconds)`` of the run stored in ``out`` (none
+    yet: empty), after checking that it is this run (a part records its seed; a whole run's
+    is not stored)."""
+    path = out / "leaderboard.json"
+    if not path.exists():
+        return {}, 0.0
+    stored = json.loads(path.read_text())
+    mine = json.loads(json.dumps({k: getattr(settings, k)
+                                  for k in settings.__dataclass_fields__}))
+    if stored["settings"] != mine:
+        changed = sorted(k for k in mine if stored["settings"].get(k) != mine[k])
+        raise ValueError(f"`resume`: {path} ran other settings ({', '.join(changed)}).")
+    if stored.get("part") != (None if part is None else json.loads(json.dumps(part))):
+        raise ValueError(f"`resume`: {path} is another part of the run ({stored.get('part')} "
+                         f"for {part}).")
+    return {(r["target"], r["network"], r["sampler"]): r for r in stored["rows"]}, \
+        float(stored["wall_s"])
 
 
 def merge(out: Path, parts, *, partial: bool = False) -> dict:

@@ -41,6 +41,7 @@ from .constants import Curvature as Curvature
 from .constants import GradientNoise as GradientNoise
 from .constants import bound_inputs as bound_inputs
 from .constants import choose_window as choose_window
+from .constants import estimate_gradient_covariance as estimate_gradient_covariance
 from .constants import estimate_mu_L as estimate_mu_L
 from .constants import estimate_sigma2 as estimate_sigma2
 from .constants import exact_bound_inputs as exact_bound_inputs

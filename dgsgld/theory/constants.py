@@ -6,6 +6,8 @@
 * ``σ²`` (Assumption 3.1): a Monte Carlo *estimate* of ``max_i E‖∇̃f_i(x_i) − ∇f_i(x_i)‖²`` at the
   points you pass. Mini-batch noise of a regression grows with ``‖x‖``, so no global bound
   exists; evaluate it where the iterates live (e.g. at posterior draws).
+* ``V_i``: every agent's gradient-error covariance at a point (:func:`estimate_gradient_covariance`,
+  what ``Quadratic.gradient_noise`` takes for the exact laws of mini-batch runs).
 * ``δ, B`` (Assumption 3.2 (iii)): from :func:`dgsgld.networks.delta`.
 * the initial moments: from the initial law and the first ``B`` iterations, exactly
   (:func:`exact_bound_inputs`, quadratics) or by Monte Carlo (:func:`bound_inputs`).
@@ -13,9 +15,11 @@
 
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from .. import networks
 from .._util.types import ArrayLike, PRNGKey
@@ -28,6 +32,7 @@ __all__ = [
     "GradientNoise",
     "bound_inputs",
     "choose_window",
+    "estimate_gradient_covariance",
     "estimate_mu_L",
     "estimate_sigma2",
     "exact_bound_inputs",
@@ -118,6 +123,52 @@ def estimate_sigma2(
     mean, err = jax.vmap(at_point)(x, jax.random.split(key, M))
     mean, err = np.asarray(mean, np.float64), np.asarray(err, np.float64)
     return GradientNoise(float(mean.max()), mean, err)
+
+
+def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draws: int = 256,
+                                 diagonal: bool = False) -> np.ndarray:
+    """Monte Carlo estimate of every agent's gradient-error covariance
+    ``V_i = Cov(∇̃f_i(x_i))`` at one point: the sample covariance (divisor ``num_draws − 1``) of
+    ``num_draws`` draws of ``potential.grad(positions, key)``. The draws' own mean stands for
+    ``∇f_i``, so no full-batch gradient is needed and any unbiased estimator of the potential
+    (mini-batches with or without replacement, a ``gradient_fn``) is measured as it runs.
+
+    Args:
+        potential: a ``dgsgld.Potential``.
+        positions: the agents' points, a pytree with array leaves ``(N, *param_shape)``.
+        key: PRNG key.
+        num_draws: draws (at least 2). The relative standard error of an entry is about
+            ``√(2 / num_draws)``.
+        diagonal: return the variances only (for large models).
+
+    Returns:
+        ``(N, d, d)`` covariances (``(N, d)`` variances with ``diagonal``) over each agent's
+        flattened parameters (leaf order of ``jax.flatten_util.ravel_pytree``), float64. All
+        zeros for a full-batch potential without ``gradient_fn`` (no draw is made).
+
+    Raises:
+        ValueError: naming ``num_draws``, when it is not an integer of at least 2.
+    """
+    if isinstance(num_draws, bool) or not isinstance(num_draws, (int, np.integer)) \
+            or num_draws < 2:
+        raise ValueError(f"`num_draws` must be an integer >= 2; got {num_draws!r}.")
+    leaves = jax.tree.leaves(eqx.filter(positions, eqx.is_array))
+    N, d = leaves[0].shape[0], int(sum(np.prod(leaf.shape[1:]) for leaf in leaves))
+    if potential.batch_size is None and potential.gradient_fn is None:
+        return np.zeros((N, d) if diagonal else (N, d, d))
+    draws = np.asarray(_gradient_draws(potential, positions,
+                                       jax.random.split(key, int(num_draws))), np.float64)
+    centred = draws - draws.mean(0)
+    if diagonal:
+        return np.einsum("kia,kia->ia", centred, centred) / (num_draws - 1)
+    return np.einsum("kia,kib->iab", centred, centred) / (num_draws - 1)
+
+
+@eqx.filter_jit
+def _gradient_draws(potential, positions, keys):
+    """``(K, N, d)`` flattened ``potential.grad(positions, k)`` for each of ``keys``."""
+    flat = jax.vmap(lambda tree: ravel_pytree(tree)[0])
+    return jax.vmap(lambda k: flat(potential.grad(positions, k)))(keys)
 
 
 def choose_window(mixing, max_window: int | None = None) -> tuple[int, float]:

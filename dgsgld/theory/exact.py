@@ -105,6 +105,7 @@ from .._util import validation as _validation
 from .._util.types import Array, ArrayLike
 from ..evaluate import distances as metrics
 from .recursions import LinearRecursion, Quadratic, SamplerRecursion, block_diag, is_directed
+from .recursions import check_gradient_noise as _check_gradient_noise
 from .recursions import label as _label
 from .recursions import recursion_of as _recursion_of
 
@@ -445,7 +446,10 @@ def exact_moments(
         >>> out.mean.shape, out.cov.shape
         ((4, 2, 2), (4, 2, 2, 2))
     """
-    _recursion_of(algorithm)
+    _check_gradient_noise(_recursion_of(algorithm), algorithm, quadratic)
+    if quadratic.gradient_noise is not None and channel is not None:
+        raise ValueError("`channel`: a quadratic with gradient noise is propagated with exact "
+                         "mixing only (channel=None).")
     law = _channel_law(channel, algorithm, quadratic.num_agents)
     if law.fraction is not None and _private_of(quadratic) is not None:
         raise ValueError("`channel`: random-k messages with private coordinates are not "
@@ -460,12 +464,14 @@ def exact_moments(
     etas = _step_sizes(algorithm.step_size, step_size, num_steps, xp).astype(mean0.dtype)
     A = xp.asarray(quadratic.hessians).astype(mean0.dtype)
     b = xp.asarray(quadratic.shifts).astype(mean0.dtype)
+    V = (None if quadratic.gradient_noise is None
+         else xp.asarray(quadratic.gradient_noise).astype(mean0.dtype))
     stack = None if stack is None else stack.astype(mean0.dtype)
     mixture = _mixture(law, stack, mixing, mean0.dtype)
     mask = None if law.fraction is None else _random_k_mask(law.fraction, A.shape[-1])
     return ExactMoments(*_propagate(_law_view(algorithm), int(num_steps), law.link_p, law.every,
                                     law.consensus, A, b, stack, mean0, cov0, etas, mixture,
-                                    mask, _private_of(quadratic)))
+                                    mask, _private_of(quadratic), V))
 
 
 class _ChannelLaw(NamedTuple):
@@ -739,13 +745,14 @@ def _masked(step, blocks, q, W, eta, mask, consensus, talk):
 
 @eqx.filter_jit
 def _propagate(algorithm, num_steps, link_p, every, consensus, A, b, stack, mean0, cov0, etas,
-               mixture=None, mask=None, private=None):
+               mixture=None, mask=None, private=None, gradient_noise=None):
     """The compiled moment recursion (cached across step sizes, data, initial laws and the
-    sampler's array parameters); ``private`` the quadratic's private coordinates (a tuple)."""
+    sampler's array parameters); ``private`` the quadratic's private coordinates (a tuple),
+    ``gradient_noise`` its ``(N, d, d)`` covariances or ``None``."""
     law = _recursion_of(algorithm)
     decentralized, directed = algorithm.decentralized, is_directed(algorithm)
     blocks, aux = len(law.blocks), _conserved(law)
-    q = Quadratic(A, b, private)
+    q = Quadratic(A, b, private, gradient_noise)
     N, d = A.shape[0], A.shape[-1]
     m, S = _initial_state(law, decentralized, q, mean0, cov0, jnp)
     if mask is not None and consensus is not None:  # the public copies ŝ⁽⁰⁾ = 0 ride along
@@ -910,15 +917,17 @@ def stationary_moments(algorithm, quadratic: Quadratic, mixing, *, step_size=Non
         :class:`StationaryMoments` in float64.
     """
     law = _recursion_of(algorithm)
+    _check_gradient_noise(law, algorithm, quadratic)
     eta = step_size if step_size is not None else algorithm.step_size
     if eta is None or callable(eta):
         raise ValueError("The stationary limit needs one constant step size.")
     eta = np.float64(np.asarray(eta))
     decentralized, directed = algorithm.decentralized, is_directed(algorithm)
     N, d = quadratic.num_agents, quadratic.dim
+    V = quadratic.gradient_noise
     q = Quadratic(
         np.asarray(quadratic.hessians, np.float64), np.asarray(quadratic.shifts, np.float64),
-        _private_of(quadratic)
+        _private_of(quadratic), None if V is None else np.asarray(V, np.float64)
     )
     stack = ([None] if not decentralized
              else np.asarray(_mixing_stack(mixing, algorithm, np), np.float64))

@@ -38,6 +38,17 @@ preconditioner ``𝐏 = I_N ⊗ P``, ``𝐒 = I_N ⊗ S`` (``S Sᵀ = P``; ``P =
   ``c = η𝒱⁺⁻¹𝒞𝐏𝐛``, ``G = 𝒱⁺⁻¹𝒞𝒟𝐒``. With ``v ≡ 1`` (doubly stochastic ``C``) the first is
   DIGing-SGLD's recursion.
 
+**Gradient noise** (``Quadratic.gradient_noise``: ``∇̃f_i(x) = A_i x − b_i + ξ_i``, ``ξ_i`` fresh
+with covariance ``V_i``; ``𝐕^{1/2} = blockdiag(V_i^{1/2})``) adds columns to ``G``. A sampler
+that uses each gradient in one step only acts on ``ξ`` as on ``−𝐛``: the columns are
+``−(∂c/∂𝐛) 𝐕^{1/2}``, e.g. ``−η𝐏𝐕^{1/2}`` for DE-SGLD, ``−η[𝐏; V²𝐏]𝐕^{1/2}`` for EXTRA-SGLD,
+``−[η²𝐏; η𝐏]𝐕^{1/2}`` for DE-SGHMC, ``−ηP(Σ_i V_i)^{1/2}`` for SGLD. A tracker keeps the
+gradient it drew and subtracts it at the next step, so ``ξ`` of a step enters twice; in the
+variable ``z = y − ξ`` (the tracker of the exact gradients at the points, which conserves what
+``y`` did) it enters once, and the columns are ``(𝐌_{·,y} − E_y) 𝐕^{1/2}``: the tracker's
+column block of ``𝐌`` less the identity on the tracker's rows (DIGing-SGLD:
+``[−η𝐏; 𝒲 − I − η𝐀𝐏] 𝐕^{1/2}``). The positions' law is the same in either variable.
+
 Dispatch is on the sampler's type: :func:`register_recursion` files one recursion per class
 (subclasses inherit it), and a sampler of one's own gets an exact law by registering its
 own. The stacked state is named by the sampler's state fields, position first: ``"position"``
@@ -103,11 +114,18 @@ class Quadratic(NamedTuple):
         shifts: ``(N, d)``, the ``b_i`` (so ``∇f_i(x) = A_i x − b_i``).
         private: ``None`` (every coordinate shared) or ``d`` bools, ``True`` at the private
             coordinates of an agent's vector.
+        gradient_noise: ``None`` (exact gradients) or ``(N, d, d)``, the covariances ``V_i`` of
+            agent ``i``'s gradient error ``∇̃f_i − ∇f_i``, drawn afresh and independently at
+            every evaluation (:func:`dgsgld.theory.estimate_gradient_covariance`). The law is
+            exact when the error does not depend on the point (per-datum gradients that differ
+            by constants, e.g. a Gaussian location model) and first-order accurate otherwise
+            (``V_i`` at the mode).
     """
 
     hessians: ArrayLike
     shifts: ArrayLike
     private: tuple | None = None
+    gradient_noise: ArrayLike | None = None
 
     @property
     def num_agents(self) -> int:
@@ -208,11 +226,14 @@ class SamplerRecursion(NamedTuple):
             drops and random-k messages need (EXTRA-SGLD mixes its new position, and is
             refused those channels); a bool, or ``algorithm -> bool`` where the sampler's
             options decide (DIGing-SGLD's tracking noise ``σ (𝒲 − I) ξ`` depends on ``W``).
+        gradient_noise: whether ``step`` adds the columns of ``Quadratic.gradient_noise``
+            (module docstring); a quadratic with gradient noise is refused otherwise.
     """
 
     step: Callable[..., LinearRecursion]
     blocks: tuple[str, ...] = ("position",)
     messages_before_step: bool | Callable = True
+    gradient_noise: bool = False
 
     def sends_state(self, algorithm) -> bool:
         """``messages_before_step`` for ``algorithm``."""
@@ -224,7 +245,8 @@ _RECURSIONS: dict[type, SamplerRecursion] = {}
 
 
 def register_recursion(cls: type, *, blocks=("position",),
-                       messages_before_step: bool | Callable = True):
+                       messages_before_step: bool | Callable = True,
+                       gradient_noise: bool = False):
     """Register ``step`` as the exact recursion of the sampler class ``cls`` (a decorator).
 
     Args:
@@ -233,6 +255,7 @@ def register_recursion(cls: type, *, blocks=("position",),
         blocks: the stacked state's block names, ``"position"`` first
             (:class:`SamplerRecursion`).
         messages_before_step: see :class:`SamplerRecursion`.
+        gradient_noise: see :class:`SamplerRecursion`.
 
     Returns:
         A decorator that registers a function with :class:`SamplerRecursion`'s ``step``
@@ -250,7 +273,7 @@ def register_recursion(cls: type, *, blocks=("position",),
     def decorate(step):
         flag = messages_before_step if callable(messages_before_step) \
             else bool(messages_before_step)
-        _RECURSIONS[cls] = SamplerRecursion(step, blocks, flag)
+        _RECURSIONS[cls] = SamplerRecursion(step, blocks, flag, bool(gradient_noise))
         return step
 
     return decorate
@@ -270,6 +293,24 @@ def recursion_of(algorithm) -> SamplerRecursion:
         f"`algorithm` must be a sampler with a registered exact recursion ({known}; "
         "dgsgld.theory.register_recursion adds one); got "
         f"{type(algorithm).__name__}.")
+
+
+def check_gradient_noise(law: SamplerRecursion, algorithm, quadratic) -> None:
+    """Refuse a quadratic with gradient noise for a recursion that does not take it.
+
+    Raises:
+        ValueError: naming ``quadratic.gradient_noise``.
+    """
+    if quadratic.gradient_noise is None:
+        return
+    if not law.gradient_noise:
+        raise ValueError(f"`quadratic.gradient_noise`: the recursion of {label(algorithm)} "
+                         "does not take gradient noise (register_recursion(..., "
+                         "gradient_noise=True) where its step adds it).")
+    shape = tuple(np.shape(quadratic.gradient_noise))
+    if shape != (quadratic.num_agents, quadratic.dim, quadratic.dim):
+        raise ValueError(f"`quadratic.gradient_noise` must be (N, d, d) = "
+                         f"{(quadratic.num_agents, quadratic.dim, quadratic.dim)}; got {shape}.")
 
 
 def is_directed(algorithm) -> bool:
@@ -322,10 +363,13 @@ def linear_recursion(algorithm, quadratic: Quadratic, mixing_matrix=None, *, ste
         ((8, 8), (8, 4))
     """
     law = recursion_of(algorithm)
+    check_gradient_noise(law, algorithm, quadratic)
     A = xp.asarray(quadratic.hessians)
     b = xp.asarray(quadratic.shifts)
     dtype = xp.result_type(A.dtype, b.dtype, float) if xp is np else A.dtype
-    q = Quadratic(A.astype(dtype), b.astype(dtype), quadratic.private)
+    V = quadratic.gradient_noise
+    q = Quadratic(A.astype(dtype), b.astype(dtype), quadratic.private,
+                  None if V is None else xp.asarray(V).astype(dtype))
     eta = (schedule_value(algorithm.step_size, count, "step_size", xp) if step_size is None
            else xp.asarray(step_size))
     W = None
@@ -351,8 +395,9 @@ def block_diag(xp, A):
 
 class _Stacked(NamedTuple):
     """The stacked operators of one step (module docstring): ``eye``, ``Wb = 𝒲``, ``Ab = 𝐀``,
-    ``bb = 𝐛`` ``(n = N d)`` and the preconditioner's ``P = 𝐏``, ``S = 𝐒`` (``None``: the
-    identity, and no operation)."""
+    ``bb = 𝐛`` ``(n = N d)``, the preconditioner's ``P = 𝐏``, ``S = 𝐒`` (``None``: the
+    identity, and no operation) and the gradient noise's root ``Vr = 𝐕^{1/2}`` (``None``:
+    exact gradients)."""
 
     N: int
     d: int
@@ -362,6 +407,7 @@ class _Stacked(NamedTuple):
     bb: Array
     P: Array | None
     S: Array | None
+    Vr: Array | None = None
 
     def left(self, X):
         """``𝐏 X``."""
@@ -415,15 +461,40 @@ def _stacked(algorithm, quadratic, W, xp) -> _Stacked:
         eye_N = xp.eye(N, dtype=dtype)
         P, S = xp.kron(eye_N, P), xp.kron(eye_N, S)
     Wb = None if W is None else network_operator(W, quadratic, xp)
+    V = quadratic.gradient_noise
+    Vr = None if V is None else block_diag(xp, _psd_root(xp.asarray(V, dtype), xp))
     return _Stacked(N, d, xp.eye(N * d, dtype=dtype), Wb, block_diag(xp, A), b.reshape(N * d),
-                    P, S)
+                    P, S, Vr)
+
+
+def _psd_root(V, xp):
+    """Symmetric square roots of the positive semi-definite ``V (..., d, d)`` (negative
+    eigenvalues of rounding set to 0)."""
+    w, Q = xp.linalg.eigh(0.5 * (V + xp.swapaxes(V, -1, -2)))
+    return xp.einsum("...ab,...b,...cb->...ac", Q, xp.sqrt(xp.maximum(w, 0.0)), Q)
+
+
+def _with_columns(noise, extra, xp):
+    """``G`` with the gradient noise's columns appended (``extra`` ``None``: unchanged)."""
+    return noise if extra is None else xp.concatenate([noise, extra], axis=1)
+
+
+def _tracked(M, blocks, Vr, xp):
+    """A tracker sampler's gradient-noise columns ``(𝐌_{·,y} − E_y) 𝐕^{1/2}`` (module doc),
+    or ``None`` without gradient noise."""
+    if Vr is None:
+        return None
+    n, t = Vr.shape[0], blocks.index("tracker")
+    E = xp.concatenate([xp.zeros((t * n, n), Vr.dtype), xp.eye(n, dtype=Vr.dtype),
+                        xp.zeros(((len(blocks) - t - 1) * n, n), Vr.dtype)])
+    return (M[:, t * n:(t + 1) * n] - E) @ Vr
 
 
 def _scalar(value, dtype, xp):
     return xp.asarray(value).astype(dtype)
 
 
-@register_recursion(SGLD)
+@register_recursion(SGLD, gradient_noise=True)
 def _sgld(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta = step_size
     A, b = quadratic.joint(xp)
@@ -433,14 +504,23 @@ def _sgld(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
         A, b, eye_root = P @ A, P @ b, S
     else:
         eye_root = eye
-    return LinearRecursion(eye - eta * A, eta * b, xp.sqrt(2.0 * eta) * eye_root)
+    extra = None
+    if quadratic.gradient_noise is not None:  # the pooled gradient's error: Σ_i ξ_i
+        if quadratic.private_coordinates is not None:
+            raise ValueError("`quadratic.gradient_noise` with private coordinates is not "
+                             "propagated for centralized SGLD.")
+        root = _psd_root(xp.sum(xp.asarray(quadratic.gradient_noise, A.dtype), axis=0), xp)
+        extra = -eta * (root if P is None else P @ root)
+    return LinearRecursion(eye - eta * A, eta * b,
+                           _with_columns(xp.sqrt(2.0 * eta) * eye_root, extra, xp))
 
 
-@register_recursion(DESGLD)
+@register_recursion(DESGLD, gradient_noise=True)
 def _de(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta, p = step_size, _stacked(algorithm, quadratic, mixing_matrix, xp)
+    extra = None if p.Vr is None else -eta * p.left(p.Vr)
     return LinearRecursion(p.Wb - eta * p.left(p.Ab), eta * p.left(p.bb),
-                           xp.sqrt(2.0 * eta) * p.root())
+                           _with_columns(xp.sqrt(2.0 * eta) * p.root(), extra, xp))
 
 
 def _tracking_noise(algorithm):
@@ -448,7 +528,8 @@ def _tracking_noise(algorithm):
 
 
 @register_recursion(DIGingSGLD, blocks=("position", "tracker"),
-                    messages_before_step=lambda a: _tracking_noise(a) is None)
+                    messages_before_step=lambda a: _tracking_noise(a) is None,
+                    gradient_noise=True)
 def _diging(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta, p = step_size, _stacked(algorithm, quadratic, mixing_matrix, xp)
     M = xp.block([[p.Wb, -eta * p.left(p.eye)],
@@ -460,10 +541,12 @@ def _diging(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp
         sigma = _scalar(schedule_value(sigma, count, "tracking_noise", xp), p.eye.dtype, xp)
         zero = xp.zeros_like(p.eye)
         noise = xp.concatenate([noise, xp.concatenate([zero, sigma * (p.Wb - p.eye)])], axis=1)
+    noise = _with_columns(noise, _tracked(M, ("position", "tracker"), p.Vr, xp), xp)
     return LinearRecursion(M, xp.zeros(2 * p.N * p.d, p.eye.dtype), noise)
 
 
-@register_recursion(EXTRASGLD, blocks=("position", "dual"), messages_before_step=False)
+@register_recursion(EXTRASGLD, blocks=("position", "dual"), messages_before_step=False,
+                    gradient_noise=True)
 def _extra(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta, p = step_size, _stacked(algorithm, quadratic, mixing_matrix, xp)
     Wt, V2 = 0.5 * (p.eye + p.Wb), 0.5 * (p.eye - p.Wb)
@@ -472,19 +555,25 @@ def _extra(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp)
     pb = p.left(p.bb)
     c = eta * xp.concatenate([pb, V2 @ pb])
     root = p.root()
-    return LinearRecursion(M, c, xp.sqrt(2.0 * eta) * xp.concatenate([root, V2 @ root]))
+    extra = None
+    if p.Vr is not None:
+        pv = p.left(p.Vr)
+        extra = -eta * xp.concatenate([pv, V2 @ pv])
+    return LinearRecursion(M, c, _with_columns(
+        xp.sqrt(2.0 * eta) * xp.concatenate([root, V2 @ root]), extra, xp))
 
 
-@register_recursion(DULA)
+@register_recursion(DULA, gradient_noise=True)
 def _d_ula(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta, p = step_size, _stacked(algorithm, quadratic, mixing_matrix, xp)
     beta = _scalar(schedule_value(algorithm.consensus, count, "consensus", xp), p.eye.dtype, xp)
     M = (1 - beta) * p.eye + beta * p.Wb - eta * p.N * p.left(p.Ab)
+    extra = None if p.Vr is None else -eta * p.N * p.left(p.Vr)
     return LinearRecursion(M, eta * p.N * p.left(p.bb),
-                           xp.sqrt(2.0 * p.N * eta) * p.root())
+                           _with_columns(xp.sqrt(2.0 * p.N * eta) * p.root(), extra, xp))
 
 
-@register_recursion(DESGHMC, blocks=("position", "velocity"))
+@register_recursion(DESGHMC, blocks=("position", "velocity"), gradient_noise=True)
 def _de_sghmc(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta, p = step_size, _stacked(algorithm, quadratic, mixing_matrix, xp)
     gamma = _scalar(algorithm.friction, p.eye.dtype, xp)
@@ -493,10 +582,16 @@ def _de_sghmc(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, 
     M = xp.block([[p.Wb - eta**2 * PA, eta * a * p.eye], [-eta * PA, a * p.eye]])
     c = xp.concatenate([eta**2 * pb, eta * pb])
     root = p.root()
-    return LinearRecursion(M, c, kick * xp.concatenate([eta * root, root]))
+    extra = None
+    if p.Vr is not None:
+        pv = p.left(p.Vr)
+        extra = -xp.concatenate([eta**2 * pv, eta * pv])
+    return LinearRecursion(M, c, _with_columns(kick * xp.concatenate([eta * root, root]),
+                                               extra, xp))
 
 
-@register_recursion(DIGingSGHMC, blocks=("position", "velocity", "tracker"))
+@register_recursion(DIGingSGHMC, blocks=("position", "velocity", "tracker"),
+                    gradient_noise=True)
 def _diging_sghmc(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta, p = step_size, _stacked(algorithm, quadratic, mixing_matrix, xp)
     gamma = _scalar(algorithm.friction, p.eye.dtype, xp)
@@ -511,6 +606,7 @@ def _diging_sghmc(algorithm, quadratic, mixing_matrix, step_size, *, count, weig
     ])
     root = p.root()
     noise = kick * xp.concatenate([eta * root, root, eta * p.Ab @ root])
+    noise = _with_columns(noise, _tracked(M, ("position", "velocity", "tracker"), p.Vr, xp), xp)
     return LinearRecursion(M, xp.zeros(3 * n, p.eye.dtype), noise)
 
 
@@ -535,7 +631,7 @@ def _mass(algorithm, v, v_next, xp):
     return v_next if isinstance(algorithm, PushDIGingSGLD) else v
 
 
-@register_recursion(PushDIGingSGLD, blocks=("position", "tracker"))
+@register_recursion(PushDIGingSGLD, blocks=("position", "tracker"), gradient_noise=True)
 def _push_diging(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta = step_size
     p, v, v_next, per = _push_parts(algorithm, quadratic, mixing_matrix, weight, xp)
@@ -552,11 +648,12 @@ def _push_diging(algorithm, quadratic, mixing_matrix, step_size, *, count, weigh
         scaled = inv_next[:, None] * p.P            # 𝒱⁺⁻¹𝐏
         M = xp.block([[P, -eta * scaled], [p.Ab @ (P - p.eye), Cy - eta * p.Ab @ scaled]])
     n = p.N * p.d
-    return LinearRecursion(M, xp.zeros(2 * n, p.eye.dtype),
-                           xp.concatenate([top_noise, p.Ab @ top_noise]))
+    noise = _with_columns(xp.concatenate([top_noise, p.Ab @ top_noise]),
+                          _tracked(M, ("position", "tracker"), p.Vr, xp), xp)
+    return LinearRecursion(M, xp.zeros(2 * n, p.eye.dtype), noise)
 
 
-@register_recursion(PushSumSGLD)
+@register_recursion(PushSumSGLD, gradient_noise=True)
 def _push_sum(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, xp):
     eta = step_size
     p, v, v_next, per = _push_parts(algorithm, quadratic, mixing_matrix, weight, xp)
@@ -565,4 +662,5 @@ def _push_sum(algorithm, quadratic, mixing_matrix, step_size, *, count, weight, 
     mixed = inv_next[:, None] * p.Wb
     M = mixed @ (xp.diag(per(v)) - eta * p.left(p.Ab))
     noise = mixed * root[None, :] if p.S is None else mixed @ (root[:, None] * p.S)
-    return LinearRecursion(M, eta * mixed @ p.left(p.bb), noise)
+    extra = None if p.Vr is None else -eta * mixed @ p.left(p.Vr)
+    return LinearRecursion(M, eta * mixed @ p.left(p.bb), _with_columns(noise, extra, xp))

@@ -95,6 +95,8 @@ from ..samplers.precondition import (
     LowRankPreconditioner,
 )
 from ..samplers.sghmc import DESGHMC, DIGingSGHMC
+from ..gradients import MiniBatch
+from ..theory.constants import estimate_gradient_covariance
 from ..theory.recursions import Quadratic
 from . import criterion as _criterion
 from . import gossip as _gossip
@@ -117,6 +119,8 @@ APPROACH_STEPS = 50
 #: Hessians, not ``M``'s floor (a Newton step must cross directions that ``M`` may flatten).
 NEWTON_FLOOR = 1e-6
 #: Second parameters searched: SGHMC's friction, D-ULA's consensus weight.
+#: Mini-batch gradients per agent that measure the gradient noise at each adaptation.
+NOISE_DRAWS = 256
 FRICTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
 CONSENSUS = (0.25, 0.5, 1.0)
 
@@ -175,6 +179,9 @@ class WarmupReport(NamedTuple):
             adapted on their agent, never sent); 0 for a fully shared model.
         approach_steps: Newton steps that moved the chains' starts to the mode after the
             first window diverged (module doc); 0 when none did.
+        gradient_noise: ``κ``, the largest ratio of the mini-batch gradient error's variance to
+            the curvature over the directions, at the last adaptation (module doc); 0 with
+            full batches, a control variate, or ``gradient_noise=False``.
     """
 
     sampler: str
@@ -201,6 +208,7 @@ class WarmupReport(NamedTuple):
     verdict: str
     private_coordinates: int = 0
     approach_steps: int = 0
+    gradient_noise: float = 0.0
 
     def explain(self) -> str:
         """The choices and the checks, in words."""
@@ -220,6 +228,10 @@ class WarmupReport(NamedTuple):
             f"Preconditioned curvature: {self.curvature_range[0]:.3g} .. "
             f"{self.curvature_range[1]:.3g}; stiffest met {self.stiffest:.3g}"
             + (" (capped the step)." if self.capped else "."),
+            *([f"Mini-batch gradient noise: variance up to {self.gradient_noise:.3g} times the "
+               "curvature (in the criterion's law; it widens the stationary variance by about "
+               f"{1 + self.step_size * self.gradient_noise / 2:.3g} for SGLD at this step)."]
+              if self.gradient_noise else []),
             (f"Over-dispersed restart: largest R-hat {self.rhat_max:.3f} (ESS of the check "
             f"{self.check_ess:.0f})."),
             f"Agreement by flooding: {self.rounds} rounds, {self.bytes_sent / 1e6:.3f} MB"
@@ -273,6 +285,14 @@ class _Family(NamedTuple):
                                is_leaf=lambda x: x is None)
         return eqx.tree_at(lambda s: s.preconditioner, out, preconditioner,
                            is_leaf=lambda x: x is None)
+
+
+def _plain_minibatch(family: _Family) -> bool:
+    """Whether the sampler draws the potential's own mini-batch gradients (no control
+    variate), whose error :func:`estimate_gradient_covariance` measures."""
+    est = family.estimator if isinstance(family.template, type) else getattr(
+        family.template, "estimator", None)
+    return est is None or isinstance(est, MiniBatch)
 
 
 def _family(sampler, estimator) -> _Family:
@@ -529,6 +549,7 @@ class _Adaptation(NamedTuple):
     stiffest: float
     capped: bool
     cost: _gossip.GossipCost
+    noise_ratio: float = 0.0       # κ: the gradient error's variance over the curvature
 
     def preconditioner(self):
         if self.kind == "identity":
@@ -585,6 +606,25 @@ def _widen(D: np.ndarray, draws: np.ndarray, shift: np.ndarray, rank: int,
     keep = e > edge
     U = np.sqrt(D)[:, None] * V[:, :k][:, keep] * np.sqrt(e[keep] / edge - 1.0)
     return U, cost
+
+
+def _whitened(V: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """``Sᵀ V_i S (N, d, d)`` of covariances ``V (N, d, d)`` or variances ``V (N, d)``, with
+    ``S`` dense ``(d, d)``."""
+    if V.ndim == 2:
+        V = np.einsum("ia,ab->iab", V, np.eye(V.shape[1]))
+    return np.einsum("ab,iac,cd->ibd", S, V, S)
+
+
+def _noise_ratio(V: np.ndarray, clipped: np.ndarray, dense: bool) -> float:
+    """``κ``: the largest generalized eigenvalue of (pooled gradient-error covariance, pooled
+    curvature), invariant to the preconditioner; for diagonals the largest ratio of their
+    entries."""
+    if not dense:
+        return float(np.max(V / clipped))
+    L = np.linalg.cholesky(clipped)
+    K = np.linalg.solve(L, np.linalg.solve(L, V).T)
+    return float(np.linalg.eigvalsh(0.5 * (K + K.T))[-1])
 
 
 def _modes(kind: str, curvature_range) -> list:
@@ -645,10 +685,12 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
            tol_sd: float, tol_mean: float, num_draws: float, start: int,
            final: bool = True, private: np.ndarray | None = None,
            curvature_batch: int | None = None, curvature: str = "hutchinson",
-           prior_floor: bool = True, stiff_tol_sd: float = 0.5) -> _Adaptation:
+           prior_floor: bool = True, stiff_tol_sd: float = 0.5,
+           noise_draws: int = 0) -> _Adaptation:
     """One adaptation from the agents' points ``xs (P, N, d)`` (and the window's draws
     ``(C, T, N, d)`` for the low-rank widening); ``private``: ``(d,)`` bools of the private
-    coordinates (module doc), or ``None``."""
+    coordinates (module doc), or ``None``; ``noise_draws``: mini-batch gradients per agent
+    that measure the gradient noise at its centre (0: exact gradients, or not measured)."""
     P, N, d = xs.shape
     decentralized = family.cls.decentralized
     x = jnp.asarray(xs, jnp.float32)
@@ -671,6 +713,11 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     H, g, pts = H[finite], g[finite], np.asarray(xs, np.float64)[finite]
     A, gbar, p = H.mean(0), g.mean(0), pts.mean(0)          # (N, d[, d]), (N, d), (N, d)
     A_all, g_all, p_all = A, gbar, p
+    V = None
+    if noise_draws:  # each agent's mini-batch gradient error at its centre, (N, d[, d])
+        V = estimate_gradient_covariance(
+            grads.potential, grads._trees(jnp.asarray(p, jnp.float32)),
+            jax.random.fold_in(key, 2), num_draws=noise_draws, diagonal=not dense)
     # Shared coordinates `sh` (all of them without private ones) and private ones `pr`.
     sh = np.arange(d) if private is None else np.flatnonzero(~private)
     pr = np.arange(0) if private is None else np.flatnonzero(private)
@@ -682,6 +729,18 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     M, clipped = _inverse_curvature(pooled, dense, kind,
                                     None if lower is None else lower[sh])
     A_s = A_s + ((clipped - pooled) / N)[None]               # the floor shared evenly
+    noise_ratio = 0.0
+    if V is not None:
+        V_s = V[:, sh][:, :, sh] if dense else V[:, sh]
+        noise_ratio = _noise_ratio(V_s.sum(0), clipped, dense)
+        for i in range(N if pr.size else 0):  # a private block: its agent's own ratio
+            A_p = A[i][np.ix_(pr, pr)] if dense else A[i, pr]
+            V_p = V[i][np.ix_(pr, pr)] if dense else V[i, pr]
+            if dense:
+                lam, Q = np.linalg.eigh(A_p)
+                A_p = (Q * _floor(lam)) @ Q.T
+            noise_ratio = max(noise_ratio, _noise_ratio(V_p, A_p if dense else _floor(A_p),
+                                                        dense))
     c = p[:, sh].mean(0)
     shift = c
     tri = ds * (ds + 1) // 2 if dense else ds
@@ -693,9 +752,10 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     dp = pr.size
     extra = (dp * (dp + 1) // 2 + ds * dp if dense else dp) if dp else 0
     cost = _gossip.GossipCost(0, 0)
-    if decentralized:
+    if decentralized:  # the gradient-error covariances, when measured, as the curvatures
         cost = _gossip.all_gather(np.full(N, tri + 2 * ds + extra + (
-            len(H) * tri if flood_points else 0)), mixing, start)
+            len(H) * tri if flood_points else 0) + (0 if V is None else tri + extra)),
+            mixing, start)
     if pr.size:
         # The private blocks: one M_pp for every agent, the inverse of the network sum of the
         # agents' private curvatures (each moves at N times the network average's step, so
@@ -776,11 +836,16 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     # steps (capped by the growth factor anyway) from the cheap scalar modes. Private
     # coordinates enter the exact law's errors as their scalar modes.
     exact = final and Ay is not None and N * d <= EXACT_MAX_SIZE
-    q = Quadratic(Ay, by) if exact else None
+    q = None
+    if exact:
+        q = Quadratic(Ay, by, None, None if V is None else _whitened(
+            V[:, sh][:, :, sh] if V.ndim == 3 else V[:, sh], S))
     if exact and dp:
         joint = _joint_quadratic(A_all, A_s, g_all, p_all, shift, S_full, sh, pr)
         if joint is not None:
             q, private_modes = joint, []
+            if V is not None:
+                q = q._replace(gradient_noise=_whitened(V, S_full))
     if exact:
         law = "exact"
 
@@ -789,14 +854,15 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
             e = _criterion.stationary_errors(sampler, q, mixing)
             if private_modes:  # a joint approximation that was not positive definite
                 e = _criterion.worst(e, _criterion.modal_errors(sampler, private_modes, N,
-                                                                 mixing))
+                                                                 mixing, noise_ratio))
             return e
     else:
         modes = _modes(kind, curvature_range)
         law = "modal"
 
         def errors_at(eta, par):
-            return _criterion.modal_errors(family.build(eta, par, law=True), modes, N, mixing)
+            return _criterion.modal_errors(family.build(eta, par, law=True), modes, N, mixing,
+                                           noise_ratio)
     # The grid in units of the largest preconditioned curvature (about 1 with a preconditioner):
     # the network average of N agents moves like one chain at a step up to N times smaller.
     scale = 1.0 / max(curvature_range[1], 1e-12)
@@ -807,7 +873,8 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
         modes = _modes(kind, curvature_range)
 
         def modal(eta, par):
-            return _criterion.modal_errors(family.build(eta, par, law=True), modes, N, mixing)
+            return _criterion.modal_errors(family.build(eta, par, law=True), modes, N, mixing,
+                                           noise_ratio)
         parameters = (_criterion.choose_step(modal, lo=lo, hi=hi, parameters=parameters,
                                              tol_sd=tol_sd, tol_mean=tol_mean,
                                              num_draws=num_draws).parameter,)
@@ -817,7 +884,8 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     capped = False
     if stiffest > curvature_range[1] * (1 + 1e-9):
         def stiff(e, pp):
-            return _criterion.modal_errors(family.build(e, pp, law=True), [stiffest], N, mixing)
+            return _criterion.modal_errors(family.build(e, pp, law=True), [stiffest], N, mixing,
+                                           noise_ratio)
         guard = _criterion.choose_step(stiff, lo=lo / 10, hi=hi, parameters=(par,),
                                        tol_sd=stiff_tol_sd, tol_mean=math.inf)
         if guard.step_size < eta:
@@ -825,7 +893,7 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
             errors = errors_at(eta, par)
     return adaptation._replace(step=eta, parameter=par, errors=errors, errors_at=errors_at,
                                law=law, curvature_range=curvature_range, stiffest=stiffest,
-                               capped=capped, cost=cost)
+                               capped=capped, cost=cost, noise_ratio=noise_ratio)
 
 
 @eqx.filter_jit
@@ -834,8 +902,14 @@ def _agent_values(grads, xs):
     return jax.lax.map(grads.values, xs)
 
 
+@eqx.filter_jit
+def _gradients_at(grads, xs):
+    """Gradients ``(P, N, d)`` at points ``xs (P, N, d)``."""
+    return jax.lax.map(grads, xs)
+
+
 def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, curvature: str,
-              start: int, max_steps: int = APPROACH_STEPS):
+              start: int, max_steps: int = APPROACH_STEPS, curvature_batch: int | None = None):
     """Move every chain's point ``x (C, d)`` to the pooled potential's mode by Newton steps
     with a backtracking line search: ``(points, cost, steps)``.
 
@@ -846,7 +920,9 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
     (a diagonal also at the prior's), and ``t`` halved from 1 until the pooled potential,
     flooded again, falls by a quarter of the Newton decrement ``t gᵀA⁻¹g`` (Armijo). A chain
     stops when ``gᵀA⁻¹g <= d`` (within about one standard deviation per direction of its
-    Gaussian approximation's mode) or when no step of 30 halvings descends."""
+    Gaussian approximation's mode) or when no step of 30 halvings descends. With
+    ``curvature_batch`` each step's curvature is measured on a fresh subsample of that many of
+    every agent's data; gradients and values on all of them."""
     C, d = x.shape
     N = grads.potential.num_agents
     tri = d * (d + 1) // 2 if dense else d
@@ -855,21 +931,31 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
     steps = 0
     for _ in range(max_steps):
         xs = jnp.asarray(np.broadcast_to(x[:, None], (C, N, d)), jnp.float32)
+        hess = grads
+        if curvature_batch is not None:
+            indices = grads.potential.subsample_indices(
+                jax.random.fold_in(jax.random.fold_in(key, steps), 1), curvature_batch)
+            hess = eqx.tree_at(lambda gr: gr.indices, grads, indices,
+                               is_leaf=lambda v: v is None)
         if dense:
-            H, g = _dense_curvature(grads, xs)
+            H, g = _dense_curvature(hess, xs)
             H = np.asarray(H, np.float64).sum(1)
             g = np.asarray(g, np.float64).sum(1)
             lam, Q = np.linalg.eigh(0.5 * (H + np.swapaxes(H, -1, -2)))
             lam = np.stack([_floor(row, rel=NEWTON_FLOOR) for row in lam])
             direction = np.einsum("cab,cb,cdb,cd->ca", Q, 1.0 / lam, Q, g)
         else:
-            diag, prior, g = _diagonal_curvature(grads, xs, jax.random.fold_in(key, steps),
+            diag, prior, g = _diagonal_curvature(hess, xs, jax.random.fold_in(key, steps),
                                                  probes, curvature)
             diag = np.asarray(diag, np.float64).sum(1)
             prior = np.asarray(prior, np.float64).sum(1)
             g = np.asarray(g, np.float64).sum(1)
             lam = np.stack([_floor(a, rel=NEWTON_FLOOR, lower=b) for a, b in zip(diag, prior)])
             direction = g / lam
+        if hess is not grads:  # the full local gradients, not the subsample's
+            g = np.asarray(_gradients_at(grads, xs), np.float64).sum(1)
+            direction = (np.einsum("cab,cb,cdb,cd->ca", Q, 1.0 / lam, Q, g) if dense
+                         else g / lam)
         decrement = np.einsum("ca,ca->c", g, direction)
         f0 = np.asarray(_agent_values(grads, xs), np.float64).sum(1)
         cost = cost + _gossip.all_gather(np.full(N, C * (tri + d + 1)), mixing, start)
@@ -954,6 +1040,7 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
            curvature_points: int = 32, probes: int = 8, rank: int = 8,
            curvature_batch: int | None = None, curvature: str = "hutchinson",
            prior_floor: bool = True, stiff_tol_sd: float | None = None,
+           gradient_noise: bool = True,
            rhat_threshold: float = 1.1, min_ess: float = 100.0, min_check_ess: float = 50.0,
            log=None):
     """Adapt a sampler's preconditioner and step size in ``num_steps`` steps (module doc).
@@ -1006,6 +1093,10 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
             step criterion's modes do not see (on the digits BNN, d = 4810, the cap at 0.5
             left test NLL 0.217 and at 1.5 gave 0.143 against 0.146 for the hand-picked step).
         rank: the low-rank preconditioner's largest rank.
+        gradient_noise: with plain mini-batches, measure every agent's gradient error
+            (:data:`NOISE_DRAWS` mini-batch gradients at its centre, per adaptation) and put
+            it in the step criterion's law (module doc; default ``True``). Control variates
+            (SVRG, SAGA) are not measured: their error shrinks near the anchor.
         rhat_threshold, min_ess, min_check_ess: the budget checks (module doc).
         log: optional ``str -> None`` for a line per window.
 
@@ -1047,6 +1138,8 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     if not np.all(np.isfinite(x)):
         raise ValueError("`init` has non-finite entries.")
     _check_curvature(curvature, prior_floor, stiff_tol_sd)
+    if not isinstance(gradient_noise, bool):
+        raise ValueError(f"`gradient_noise` must be True or False; got {gradient_noise!r}.")
     if stiff_tol_sd is None:
         stiff_tol_sd = 1.5 if kind in ("diagonal", "lowrank") else 0.5
     N = potential.num_agents
@@ -1069,6 +1162,12 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     unit = max(MIN_WINDOW_STEPS, int(num_steps * fractions.min()))
     lengths = [max(1, round(f * num_steps / unit)) * unit for f in fractions[:-1]]
     lengths.append(num_steps - sum(lengths))
+    while lengths[-1] < unit and max(lengths[:-1]) > unit:
+        # The rounding up to whole chunks left the last window short: take chunks from the
+        # longest earlier window (every window keeps one), so any budget `_check` accepts fits.
+        i = int(np.argmax(lengths[:-1]))
+        lengths[i] -= unit
+        lengths[-1] += unit
     if lengths[-1] < unit:
         raise ValueError(f"`num_steps` = {num_steps} leaves the last window {lengths[-1]} "
                          f"steps; raise it or use fewer windows.")
@@ -1082,7 +1181,9 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     common = {"kind": base, "probes": probes, "rank": rank, "tol_sd": tol_sd,
               "tol_mean": tol_mean, "num_draws": num_draws, "private": private,
               "curvature_batch": curvature_batch, "curvature": curvature,
-              "prior_floor": prior_floor, "stiff_tol_sd": stiff_tol_sd}
+              "prior_floor": prior_floor, "stiff_tol_sd": stiff_tol_sd,
+              "noise_draws": NOISE_DRAWS if gradient_noise and _plain_minibatch(family) and (
+                  potential.batch_size is not None or potential.gradient_fn is not None) else 0}
     pts = _points(xN[:, None], curvature_points)
     ad = _adapt(family, grads, mixing, pts, None, key=keys[-1], start=0,
                 final=len(lengths) == 1, **common)
@@ -1153,7 +1254,8 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
                 # to the mode and adapt there (a new M: the old step's ceiling does not apply).
                 moved, more, approach_steps = _approach(
                     grads, xN.mean(axis=1), mixing, dense=_dense(base, d),
-                    key=keys[len(lengths)], probes=probes, curvature=curvature, start=spent)
+                    key=keys[len(lengths)], probes=probes, curvature=curvature, start=spent,
+                    curvature_batch=curvature_batch)
                 approached = True
                 xN = np.broadcast_to(moved[:, None], (chains, N, d))
                 ad = _adapt(family, grads, mixing, _points(xN[:, None], curvature_points),
@@ -1225,5 +1327,5 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         bytes_sent=int(cost.bytes), rounds=int(cost.rounds), num_steps=int(spent),
         budget_ok=not reasons, verdict=verdict,
         private_coordinates=0 if private is None else int(private.sum()),
-        approach_steps=approach_steps)
+        approach_steps=approach_steps, gradient_noise=float(ad.noise_ratio))
     return adapted, state, report

@@ -25,6 +25,13 @@ variance ``1.5 τ / num_draws`` the relaxation time ``τ`` leaves), among the st
 stationary errors are within the tolerances. :func:`modal_errors` is the same on scalar modes
 (every agent holding ``λ/N`` of a curvature ``λ``): cheap at any ``d``, for diagonal and
 low-rank preconditioners and large models, where the dense law would be too large.
+
+Mini-batch gradients: the quadratic's ``gradient_noise`` (the agents' gradient-error
+covariances) enters the exact law (:mod:`dgsgld.theory.recursions`), and a scalar mode of
+curvature ``λ`` carries the error variance ``κ λ`` (``noise_ratio=κ``, every agent ``κλ/N``):
+the worst ratio of the gradient error's variance to the curvature over the directions. To
+first order a step ``η`` then widens the stationary variance by ``1 + ηκ/2`` for SGLD, which
+no smaller tolerance of the noise-free law would see.
 """
 
 from __future__ import annotations
@@ -103,10 +110,13 @@ def stationary_errors(sampler, quadratic: Quadratic, mixing) -> Errors:
     return Errors(sd, mean, float(st.spectral_radius))
 
 
-def modal_quadratic(lam: float, num_agents: int) -> Quadratic:
-    """Every agent holds ``λ/N`` of a scalar curvature ``λ`` (target ``N(0, 1/λ)``)."""
+def modal_quadratic(lam: float, num_agents: int, noise_ratio: float = 0.0) -> Quadratic:
+    """Every agent holds ``λ/N`` of a scalar curvature ``λ`` (target ``N(0, 1/λ)``) and, with
+    ``noise_ratio=κ > 0``, a gradient error of variance ``κλ/N``."""
+    noise = None if not noise_ratio else np.full((num_agents, 1, 1),
+                                                 noise_ratio * lam / num_agents)
     return Quadratic(np.full((num_agents, 1, 1), lam / num_agents),
-                     np.zeros((num_agents, 1)))
+                     np.zeros((num_agents, 1)), None, noise)
 
 
 def worst(*errors: Errors) -> Errors:
@@ -114,12 +124,15 @@ def worst(*errors: Errors) -> Errors:
     return Errors(*(max(values) for values in zip(*errors)))
 
 
-def modal_errors(sampler, curvatures, num_agents: int, mixing) -> Errors:
-    """The worst :class:`Errors` of ``sampler`` over scalar modes of the given curvatures."""
+def modal_errors(sampler, curvatures, num_agents: int, mixing, noise_ratio: float = 0.0
+                 ) -> Errors:
+    """The worst :class:`Errors` of ``sampler`` over scalar modes of the given curvatures (each
+    with gradient noise ``noise_ratio`` times its curvature, :func:`modal_quadratic`)."""
     out = Errors(0.0, 0.0, 0.0)
     for lam in curvatures:
         n = num_agents if sampler.decentralized else 1
-        out = worst(out, stationary_errors(sampler, modal_quadratic(float(lam), n), mixing))
+        q = modal_quadratic(float(lam), n, noise_ratio)
+        out = worst(out, stationary_errors(sampler, q, mixing))
     return out
 
 

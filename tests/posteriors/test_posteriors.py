@@ -873,6 +873,81 @@ def test_bench_parts_merge_into_the_whole_run(tmp_path):
         bench_posteriors(tmp_path / "bad", settings, only=("eight_schools",), **quiet)
 
 
+def test_bench_resume_keeps_the_stored_rows_and_runs_the_others(tmp_path, monkeypatch):
+    # The bookkeeping of resume, with a stand-in for a row's run whose result is its key: the
+    # resumed part runs only the rows missing from the stored file, in the settings' order,
+    # with the keys of the uninterrupted part.
+    import dataclasses
+
+    import experiments.bench as bench
+
+    calls = []
+
+    def fake_run(target, ref, potential, sampler_name, network_name, settings, key):
+        calls.append(sampler_name)
+        return {"step_size": float(jax.random.uniform(key)), "wall_s": 0.0, "bytes_sent": 0,
+                "diverged": 0, "seeds": [None]}
+
+    monkeypatch.setattr(bench, "_one_run", fake_run)
+    monkeypatch.setattr(bench, "_floor", lambda *args: {})
+    settings = dataclasses.replace(
+        bench.BenchSettings.small(), targets=("gaussian_linear", "poisson_linnerud"),
+        samplers=("DE-SGLD", "DIGing-SGLD", "SGLD (centralized)"), networks=("ring", "complete"),
+        seeds=1, adapted=(), sbc_targets=())
+    quiet = {"log": lambda *_: None}
+    whole = bench.bench_posteriors(tmp_path / "p", settings, only=("poisson_linnerud",), **quiet)
+    stored = json.loads((tmp_path / "p" / "leaderboard.json").read_text())
+    stored["rows"] = [r for r in stored["rows"]
+                      if (r["network"], r["sampler"]) != ("ring", "DIGing-SGLD")][:4]
+    (tmp_path / "p" / "leaderboard.json").write_text(json.dumps(stored))
+    calls.clear()
+    resumed = bench.bench_posteriors(tmp_path / "p", settings, only=("poisson_linnerud",),
+                                     resume=True, **quiet)
+    assert calls == ["DIGing-SGLD", "DIGing-SGLD"]  # ring's (removed) and complete's (not reached)
+    assert [(r["network"], r["sampler"], r["step_size"]) for r in resumed["rows"]] == [
+        (r["network"], r["sampler"], r["step_size"]) for r in whole["rows"]]
+    with pytest.raises(ValueError, match="other settings.*seeds"):
+        bench.bench_posteriors(tmp_path / "p", dataclasses.replace(settings, seeds=2),
+                               only=("poisson_linnerud",), resume=True, **quiet)
+    with pytest.raises(ValueError, match="another part"):
+        bench.bench_posteriors(tmp_path / "p", settings, only=("gaussian_linear",), resume=True,
+                               **quiet)
+
+
+@pytest.mark.slow  # fast twin: test_bench_resume_keeps_the_stored_rows_and_runs_the_others
+def test_bench_resume_runs_only_the_missing_rows(tmp_path):
+    # A part that stopped after some rows: resuming keeps them and runs the rest, and gives
+    # the uninterrupted part's rows (a row's key is its place in the settings); a stored run
+    # of other settings or another part is refused by name.
+    import dataclasses
+
+    from experiments.bench import BenchSettings, bench_posteriors
+
+    settings = dataclasses.replace(
+        BenchSettings.small(), targets=("gaussian_linear",), samplers=("DE-SGLD", "DIGing-SGLD"),
+        seeds=1, chains=4, num_steps=40, thin=2, pilot_steps=10, pilot_grid=2, score_size=20,
+        adapted=(), sbc_targets=())
+    ran = []
+    whole = bench_posteriors(tmp_path / "p", settings, only=("gaussian_linear",),
+                             log=lambda *_: None)
+    stored = json.loads((tmp_path / "p" / "leaderboard.json").read_text())
+    stored["rows"] = stored["rows"][:2]  # reference and DE-SGLD done, DIGing-SGLD not
+    (tmp_path / "p" / "leaderboard.json").write_text(json.dumps(stored))
+    resumed = bench_posteriors(tmp_path / "p", settings, only=("gaussian_linear",),
+                               resume=True, log=ran.append)
+    assert len(ran) == 1 and "DIGing-SGLD" in ran[0]
+
+    def scores(result):
+        return json.dumps([{k: v for k, v in r.items() if k != "wall_s"} for r in result["rows"]])
+
+    assert scores(resumed) == scores(whole)
+    with pytest.raises(ValueError, match="other settings.*seeds"):
+        bench_posteriors(tmp_path / "p", dataclasses.replace(settings, seeds=2),
+                         only=("gaussian_linear",), resume=True)
+    with pytest.raises(ValueError, match="another part"):
+        bench_posteriors(tmp_path / "p", settings, resume=True)
+
+
 def test_band_table_counts_the_targets_each_row_reaches():
     # A row is within the band when its worst sd ratio is in [0.8, 1.25] and its max mean
     # error at most 0.3 (bounds included); a row without scores (every seed diverged) is not.

@@ -291,6 +291,11 @@ def test_budget_too_small_is_reported():
                           _init(dgsgld.DIGingSGLD), jax.random.key(7), 120)
     assert not report.budget_ok and report.verdict.startswith("budget too small")
     assert "budget too small" in report.explain()
+    # The smallest budget the input check accepts (10 steps per window) is laid out: whole
+    # 10-step chunks, none left empty.
+    _, _, report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N),
+                          _init(dgsgld.DIGingSGLD), jax.random.key(7), 60)
+    assert [w.steps for w in report.windows] == [10] * 6
 
 
 def test_same_key_same_result():
@@ -317,6 +322,7 @@ def test_same_key_same_result():
     ({"restart": -1.0}, "restart"),
     ({"thin": 7}, "thin"),
     ({"sampling_steps": 0}, "sampling_steps"),
+    ({"gradient_noise": 1}, "gradient_noise"),
     ({"estimator": dgsgld.gradients.MiniBatch(), "sampler": dgsgld.DIGingSGLD(0.1)},
      "estimator"),
 ])
@@ -538,6 +544,13 @@ def test_newton_steps_reach_the_mode_from_a_flat_start():
     assert min(decrement(x) for x in starts) > 1e4
     assert max(decrement(x) for x in moved) <= d
     assert 1 <= steps < 50 and cost.bytes > 0  # steps taken
+    # Curvature on 4 of each agent's 4-6 data (scaled by n_i / 4), gradients on all: the steps
+    # stop where the subsampled Hessian's decrement is at most d, which the exact Hessian's
+    # exceeds by the two Hessians' ratio (below 2 here; the starts are 10⁴ d away).
+    moved, _, _ = _approach(_agent_grads(pot, init, 2), starts, dgsgld.networks.ring(N),
+                            dense=True, key=jax.random.key(0), probes=1, curvature="hutchinson",
+                            start=0, curvature_batch=4)
+    assert max(decrement(x) for x in moved) <= 2 * d
 
 
 @pytest.mark.slow  # fast twin: test_newton_steps_reach_the_mode_from_a_flat_start
@@ -564,3 +577,63 @@ def test_a_diverging_first_window_moves_the_starts_to_the_mode():
     lam, Q = np.linalg.eigh(np.asarray(hess(jnp.asarray(m, jnp.float32)), np.float64))
     z = (x - m) @ Q * np.sqrt(lam)
     assert np.all(np.isfinite(z)) and np.max(np.abs(z)) < 6.0, np.max(np.abs(z))
+
+
+# ------------------------------------------------------------------ mini-batch gradient noise
+#
+# A Gaussian location model (tests/theory/test_gradient_noise.py): agent i holds n data y_ij,
+# f_i(x) = ½ Σ_j ‖x − y_ij‖², and a mini-batch of b without replacement errs by −n (ȳ_B − ȳ_i),
+# whatever x, with covariance V_i = n² Σ_i (n − b) / (b (n − 1)). The exact stationary law of the
+# adapted sampler on this quadratic with this noise is then the chains' law (exact, not an
+# approximation), independent of what the warm-up measured. The warm-up estimates V_i from 256
+# draws (an entry's relative error about √(2/256) ≈ 9 %); at the chosen step the noise adds
+# about 20 % to the variance, so that error moves the sd ratio by about 0.01: the bound is
+# 1 + tol_sd plus 0.02.
+
+
+def _location(n=50, b=2):
+    y = np.random.default_rng(0).normal(size=(N, n, 2)) * np.array([1.0, 2.0])
+    pot = dgsgld.Potential(lambda x, datum: -0.5 * jnp.sum((x - datum) ** 2), None,
+                           jnp.asarray(y), batch_size=b)
+    centred = y - y.mean(1, keepdims=True)
+    V = n * np.einsum("ija,ijb->iab", centred, centred) * (n - b) / (b * (n - 1))
+    return pot, theory.Quadratic(np.broadcast_to(n * np.eye(2), (N, 2, 2)).copy(), y.sum(1),
+                                 None, V)
+
+
+def _pooled_sd_ratio(sampler, q, mixing):
+    with jax.enable_x64(True):
+        st = theory.stationary_moments(sampler, q, mixing)
+    target = np.linalg.inv(q.hessians.sum(0))
+    m, c = st.mean[0], st.cov[0]
+    pooled = np.mean(c + np.einsum("ia,ib->iab", m, m), 0) - np.outer(m.mean(0), m.mean(0))
+    L = np.linalg.cholesky(target)
+    rel = np.linalg.solve(L, np.linalg.solve(L, pooled).T)
+    return float(np.sqrt(np.linalg.eigvalsh(rel)[-1]))
+
+
+@pytest.mark.parametrize("cls, preconditioner", [
+    (dgsgld.DIGingSGLD, "auto"), (dgsgld.DIGingSGLD, "diagonal"),
+    pytest.param(dgsgld.DESGLD, "auto", marks=pytest.mark.slow),
+    pytest.param(dgsgld.DIGingSGHMC, "auto", marks=pytest.mark.slow)])
+def test_mini_batch_noise_enters_the_step_criterion(cls, preconditioner):
+    pot, q = _location()
+    mixing = dgsgld.networks.ring(N)
+    init = jnp.asarray(np.random.default_rng(1).normal(size=(8, N, 2)))
+    runs = {gn: warmup(cls, pot, mixing, init, jax.random.key(0), 600,
+                       preconditioner=preconditioner, gradient_noise=gn)
+            for gn in (True, False)}
+    sampler, _, report = runs[True]
+    true = _pooled_sd_ratio(sampler, q, mixing)
+    assert true <= 1.1 + 0.02, true
+    if report.law == "exact":
+        assert abs(true - report.stationary_sd_ratio) < 0.02, (true, report)
+    kappa = np.linalg.eigvalsh(q.gradient_noise.sum(0))[-1] / (N * 50)
+    assert report.gradient_noise == pytest.approx(kappa, rel=0.25)
+    assert "gradient noise" in report.explain()
+    # Without the noise in the law, the step is several times larger and the chains' sd
+    # overshoots by more than 25 %.
+    plain, _, plain_report = runs[False]
+    assert plain_report.gradient_noise == 0.0
+    assert plain_report.step_size > 3 * report.step_size
+    assert _pooled_sd_ratio(plain, q, mixing) > 1.25
