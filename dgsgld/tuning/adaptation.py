@@ -915,7 +915,8 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
 
     At each step every agent measures its curvature (the dense Hessian, or the diagonal
     estimate), gradient and potential at the chain's point, and floods them (bytes counted);
-    every agent then takes the same step ``x − t A⁻¹ g`` on the pooled ``(A, g)``: ``A``'s
+    every agent then takes the same step ``x − t A⁻¹ g`` on the pooled ``(A, g)`` (``mixing``
+    ``None``: nothing counted): ``A``'s
     eigenvalues (or diagonal) in absolute value, floored at :data:`NEWTON_FLOOR` of the largest
     (a diagonal also at the prior's), and ``t`` halved from 1 until the pooled potential,
     flooded again, falls by a quarter of the Newton decrement ``t gᵀA⁻¹g`` (Armijo). A chain
@@ -958,7 +959,8 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
                          else g / lam)
         decrement = np.einsum("ca,ca->c", g, direction)
         f0 = np.asarray(_agent_values(grads, xs), np.float64).sum(1)
-        cost = cost + _gossip.all_gather(np.full(N, C * (tri + d + 1)), mixing, start)
+        if mixing is not None:  # None: centralized, or not counted
+            cost = cost + _gossip.all_gather(np.full(N, C * (tri + d + 1)), mixing, start)
         moving &= np.isfinite(decrement) & (decrement > d)
         if not moving.any():
             break
@@ -967,7 +969,8 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
             trial = x - t[:, None] * direction
             f1 = np.asarray(_agent_values(grads, jnp.asarray(
                 np.broadcast_to(trial[:, None], (C, N, d)), jnp.float32)), np.float64).sum(1)
-            cost = cost + _gossip.all_gather(np.full(N, C), mixing, start)
+            if mixing is not None:
+                cost = cost + _gossip.all_gather(np.full(N, C), mixing, start)
             ok = ~moving | (np.isfinite(f1) & (f1 <= f0 - 0.25 * t * decrement))
             if ok.all():
                 break

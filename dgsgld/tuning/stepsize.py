@@ -441,6 +441,8 @@ class StepSizeReport(NamedTuple):
         law: ``"exact"`` (the dense law) or ``"modal"`` (a scalar mode at the pooled
             curvature, for large ``N d``).
         tol_sd, tol_mean: the accurate range's tolerances.
+        mode_steps: Newton steps that moved the curvature point to the pooled potential's
+            mode (``at_mode``); 0 when it stayed at ``curvature_at``.
     """
 
     step_size: float
@@ -464,6 +466,7 @@ class StepSizeReport(NamedTuple):
     law: str = "exact"
     tol_sd: float = 0.1
     tol_mean: float = 0.1
+    mode_steps: int = 0
 
     @property
     def accurate(self) -> np.ndarray:
@@ -503,7 +506,10 @@ class StepSizeReport(NamedTuple):
         lines = [
             (f"Proposed step size {self.step_size:.4g} (η·L = {self.step_size * lmax:.3g}): "
              f"{self._choice(accurate)}."),
-            f"Curvature: largest Hessian eigenvalue per agent L_i in "
+            f"Curvature"
+            + (f" at the pooled potential's mode ({self.mode_steps} Newton steps from the "
+               "start)" if self.mode_steps else "")
+            + f": largest Hessian eigenvalue per agent L_i in "
             f"[{np.min(self.curvature):.4g}, {lmax:.4g}]; {grid}"
             + (" (continued upwards while the best score was at its top)."
                if scored and self.step_sizes[-1] * lmax > 3.01 else "."),
@@ -755,6 +761,7 @@ def propose_step_size(
     tol_sd: float = 0.1,
     tol_mean: float = 0.1,
     grid_batch: int | None = None,
+    at_mode: bool = True,
 ) -> StepSizeReport:
     """Propose a constant step size for a model and a network (see the module doc).
 
@@ -785,6 +792,12 @@ def propose_step_size(
             approximation at ``curvature_at``.
         grid_batch: run the pilot's grid this many step sizes at a time (:func:`grid_run`;
             memory for a sampler with a large state, e.g. SAGA on large local data sets).
+        at_mode: measure the curvature (the grid's scale and the exact law's quadratics) at
+            the pooled potential's mode, reached from the mean of ``curvature_at`` by Newton
+            steps (the warm-up's approach, :func:`dgsgld.warmup`): where the chains will
+            sample, not where they start (a logistic regression curves most at zero, several
+            times more than at its mode). Needs ``log_likelihood`` and no private leaves
+            (else the curvature stays at ``curvature_at``). ``False``: at ``curvature_at``.
 
     Returns:
         A :class:`StepSizeReport`; ``report.explain()`` says how it decided.
@@ -792,6 +805,8 @@ def propose_step_size(
     Raises:
         ValueError: for bad arguments, or when no step size of the grid is stable.
     """
+    if not isinstance(at_mode, bool):
+        raise ValueError(f"`at_mode` must be True or False; got {at_mode!r}.")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2 or \
             num_steps % 2:
         raise ValueError(f"`num_steps` must be an even integer >= 2; got {num_steps!r}.")
@@ -828,6 +843,9 @@ def propose_step_size(
         at = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, init)
         if not decentralized:  # one point, of the pooled potential
             at = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, at)
+    mode_steps = 0
+    if at_mode:
+        at, mode_steps = _to_mode(potential, at, jax.random.fold_in(curvature_key, 1))
     rows = np.shape(jax.tree.leaves(eqx.filter(at, eqx.is_array))[0])[0]
     curvature = local_curvature(potential, at, curvature_key,
                                 pooled=not decentralized and rows == 1)
@@ -863,7 +881,29 @@ def propose_step_size(
     errors, law = _stationary_errors(make_algorithm, potential, mixing, at, curvature_key,
                                      pilot.step_sizes, decentralized)
     return _report(pilot, curvature, gap, spread_tolerance, num_steps, chains,
-                   score_fn is not None, errors, law, float(tol_sd), float(tol_mean))
+                   score_fn is not None, errors, law, float(tol_sd), float(tol_mean))._replace(
+                       mode_steps=mode_steps)
+
+
+def _to_mode(potential, at, key):
+    """``(point, steps)``: ``at`` (rows ``(R, *param_shape)``) moved to the pooled potential's
+    mode by the warm-up's Newton steps from the mean of its rows, every row there; ``at`` and
+    0 where they do not apply (no ``log_likelihood``, private leaves)."""
+    from .adaptation import DENSE_MAX_DIM, _agent_grads, _approach, _flat
+
+    if potential.log_likelihood is None or getattr(potential, "private", None) is not None:
+        return at, 0
+    at1 = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, at)
+    flat = _flat(at1, True)
+    x = flat.flatten(at1)[0]                                             # (rows, d)
+    d = x.shape[-1]
+    moved, _, steps = _approach(_agent_grads(potential, at1, 2), x.mean(0, keepdims=True), None,
+                                dense=d <= DENSE_MAX_DIM, key=key, probes=8,
+                                curvature="hutchinson", start=0)
+    if not np.all(np.isfinite(moved)):
+        return at, 0
+    point = flat.tree(np.broadcast_to(moved[:, None], (1, x.shape[0], d)))
+    return jax.tree.map(lambda v: v[0] if eqx.is_array(v) else v, point), int(steps)
 
 
 def _law_of(algorithm):
