@@ -909,7 +909,8 @@ def _gradients_at(grads, xs):
 
 
 def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, curvature: str,
-              start: int, max_steps: int = APPROACH_STEPS, curvature_batch: int | None = None):
+              start: int, max_steps: int = APPROACH_STEPS, curvature_batch: int | None = None,
+              stop: float = 1.0):
     """Move every chain's point ``x (C, d)`` to the pooled potential's mode by Newton steps
     with a backtracking line search: ``(points, cost, steps)``.
 
@@ -921,7 +922,8 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
     (a diagonal also at the prior's), and ``t`` halved from 1 until the pooled potential,
     flooded again, falls by a quarter of the Newton decrement ``t gᵀA⁻¹g`` (Armijo). A chain
     stops when ``gᵀA⁻¹g <= d`` (within about one standard deviation per direction of its
-    Gaussian approximation's mode) or when no step of 30 halvings descends. With
+    Gaussian approximation's mode; ``stop · d`` with ``stop``) or when no step of 30 halvings
+    descends. With
     ``curvature_batch`` each step's curvature is measured on a fresh subsample of that many of
     every agent's data; gradients and values on all of them."""
     C, d = x.shape
@@ -961,7 +963,7 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
         f0 = np.asarray(_agent_values(grads, xs), np.float64).sum(1)
         if mixing is not None:  # None: centralized, or not counted
             cost = cost + _gossip.all_gather(np.full(N, C * (tri + d + 1)), mixing, start)
-        moving &= np.isfinite(decrement) & (decrement > d)
+        moving &= np.isfinite(decrement) & (decrement > stop * d)
         if not moving.any():
             break
         t = np.where(moving, 1.0, 0.0)

@@ -129,6 +129,41 @@ def test_proposal_lies_in_the_stable_range_and_warnings_fire_outside():
             stepsize.check_step_size(report.stable_range[1], report)
 
 
+def test_curvature_is_measured_at_the_pooled_mode():
+    # A logistic regression curves most at zero (σ'(0) = 1/4 is the largest slope): with
+    # at_mode the proposer measures each agent's curvature at the pooled potential's mode,
+    # reached by Newton steps from the start; here the mode is found independently by Newton
+    # on Potential.value (autodiff, float64 arithmetic), and local_curvature there (the same
+    # power iteration, another key: float32 estimates agreeing to 1e-3) is what the report
+    # holds. With at_mode=False it holds the start's, larger.
+    z = rng.standard_normal((N, 25, D)).astype(np.float32)
+    labels = (z @ np.array([3.0, -2.0]) + rng.logistic(size=(N, 25)) > 0).astype(np.float32)
+
+    def ll(x, datum):
+        zz, y = datum
+        return y * jax.nn.log_sigmoid(zz @ x) + (1 - y) * jax.nn.log_sigmoid(-(zz @ x))
+
+    pot = dgsgld.Potential(ll, lambda x: -0.05 * x @ x, (z, labels))
+    init = jnp.zeros((4, N, D))
+    args = (dgsgld.DIGingSGLD, pot, networks.ring(N), init, jax.random.key(0))
+    kw = {"num_steps": 20, "num_step_sizes": 4}
+    report = stepsize.propose_step_size(*args, **kw)
+    value = jax.jit(lambda x: pot.value(x))
+    grad, hess = jax.jit(jax.grad(value)), jax.jit(jax.hessian(value))
+    mode = np.zeros(D)
+    for _ in range(20):
+        x = jnp.asarray(mode, jnp.float32)
+        mode = mode - np.linalg.solve(np.asarray(hess(x), np.float64),
+                                      np.asarray(grad(x), np.float64))
+    at_mode = stepsize.local_curvature(pot, jnp.broadcast_to(jnp.asarray(mode, jnp.float32),
+                                                             (N, D)), jax.random.key(9))
+    assert report.mode_steps >= 1 and "at the pooled potential's mode" in report.explain()
+    np.testing.assert_allclose(report.curvature, at_mode, rtol=1e-3)
+    start = stepsize.propose_step_size(*args, **kw, at_mode=False)
+    assert start.mode_steps == 0
+    assert np.all(start.curvature > 1.5 * report.curvature)
+
+
 def test_bad_arguments():
     init = jnp.zeros((2, N, D))
     with pytest.raises(ValueError, match="at least 4 chains"):
