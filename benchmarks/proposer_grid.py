@@ -5,9 +5,8 @@ mini-batches of 32 where every agent holds more, 3 seeds x 8 chains, 4 000 steps
 the second half kept and 400 draws per seed scored) and DIGing-SGLD on the ring:
 
 * the proposals of :func:`dgsgld.tuning.propose_step_size` (the bench's pilot: 200 steps,
-  16 grid points) with the curvature measured at the first chain's start
-  (``at_mode=False``, what the shipped leaderboard's plain rows used) and at the pooled
-  potential's mode (``at_mode=True``, the default);
+  16 grid points) with the curvature measured at the first chain's start (the default, what
+  the leaderboard's plain rows use) and at the pooled potential's mode (``at_mode=True``);
 * a log grid of constant steps over ``[10⁻³, 3] / L`` (``L`` the largest agent curvature at
   the mode, the ``at_mode`` proposal's scale), the two proposals added, all run in one
   compiled call per target with the same starts and keys (common random numbers);
@@ -109,19 +108,22 @@ def markdown(results: list, settings: BenchSettings) -> str:
         f"DIGing-SGLD on the ring, {settings.num_agents} agents, split '{settings.split}', "
         f"{settings.seeds} seeds x {settings.chains} chains, {settings.num_steps} steps (second "
         f"half, {settings.score_size} draws per seed scored): the proposer's step with the "
-        "curvature at the start and at the mode, against the grid step of smallest W2 "
-        "(standardized, to the NUTS draws). `benchmarks/proposer_grid.py`.", "",
-        "| target | batch | proposal (start) | W2 | sd worst | proposal (mode) | W2 | sd worst "
-        "| best grid step | W2 | sd worst | mean err | best / mode proposal |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "curvature at the start (the default) and at the mode (`at_mode=True`), against the "
+        "grid step of smallest W2 (standardized, to the NUTS draws); each cell W2 / worst sd "
+        "ratio / max mean error. `benchmarks/proposer_grid.py`.", "",
+        "| target | batch | proposal (start) | scores | proposal (mode) | scores "
+        "| best grid step | scores | best / start | best / mode |",
+        "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def scores(r):
+        return f"{r['w2']:.2f} / {r['sd_ratio_worst']:.2f} / {r['mean_error_max']:.2f}"
+
     for r in results:
         s, m, b = r["proposals"]["start"], r["proposals"]["mode"], r["best"]
-        cells = [r["target"], str(r["batch"] or "full"),
-                 f"{s['step']:.3g}", f"{s['w2']:.3f}", f"{s['sd_ratio_worst']:.3f}",
-                 f"{m['step']:.3g}", f"{m['w2']:.3f}", f"{m['sd_ratio_worst']:.3f}"]
-        cells += ([f"{b['step']:.3g}", f"{b['w2']:.3f}", f"{b['sd_ratio_worst']:.3f}",
-                   f"{b['mean_error_max']:.3f}", f"{b['step'] / m['step']:.3g}"]
-                  if b else ["-"] * 5)
+        cells = [r["target"], str(r["batch"] or "full"), f"{s['step']:.3g}", scores(s),
+                 f"{m['step']:.3g}", scores(m)]
+        cells += ([f"{b['step']:.3g}", scores(b), f"{b['step'] / s['step']:.3g}",
+                   f"{b['step'] / m['step']:.3g}"] if b else ["-"] * 4)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

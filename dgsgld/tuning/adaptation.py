@@ -85,6 +85,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .. import evaluate
+from ..gradients import MiniBatch
 from ..runner import loop as _loop
 from ..samplers import registry as _registry
 from ..samplers.base import SamplingAlgorithm
@@ -95,7 +96,6 @@ from ..samplers.precondition import (
     LowRankPreconditioner,
 )
 from ..samplers.sghmc import DESGHMC, DIGingSGHMC
-from ..gradients import MiniBatch
 from ..theory.constants import estimate_gradient_covariance
 from ..theory.recursions import Quadratic
 from . import criterion as _criterion

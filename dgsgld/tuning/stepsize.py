@@ -506,7 +506,7 @@ class StepSizeReport(NamedTuple):
         lines = [
             (f"Proposed step size {self.step_size:.4g} (η·L = {self.step_size * lmax:.3g}): "
              f"{self._choice(accurate)}."),
-            f"Curvature"
+            "Curvature"
             + (f" at the pooled potential's mode ({self.mode_steps} Newton steps from the "
                "start)" if self.mode_steps else "")
             + f": largest Hessian eigenvalue per agent L_i in "
@@ -761,7 +761,7 @@ def propose_step_size(
     tol_sd: float = 0.1,
     tol_mean: float = 0.1,
     grid_batch: int | None = None,
-    at_mode: bool = True,
+    at_mode: bool = False,
 ) -> StepSizeReport:
     """Propose a constant step size for a model and a network (see the module doc).
 
@@ -794,10 +794,13 @@ def propose_step_size(
             memory for a sampler with a large state, e.g. SAGA on large local data sets).
         at_mode: measure the curvature (the grid's scale and the exact law's quadratics) at
             the pooled potential's mode, reached from the mean of ``curvature_at`` by Newton
-            steps (the warm-up's approach, :func:`dgsgld.warmup`): where the chains will
-            sample, not where they start (a logistic regression curves most at zero, several
-            times more than at its mode). Needs ``log_likelihood`` and no private leaves
-            (else the curvature stays at ``curvature_at``). ``False``: at ``curvature_at``.
+            steps (the warm-up's approach, :func:`dgsgld.warmup`), not at ``curvature_at``.
+            Needs ``log_likelihood`` and no private leaves (else the curvature stays at
+            ``curvature_at``). Off by default: against the best constant step of a grid
+            scored by the NUTS references it helps where the start curves far more than the
+            mode (a logistic regression started at zero: a 25 times larger step, closer to the
+            grid's best) and gives smaller steps and worse draws on most other targets
+            (``benchmarks/proposer_grid.md``).
 
     Returns:
         A :class:`StepSizeReport`; ``report.explain()`` says how it decided.

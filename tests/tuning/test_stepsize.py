@@ -135,7 +135,7 @@ def test_curvature_is_measured_at_the_pooled_mode():
     # reached by Newton steps from the start; here the mode is found independently by Newton
     # on Potential.value (autodiff, float64 arithmetic), and local_curvature there (the same
     # power iteration, another key: float32 estimates agreeing to 1e-3) is what the report
-    # holds. With at_mode=False it holds the start's, larger.
+    # holds. By default it holds the start's, larger.
     z = rng.standard_normal((N, 25, D)).astype(np.float32)
     labels = (z @ np.array([3.0, -2.0]) + rng.logistic(size=(N, 25)) > 0).astype(np.float32)
 
@@ -147,7 +147,7 @@ def test_curvature_is_measured_at_the_pooled_mode():
     init = jnp.zeros((4, N, D))
     args = (dgsgld.DIGingSGLD, pot, networks.ring(N), init, jax.random.key(0))
     kw = {"num_steps": 20, "num_step_sizes": 4}
-    report = stepsize.propose_step_size(*args, **kw)
+    report = stepsize.propose_step_size(*args, **kw, at_mode=True)
     value = jax.jit(lambda x: pot.value(x))
     grad, hess = jax.jit(jax.grad(value)), jax.jit(jax.hessian(value))
     mode = np.zeros(D)
@@ -159,7 +159,7 @@ def test_curvature_is_measured_at_the_pooled_mode():
                                                              (N, D)), jax.random.key(9))
     assert report.mode_steps >= 1 and "at the pooled potential's mode" in report.explain()
     np.testing.assert_allclose(report.curvature, at_mode, rtol=1e-3)
-    start = stepsize.propose_step_size(*args, **kw, at_mode=False)
+    start = stepsize.propose_step_size(*args, **kw)
     assert start.mode_steps == 0
     assert np.all(start.curvature > 1.5 * report.curvature)
 
