@@ -328,6 +328,7 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
                         "rhat_max": report.rhat_max, "check_ess": report.check_ess,
                         "predicted_ess": report.predicted_ess, "retries": report.retries,
                         "approach_steps": report.approach_steps,
+                        "gradient_noise": report.gradient_noise,
                         "bytes_sent": report.bytes_sent, "verdict": report.verdict})
         per_seed.append(_seed_scores(target, ref, potential,
                                      np.asarray(trace.positions).reshape(-1, target.dim),
