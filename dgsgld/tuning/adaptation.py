@@ -28,7 +28,11 @@ After every window but the last:
    coordinates (dense and small, at the adaptation that sets the final step; SGHMC's friction and
    D-ULA's consensus weight chosen on scalar modes first), or on scalar modes at the pooled
    preconditioned curvature's extremes (large ``d``, and the earlier windows), scored by the
-   stationary bias against the Monte Carlo error the sampling run (``sampling_steps``) leaves. The
+   stationary bias against the Monte Carlo error the sampling run (``sampling_steps``) leaves.
+   With plain mini-batches the law includes each agent's gradient-error covariance at its
+   centre (:data:`NOISE_DRAWS` mini-batch gradients, flooded with the curvature; from the
+   first window's draws on, not at the starts): to first order a step ``η`` widens SGLD's
+   variance by ``1 + ηκ/2``, ``κ`` the noise's variance over the curvature. The
    step is then capped so that the stiffest curvature the chains met (the largest eigenvalue of the
    pooled preconditioned Hessian at any of the points: exact from the flooded Hessians, or by power
    iteration on network sums for diagonal ``M``) keeps its stationary sd within 50 %. It grows at
@@ -1190,8 +1194,12 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
               "noise_draws": NOISE_DRAWS if gradient_noise and _plain_minibatch(family) and (
                   potential.batch_size is not None or potential.gradient_fn is not None) else 0}
     pts = _points(xN[:, None], curvature_points)
+    # The gradient noise is measured where the chains have run, from the first window's draws
+    # on: at the starts it can be many times the posterior's (per-datum gradients far from the
+    # mode disagree), and a first step chosen from it stays small through the growth cap.
+    at_start = common | {"noise_draws": 0}
     ad = _adapt(family, grads, mixing, pts, None, key=keys[-1], start=0,
-                final=len(lengths) == 1, **common)
+                final=len(lengths) == 1, **at_start)
     cost = ad.cost
     history = []
     eta, ceiling, retries, spent, w = probe * ad.step, math.inf, 0, 0, 0
@@ -1265,7 +1273,7 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
                 xN = np.broadcast_to(moved[:, None], (chains, N, d))
                 ad = _adapt(family, grads, mixing, _points(xN[:, None], curvature_points),
                             None, key=keys[-1], start=spent, final=len(lengths) == 1,
-                            **common)
+                            **at_start)
                 cost = cost + more + ad.cost
                 eta, ceiling = probe * ad.step, math.inf
             continue
