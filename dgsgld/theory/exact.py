@@ -417,7 +417,9 @@ def exact_moments(
             (:func:`dgsgld.theory.register_recursion`; every sampler of
             :data:`dgsgld.samplers.ALL` has one), e.g. ``dgsgld.DIGingSGLD(0.05)``; its
             friction, consensus weight and preconditioner enter the law.
-        quadratic: the agents' quadratic potentials (:func:`quadratic_from_potential`).
+        quadratic: the agents' quadratic potentials (:func:`quadratic_from_potential`); with
+            ``gradient_noise``, the mini-batch gradients' error covariances (exact mixing
+            only: no ``channel``).
         mixing: ``(P, N, N)`` stack, one ``(N, N)`` matrix, or a schedule with ``.matrices``;
             ignored (may be ``None``) for centralized SGLD.
         init_mean: ``(N, d)`` or ``(d,)`` (shared) mean of ``x⁽⁰⁾``; ``(d,)`` for SGLD.
@@ -909,7 +911,7 @@ def stationary_moments(algorithm, quadratic: Quadratic, mixing, *, step_size=Non
     Args:
         algorithm: a sampler with a registered recursion and constant step size, friction
             and consensus weight (``step_size`` may replace a schedule).
-        quadratic: the agents' quadratic potentials.
+        quadratic: the agents' quadratic potentials (and their ``gradient_noise``).
         mixing: ``(P, N, N)``, ``(N, N)`` or a schedule; ``None`` for centralized SGLD.
         step_size: a constant that overrides the sampler's step size.
 

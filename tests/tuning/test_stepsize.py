@@ -175,6 +175,9 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="`spread_tolerance`"):
         stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
                                    jnp.zeros((4, N, D)), jax.random.key(0), spread_tolerance=1)
+    with pytest.raises(ValueError, match="`at_mode`"):
+        stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
+                                   jnp.zeros((4, N, D)), jax.random.key(0), at_mode=1)
 
 
 @pytest.mark.slow  # fast twins: tests/tuning/test_tuning.py::test_every_grid_point_and_split_is_a_plain_
