@@ -794,7 +794,8 @@ def propose_step_size(
             memory for a sampler with a large state, e.g. SAGA on large local data sets).
         at_mode: measure the curvature (the grid's scale and the exact law's quadratics) at
             the pooled potential's mode, reached from the mean of ``curvature_at`` by Newton
-            steps (the warm-up's approach, :func:`dgsgld.warmup`), not at ``curvature_at``.
+            steps (the approach of :func:`~dgsgld.tuning.adaptation.warmup`), not at
+            ``curvature_at``.
             Needs ``log_likelihood`` and no private leaves (else the curvature stays at
             ``curvature_at``). Off by default: against the best constant step of a grid
             scored by the NUTS references it helps where the start curves far more than the
