@@ -122,9 +122,9 @@ APPROACH_STEPS = 50
 #: The Newton steps' eigenvalue floor relative to the largest: the rounding of float32
 #: Hessians, not ``M``'s floor (a Newton step must cross directions that ``M`` may flatten).
 NEWTON_FLOOR = 1e-6
-#: Second parameters searched: SGHMC's friction, D-ULA's consensus weight.
 #: Mini-batch gradients per agent that measure the gradient noise at each adaptation.
 NOISE_DRAWS = 256
+#: Second parameters searched: SGHMC's friction, D-ULA's consensus weight.
 FRICTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
 CONSENSUS = (0.25, 0.5, 1.0)
 
