@@ -504,7 +504,7 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
     with ``calibration=False``). A target's keys come from its
     place in those lists and the seed alone, so parts run apart (processes, machines, days)
     and joined by :func:`merge` give the rows and cells of one run. A part's JSON records what
-    it ran (``"part"``).
+    it ran (``"part"``), marked ``"complete"`` by its last write.
 
     ``resume=True`` continues a run that stopped: the rows already in ``out/leaderboard.json``
     are kept and the others run (a row's key depends on its place alone, so the result is the
@@ -595,14 +595,17 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
                     f"sd={row.get('sd_ratio_worst', [np.nan])[0]:.3f} "
                     f"mean={row.get('mean_error_max', [np.nan])[0]:.3f} "
                     f"verdict ok {verdicts}/{len(r['warmup'])} ({r['wall_s']:.1f} s)")
-    result = _write(out, settings, rows, time.perf_counter() - t_all, part=part)
+    # A part is marked complete by its last write only: merge refuses one that stopped.
+    ended = None if part is None else part | {"complete": True}
+    result = _write(out, settings, rows, time.perf_counter() - t_all,
+                    part=part if sbc_run else ended)
     _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
     if sbc_run:
         cells = sbc_cells(settings, key, seed=seed, log=log, only=only)
         (out / "sbc_ranks.json").write_text(json.dumps(
             [{k: c[k] for k in ("target", "sampler", "ranks") if k in c} for c in cells]) + "\n")
         result = _write(out, settings, rows, time.perf_counter() - t_all,
-                        [{k: v for k, v in c.items() if k != "ranks"} for c in cells], part=part)
+                        [{k: v for k, v in c.items() if k != "ranks"} for c in cells], part=ended)
         _save_figure(functools.partial(sbc_figure, num_bins=settings.sbc_bins), cells,
                      out / "sbc_ranks.png", log)
     return result
@@ -621,7 +624,9 @@ def _resumed(out: Path, settings: BenchSettings, part: dict | None):
     if stored["settings"] != mine:
         changed = sorted(k for k in mine if stored["settings"].get(k) != mine[k])
         raise ValueError(f"`resume`: {path} ran other settings ({', '.join(changed)}).")
-    if stored.get("part") != (None if part is None else json.loads(json.dumps(part))):
+    mark = stored.get("part")
+    mark = mark if mark is None else {k: v for k, v in mark.items() if k != "complete"}
+    if mark != (None if part is None else json.loads(json.dumps(part))):
         raise ValueError(f"`resume`: {path} is another part of the run ({stored.get('part')} "
                          f"for {part}).")
     return {(r["target"], r["network"], r["sampler"]): r for r in stored["rows"]}, \
@@ -641,6 +646,9 @@ def merge(out: Path, parts, *, partial: bool = False) -> dict:
         result = json.loads((Path(d) / "leaderboard.json").read_text())
         if "part" not in result:
             raise ValueError(f"`parts`: {d} holds a whole run, not a part.")
+        if not result["part"].get("complete"):
+            raise ValueError(f"`parts`: {d} stopped before its last row or cell; run it again "
+                             "with --resume.")
         loaded.append((Path(d), result))
     settings = loaded[0][1]["settings"]
     for d, r in loaded:

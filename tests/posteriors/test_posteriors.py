@@ -791,12 +791,13 @@ def test_bench_merge_joins_parts_in_the_settings_order(tmp_path):
                 "num_draws": 3, "num_steps": 5, "min_p": 0.5, "rejected": 0, "tests": 1,
                 "wall_s": 1.0, "names": ["a"]}
 
-    def part(name, targets, sbc_targets, seed=0, **changes):
+    def part(name, targets, sbc_targets, seed=0, complete=True, **changes):
         d = tmp_path / name
         d.mkdir()
         result = {"settings": settings | changes, "wall_s": 2.0,
                   "rows": [row(t, s) for t in targets for s in ("reference", "A")],
-                  "part": {"targets": targets, "sbc_targets": sbc_targets, "seed": seed}}
+                  "part": {"targets": targets, "sbc_targets": sbc_targets, "seed": seed}
+                  | ({"complete": True} if complete else {})}
         if sbc_targets:
             result["sbc"] = [cell(t) for t in sbc_targets]
             (d / "sbc_ranks.json").write_text(json.dumps(  # a diverged cell has no ranks
@@ -826,7 +827,8 @@ def test_bench_merge_joins_parts_in_the_settings_order(tmp_path):
     for parts, match in (([a, b], "calibration targets"), ([a, c], "settings' targets"),
                          ([a, b, c, c], "calibration targets"), ([a, b, b, c], "settings' targets"),
                          ([a, b, part("d", [], ["t3"], seed=1)], "seeds"),
-                         ([a, b, part("e", [], ["t3"], seeds=3)], "other settings")):
+                         ([a, b, part("e", [], ["t3"], seeds=3)], "other settings"),
+                         ([a, c, part("f", ["t1", "t2"], [], complete=False)], "stopped")):
         with pytest.raises(ValueError, match=match):
             merge(tmp_path / "bad", parts)
 
@@ -899,11 +901,13 @@ def test_bench_resume_keeps_the_stored_rows_and_runs_the_others(tmp_path, monkey
     stored = json.loads((tmp_path / "p" / "leaderboard.json").read_text())
     stored["rows"] = [r for r in stored["rows"]
                       if (r["network"], r["sampler"]) != ("ring", "DIGing-SGLD")][:4]
+    del stored["part"]["complete"]  # as a part that stopped leaves it
     (tmp_path / "p" / "leaderboard.json").write_text(json.dumps(stored))
     calls.clear()
     resumed = bench.bench_posteriors(tmp_path / "p", settings, only=("poisson_linnerud",),
                                      resume=True, **quiet)
     assert calls == ["DIGing-SGLD", "DIGing-SGLD"]  # ring's (removed) and complete's (not reached)
+    assert whole["part"]["complete"] and resumed["part"]["complete"]  # what merge asks for
     assert [(r["network"], r["sampler"], r["step_size"]) for r in resumed["rows"]] == [
         (r["network"], r["sampler"], r["step_size"]) for r in whole["rows"]]
     with pytest.raises(ValueError, match="other settings.*seeds"):
