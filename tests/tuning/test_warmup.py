@@ -493,16 +493,21 @@ def test_top_level_export():
 
 @pytest.mark.slow  # fast twin: test_budget_too_small_is_reported
 def test_divergence_lowers_the_step_and_is_reported():
-    """A first step far above the stable range (probe = 300 x the criterion's) diverges; the
-    window reruns at a quarter of the step until it runs, and the report counts the reruns."""
+    """A first step far above the stable range (probe = 300 x the criterion's) diverges. The
+    first divergence sends the starts to the mode (here within a standard deviation of it
+    already: no Newton step) and restarts at probe x the criterion's step there, the same on a
+    Gaussian (float32 Hessians: 1e-3); after that the window reruns at a quarter of the step
+    until it runs, and the report counts the reruns."""
     pot = _gaussian()[0]
     _, state, report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N),
                               _init(dgsgld.DIGingSGLD), jax.random.key(9), 240,
                               probe=300.0, max_retries=8)
-    assert report.retries >= 1 and report.windows[0].diverged
+    assert report.retries >= 2 and report.windows[0].diverged and report.windows[1].diverged
+    assert report.approach_steps == 0
+    assert report.windows[1].step_size == pytest.approx(report.windows[0].step_size, rel=1e-3)
     assert not any(w.diverged for w in report.windows[report.retries:])
     assert report.windows[report.retries].step_size == pytest.approx(
-        report.windows[0].step_size / 4 ** report.retries, rel=1e-6)
+        report.windows[1].step_size / 4 ** (report.retries - 1), rel=1e-6)
     assert np.all(np.isfinite(np.asarray(state.position)))
 
 
