@@ -487,12 +487,12 @@ def _pooled_top(grads, xs, scale, key, iterations: int, private=None):
     the shared coordinates of the agents' products are summed over the network."""
     def mul(v):  # S v (rows of v: agents)
         if scale.ndim == 1:
-            return scale * v
+            return jnp.broadcast_to(scale, v.shape) * v
         return scale @ v if v.ndim == 1 else v @ scale.T
 
     def mul_t(v):  # Sᵀ v
         if scale.ndim == 1:
-            return scale * v
+            return jnp.broadcast_to(scale, v.shape) * v
         return scale.T @ v if v.ndim == 1 else v @ scale
 
     if private is None:
@@ -740,11 +740,8 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
         for i in range(N if pr.size else 0):  # a private block: its agent's own ratio
             A_p = A[i][np.ix_(pr, pr)] if dense else A[i, pr]
             V_p = V[i][np.ix_(pr, pr)] if dense else V[i, pr]
-            if dense:
-                lam, Q = np.linalg.eigh(A_p)
-                A_p = (Q * _floor(lam)) @ Q.T
-            noise_ratio = max(noise_ratio, _noise_ratio(V_p, A_p if dense else _floor(A_p),
-                                                        dense))
+            floored = _inverse_curvature(A_p, dense, kind)[1]
+            noise_ratio = max(noise_ratio, _noise_ratio(V_p, floored, dense))
     c = p[:, sh].mean(0)
     shift = c
     tri = ds * (ds + 1) // 2 if dense else ds
@@ -947,22 +944,18 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
         if dense:
             H, g = _dense_curvature(hess, xs)
             H = np.asarray(H, np.float64).sum(1)
-            g = np.asarray(g, np.float64).sum(1)
             lam, Q = np.linalg.eigh(0.5 * (H + np.swapaxes(H, -1, -2)))
             lam = np.stack([_floor(row, rel=NEWTON_FLOOR) for row in lam])
-            direction = np.einsum("cab,cb,cdb,cd->ca", Q, 1.0 / lam, Q, g)
         else:
             diag, prior, g = _diagonal_curvature(hess, xs, jax.random.fold_in(key, steps),
                                                  probes, curvature)
             diag = np.asarray(diag, np.float64).sum(1)
             prior = np.asarray(prior, np.float64).sum(1)
-            g = np.asarray(g, np.float64).sum(1)
             lam = np.stack([_floor(a, rel=NEWTON_FLOOR, lower=b) for a, b in zip(diag, prior)])
-            direction = g / lam
         if hess is not grads:  # the full local gradients, not the subsample's
-            g = np.asarray(_gradients_at(grads, xs), np.float64).sum(1)
-            direction = (np.einsum("cab,cb,cdb,cd->ca", Q, 1.0 / lam, Q, g) if dense
-                         else g / lam)
+            g = _gradients_at(grads, xs)
+        g = np.asarray(g, np.float64).sum(1)
+        direction = np.einsum("cab,cb,cdb,cd->ca", Q, 1.0 / lam, Q, g) if dense else g / lam
         decrement = np.einsum("ca,ca->c", g, direction)
         f0 = np.asarray(_agent_values(grads, xs), np.float64).sum(1)
         if mixing is not None:  # None: centralized, or not counted
