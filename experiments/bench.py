@@ -508,8 +508,8 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
 
     ``resume=True`` continues a run that stopped: the rows already in ``out/leaderboard.json``
     are kept and the others run (a row's key depends on its place alone, so the result is the
-    uninterrupted run's). The stored file must hold the same settings and part (a part's seed
-    included), else ``ValueError`` names what differs."""
+    uninterrupted run's). The stored file must hold the same settings, part and seed, else
+    ``ValueError`` names what differs."""
     names = set(settings.targets) | set(settings.sbc_targets)
     if only is not None and (isinstance(only, str) or not set(only) <= names):
         raise ValueError("`only` must be a collection of names of `settings.targets` or "
@@ -527,8 +527,13 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
     out.mkdir(parents=True, exist_ok=True)
     key = jax.random.key(seed)
     rows = []
-    done, before = _resumed(out, settings, part) if resume else ({}, 0.0)
+    done, before = _resumed(out, settings, part, seed) if resume else ({}, 0.0)
     t_all = time.perf_counter() - before
+
+    def save(mark, sbc_rows=None):  # the run so far, after every row
+        return _write(out, settings, rows, time.perf_counter() - t_all, sbc_rows, part=mark,
+                      seed=seed)
+
     for (t, name), target in zip(chosen, targets):
         # A target that asks for its own number of agents is split over that many.
         run_settings = settings if target.num_agents is None else dataclasses.replace(
@@ -571,7 +576,7 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
                        "diverged": r["diverged"], "batch_size": b,
                        **_summary(r["seeds"])}
                 rows.append(row)
-                _write(out, settings, rows, time.perf_counter() - t_all, part=part)
+                save(part)
                 log(f"{name:24s} {row['network']:8s} {sampler_name:20s} h={r['step_size']:.3g} "
                     f"W2={row.get('w2', [np.nan])[0]:.3f} KSD={row.get('ksd', [np.nan])[0]:.3f} "
                     f"({r['wall_s']:.1f} s)")
@@ -589,7 +594,7 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
                        "diverged": r["diverged"], "batch_size": batch,
                        **_summary(r["seeds"]), "warmup": r["warmup"]}
                 rows.append(row)
-                _write(out, settings, rows, time.perf_counter() - t_all, part=part)
+                save(part)
                 verdicts = sum(w.get("verdict") == "ok" for w in r["warmup"])
                 log(f"{name:24s} {network:8s} {row['sampler']:20s} h={r['step_size']:.3g} "
                     f"sd={row.get('sd_ratio_worst', [np.nan])[0]:.3f} "
@@ -597,24 +602,21 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
                     f"verdict ok {verdicts}/{len(r['warmup'])} ({r['wall_s']:.1f} s)")
     # A part is marked complete by its last write only: merge refuses one that stopped.
     ended = None if part is None else part | {"complete": True}
-    result = _write(out, settings, rows, time.perf_counter() - t_all,
-                    part=part if sbc_run else ended)
+    result = save(part if sbc_run else ended)
     _save_figure(leaderboard_figure, result, out / "leaderboard.png", log)
     if sbc_run:
         cells = sbc_cells(settings, key, seed=seed, log=log, only=only)
         (out / "sbc_ranks.json").write_text(json.dumps(
             [{k: c[k] for k in ("target", "sampler", "ranks") if k in c} for c in cells]) + "\n")
-        result = _write(out, settings, rows, time.perf_counter() - t_all,
-                        [{k: v for k, v in c.items() if k != "ranks"} for c in cells], part=ended)
+        result = save(ended, [{k: v for k, v in c.items() if k != "ranks"} for c in cells])
         _save_figure(functools.partial(sbc_figure, num_bins=settings.sbc_bins), cells,
                      out / "sbc_ranks.png", log)
     return result
 
 
-def _resumed(out: Path, settings: BenchSettings, part: dict | None):
+def _resumed(out: Path, settings: BenchSettings, part: dict | None, seed: int):
     """``({(target, network, sampler): row}, wall seconds)`` of the run stored in ``out`` (none
-    yet: empty), after checking that it is this run (a part records its seed; a whole run's
-    is not stored)."""
+    yet: empty), after checking that it is this run: settings, part and seed."""
     path = out / "leaderboard.json"
     if not path.exists():
         return {}, 0.0
@@ -629,6 +631,8 @@ def _resumed(out: Path, settings: BenchSettings, part: dict | None):
     if mark != (None if part is None else json.loads(json.dumps(part))):
         raise ValueError(f"`resume`: {path} is another part of the run ({stored.get('part')} "
                          f"for {part}).")
+    if part is None and stored.get("seed") != seed:
+        raise ValueError(f"`resume`: {path} ran seed {stored.get('seed')}, not {seed}.")
     return {(r["target"], r["network"], r["sampler"]): r for r in stored["rows"]}, \
         float(stored["wall_s"])
 
@@ -768,11 +772,13 @@ def leaderboard_figure(result: dict):
 
 
 def _write(out: Path, settings: BenchSettings, rows: list, wall: float,
-           sbc_rows: list | None = None, part: dict | None = None) -> dict:
+           sbc_rows: list | None = None, part: dict | None = None, seed: int = 0) -> dict:
     result = {"settings": {k: getattr(settings, k) for k in settings.__dataclass_fields__},
               "wall_s": wall, "rows": rows}
     if part is not None:
         result["part"] = part
+    else:  # a part records its seed; so does a whole run, for resume
+        result["seed"] = seed
     if sbc_rows is not None:
         result["sbc"] = sbc_rows
     return _save_result(out, result)

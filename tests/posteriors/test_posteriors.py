@@ -916,6 +916,10 @@ def test_bench_resume_keeps_the_stored_rows_and_runs_the_others(tmp_path, monkey
     with pytest.raises(ValueError, match="another part"):
         bench.bench_posteriors(tmp_path / "p", settings, only=("gaussian_linear",), resume=True,
                                **quiet)
+    # A whole run records its seed: resuming it under another seed is refused.
+    bench.bench_posteriors(tmp_path / "w", settings, seed=0, **quiet)
+    with pytest.raises(ValueError, match="ran seed 0, not 1"):
+        bench.bench_posteriors(tmp_path / "w", settings, seed=1, resume=True, **quiet)
 
 
 @pytest.mark.slow  # fast twin: test_bench_resume_keeps_the_stored_rows_and_runs_the_others
