@@ -122,6 +122,9 @@ APPROACH_STEPS = 50
 #: The Newton steps' eigenvalue floor relative to the largest: the rounding of float32
 #: Hessians, not ``M``'s floor (a Newton step must cross directions that ``M`` may flatten).
 NEWTON_FLOOR = 1e-6
+#: A centre ``gᵀMg`` above this many times ``d`` is far from the mode (a posterior draw's is
+#: about ``d``): the warm-up then checks that its windows can cover the distance.
+FAR = 16.0
 #: Mini-batch gradients per agent that measure the gradient noise at each adaptation.
 NOISE_DRAWS = 256
 #: Second parameters searched: SGHMC's friction, D-ULA's consensus weight.
@@ -181,8 +184,11 @@ class WarmupReport(NamedTuple):
         verdict: ``"ok"`` or ``"budget too small: ..."``.
         private_coordinates: the private coordinates of one agent's vector (module doc:
             adapted on their agent, never sent); 0 for a fully shared model.
-        approach_steps: Newton steps that moved the chains' starts to the mode after the
-            first window diverged (module doc); 0 when none did.
+        approach_steps: Newton steps that moved the chains to the mode (module doc); 0 when
+            none did.
+        approach_reason: why they ran: ``"divergence"`` (the first window diverged),
+            ``"distance"`` (the chains' centre was further from the mode than the windows
+            left could cover), or ``""``.
         gradient_noise: ``κ``, the largest ratio of the mini-batch gradient error's variance to
             the curvature over the directions, at the last adaptation (module doc); 0 with
             full batches, a control variate, or ``gradient_noise=False``.
@@ -213,6 +219,7 @@ class WarmupReport(NamedTuple):
     private_coordinates: int = 0
     approach_steps: int = 0
     gradient_noise: float = 0.0
+    approach_reason: str = ""
 
     def explain(self) -> str:
         """The choices and the checks, in words."""
@@ -223,7 +230,10 @@ class WarmupReport(NamedTuple):
             f"preconditioner, after {self.num_steps} warm-up steps in {len(self.windows)} "
             f"windows ({self.retries} rerun after a divergence)."
             + (f" The first window diverged: {self.approach_steps} Newton steps moved the "
-               "starts to the mode." if self.approach_steps else "")),
+               "starts to the mode." if self.approach_reason == "divergence" else "")
+            + (f" The chains were further from the mode than the windows left could cover: "
+               f"{self.approach_steps} Newton steps moved them there."
+               if self.approach_reason == "distance" else "")),
             (f"Step criterion ({self.law} stationary law on the preconditioned Gaussian "
             f"approximation): worst sd ratio {self.stationary_sd_ratio:.3f}, worst mean error "
             f"{self.stationary_mean_error:.3g} sd, contraction {self.spectral_radius:.5f} per "
@@ -554,6 +564,7 @@ class _Adaptation(NamedTuple):
     capped: bool
     cost: _gossip.GossipCost
     noise_ratio: float = 0.0       # κ: the gradient error's variance over the curvature
+    distance: float = 0.0          # gᵀ M g of the pooled gradient at the agents' centres
 
     def preconditioner(self):
         if self.kind == "identity":
@@ -699,6 +710,7 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     decentralized = family.cls.decentralized
     x = jnp.asarray(xs, jnp.float32)
     k_curv, k_top = jax.random.split(key)
+    full = grads
     if curvature_batch is not None:  # one subsample per agent for every point of this window
         indices = grads.potential.subsample_indices(jax.random.fold_in(key, 1), curvature_batch)
         grads = eqx.tree_at(lambda g: g.indices, grads, indices, is_leaf=lambda v: v is None)
@@ -744,6 +756,12 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
             noise_ratio = max(noise_ratio, _noise_ratio(V_p, floored, dense))
     c = p[:, sh].mean(0)
     shift = c
+    # How far the chains' centre is from the quadratic's mode, in M's metric: the pooled
+    # gradient there (each agent's at its own centre; on all its data, not the curvature's
+    # subsample, whose error alone would look far) against the pooled curvature.
+    g_c = (gbar if curvature_batch is None else np.asarray(
+        _gradients_at(full, jnp.asarray(p[None], jnp.float32))[0], np.float64))[:, sh].sum(0)
+    distance = float(g_c @ M @ g_c) if dense else float(g_c @ (M * g_c))
     tri = ds * (ds + 1) // 2 if dense else ds
     flood_points = dense and private is None
     # Flooded: every agent's shared (A_i, g_i, p_i) and, dense, its Hessians at the points (for
@@ -755,8 +773,8 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     cost = _gossip.GossipCost(0, 0)
     if decentralized:  # the gradient-error covariances, when measured, as the curvatures
         cost = _gossip.all_gather(np.full(N, tri + 2 * ds + extra + (
-            len(H) * tri if flood_points else 0) + (0 if V is None else tri + extra)),
-            mixing, start)
+            len(H) * tri if flood_points else 0) + (0 if V is None else tri + extra) + (
+            0 if curvature_batch is None else ds)), mixing, start)
     if pr.size:
         # The private blocks: one M_pp for every agent, the inverse of the network sum of the
         # agents' private curvatures (each moves at N times the network average's step, so
@@ -894,7 +912,8 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
             errors = errors_at(eta, par)
     return adaptation._replace(step=eta, parameter=par, errors=errors, errors_at=errors_at,
                                law=law, curvature_range=curvature_range, stiffest=stiffest,
-                               capped=capped, cost=cost, noise_ratio=noise_ratio)
+                               capped=capped, cost=cost, noise_ratio=noise_ratio,
+                               distance=distance)
 
 
 @eqx.filter_jit
@@ -981,6 +1000,22 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
 
 
 # ------------------------------------------------------------------ the warm-up
+
+
+def _out_of_reach(ad: _Adaptation, d: int, plan) -> bool:
+    """Whether chains centred ``ad.distance`` (``gᵀMg``) from the mode stay far from it through
+    the windows of ``plan``, ``(steps, step size)`` pairs: in the law the distance shrinks by
+    ``ρ`` per step at ``ad.step``, and from ``√distance`` to one sd per direction it must
+    shrink ``√(distance / d)``-fold; a smaller step ``η`` shrinks it by ``ρ^(η / ad.step)``
+    (for small steps ``1 − ρ`` scales with the step)."""
+    if ad.distance <= FAR * d:
+        return False
+    radius = ad.errors.radius
+    if not radius < 1:
+        return False  # the criterion found no stable step: divergences handle it
+    rate = -math.log(radius) if radius > 0 else math.inf
+    shrink = sum(length * rate * min(1.0, eta / ad.step) for length, eta in plan)
+    return shrink < 0.5 * math.log(ad.distance / d)
 
 
 def _points(draws: np.ndarray, count: int) -> np.ndarray:
@@ -1196,8 +1231,21 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     cost = ad.cost
     history = []
     eta, ceiling, retries, spent, w = probe * ad.step, math.inf, 0, 0, 0
-    approach_steps, approached = 0, False
+    approach_steps, approached, approach_reason = 0, False, ""
     state, good, exhausted = None, None, False
+
+    def to_mode(k_newton, k_adapt, final, **options):
+        # Every chain's agents' average to the pooled mode by Newton steps; adapt there.
+        nonlocal xN, approach_steps, approached
+        moved, more, approach_steps = _approach(
+            grads, xN.mean(axis=1), mixing, dense=_dense(base, d), key=k_newton, probes=probes,
+            curvature=curvature, start=spent, curvature_batch=curvature_batch)
+        approached = True
+        xN = np.broadcast_to(moved[:, None], (chains, N, d))
+        there = _adapt(family, grads, mixing, _points(xN[:, None], curvature_points), None,
+                       key=k_adapt, start=spent, final=final, **options)
+        return there, more + there.cost
+
     while w < len(lengths):
         last = w == len(lengths) - 1
         L = lengths[w] if not last else num_steps - spent
@@ -1258,17 +1306,10 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
             if state is None and not approached and private is None:
                 # The chains met curvature far stiffer than at their starts: move the starts
                 # to the mode and adapt there (a new M: the old step's ceiling does not apply).
-                moved, more, approach_steps = _approach(
-                    grads, xN.mean(axis=1), mixing, dense=_dense(base, d),
-                    key=keys[len(lengths)], probes=probes, curvature=curvature, start=spent,
-                    curvature_batch=curvature_batch)
-                approached = True
-                xN = np.broadcast_to(moved[:, None], (chains, N, d))
-                ad = _adapt(family, grads, mixing, _points(xN[:, None], curvature_points),
-                            None, key=keys[-1], start=spent, final=len(lengths) == 1,
-                            **at_start)
-                cost = cost + more + ad.cost
-                eta, ceiling = probe * ad.step, math.inf
+                ad, more = to_mode(keys[len(lengths)], keys[-1], final=len(lengths) == 1,
+                                   **at_start)
+                cost = cost + more
+                eta, ceiling, approach_reason = probe * ad.step, math.inf, "divergence"
             continue
         state, good = trace.state, draws
         xN = draws[:, -1]
@@ -1282,6 +1323,18 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
                     final=w == len(lengths) - 2, **common)
         cost = cost + ad.cost
         eta = min(ad.step, growth * eta, ceiling)
+        if not approached and private is None:
+            # The windows left, at the steps they will run (growth-capped), up to the last
+            # window's second half: if they cannot bring the chains to the mode, Newton can.
+            plan, e = [], eta
+            for length in [*lengths[w + 1:-1], lengths[-1] // 2]:
+                plan.append((length, e))
+                e = min(ad.step, growth * e, ceiling)
+            if _out_of_reach(ad, d, plan):
+                ad, more = to_mode(jax.random.fold_in(k, 1), jax.random.fold_in(k, 2),
+                                   final=w == len(lengths) - 2, **common)
+                cost = cost + more
+                eta, approach_reason = min(ad.step, ceiling), "distance"
         w += 1
     final = good[:, good.shape[1] // 2:]
     errors = ad.errors if eta == ad.step else ad.errors_at(eta, ad.parameter)
@@ -1333,5 +1386,6 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         bytes_sent=int(cost.bytes), rounds=int(cost.rounds), num_steps=int(spent),
         budget_ok=not reasons, verdict=verdict,
         private_coordinates=0 if private is None else int(private.sum()),
-        approach_steps=approach_steps, gradient_noise=float(ad.noise_ratio))
+        approach_steps=approach_steps, gradient_noise=float(ad.noise_ratio),
+        approach_reason=approach_reason)
     return adapted, state, report

@@ -9,7 +9,9 @@ warmed-up state, and ranks ``θ_s`` among the ``L`` chains' final positions, per
 coordinate (:func:`~dgsgld.posteriors.sbc.sbc_ranks`,
 :func:`~dgsgld.posteriors.sbc.rank_pvalues`). The adaptation depends on the data only, so
 the ranks are uniform exactly when the adapted sampler's draws follow each data set's
-posterior.
+posterior. A sampling run that diverges is run again from the warmed-up state at a quarter
+of its step (the warm-up's own rule for a diverging window): that choice too depends on the
+data only.
 
 The warm-up is host-side (windows, agreements by flooding), so the data sets run one after
 the other; every data set's warm-up and sampling compile once for all of them (the same model,
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,7 +39,7 @@ def adapted_sbc(target: str, sampler, mixing, key, *, num_datasets: int = 40,
                 num_draws: int = 7, warmup_steps: int = 500, num_steps: int = 500,
                 num_agents: int = 4, split: str = "skew", seed: int = 0,
                 warmup_options: Mapping | None = None,
-                controls: Mapping[str, Callable] | None = None) -> dict:
+                controls: Mapping[str, Callable] | None = None, max_reruns: int = 3) -> dict:
     """Ranks of simulated truths among the draws of ``sampler`` warmed up on each data set.
 
     Args:
@@ -59,18 +62,21 @@ def adapted_sbc(target: str, sampler, mixing, key, *, num_datasets: int = 40,
             warmed-up state with the same key (e.g. a deliberately wrong sampler, to check
             that the test would reject it). Each function should return samplers of one
             structure every call (a closure built once), so its run compiles once.
+        max_reruns: sampling runs per data set run again, each at a quarter of the last
+            step, after a divergence (module doc).
 
     Returns:
         ``{"ranks": (S, N, d) int, "pvalues": (N, d) chi-square p-values per agent and
         coordinate (one bin per rank), "truth": (S, d), "draws": (S, L, N, d), "num_draws": L,
-        "step_sizes": (S,) the adapted steps, "reports": the S
+        "step_sizes": (S,) the steps sampled at (the adapted ones, lowered by reruns),
+        "reruns": (S,) sampling runs run again per data set, "reports": the S
         :class:`~dgsgld.tuning.WarmupReport`, "controls": {name: {"ranks", "pvalues",
         "draws"}}}``.
 
     Raises:
         ValueError: bad arguments, naming them; or chains that diverged (in a warm-up or a
-            sampling run) on some data sets, after all data sets ran (the message counts and
-            names them): leaving them out would bias the ranks.
+            sampling run, ``max_reruns`` times) on some data sets, after all data sets ran
+            (the message counts and names them): leaving them out would bias the ranks.
     """
     cls = sampler if isinstance(sampler, type) else type(sampler)
     if not getattr(cls, "decentralized", False):
@@ -83,6 +89,8 @@ def adapted_sbc(target: str, sampler, mixing, key, *, num_datasets: int = 40,
     options = dict(warmup_options or {})
     if "sampling_steps" in options:
         raise ValueError("`warmup_options` must not set `sampling_steps` (it is `num_steps`).")
+    if isinstance(max_reruns, bool) or not isinstance(max_reruns, int) or max_reruns < 0:
+        raise ValueError(f"`max_reruns` must be an int >= 0; got {max_reruns!r}.")
     controls = dict(controls or {})
     if not all(callable(f) for f in controls.values()):
         raise ValueError("`controls` must map names to functions sampler -> sampler.")
@@ -101,7 +109,7 @@ def adapted_sbc(target: str, sampler, mixing, key, *, num_datasets: int = 40,
         diverged = np.asarray(trace.diverged).reshape(len(x), *([1] * (x.ndim - 1)))
         return np.where(diverged, np.nan, x)
 
-    draws, extra, steps, reports = [], {name: [] for name in controls}, [], []
+    draws, extra, steps, reports, reruns = [], {name: [] for name in controls}, [], [], []
     failed = []  # (data set, what failed): every data set runs, then all are reported
     for s, potential in enumerate(potentials):
         k_warm, k_run = jax.random.split(jax.random.fold_in(run_key, s))
@@ -111,13 +119,21 @@ def adapted_sbc(target: str, sampler, mixing, key, *, num_datasets: int = 40,
         except RuntimeError:  # every rerun of the first window diverged
             failed.append((s, "warm-up"))
             continue
-        x = final(adapted, potential, state, k_run)
+        x, again = final(adapted, potential, state, k_run), 0
+        while not np.all(np.isfinite(x)) and again < max_reruns:
+            again += 1
+            adapted = eqx.tree_at(lambda a: a.step_size, adapted, adapted.step_size / 4.0)
+            x = final(adapted, potential, state, jax.random.fold_in(k_run, again))
+        step = float(adapted.step_size)
         if not np.all(np.isfinite(x)):
-            failed.append((s, f"sampling at the adapted step {report.step_size:.3g}"))
+            failed.append((s, f"sampling at the adapted step {report.step_size:.3g}"
+                              + (f" and {again} reruns down to {step:.3g}" if again else "")))
         draws.append(x)
         for name, change in controls.items():
-            extra[name].append(final(change(adapted), potential, state, k_run))
-        steps.append(report.step_size)
+            extra[name].append(final(change(adapted), potential, state,
+                                     jax.random.fold_in(k_run, again) if again else k_run))
+        steps.append(step)
+        reruns.append(again)
         reports.append(report)
     if failed:
         listed = "; ".join(f"data set {s}: {what}" for s, what in failed[:5])
@@ -136,4 +152,5 @@ def adapted_sbc(target: str, sampler, mixing, key, *, num_datasets: int = 40,
         out[name] = {"ranks": r, "pvalues": _sbc.rank_pvalues(r, num_draws), "draws": x}
     return {"ranks": ranks, "pvalues": _sbc.rank_pvalues(ranks, num_draws), "truth": theta,
             "draws": draws, "num_draws": num_draws, "step_sizes": np.asarray(steps),
+            "reruns": np.asarray(reruns),
             "reports": reports, "controls": out}

@@ -60,6 +60,7 @@ def test_adapted_diging_sgld_is_calibrated_on_the_gaussian_and_a_cold_one_is_not
     # One step per data set, the warm-up's (the same law on every data set: the same step).
     np.testing.assert_allclose(out["step_sizes"], [r.step_size for r in out["reports"]])
     np.testing.assert_allclose(out["step_sizes"], out["step_sizes"][0], rtol=1e-6)
+    np.testing.assert_array_equal(out["reruns"], 0)
     # The ranks are the truths' among the draws (the sbc module's computation).
     np.testing.assert_array_equal(out["ranks"], sbc.sbc_ranks(out["draws"], out["truth"]))
     assert _rejected(out["pvalues"]) == 0, np.sort(out["pvalues"].ravel())[:4]
@@ -75,6 +76,32 @@ def test_adapted_diging_sgld_is_calibrated_on_the_gaussian_and_a_cold_one_is_not
     np.testing.assert_array_equal(one[0]["draws"], one[1]["draws"])
     np.testing.assert_array_equal(one[0]["ranks"], one[1]["ranks"])
     np.testing.assert_array_equal(one[0]["step_sizes"], one[1]["step_sizes"])
+
+
+def test_a_diverging_sampling_run_is_run_again_at_a_quarter_step(monkeypatch):
+    # The warm-up's sampler with a 16 times larger step diverges on the Gaussian anchor (the
+    # adapted step is about a tenth of the stability edge in the preconditioned coordinates):
+    # every data set's sampling run is run again at a quarter step until it stays finite, and
+    # the steps reported are the ones sampled at. With no reruns allowed the cell is refused.
+    from dgsgld.tuning import calibration
+
+    original = calibration.warmup
+
+    def bold(*args, **kwargs):
+        adapted, state, report = original(*args, **kwargs)
+        return dataclasses.replace(adapted, step_size=16 * adapted.step_size), state, report
+
+    monkeypatch.setattr(calibration, "warmup", bold)
+    kw = FAST | {"num_datasets": 2}
+    out = adapted_sbc("gaussian_linear", dgsgld.DIGingSGLD, dgsgld.networks.ring(4),
+                      jax.random.key(0), **kw)
+    assert np.all(out["reruns"] >= 1) and np.all(np.isfinite(out["draws"]))
+    adapted = np.array([r.step_size for r in out["reports"]])
+    np.testing.assert_allclose(out["step_sizes"], 16 * adapted / 4.0 ** out["reruns"],
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="diverged on 2 of 2"):
+        adapted_sbc("gaussian_linear", dgsgld.DIGingSGLD, dgsgld.networks.ring(4),
+                    jax.random.key(0), max_reruns=0, **kw)
 
 
 def test_bad_input_is_refused_by_name():
@@ -93,6 +120,9 @@ def test_bad_input_is_refused_by_name():
     with pytest.raises(ValueError, match="controls"):
         adapted_sbc("gaussian_linear", dgsgld.DIGingSGLD, mixing, jax.random.key(0),
                     **(kw | {"controls": {"x": 1}}))
+    with pytest.raises(ValueError, match="max_reruns"):
+        adapted_sbc("gaussian_linear", dgsgld.DIGingSGLD, mixing, jax.random.key(0),
+                    **(kw | {"max_reruns": -1}))
 
 
 #: The slow cells: (target, sampler, data sets). On the Poisson data set with the largest
