@@ -284,10 +284,11 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
 
 
 def _adapted_run(target, ref, potential, sampler_name, network_name, settings, key, *,
-                 curvature_batch=None):
+                 curvature_batch=None, warmup_options=None):
     """An adapted row (module docstring): per seed, :func:`dgsgld.warmup` in the first half of
-    ``num_steps`` (its ``curvature_batch``), then the adapted sampler for the second half, every
-    kept draw scored."""
+    ``num_steps`` (its ``curvature_batch`` and further ``warmup_options``; the leaderboard's
+    rows take its defaults), then the adapted sampler for the second half, every kept draw
+    scored."""
     from dgsgld.tuning import warmup
 
     cls = ADAPTED[sampler_name]
@@ -310,7 +311,8 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
         try:
             sampler, state, report = warmup(template, potential, mixing, group, k_warm,
                                             warm_steps, sampling_steps=steps,
-                                            curvature_batch=curvature_batch)
+                                            curvature_batch=curvature_batch,
+                                            **(warmup_options or {}))
         except (RuntimeError, ValueError) as err:  # every retry diverged, no stable step
             per_seed.append(None)
             reports.append({"error": str(err)})
@@ -328,6 +330,7 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
                         "rhat_max": report.rhat_max, "check_ess": report.check_ess,
                         "predicted_ess": report.predicted_ess, "retries": report.retries,
                         "approach_steps": report.approach_steps,
+                        "approach_reason": report.approach_reason,
                         "gradient_noise": report.gradient_noise,
                         "bytes_sent": report.bytes_sent, "verdict": report.verdict})
         per_seed.append(_seed_scores(target, ref, potential,

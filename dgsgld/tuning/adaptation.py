@@ -43,7 +43,11 @@ After every window but the last:
    start under a stiff mode): the agents first move every chain's start to the mode, by Newton
    steps on the pooled potential with a backtracking line search (each agent's curvature,
    gradient and potential value at the chain's point flooded per step, bytes counted), and adapt
-   ``M`` and the step there (not with private parameters, whose positions are not sent).
+   ``M`` and the step there (not with private parameters, whose positions are not sent). The
+   agents take the same steps when the chains are **out of reach**: after a window, their
+   centre's ``gᵀMg`` (``g`` the pooled gradient there, on all data; a draw's is about ``d``)
+   exceeds ``FAR · d`` and the windows left, at their planned steps, shrink it by less than
+   ``√(gᵀMg / d)`` (the law's contraction ``ρ`` per step) before the last window's second half.
 
 The **last window** restarts every chain over-dispersed, ``x = c + restart · S z`` (``c`` the
 agreed centre, ``S Sᵀ = M``, ``z`` standard normal, every agent of a chain at the same point),
