@@ -272,7 +272,13 @@ def warmup_cost(report, *, num_data: int, num_agents: int, chains: int, per_step
       gradient and ``d`` (dense) or ``probes`` (diagonal) Hessian-vector products, each
       :data:`HVP_COST` gradients;
     * the stiffness cap's power iteration (diagonal ``M``): :data:`POWER_POINTS` points x
-      :data:`POWER_HVPS` products on ``curvature_data`` data per adaptation.
+      :data:`POWER_HVPS` products on ``curvature_data`` data per adaptation;
+    * the distance to the mode: with curvature on subsamples (``curvature_data < num_data``)
+      one gradient on every datum at the agents' centres per adaptation;
+    * the Newton approach (``report.approach_steps``): per step and chain a curvature point
+      on ``curvature_data`` data and the gradient and potential on every datum, and per
+      line-search trial (``report.approach_trials``) and chain the potential on every datum
+      (a potential counted as a gradient); one adaptation more at the mode.
     """
     windows = report.windows
     exhausted = report.verdict.startswith("budget too small: divergences used up")
@@ -281,17 +287,21 @@ def warmup_cost(report, *, num_data: int, num_agents: int, chains: int, per_step
     # last good window.
     last_adapts = exhausted and bool(windows) and not windows[-1].diverged
     adaptations = 1 + completed - (0 if last_adapts or not windows or windows[-1].diverged
-                                   else 1)
+                                   else 1) + (1 if report.approach_steps else 0)
     dense = report.preconditioner == "dense"
     per_point = curvature_data * (1 + HVP_COST * (dim if dense else probes))
+    approach = chains * (report.approach_steps * (per_point + 2 * num_data)
+                         + report.approach_trials * num_data)
+    centres = adaptations * num_data if curvature_data < num_data else 0
     power = 0 if dense else adaptations * min(curvature_points, POWER_POINTS) * POWER_HVPS \
         * HVP_COST * curvature_data
     out = {"sampler_steps": round(report.num_steps * chains * per_step),
            "anchors": len(windows) * chains * num_data if control_variate else 0,
            "adaptations": adaptations,
            "curvature": adaptations * curvature_points * per_point,
-           "power_iteration": power}
-    out["total"] = out["sampler_steps"] + out["anchors"] + out["curvature"] + power
+           "power_iteration": power, "centres": centres, "approach": approach}
+    out["total"] = (out["sampler_steps"] + out["anchors"] + out["curvature"] + power + centres
+                    + approach)
     return out
 
 

@@ -193,6 +193,8 @@ class WarmupReport(NamedTuple):
         approach_reason: why they ran: ``"divergence"`` (the first window diverged),
             ``"distance"`` (the chains' centre was further from the mode than the windows
             left could cover), or ``""``.
+        approach_trials: the Newton steps' line-search evaluations of the pooled potential,
+            each at every chain's trial point (on all data).
         gradient_noise: ``κ``, the largest ratio of the mini-batch gradient error's variance to
             the curvature over the directions, at the last adaptation (module doc); 0 with
             full batches, a control variate, or ``gradient_noise=False``.
@@ -224,6 +226,7 @@ class WarmupReport(NamedTuple):
     approach_steps: int = 0
     gradient_noise: float = 0.0
     approach_reason: str = ""
+    approach_trials: int = 0
 
     def explain(self) -> str:
         """The choices and the checks, in words."""
@@ -936,7 +939,8 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
               start: int, max_steps: int = APPROACH_STEPS, curvature_batch: int | None = None,
               stop: float = 1.0):
     """Move every chain's point ``x (C, d)`` to the pooled potential's mode by Newton steps
-    with a backtracking line search: ``(points, cost, steps)``.
+    with a backtracking line search: ``(points, cost, steps, trials)``, ``trials`` the line
+    search's evaluations of the pooled potential (each at every chain's trial point).
 
     At each step every agent measures its curvature (the dense Hessian, or the diagonal
     estimate), gradient and potential at the chain's point, and floods them (bytes counted);
@@ -955,7 +959,7 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
     tri = d * (d + 1) // 2 if dense else d
     cost = _gossip.GossipCost(0, 0)
     moving = np.ones(C, bool)
-    steps = 0
+    steps = trials = 0
     for _ in range(max_steps):
         xs = jnp.asarray(np.broadcast_to(x[:, None], (C, N, d)), jnp.float32)
         hess = grads
@@ -991,6 +995,7 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
             trial = x - t[:, None] * direction
             f1 = np.asarray(_agent_values(grads, jnp.asarray(
                 np.broadcast_to(trial[:, None], (C, N, d)), jnp.float32)), np.float64).sum(1)
+            trials += 1
             if mixing is not None:
                 cost = cost + _gossip.all_gather(np.full(N, C), mixing, start)
             ok = ~moving | (np.isfinite(f1) & (f1 <= f0 - 0.25 * t * decrement))
@@ -1000,7 +1005,7 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
         moving &= ok
         x = np.where(moving[:, None], trial, x)
         steps += 1
-    return x, cost, steps
+    return x, cost, steps, trials
 
 
 # ------------------------------------------------------------------ the warm-up
@@ -1235,13 +1240,13 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     cost = ad.cost
     history = []
     eta, ceiling, retries, spent, w = probe * ad.step, math.inf, 0, 0, 0
-    approach_steps, approached, approach_reason = 0, False, ""
+    approach_steps, approach_trials, approached, approach_reason = 0, 0, False, ""
     state, good, exhausted = None, None, False
 
     def to_mode(k_newton, k_adapt, final, **options):
         # Every chain's agents' average to the pooled mode by Newton steps; adapt there.
-        nonlocal xN, approach_steps, approached
-        moved, more, approach_steps = _approach(
+        nonlocal xN, approach_steps, approach_trials, approached
+        moved, more, approach_steps, approach_trials = _approach(
             grads, xN.mean(axis=1), mixing, dense=_dense(base, d), key=k_newton, probes=probes,
             curvature=curvature, start=spent, curvature_batch=curvature_batch)
         approached = True
@@ -1391,5 +1396,5 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         budget_ok=not reasons, verdict=verdict,
         private_coordinates=0 if private is None else int(private.sum()),
         approach_steps=approach_steps, gradient_noise=float(ad.noise_ratio),
-        approach_reason=approach_reason)
+        approach_reason=approach_reason, approach_trials=approach_trials)
     return adapted, state, report

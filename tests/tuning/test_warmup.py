@@ -542,19 +542,20 @@ def test_newton_steps_reach_the_mode_from_a_flat_start():
         return float(g @ np.linalg.solve(H, g))
 
     starts = np.asarray(init[:, 0], np.float64)
-    moved, cost, steps = _approach(_agent_grads(pot, init, 2), starts, dgsgld.networks.ring(N),
-                                   dense=True, key=jax.random.key(0), probes=1,
-                                   curvature="hutchinson", start=0)
+    moved, cost, steps, trials = _approach(
+        _agent_grads(pot, init, 2), starts, dgsgld.networks.ring(N), dense=True,
+        key=jax.random.key(0), probes=1, curvature="hutchinson", start=0)
     d = starts.shape[1]
     assert min(decrement(x) for x in starts) > 1e4
     assert max(decrement(x) for x in moved) <= d
     assert 1 <= steps < 50 and cost.bytes > 0  # steps taken
+    assert trials >= steps  # every step's line search evaluates the potential at least once
     # Curvature on 4 of each agent's 4-6 data (scaled by n_i / 4), gradients on all: the steps
     # stop where the subsampled Hessian's decrement is at most d, which the exact Hessian's
     # exceeds by the two Hessians' ratio (below 2 here; the starts are 10⁴ d away).
-    moved, _, _ = _approach(_agent_grads(pot, init, 2), starts, dgsgld.networks.ring(N),
-                            dense=True, key=jax.random.key(0), probes=1, curvature="hutchinson",
-                            start=0, curvature_batch=4)
+    moved, _, _, _ = _approach(_agent_grads(pot, init, 2), starts, dgsgld.networks.ring(N),
+                               dense=True, key=jax.random.key(0), probes=1,
+                               curvature="hutchinson", start=0, curvature_batch=4)
     assert max(decrement(x) for x in moved) <= 2 * d
 
 
@@ -672,6 +673,7 @@ def test_chains_out_of_reach_are_moved_to_the_mode():
     sampler, state, report = warmup(dgsgld.DIGingSGLD, pot, mixing, near + 50.0,
                                     jax.random.key(0), 600)
     assert report.approach_reason == "distance" and report.approach_steps >= 1, report
+    assert report.approach_trials >= report.approach_steps
     assert "further from the mode" in report.explain()
     # Every chain ends where the exact law puts it: each agent's coordinates within 5 exact
     # stationary sds of the law's mean (a Gaussian beyond 5 sds: 6e-7 each, 64 of them).
