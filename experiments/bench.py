@@ -534,8 +534,12 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
     t_all = time.perf_counter() - before
 
     def save(mark, sbc_rows=None):  # the run so far, after every row
-        return _write(out, settings, rows, time.perf_counter() - t_all, sbc_rows, part=mark,
-                      seed=seed)
+        # Stored rows not reached yet stay in the file (after the others), so that a resumed
+        # run that stops again keeps them for the next resume.
+        reached = {(r["target"], r["network"], r["sampler"]) for r in rows}
+        ahead = [r for k, r in done.items() if k not in reached]
+        return _write(out, settings, rows + ahead, time.perf_counter() - t_all, sbc_rows,
+                      part=mark, seed=seed)
 
     for (t, name), target in zip(chosen, targets):
         # A target that asks for its own number of agents is split over that many.

@@ -916,6 +916,29 @@ def test_bench_resume_keeps_the_stored_rows_and_runs_the_others(tmp_path, monkey
     with pytest.raises(ValueError, match="another part"):
         bench.bench_posteriors(tmp_path / "p", settings, only=("gaussian_linear",), resume=True,
                                **quiet)
+    # A resumed run that stops again keeps in its file the stored rows it had not reached.
+    stored = {**whole, "rows": [r for r in whole["rows"] if (r["network"], r["sampler"]) not in
+                                {("ring", "DIGing-SGLD"), ("complete", "DE-SGLD")}]}
+    del stored["part"]["complete"]
+    (tmp_path / "p" / "leaderboard.json").write_text(json.dumps(stored))
+
+    class Stopped(Exception):
+        pass
+
+    def stop_at_the_second(*args):
+        if calls:
+            raise Stopped
+        return fake_run(*args)
+
+    calls.clear()
+    monkeypatch.setattr(bench, "_one_run", stop_at_the_second)
+    with pytest.raises(Stopped):
+        bench.bench_posteriors(tmp_path / "p", settings, only=("poisson_linnerud",),
+                               resume=True, **quiet)
+    kept = json.loads((tmp_path / "p" / "leaderboard.json").read_text())
+    assert {(r["network"], r["sampler"]) for r in kept["rows"]} == {
+        (r["network"], r["sampler"]) for r in whole["rows"]} - {("complete", "DE-SGLD")}
+    monkeypatch.setattr(bench, "_one_run", fake_run)
     # A whole run records its seed: resuming it under another seed is refused.
     bench.bench_posteriors(tmp_path / "w", settings, seed=0, **quiet)
     with pytest.raises(ValueError, match="ran seed 0, not 1"):
