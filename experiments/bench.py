@@ -464,7 +464,8 @@ def sbc_cells(settings: BenchSettings, key, *, seed: int = 0, log=print,
                 continue
             steps = r["step_sizes"]
             cell = _sbc_cell(row | {"h_min": float(steps.min()), "h_max": float(steps.max()),
-                                    "budget_ok": sum(w.budget_ok for w in r["reports"])},
+                                    "budget_ok": sum(w.budget_ok for w in r["reports"]),
+                                    "reruns": int(np.sum(r["reruns"]))},
                              r["ranks"], settings.sbc_draws, time.perf_counter() - t0)
             cells.append(cell)
             log(f"SBC {name:24s} {label:20s} min p={cell['min_p']:.2g} rejected "

@@ -693,7 +693,7 @@ def _bench_sbc_cells(out, log, adapted=()):
     for cell in rest:  # a warm-up of 60 steps per data set, then 10 steps at its settings
         assert np.asarray(cell["pvalues"]).shape == (4, 6) and cell["tests"] == 24
         assert cell["warmup_steps"] == 60 and 0 < cell["h_min"] <= cell["h_max"]
-        assert 0 <= cell["budget_ok"] <= 12
+        assert 0 <= cell["budget_ok"] <= 12 and cell["reruns"] >= 0
         assert f"| gaussian_linear | ring | {cell['sampler']} | 12 x 3 | 60 + 10 |" in (
             out / "leaderboard.md").read_text()
     assert (exact["sampler"], diging["sampler"]) == ("exact", "DIGing-SGLD")
