@@ -25,7 +25,14 @@ import numpy as np
 
 from dgsgld.posteriors.references import load_reference
 from dgsgld.posteriors.targets import get_target
-from experiments.bench import NETWORKS, BenchSettings, _adapted_run, _summary, within_band
+from experiments.bench import (
+    NETWORKS,
+    BenchSettings,
+    _adapted_run,
+    _summary,
+    target_setup,
+    within_band,
+)
 
 SAMPLER = "DIGing-SGLD"
 KEYS = ("w2", "sd_ratio_worst", "mean_error_max")
@@ -34,15 +41,8 @@ KEYS = ("w2", "sd_ratio_worst", "mean_error_max")
 def one_target(name: str, settings: BenchSettings, tolerances, log=print) -> list:
     t = settings.targets.index(name)
     target = get_target(name)
-    if target.num_agents is not None:
-        settings = settings.__class__(**{**settings.__dict__, "num_agents": target.num_agents})
+    settings, potential, _, curvature_batch = target_setup(target, settings)
     ref = load_reference(name, fingerprint=target.fingerprint)
-    n = settings.num_agents
-    split = target.split(n, settings.split, seed=0)
-    batch = None if int(split.sizes.min()) <= settings.max_batch else settings.max_batch
-    curvature_batch = (settings.curvature_batch
-                       if int(split.sizes.max()) > settings.curvature_batch else None)
-    potential = target.potential(n, settings.split, batch_size=batch, seed=0)
     # The leaderboard's key for this target's DIGing-SGLD (adapted) rows.
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), t),
                              100 + settings.adapted.index(SAMPLER))
@@ -68,11 +68,11 @@ def one_target(name: str, settings: BenchSettings, tolerances, log=print) -> lis
 
 def markdown(rows: list, tolerances) -> str:
     lines = [
-        f"{SAMPLER} (adapted) on the leaderboard's settings and keys (4 agents, split 'skew'; "
-        "3 seeds x 8 chains; 2 000 warm-up and 2 000 sampling steps) at each tolerance "
-        "`tol_sd` of the warm-up's step criterion; each cell: step / worst sd ratio / max mean "
-        "error (reference sds) / W2, `*` within the band (sd ratio in [0.8, 1.25], mean error "
-        "<= 0.3). `benchmarks/criterion_tolerance.py`.", "",
+        (f"{SAMPLER} (adapted) on the leaderboard's settings and keys (4 agents, split 'skew'; "
+         "3 seeds x 8 chains; 2 000 warm-up and 2 000 sampling steps) at each tolerance "
+         "`tol_sd` of the warm-up's step criterion; each cell: step / worst sd ratio / max mean "
+         "error (reference sds) / W2, `*` within the band (sd ratio in [0.8, 1.25], mean error "
+         "<= 0.3). `benchmarks/criterion_tolerance.py`."), "",
         "| target | network | " + " | ".join(f"tol_sd {t:g}" for t in tolerances) + " |",
         "|---|---|" + "---|" * len(tolerances)]
     by = {(r["target"], r["network"], r["tol_sd"]): r for r in rows}

@@ -80,7 +80,8 @@ from dgsgld.samplers import (
 from dgsgld.tuning import adapted_sbc
 
 __all__ = ["ADAPTED", "SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
-           "band_table", "merge", "run_chains", "sbc_cells", "sbc_figure", "within_band"]
+           "band_table", "merge", "run_chains", "sbc_cells", "sbc_figure", "target_setup",
+           "within_band"]
 
 #: SVRG's anchor refresh period (steps) in the benchmark.
 SVRG_PERIOD = 10
@@ -281,6 +282,23 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
                                      settings, rng))
     return {"step_size": h, "wall_s": wall, "bytes_sent": sent,
             "diverged": int(np.sum(np.asarray(trace.diverged))), "seeds": per_seed}
+
+
+def target_setup(target, settings: BenchSettings, seed: int = 0):
+    """A target's rows' set-up: ``(settings, potential, batch, curvature_batch)``. A target that
+    asks for its own number of agents is split over that many; an agent draws mini-batches of
+    ``max_batch`` where every agent holds more (else full batches, ``batch`` ``None``), and
+    an adapted row's warm-up measures curvature on ``curvature_batch`` of an agent's data where
+    one holds more (else ``None``)."""
+    if target.num_agents is not None:
+        settings = dataclasses.replace(settings, num_agents=target.num_agents)
+    split = target.split(settings.num_agents, settings.split, seed=seed)
+    batch = None if int(split.sizes.min()) <= settings.max_batch else settings.max_batch
+    curvature_batch = (settings.curvature_batch
+                       if int(split.sizes.max()) > settings.curvature_batch else None)
+    potential = target.potential(settings.num_agents, settings.split, batch_size=batch,
+                                 seed=seed)
+    return settings, potential, batch, curvature_batch
 
 
 def _adapted_run(target, ref, potential, sampler_name, network_name, settings, key, *,
@@ -543,17 +561,8 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
                       part=mark, seed=seed)
 
     for (t, name), target in zip(chosen, targets):
-        # A target that asks for its own number of agents is split over that many.
-        run_settings = settings if target.num_agents is None else dataclasses.replace(
-            settings, num_agents=target.num_agents)
+        run_settings, potential, batch, curvature_batch = target_setup(target, settings, seed)
         ref = load_reference(name, fingerprint=target.fingerprint)
-        split = target.split(run_settings.num_agents, run_settings.split, seed=seed)
-        smallest = int(split.sizes.min())
-        batch = None if smallest <= run_settings.max_batch else run_settings.max_batch
-        curvature_batch = (settings.curvature_batch
-                           if int(split.sizes.max()) > settings.curvature_batch else None)
-        potential = target.potential(run_settings.num_agents, run_settings.split, batch_size=batch,
-                                     seed=seed)
         cv_batch = batch or 1  # a control variate's mini-batch (see the module doc)
         cv_potential = potential if cv_batch == batch else target.potential(
             run_settings.num_agents, run_settings.split, batch_size=cv_batch, seed=seed)

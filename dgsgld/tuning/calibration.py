@@ -119,19 +119,20 @@ def adapted_sbc(target: str, sampler, mixing, key, *, num_datasets: int = 40,
         except RuntimeError:  # every rerun of the first window diverged
             failed.append((s, "warm-up"))
             continue
-        x, again = final(adapted, potential, state, k_run), 0
+        k, again = k_run, 0
+        x = final(adapted, potential, state, k)
         while not np.all(np.isfinite(x)) and again < max_reruns:
             again += 1
             adapted = eqx.tree_at(lambda a: a.step_size, adapted, adapted.step_size / 4.0)
-            x = final(adapted, potential, state, jax.random.fold_in(k_run, again))
+            k = jax.random.fold_in(k_run, again)
+            x = final(adapted, potential, state, k)
         step = float(adapted.step_size)
         if not np.all(np.isfinite(x)):
             failed.append((s, f"sampling at the adapted step {report.step_size:.3g}"
                               + (f" and {again} reruns down to {step:.3g}" if again else "")))
         draws.append(x)
         for name, change in controls.items():
-            extra[name].append(final(change(adapted), potential, state,
-                                     jax.random.fold_in(k_run, again) if again else k_run))
+            extra[name].append(final(change(adapted), potential, state, k))
         steps.append(step)
         reruns.append(again)
         reports.append(report)

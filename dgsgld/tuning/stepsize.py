@@ -903,9 +903,9 @@ def _to_mode(potential, at, key):
     d = x.shape[-1]
     # To the mode itself (Newton decrement 1e-4 d: quadratic convergence makes the last steps
     # cheap), not only within a standard deviation of it as the warm-up's starts.
-    moved, _, steps, _ = _approach(_agent_grads(potential, at1, 2), x.mean(0, keepdims=True), None,
-                                dense=d <= DENSE_MAX_DIM, key=key, probes=8,
-                                curvature="hutchinson", start=0, stop=1e-4)
+    moved, _, steps, _ = _approach(_agent_grads(potential, at1, 2), x.mean(0, keepdims=True),
+                                   None, dense=d <= DENSE_MAX_DIM, key=key, probes=8,
+                                   curvature="hutchinson", start=0, stop=1e-4)
     if not np.all(np.isfinite(moved)):
         return at, 0
     point = flat.tree(np.broadcast_to(moved[:, None], (1, x.shape[0], d)))
