@@ -5,8 +5,9 @@ mini-batches of 32 where every agent holds more, 3 seeds x 8 chains, 4 000 steps
 the second half kept and 400 draws per seed scored) and DIGing-SGLD on the ring:
 
 * the proposals of :func:`dgsgld.tuning.propose_step_size` (the bench's pilot: 200 steps,
-  16 grid points) with the curvature measured at the first chain's start (the default, what
-  the leaderboard's plain rows use) and at the pooled potential's mode (``at_mode=True``);
+  16 grid points; the default ``sampling_steps``, 2 000, the kept half) with the exact law's
+  curvature where the pilot's chains went (the default, what the leaderboard's plain rows use)
+  and at the pooled potential's mode (``at_mode=True``);
 * a log grid of constant steps over ``[10⁻³, 3] / L`` (``L`` the largest agent curvature at
   the mode, the ``at_mode`` proposal's scale), the two proposals added, all run in one
   compiled call per target with the same starts and keys (common random numbers);
@@ -33,7 +34,7 @@ import dgsgld
 from dgsgld.posteriors.references import load_reference
 from dgsgld.posteriors.targets import get_target
 from dgsgld.tuning import stepsize
-from experiments.bench import BenchSettings, _seed_scores, _summary
+from experiments.bench import BenchSettings, _seed_scores, _summary, target_setup
 
 SAMPLER = dgsgld.DIGingSGLD
 KEYS = ("w2", "sd_ratio_worst", "mean_error_max")
@@ -47,23 +48,20 @@ def _positions(states):
 def one_target(name: str, t: int, settings: BenchSettings, grid_points: int, log=print) -> dict:
     target = get_target(name)
     ref = load_reference(name, fingerprint=target.fingerprint)
+    settings, potential, batch, _ = target_setup(target, settings)
     n = settings.num_agents
-    split = target.split(n, settings.split, seed=0)
-    batch = None if int(split.sizes.min()) <= settings.max_batch else settings.max_batch
-    potential = target.potential(n, settings.split, batch_size=batch, seed=0)
     mixing = dgsgld.networks.ring(n)
     total = settings.seeds * settings.chains
     init_key, pilot_key, run_key = jax.random.split(jax.random.fold_in(jax.random.key(0), t), 3)
     start = target.init(init_key, total)
     init = jnp.broadcast_to(start[:, None], (total, n, target.dim))
-    at = jnp.broadcast_to(start[0], (n, target.dim))
     proposals = {}
     for at_mode in (False, True):
         t0 = time.perf_counter()
         report = stepsize.propose_step_size(
             SAMPLER, potential, mixing, init, pilot_key, num_steps=settings.pilot_steps,
-            num_step_sizes=settings.pilot_grid, curvature_at=at, at_mode=at_mode)
-        proposals["mode" if at_mode else "start"] = {
+            num_step_sizes=settings.pilot_grid, at_mode=at_mode)
+        proposals["mode" if at_mode else "default"] = {
             "step": float(report.step_size), "seconds": time.perf_counter() - t0,
             "mode_steps": int(report.mode_steps), "L": float(np.max(report.curvature))}
     lmax = proposals["mode"]["L"]
@@ -96,7 +94,8 @@ def one_target(name: str, t: int, settings: BenchSettings, grid_points: int, log
     for which, p in proposals.items():
         row = next(r for r in rows if np.isclose(r["step"], p["step"], rtol=1e-6))
         p.update({k: row[k] for k in KEYS})
-    log(f"{name}: start {proposals['start']['step']:.3g} (W2 {proposals['start']['w2']:.3f}), "
+    log(f"{name}: default {proposals['default']['step']:.3g} "
+        f"(W2 {proposals['default']['w2']:.3f}), "
         f"mode {proposals['mode']['step']:.3g} (W2 {proposals['mode']['w2']:.3f}), best "
         + (f"{best['step']:.3g} (W2 {best['w2']:.3f})" if best else "none finite")
         + f"; grid {seconds:.0f} s")
@@ -108,18 +107,18 @@ def markdown(results: list, settings: BenchSettings) -> str:
         f"DIGing-SGLD on the ring, {settings.num_agents} agents, split '{settings.split}', "
         f"{settings.seeds} seeds x {settings.chains} chains, {settings.num_steps} steps (second "
         f"half, {settings.score_size} draws per seed scored): the proposer's step with the "
-        "curvature at the start (the default) and at the mode (`at_mode=True`), against the "
-        "grid step of smallest W2 (standardized, to the NUTS draws); each cell W2 / worst sd "
+        "exact law where the pilot's chains went (the default) and at the mode "
+        "(`at_mode=True`), against the grid step of smallest W2 (standardized, to the NUTS draws); each cell W2 / worst sd "
         "ratio / max mean error. `benchmarks/proposer_grid.py`.", "",
-        "| target | batch | proposal (start) | scores | proposal (mode) | scores "
-        "| best grid step | scores | best / start | best / mode |",
+        "| target | batch | proposal (default) | scores | proposal (mode) | scores "
+        "| best grid step | scores | best / default | best / mode |",
         "|---|---|---|---|---|---|---|---|---|---|"]
 
     def scores(r):
         return f"{r['w2']:.2f} / {r['sd_ratio_worst']:.2f} / {r['mean_error_max']:.2f}"
 
     for r in results:
-        s, m, b = r["proposals"]["start"], r["proposals"]["mode"], r["best"]
+        s, m, b = r["proposals"]["default"], r["proposals"]["mode"], r["best"]
         cells = [r["target"], str(r["batch"] or "full"), f"{s['step']:.3g}", scores(s),
                  f"{m['step']:.3g}", scores(m)]
         cells += ([f"{b['step']:.3g}", scores(b), f"{b['step'] / s['step']:.3g}",

@@ -254,9 +254,6 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
     start = target.init(init_key, total)
     init = start if centralized else jnp.broadcast_to(start[:, None], (total, n, target.dim))
     t0 = time.perf_counter()
-    # Curvature of every agent's f_i at the first start, for every sampler (a centralized
-    # sampler's default would be the pooled potential's).
-    at = jnp.broadcast_to(start[0], (n, target.dim))
     grid_batch = None
     if method.per_datum_state:  # float32 gradients of every datum, agent and chain
         table = 4 * total * int(np.prod(jax.tree.leaves(potential.data)[0].shape[:2])) \
@@ -265,7 +262,8 @@ def _one_run(target, ref, potential, sampler_name, network_name, settings, key):
             grid_batch = max(1, PILOT_BYTES // table)
     report = stepsize.propose_step_size(make, potential, mixing, init, pilot_key,
                                         num_steps=settings.pilot_steps,
-                                        num_step_sizes=settings.pilot_grid, curvature_at=at,
+                                        num_step_sizes=settings.pilot_grid,
+                                        sampling_steps=settings.num_steps // 2,
                                         grid_batch=grid_batch)
     h = float(report.step_size)
     trace, sent = run_chains(make(h), potential, mixing, init, run_key, settings)

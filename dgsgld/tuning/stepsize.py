@@ -28,17 +28,29 @@ short run decide:
    over coordinates of the standard deviation across chains) and the consensus error.
 
 A step size is **stable** when no chain diverged and neither the spread nor the consensus error more
-than doubled over the second half of the pilot. It is **accurate** when, in addition, the sampler's
-exact stationary law on the Gaussian approximation of the agents' potentials at ``curvature_at``
-(their Hessians and gradients there; :mod:`dgsgld.tuning.criterion`, the warm-up's criterion, with
-``M = I``) gives the draws pooled over agents a worst sd ratio within ``1 ± tol_sd`` and a worst
-standardized mean error at most ``tol_mean``, and lies below the largest stable grid step (the pilot
-ran ``num_steps`` iterations; a longer run may diverge at the edge it found): the bias the chains
-settle into, which chains that have not moved yet cannot fake (a pilot's spread cannot tell
-"accurate" from "not yet moved": at the smallest steps the chains stay where they started). The
-proposal is the largest accurate step: no larger stable step is within the tolerances, and every
-smaller one mixes more slowly. The pilot's spread and its inflation over the smallest spread are
-still reported (``explain()``), as a diagnostic.
+than doubled over the second half of the pilot. Its **exact stationary law** on the Gaussian
+approximation of the agents' potentials (:mod:`dgsgld.tuning.criterion`, the warm-up's
+criterion, with ``M = I``) is solved at every grid step: the worst sd ratio and standardized mean
+error of the draws pooled over agents, and the per-step contraction. The approximation is taken
+where the pilot's chains ended at its largest stable step inside the grid (their Hessians and
+gradients averaged, as the warm-up averages them over its draws), or at ``curvature_at``: a
+start far out may curve far more than the posterior. A stable step is **accurate** when its law
+is within ``1 ± tol_sd`` and ``tol_mean`` and it lies below the largest stable grid step (the
+pilot ran ``num_steps`` iterations; a longer run may diverge at the edge it found).
+
+The **proposal** is the accurate step of least predicted error after the run the draws will
+come from (``sampling_steps``; :func:`dgsgld.tuning.criterion.mse_objective`: the stationary bias
+squared plus the Monte Carlo variance ``1.5 τ / draws`` the law's relaxation time ``τ`` leaves),
+the warm-up's rule (:func:`dgsgld.tuning.criterion.choose_step`) on the pilot's grid: usually the
+largest accurate step. Neither a pilot's spread nor the bias alone can make that choice: at the
+smallest steps the chains stay where they started. The tolerances stay hard bounds: the law sees
+a Gaussian, and a step that widens one direction by a quarter can move another's mean by many
+sds (a Student-t regression's scale, widened by its coefficients' spread). Where the predicted
+error at the proposal is mostly Monte Carlo error, ``explain()`` says that its slowest direction
+will not mix in the run: without a preconditioner the stiffest direction sets the step, and
+:func:`~dgsgld.tuning.adaptation.warmup` adapts one. With ``sampling_steps=None`` the proposal is
+the largest accurate step. The pilot's spread and its inflation over the smallest spread are
+still reported, as a diagnostic.
 
 For large ``N d`` the law is that of one scalar mode at the pooled Hessian's largest
 eigenvalue (every agent holding ``1/N`` of it), which bounds the stiffest direction's bias but
@@ -416,7 +428,7 @@ class StepSizeReport(NamedTuple):
         accurate_range: ``(low, high)`` stable step sizes below the largest stable one whose
             exact stationary law on the Gaussian approximation
             (:mod:`dgsgld.tuning.criterion`) is within ``tol_sd`` and ``tol_mean``; without a
-            ``score_fn``, ``step_size`` is ``high``.
+            ``score_fn`` or ``sampling_steps``, ``step_size`` is ``high``.
         step_sizes: ``(G,)`` the pilot grid.
         spread: ``(G,)`` geometric mean over agents and coordinates of the standard deviation
             across chains at the end of the pilot.
@@ -443,6 +455,15 @@ class StepSizeReport(NamedTuple):
         tol_sd, tol_mean: the accurate range's tolerances.
         mode_steps: Newton steps that moved the curvature point to the pooled potential's
             mode (``at_mode``); 0 when it stayed at ``curvature_at``.
+        spectral_radius: ``(G,)`` the exact law's per-step contraction (``>= 1``: unstable).
+        predicted_error: ``(G,)`` the predicted root-mean-square error, in posterior sds, of
+            the worst direction's sd and mean after ``sampling_steps``
+            (:func:`dgsgld.tuning.criterion.mse_objective`), or ``None`` without
+            ``sampling_steps``; without a ``score_fn`` the proposal is its smallest accurate
+            step.
+        sampling_steps: the run's length the proposal was chosen for, or ``None``.
+        law_step: the pilot step whose chains' final positions carried the exact law's
+            curvature, or ``None`` (it was measured at ``curvature_at`` or the mode).
     """
 
     step_size: float
@@ -467,6 +488,10 @@ class StepSizeReport(NamedTuple):
     tol_sd: float = 0.1
     tol_mean: float = 0.1
     mode_steps: int = 0
+    spectral_radius: np.ndarray | None = None
+    predicted_error: np.ndarray | None = None
+    sampling_steps: int | None = None
+    law_step: float | None = None
 
     @property
     def accurate(self) -> np.ndarray:
@@ -513,6 +538,8 @@ class StepSizeReport(NamedTuple):
             f"[{np.min(self.curvature):.4g}, {lmax:.4g}]; {grid}"
             + (" (continued upwards while the best score was at its top)."
                if scored and self.step_sizes[-1] * lmax > 3.01 else "."),
+            *([f"The exact law's quadratics: averaged over the pilot's chains' final positions "
+               f"at its step {self.law_step:.4g}."] if self.law_step is not None else []),
             f"Network: mean spectral gap {self.spectral_gap:.4g}.",
             (f"Pilot: {self.num_chains} chains x {self.num_steps} iterations per step size, "
             "one compiled call per grid."),
@@ -532,8 +559,9 @@ class StepSizeReport(NamedTuple):
                 "criterion is then conservative (a longer pilot, num_steps, tells)."
             )
         head = "   step size    spread  inflation  consensus  stable"
+        error = self.predicted_error is not None
         lines.append(head + ("   sd ratio  mean err" if exact else "")
-                     + ("       score" if scored else ""))
+                     + ("  pred err" if error else "") + ("       score" if scored else ""))
         for i, (eta, s, r, c, ok) in enumerate(zip(self.step_sizes, self.spread, self.inflation,
                                                    self.consensus, self.stable)):
             mark = " <-" if eta == self.step_size else ""
@@ -542,6 +570,8 @@ class StepSizeReport(NamedTuple):
             if exact:
                 row += (f"  {self.stationary_sd_ratio[i]:9.4g}  "
                         f"{self.stationary_mean_error[i]:8.3g}")
+            if error:
+                row += f"  {self.predicted_error[i]:8.3g}"
             if scored:
                 row += f"  {self.score[i]:10.4g}"
                 if self.score_se is not None:
@@ -549,9 +579,28 @@ class StepSizeReport(NamedTuple):
             lines.append(row + mark)
         return "\n".join(lines)
 
+    def _by_error(self) -> bool:
+        """Whether the predicted error chose the step (some accurate step has a finite
+        one)."""
+        return self.predicted_error is not None and bool(np.any(
+            np.isfinite(self.predicted_error) & self.accurate))
+
     def _choice(self, accurate: np.ndarray) -> str:
         """Which criterion chose ``step_size`` and, against the other, what it gives up."""
         i = int(np.flatnonzero(self.step_sizes == self.step_size)[0])
+        if self.score is None and self._by_error():
+            chosen = (f"the accurate step of least predicted error after {self.sampling_steps} "
+                      f"sampling steps ({self.predicted_error[i]:.3g} sd)")
+            rho = float(self.spectral_radius[i])
+            tau = (1 + rho) / (1 - rho)
+            bias = math.hypot(self.stationary_sd_ratio[i] - 1, self.stationary_mean_error[i])
+            if self.predicted_error[i] > 2 * bias and self.predicted_error[i] > 0.1:
+                # Mostly Monte Carlo error: the slowest direction will not mix in the run.
+                return (chosen + f"; mostly Monte Carlo error: its slowest direction "
+                        f"decorrelates in about {tau:.0f} steps, and no larger step is "
+                        "accurate (a preconditioner adapted to the posterior, dgsgld.warmup, "
+                        "or a longer run)")
+            return chosen
         if self.score is None:
             if accurate.any():
                 return "the largest step of the accurate range"
@@ -762,6 +811,7 @@ def propose_step_size(
     tol_mean: float = 0.1,
     grid_batch: int | None = None,
     at_mode: bool = False,
+    sampling_steps: int | None = 2000,
 ) -> StepSizeReport:
     """Propose a constant step size for a model and a network (see the module doc).
 
@@ -778,8 +828,11 @@ def propose_step_size(
         max_chains: the pilot uses the first ``min(num_chains, max_chains)`` chains of ``init``.
         curvature_at: positions ``(N, *param_shape)`` where each agent's curvature is
             measured, or for a centralized sampler ``(1, *param_shape)``: one point where
-            the pooled potential's curvature is measured; default the first chain of
-            ``init``.
+            the pooled potential's curvature is measured. Default: the grid's scale at the
+            first chain of ``init``, and the exact law's quadratics averaged over where the
+            pilot's chains ended at its largest stable step inside the grid (up to
+            :data:`LAW_POINTS` chains): where the chains go, not where they start, which may
+            curve far more than the posterior does.
         score_fn: optional criterion of the pilot's final positions, higher is better:
             ``positions -> scalar`` or ``(num_chains,)`` (one score per chain; the report then
             gives standard errors), with ``positions`` like the pilot's ``init`` (an equinox
@@ -789,19 +842,19 @@ def propose_step_size(
             extended upwards while its best score is at its (stable) top.
         tol_sd, tol_mean: the accurate range's bounds on the exact stationary worst sd ratio
             (``<= 1 + tol_sd``, either way) and standardized mean error, on the Gaussian
-            approximation at ``curvature_at``.
+            approximation (``curvature_at``).
         grid_batch: run the pilot's grid this many step sizes at a time (:func:`grid_run`;
             memory for a sampler with a large state, e.g. SAGA on large local data sets).
         at_mode: measure the curvature (the grid's scale and the exact law's quadratics) at
             the pooled potential's mode, reached from the mean of ``curvature_at`` by Newton
-            steps (the approach of :func:`~dgsgld.tuning.adaptation.warmup`), not at
-            ``curvature_at``.
+            steps (the approach of :func:`~dgsgld.tuning.adaptation.warmup`).
             Needs ``log_likelihood`` and no private leaves (else the curvature stays at
-            ``curvature_at``). Off by default: against the best constant step of a grid
-            scored by the NUTS references it helps where the start curves far more than the
-            mode (a logistic regression started at zero: a 25 times larger step, closer to the
-            grid's best) and gives smaller steps and worse draws on most other targets
-            (``benchmarks/proposer_grid.md``).
+            ``curvature_at``).
+        sampling_steps: the steps of the run whose draws you will keep. Without a
+            ``score_fn`` the proposal is the accurate step of least predicted error of those
+            draws, ``num_chains x sampling_steps`` of them
+            (:func:`dgsgld.tuning.criterion.mse_objective`), and ``explain()`` says when its
+            slowest direction will not mix in that run. ``None``: the largest accurate step.
 
     Returns:
         A :class:`StepSizeReport`; ``report.explain()`` says how it decided.
@@ -811,6 +864,10 @@ def propose_step_size(
     """
     if not isinstance(at_mode, bool):
         raise ValueError(f"`at_mode` must be True or False; got {at_mode!r}.")
+    if sampling_steps is not None and (isinstance(sampling_steps, bool) or not isinstance(
+            sampling_steps, (int, np.integer)) or sampling_steps < 1):
+        raise ValueError(f"`sampling_steps` must be a positive integer or None; got "
+                         f"{sampling_steps!r}.")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2 or \
             num_steps % 2:
         raise ValueError(f"`num_steps` must be an even integer >= 2; got {num_steps!r}.")
@@ -882,11 +939,27 @@ def propose_step_size(
         # The best score at the stable top of the grid: continue the grid upwards.
         more = (pilot.step_sizes[-1] * ratio ** np.arange(1, num_step_sizes + 1))
         pilot = pilot.join(_run_grid(more.astype(np.float32), run_pilot))
-    errors, law = _stationary_errors(make_algorithm, potential, mixing, at, curvature_key,
-                                     pilot.step_sizes, decentralized)
+    law_step = None
+    points = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, at)
+    inside = np.flatnonzero(_inside(_judge(pilot)[0]))
+    if curvature_at is None and not at_mode and inside.size:
+        # The law where the pilot's chains went at its largest stable step inside the grid
+        # (the same keys: the grid's own run of that step).
+        law_step = float(pilot.step_sizes[inside[-1]])
+        end = run.sample(make_algorithm(jnp.float32(law_step)), potential, checked,
+                         pilot_init, pilot_key, num_steps, output=run.Output(thin=num_steps),
+                         on_divergence="flag").state.position
+        end = jax.tree.map(lambda x: x[:LAW_POINTS] if eqx.is_array(x) else x, end)
+        points = end if decentralized else jax.tree.map(
+            lambda x: x[:, None] if eqx.is_array(x) else x, end)
+    errors, law = _stationary_errors(make_algorithm, potential, mixing, points,
+                                     curvature_key, pilot.step_sizes, decentralized)
+    num_draws = None if sampling_steps is None else int(np.shape(leaves[0])[0]) * int(
+        sampling_steps)
     return _report(pilot, curvature, gap, spread_tolerance, num_steps, chains,
-                   score_fn is not None, errors, law, float(tol_sd), float(tol_mean))._replace(
-                       mode_steps=mode_steps)
+                   score_fn is not None, errors, law, float(tol_sd), float(tol_mean),
+                   num_draws)._replace(mode_steps=mode_steps, law_step=law_step,
+                                       sampling_steps=sampling_steps)
 
 
 def _to_mode(potential, at, key):
@@ -927,57 +1000,79 @@ def _law_of(algorithm):
     return algorithm
 
 
-def _stationary_errors(make_algorithm, potential, mixing, at, key, step_sizes,
+def _stationary_errors(make_algorithm, potential, mixing, points, key, step_sizes,
                        decentralized: bool):
-    """``(errors (G, 2), law)``: the exact stationary worst log sd ratio and standardized mean
-    error (:mod:`dgsgld.tuning.criterion`) of ``make_algorithm(η)`` at every grid step, on the
-    agents' quadratic approximations at ``at`` (Hessians and gradients there: the dense exact
-    law for small ``N d``; else scalar modes at the pooled Hessian's largest eigenvalue);
-    ``inf`` where the law is unstable."""
+    """``(errors (G, 3), law)``: the exact stationary worst log sd ratio, standardized mean
+    error and spectral radius (:mod:`dgsgld.tuning.criterion`) of ``make_algorithm(η)`` at
+    every grid step, on the agents' quadratic approximations averaged over ``points``
+    (leaves ``(P, R, *param_shape)``, ``R`` agents or one point of the pooled potential:
+    Hessians and gradients there, as the warm-up averages them over its draws; the dense exact
+    law for small ``N d``; else a scalar mode at the pooled Hessian's largest eigenvalue at the
+    first point); ``inf`` where the law is unstable."""
+    from ..gradients import MiniBatch
+    from ..theory.constants import estimate_gradient_covariance
     from . import criterion
-    from .adaptation import DENSE_MAX_DIM, EXACT_MAX_SIZE, _agent_grads, _dense_curvature, _flat
+    from .adaptation import (
+        DENSE_MAX_DIM,
+        EXACT_MAX_SIZE,
+        NOISE_DRAWS,
+        _agent_grads,
+        _dense_curvature,
+        _flat,
+    )
 
     n = potential.num_agents
-    arrays = eqx.filter(at, eqx.is_array)
-    rows = np.shape(jax.tree.leaves(arrays)[0])[0]
-    at1 = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, at)
-    flat = _flat(at1, True)
-    x = flat.flatten(at1)[0]                                             # (rows, d)
-    if rows != n:  # one point of the pooled potential: every agent's Hessian there
-        x = np.broadcast_to(x[:1], (n, x.shape[-1]))
-    grads = _agent_grads(potential, at1, 2)
-    d = x.shape[-1]
+    flat = _flat(points, True)
+    x = flat.flatten(points)                                             # (P, R, d)
+    P, rows, d = x.shape
+    if rows != n:  # points of the pooled potential: every agent's Hessian there
+        x = np.broadcast_to(x[:, :1], (P, n, d))
+    grads = _agent_grads(potential, points, 2)
     if d <= DENSE_MAX_DIM and n * d <= EXACT_MAX_SIZE and potential.log_likelihood is not None:
-        H, g = _dense_curvature(grads, jnp.asarray(x, jnp.float32)[None])
-        H, g = np.asarray(H[0], np.float64), np.asarray(g[0], np.float64)
+        H, g = _dense_curvature(grads, jnp.asarray(x, jnp.float32))
+        H, g = np.asarray(H, np.float64).mean(0), np.asarray(g, np.float64).mean(0)
         H = 0.5 * (H + np.swapaxes(H, -1, -2))
         pooled = H.sum(0)
         lam, Q = np.linalg.eigh(pooled)
         floor = np.maximum(np.abs(lam), max(1e-8, 1e-4 * np.abs(lam).max()))
         H = H + (((Q * floor) @ Q.T - pooled) / n)[None]
-        b = np.einsum("iab,ib->ia", H, x) - g
+        b = np.einsum("iab,ib->ia", H, x.mean(0)) - g
         # Translation invariant: centred at the minimizer, so that a start far from the mode
         # leaves no large offset for the nearly singular (I − Φ) of a small step to amplify.
         b = b - np.einsum("iab,b->ia", H, np.linalg.solve(H.sum(0), b.sum(0)))
-        quadratic = criterion.Quadratic(H, b)
+        V = None
+        estimator = getattr(make_algorithm(1.0), "estimator", None)
+        if (potential.batch_size is not None or potential.gradient_fn is not None) and (
+                estimator is None or isinstance(estimator, MiniBatch)):
+            # Mini-batch gradients: their error covariance at the points' centre enters the
+            # law, as in the warm-up (a step's bias grows with it, unseen by the exact law).
+            V = estimate_gradient_covariance(
+                potential, grads._trees(jnp.asarray(x.mean(0), jnp.float32)),
+                jax.random.fold_in(key, 2), num_draws=NOISE_DRAWS)
+        quadratic = criterion.Quadratic(H, b, None, V)
         law = "exact"
 
         def one(eta):
             return criterion.stationary_errors(_law_of(make_algorithm(eta)), quadratic,
                                                mixing if decentralized else None)
     else:
-        point = jax.tree.map(lambda leaf: leaf[:1], at) if rows != n or not decentralized \
-            else at
+        first = jax.tree.map(lambda leaf: leaf[0] if eqx.is_array(leaf) else leaf, points)
+        point = jax.tree.map(lambda leaf: leaf[:1], first) if rows != n or not decentralized \
+            else first
         top = float(local_curvature(potential, point, key, pooled=True)[0]) \
-            if rows == 1 else float(np.sum(local_curvature(potential, at, key)))
+            if rows == 1 else float(np.sum(local_curvature(potential, first, key)))
         law = "modal"
 
         def one(eta):
             return criterion.modal_errors(_law_of(make_algorithm(eta)), [top], n,
                                           mixing if decentralized else None)
-    out = np.array([[e.sd, e.mean] for e in (one(float(eta)) for eta in step_sizes)])
+    out = np.array([tuple(one(float(eta))) for eta in step_sizes])
     return out, law
 
+
+#: The pilot's chains whose final positions carry the exact law's curvature (Hessians averaged
+#: over them; a full local pass each).
+LAW_POINTS = 8
 
 #: How many times the grid may be continued upwards (each time by ``num_step_sizes`` points at
 #: its spacing, a factor ``3000`` at the defaults) while a ``score_fn``'s best is at its top.
@@ -998,7 +1093,7 @@ def _judge(pilot: _Grid) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
-            scored: bool, errors, law, tol_sd, tol_mean) -> StepSizeReport:
+            scored: bool, errors, law, tol_sd, tol_mean, num_draws=None) -> StepSizeReport:
     grid = pilot.step_sizes
     stable, score = _judge(pilot)
     if not stable.any():
@@ -1022,6 +1117,15 @@ def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
         pick = np.array([np.argmin(badness)])
     stable_idx = np.flatnonzero(stable)
     step = float(grid[pick[-1]])
+    predicted = None
+    if num_draws is not None:
+        from .criterion import Errors, mse_objective
+
+        mse = np.array([mse_objective(Errors(*map(float, e)), num_draws) for e in errors])
+        predicted = np.sqrt(mse)
+        candidates = np.flatnonzero(accurate & np.isfinite(mse))
+        if candidates.size:  # else the least biased stable step, as above
+            step = float(grid[candidates[np.argmin(mse[candidates])]])
     score_se = score_range = None
     if scored:
         best = int(np.argmax(np.where(stable, score, -np.inf)))
@@ -1050,6 +1154,8 @@ def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
         score_range=score_range,
         stationary_sd_ratio=np.exp(errors[:, 0]),
         stationary_mean_error=errors[:, 1],
+        spectral_radius=errors[:, 2],
+        predicted_error=predicted,
         law=law,
         tol_sd=tol_sd,
         tol_mean=tol_mean,

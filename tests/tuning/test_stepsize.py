@@ -37,7 +37,13 @@ def assert_explained(report):
     i = int(np.flatnonzero(report.step_sizes == report.step_size)[0])
     accurate = report.accurate
     assert first.startswith(f"Proposed step size {report.step_size:.4g} ")
-    if report.score is None:
+    if report.score is None and report.predicted_error is not None:
+        # the accurate step of least predicted error (the largest accurate one, unless bias
+        # grows faster than the Monte Carlo error shrinks)
+        assert accurate[i]
+        assert i == int(np.argmin(np.where(accurate, report.predicted_error, np.inf)))
+        assert "the accurate step of least predicted error after" in first
+    elif report.score is None:
         assert accurate[i] and report.step_size == report.accurate_range[1]
         assert first.endswith("the largest step of the accurate range.")
     elif accurate[i]:
@@ -94,7 +100,8 @@ def test_proposal_lies_in_the_stable_range_and_warnings_fire_outside():
                                         init, jax.random.key(1), num_steps=100,
                                         num_step_sizes=9)
     low, high = report.accurate_range
-    assert report.stable_range[0] <= low <= high == report.step_size <= report.stable_range[1]
+    assert report.stable_range[0] <= low <= high <= report.stable_range[1]
+    assert report.stable_range[0] <= report.step_size <= report.stable_range[1]
     # The grid's top, 3/L, is beyond gradient descent's stability limit 2/L of the stiffest
     # agent on this full-batch Gaussian model, so the pilot must flag it.
     assert not report.stable[-1]
@@ -103,9 +110,11 @@ def test_proposal_lies_in_the_stable_range_and_warnings_fire_outside():
     # curvature_at (the model is Gaussian: that quadratic is the model): within the
     # tolerances at the proposal, not at the next grid step, which would otherwise have been
     # proposed. Checked against dgsgld.theory directly (float32 Hessians: 1e-3).
+    # The law is taken where the pilot's chains ended (law_step); the model is Gaussian, so
+    # the Hessians there are the model's and the averaged linearization is the model itself.
+    assert report.law_step == report.step_sizes[np.flatnonzero(report.stable)[-2]]
     i = int(np.flatnonzero(report.step_sizes == report.step_size)[0])
-    assert report.law == "exact" and report.accurate[i]
-    assert i + 1 == len(report.step_sizes) or not report.accurate[i + 1]
+    assert report.law == "exact"
     A = np.einsum("inp,inq->ipq", Z, Z).astype(np.float64) + PRIOR / N * np.eye(D)
     b = np.einsum("inp,in->ip", Z, Y).astype(np.float64)
     quadratic = dgsgld.theory.Quadratic(A, b)
@@ -120,13 +129,62 @@ def test_proposal_lies_in_the_stable_range_and_warnings_fire_outside():
     np.testing.assert_allclose(report.stationary_sd_ratio[i], ratio, rtol=1e-3)
     np.testing.assert_allclose(report.stationary_mean_error[i], np.linalg.norm(Li @ (m - mu)),
                                atol=1e-3)
+    # The predicted error: bias of the worst sd and mean squared, plus 1.5 τ / draws with the
+    # law's slowest contraction (τ = (1 + ρ)/(1 − ρ)) and 16 chains x 2 000 sampling steps.
+    rho = float(law.spectral_radius)
+    np.testing.assert_allclose(report.spectral_radius[i], rho, rtol=1e-5)
+    want = (ratio - 1) ** 2 + float(np.linalg.norm(Li @ (m - mu))) ** 2 \
+        + 1.5 * (1 + rho) / (1 - rho) / (16 * 2000)
+    np.testing.assert_allclose(report.predicted_error[i] ** 2, want, rtol=1e-2, atol=1e-6)
     assert_explained(report)
+    # Without a run length: the largest accurate step.
+    largest = stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
+                                         init, jax.random.key(1), num_steps=100,
+                                         num_step_sizes=9, sampling_steps=None)
+    assert largest.predicted_error is None and largest.step_size == high
+    assert_explained(largest)
     assert stepsize.check_step_size(report.step_size, report)
     with pytest.warns(RuntimeWarning, match="above the stable range"):
         assert not stepsize.check_step_size(2 * report.stable_range[1], report)
     if report.accurate_range[1] < report.stable_range[1]:
         with pytest.warns(RuntimeWarning, match="largest accurate step"):
             stepsize.check_step_size(report.stable_range[1], report)
+
+
+def test_the_proposal_says_when_its_slowest_direction_will_not_mix():
+    # Pooled precision diag(400, 1): the largest accurate step (stationary sd ratio within
+    # 1.1) is set by the stiff direction, where the flat one relaxes at η/N per step (the
+    # network average of N agents). Chains start 20 posterior sds out along the flat
+    # direction. The proposal for a run of T steps is accurate, and its explanation says that
+    # the flat direction will not mix in the run, which the draws confirm: after 2T steps
+    # (T kept) the flat mean is still many sds out, while the stiff direction's sd ratio is
+    # the law's.
+    a = np.array([[[100.0, 0.25]]] * N, np.float32)                     # (N, 1, 2)
+    m = np.array([[[0.1, 1.0]], [[-0.1, -1.0]], [[0.05, 2.0]], [[-0.05, -2.0]]], np.float32)
+    pot = dgsgld.Potential(lambda x, d: -0.5 * jnp.sum(d[0] * (x - d[1]) ** 2),
+                           lambda x: 0.0 * jnp.sum(x), (a, m))
+    mean = (a[:, 0] * m[:, 0]).sum(0) / a[:, 0].sum(0)
+    sd = 1.0 / np.sqrt(a[:, 0].sum(0))                                  # (0.05, 1)
+    C, T = 16, 2000
+    init = jnp.broadcast_to(jnp.asarray(mean + np.array([0.0, 20.0]) * sd, jnp.float32),
+                            (C, N, 2))
+    report = stepsize.propose_step_size(dgsgld.DIGingSGLD, pot, networks.ring(N), init,
+                                        jax.random.key(0), sampling_steps=T)
+    assert_explained(report)
+    assert report.step_size == report.accurate_range[1]
+    first = report.explain().splitlines()[0]
+    assert "mostly Monte Carlo error: its slowest direction decorrelates in about" in first
+    trace = dgsgld.sample(dgsgld.DIGingSGLD(report.step_size), pot, networks.ring(N), init,
+                          jax.random.key(1), 2 * T)
+    x = np.asarray(trace.positions)[:, T:].reshape(-1, 2)
+    z = np.abs(x.mean(0) - mean) / sd
+    # The flat mean's error is a deterministic relaxation from 20 sds (e^{-ηt/N} over the kept
+    # half); its Monte Carlo error is ~0.3 sd, far below the margin.
+    assert z[1] > 5.0, z
+    # The stiff direction relaxes in ~10 steps: an ESS of ~3 000 over 16 chains x T and a
+    # standard error of 1/√(2 ESS) ~ 0.013 on the sd ratio; 0.07 is 5 of them.
+    i = int(np.flatnonzero(report.step_sizes == report.step_size)[0])
+    assert abs(x[:, 0].std() / sd[0] - report.stationary_sd_ratio[i]) < 0.07
 
 
 def test_curvature_is_measured_at_the_pooled_mode():
@@ -162,6 +220,12 @@ def test_curvature_is_measured_at_the_pooled_mode():
     start = stepsize.propose_step_size(*args, **kw)
     assert start.mode_steps == 0
     assert np.all(start.curvature > 1.5 * report.curvature)
+    # By default the exact law is taken where the pilot's chains went, which curves less than
+    # the start: its accurate steps reach at least as far as with the law at the start.
+    at_start = stepsize.propose_step_size(*args, **kw, curvature_at=jnp.zeros((N, D)))
+    assert start.law_step is not None and at_start.law_step is None
+    assert start.step_size >= at_start.step_size
+    assert np.all(start.stationary_sd_ratio[:3] <= at_start.stationary_sd_ratio[:3] + 1e-6)
 
 
 def test_bad_arguments():
@@ -178,6 +242,9 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="`at_mode`"):
         stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
                                    jnp.zeros((4, N, D)), jax.random.key(0), at_mode=1)
+    with pytest.raises(ValueError, match="`sampling_steps` must be a positive integer"):
+        stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
+                                   jnp.zeros((4, N, D)), jax.random.key(0), sampling_steps=0)
 
 
 @pytest.mark.slow  # fast twins: tests/tuning/test_tuning.py::test_every_grid_point_and_split_is_a_plain_
