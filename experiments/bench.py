@@ -3,8 +3,8 @@ the stored references.
 
 For every target with a stored reference, every network and every sampler: the data are split
 across ``num_agents`` agents (``split``, see :mod:`dgsgld.posteriors.targets`), the step size
-is the toolkit's own proposal (:func:`dgsgld.tuning.propose_step_size`, no score function),
-and ``seeds x chains`` chains run in one call; seed ``s`` is the group of chains
+is the toolkit's own proposal (:func:`dgsgld.tuning.propose_step_size`, no score function,
+for a kept run of ``num_steps / 2`` steps), and ``seeds x chains`` chains run in one call; seed ``s`` is the group of chains
 ``s * chains, ..., (s + 1) * chains - 1``. Each seed's draws are the second half of its
 chains' kept iterations, every agent's positions pooled (so disagreeing agents count against
 a sampler). Scores per seed (:mod:`dgsgld.posteriors.scores`, :mod:`dgsgld.evaluate`):
