@@ -93,12 +93,12 @@ def main(small: bool = False, out: str | None = None) -> dict:
 
     start = time.perf_counter()
     report = tuning.propose_step_size(dgsgld.DIGingSGLD, potential, network, init, key_pilot,
-                                      num_steps=burn_in)
+                                      num_steps=burn_in, sampling_steps=num_steps - burn_in)
     pilot_s = time.perf_counter() - start
     print(report.explain())
     eta = report.step_size
     tuning.check_step_size(eta, report)  # silent: the proposal is in range
-    with warnings.catch_warnings(record=True) as caught:  # a step 3x too large is flagged
+    with warnings.catch_warnings(record=True) as caught:  # a step above the range is flagged
         warnings.simplefilter("always")
         tuning.check_step_size(0.02, report)
     for w in caught:

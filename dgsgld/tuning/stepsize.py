@@ -38,19 +38,19 @@ start far out may curve far more than the posterior. A stable step is **accurate
 is within ``1 ± tol_sd`` and ``tol_mean`` and it lies below the largest stable grid step (the
 pilot ran ``num_steps`` iterations; a longer run may diverge at the edge it found).
 
-The **proposal** is the accurate step of least predicted error after the run the draws will
-come from (``sampling_steps``; :func:`dgsgld.tuning.criterion.mse_objective`: the stationary bias
-squared plus the Monte Carlo variance ``1.5 τ / draws`` the law's relaxation time ``τ`` leaves),
-the warm-up's rule (:func:`dgsgld.tuning.criterion.choose_step`) on the pilot's grid: usually the
-largest accurate step. Neither a pilot's spread nor the bias alone can make that choice: at the
-smallest steps the chains stay where they started. The tolerances stay hard bounds: the law sees
-a Gaussian, and a step that widens one direction by a quarter can move another's mean by many
-sds (a Student-t regression's scale, widened by its coefficients' spread). Where the predicted
-error at the proposal is mostly Monte Carlo error, ``explain()`` says that its slowest direction
-will not mix in the run: without a preconditioner the stiffest direction sets the step, and
-:func:`~dgsgld.tuning.adaptation.warmup` adapts one. With ``sampling_steps=None`` the proposal is
-the largest accurate step. The pilot's spread and its inflation over the smallest spread are
-still reported, as a diagnostic.
+The **proposal** is the largest accurate step. A smaller one has less stationary bias but a
+longer way from the starts, which no stationary error counts; and neither a pilot's spread nor
+the bias alone can judge mixing, since at the smallest steps the chains stay where they
+started. The tolerances are hard bounds: the law sees a Gaussian, and a step that widens one
+direction by a quarter can move another's mean by many sds (a Student-t regression's scale,
+widened by its coefficients' spread). For the run the draws will come from (``sampling_steps``)
+the report predicts every step's error (:func:`dgsgld.tuning.criterion.mse_objective`: the
+stationary bias squared plus the Monte Carlo variance ``1.5 τ / draws`` that the law's
+relaxation time ``τ`` leaves), and where the proposal's is mostly Monte Carlo error,
+``explain()`` says that its slowest direction will not mix in the run: without a
+preconditioner the stiffest direction sets the step, and
+:func:`~dgsgld.tuning.adaptation.warmup` adapts one. The pilot's spread and its inflation over
+the smallest spread are still reported, as a diagnostic.
 
 For large ``N d`` the law is that of one scalar mode at the pooled Hessian's largest
 eigenvalue (every agent holding ``1/N`` of it), which bounds the stiffest direction's bias but
@@ -428,7 +428,7 @@ class StepSizeReport(NamedTuple):
         accurate_range: ``(low, high)`` stable step sizes below the largest stable one whose
             exact stationary law on the Gaussian approximation
             (:mod:`dgsgld.tuning.criterion`) is within ``tol_sd`` and ``tol_mean``; without a
-            ``score_fn`` or ``sampling_steps``, ``step_size`` is ``high``.
+            ``score_fn``, ``step_size`` is ``high``.
         step_sizes: ``(G,)`` the pilot grid.
         spread: ``(G,)`` geometric mean over agents and coordinates of the standard deviation
             across chains at the end of the pilot.
@@ -459,8 +459,7 @@ class StepSizeReport(NamedTuple):
         predicted_error: ``(G,)`` the predicted root-mean-square error, in posterior sds, of
             the worst direction's sd and mean after ``sampling_steps``
             (:func:`dgsgld.tuning.criterion.mse_objective`), or ``None`` without
-            ``sampling_steps``; without a ``score_fn`` the proposal is its smallest accurate
-            step.
+            ``sampling_steps``.
         sampling_steps: the run's length the proposal was chosen for, or ``None``.
         law_step: the pilot step whose chains' final positions carried the exact law's
             curvature, or ``None`` (it was measured at ``curvature_at`` or the mode).
@@ -579,31 +578,27 @@ class StepSizeReport(NamedTuple):
             lines.append(row + mark)
         return "\n".join(lines)
 
-    def _by_error(self) -> bool:
-        """Whether the predicted error chose the step (some accurate step has a finite
-        one)."""
-        return self.predicted_error is not None and bool(np.any(
-            np.isfinite(self.predicted_error) & self.accurate))
+    def _unmixed(self, i: int) -> str:
+        """Where the predicted error at grid step ``i`` is mostly Monte Carlo error: that the
+        slowest direction will not mix in ``sampling_steps``."""
+        if self.predicted_error is None or not np.isfinite(self.predicted_error[i]):
+            return ""
+        rho = float(self.spectral_radius[i])
+        bias = math.hypot(self.stationary_sd_ratio[i] - 1, self.stationary_mean_error[i])
+        if not (self.predicted_error[i] > 2 * bias and self.predicted_error[i] > 0.1):
+            return ""
+        return (f"; its slowest direction decorrelates in about {(1 + rho) / (1 - rho):.0f} "
+                f"steps, and {self.sampling_steps} sampling steps leave a predicted error of "
+                f"{self.predicted_error[i]:.3g} sd, mostly Monte Carlo error (no larger step "
+                "is accurate: a preconditioner adapted to the posterior, dgsgld.warmup, or a "
+                "longer run)")
 
     def _choice(self, accurate: np.ndarray) -> str:
         """Which criterion chose ``step_size`` and, against the other, what it gives up."""
         i = int(np.flatnonzero(self.step_sizes == self.step_size)[0])
-        if self.score is None and self._by_error():
-            chosen = (f"the accurate step of least predicted error after {self.sampling_steps} "
-                      f"sampling steps ({self.predicted_error[i]:.3g} sd)")
-            rho = float(self.spectral_radius[i])
-            tau = (1 + rho) / (1 - rho)
-            bias = math.hypot(self.stationary_sd_ratio[i] - 1, self.stationary_mean_error[i])
-            if self.predicted_error[i] > 2 * bias and self.predicted_error[i] > 0.1:
-                # Mostly Monte Carlo error: the slowest direction will not mix in the run.
-                return (chosen + f"; mostly Monte Carlo error: its slowest direction "
-                        f"decorrelates in about {tau:.0f} steps, and no larger step is "
-                        "accurate (a preconditioner adapted to the posterior, dgsgld.warmup, "
-                        "or a longer run)")
-            return chosen
         if self.score is None:
             if accurate.any():
-                return "the largest step of the accurate range"
+                return "the largest step of the accurate range" + self._unmixed(i)
             if self.stationary_sd_ratio is not None:
                 return "no step is accurate; the least biased stable one"
             return "no step is accurate; the one whose worst agent's spread is least inflated"
@@ -850,11 +845,10 @@ def propose_step_size(
             steps (the approach of :func:`~dgsgld.tuning.adaptation.warmup`).
             Needs ``log_likelihood`` and no private leaves (else the curvature stays at
             ``curvature_at``).
-        sampling_steps: the steps of the run whose draws you will keep. Without a
-            ``score_fn`` the proposal is the accurate step of least predicted error of those
-            draws, ``num_chains x sampling_steps`` of them
-            (:func:`dgsgld.tuning.criterion.mse_objective`), and ``explain()`` says when its
-            slowest direction will not mix in that run. ``None``: the largest accurate step.
+        sampling_steps: the steps of the run whose draws you will keep (``num_chains`` of
+            ``init`` chains): the report predicts every step's error for them, and
+            ``explain()`` says when the proposal's slowest direction will not mix in that
+            run. ``None``: no prediction.
 
     Returns:
         A :class:`StepSizeReport`; ``report.explain()`` says how it decided.
@@ -1121,11 +1115,8 @@ def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
     if num_draws is not None:
         from .criterion import Errors, mse_objective
 
-        mse = np.array([mse_objective(Errors(*map(float, e)), num_draws) for e in errors])
-        predicted = np.sqrt(mse)
-        candidates = np.flatnonzero(accurate & np.isfinite(mse))
-        if candidates.size:  # else the least biased stable step, as above
-            step = float(grid[candidates[np.argmin(mse[candidates])]])
+        predicted = np.sqrt([mse_objective(Errors(*map(float, e)), num_draws)
+                             for e in errors])
     score_se = score_range = None
     if scored:
         best = int(np.argmax(np.where(stable, score, -np.inf)))
