@@ -6,8 +6,9 @@ positions (the first 64 of its 200 chains) and key, and its proposal is compared
 the figure tuned on its grid (``docs/figures/<fig>.json``). Each figure gets the criterion its
 tuning used, as a user with their own model would give it:
 
-* Figure 2 was tuned for W2 to the posterior: the proposer's default spread criterion (a
-  faithful per-agent spread), with its default 200-iteration pilot.
+* Figure 2 was tuned for W2 to the posterior: the proposer's default criterion (the largest
+  step whose exact stationary law is within the tolerances), with its default 200-iteration
+  pilot.
 * Figure 3 was tuned for test accuracy at iteration ``config.num_steps`` (100): the proposer
   scores its grid by the per-chain accuracy on the problem's **validation** split
   (:class:`~experiments.Problem`; never the test set) after a pilot as long as the
@@ -58,7 +59,7 @@ def paper_case(fig: str, alg: str, *, seed: int = 0, num_steps: int | None = Non
                score: bool = True) -> tuning.StepSizeReport:
     """The proposer's report on figure ``fig`` for sampler ``alg`` (see the module doc);
     ``num_steps``: the pilot's length instead of the defaults described there; ``score=False``:
-    the spread criterion for Figure 3 too."""
+    the default criterion for Figure 3 too."""
     config = figure_config(fig)
     seeds = derive_seeds(seed)
     kwargs = {}
@@ -107,7 +108,7 @@ def compare(figures=FIGURES, *, num_steps: int | None = None, score: bool = True
             i = int(np.flatnonzero(report.step_sizes == report.step_size)[0])
             row = {
                 "figure": fig, "sampler": alg,
-                "criterion": "validation accuracy" if report.score is not None else "spread",
+                "criterion": "validation accuracy" if report.score is not None else "exact law",
                 "proposed": report.step_size, "tuned": tuned["step_size"],
                 "ratio": report.step_size / tuned["step_size"],
                 "metric": metric,
@@ -161,7 +162,7 @@ def main(argv=None) -> None:
     parser.add_argument("--pilot-steps", type=int, default=None,
                         help="pilot length for every figure (default: see the module doc)")
     parser.add_argument("--no-score", action="store_true",
-                        help="the spread criterion for Figure 3 too (no validation score)")
+                        help="the default criterion for Figure 3 too (no validation score)")
     args = parser.parse_args(argv)
     rows = compare(args.figures, num_steps=args.pilot_steps, score=not args.no_score)
     text = table(rows)

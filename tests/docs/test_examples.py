@@ -103,8 +103,13 @@ def test_bnn_equinox_example():
     out = _run("bnn_equinox.py")
     sd = {name: float(v) for name, v in
           re.findall(r"predictive sd of f\(x\), (\w+) .*: (\d+\.\d+)", out)}
-    # Far from the data the posterior predictive is wider than where the data are.
-    assert sd["outside"] > 1.5 * sd["data"]
+    # Between the two halves of the data the posterior predictive is wider than where the data
+    # are (1.5x in this run of the example, 2x in its full run), and the posterior mean fits
+    # sin(2x) there within about the noise sd (0.2): 0.24 here, 0.18 in the full run, where an
+    # unmixed network (a step too small to learn) leaves 0.5.
+    assert sd["gap"] > 1.3 * sd["data"]
+    rmse = float(re.search(r"where there are data: (\d+\.\d+)", out).group(1))
+    assert rmse < 0.3
 
 
 @pytest.mark.slow
