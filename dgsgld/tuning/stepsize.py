@@ -548,6 +548,12 @@ class StepSizeReport(NamedTuple):
              f"{self.tol_mean:g} sd): {accurate_line}" if exact else
              f"Accurate (every agent's spread <= {tol:g} x its smallest): {accurate_line}"),
         ]
+        if exact and self.law == "modal":
+            lines.append(
+                "The modal law is one scalar mode at the stiffest curvature (the dense law is "
+                "too large here): it bounds that direction's bias but does not see how slowly "
+                "the flattest directions mix; for those, dgsgld.warmup adapts a diagonal "
+                "preconditioner.")
         if scored and self.score_range is not None:
             lines.append(f"Score: within one standard error of the best: "
                          f"{_range(self.score_range)}.")

@@ -317,6 +317,12 @@ def test_explanation_says_which_criterion_chose_the_step_and_what_it_gives_up():
         assert_explained(report)
     assert "Accurate (every agent's spread <= 1.5 x its smallest): [0.003162, 0.03162]." in \
         plain.explain()
+    # A law of one scalar mode (large models) says what it cannot see; the dense law does not.
+    law = {"stationary_sd_ratio": np.full(5, 1.05), "stationary_mean_error": np.zeros(5),
+           "tol_sd": 0.1, "tol_mean": 0.1}
+    modal = plain._replace(**law, law="modal", step_size=plain.step_sizes[-2])
+    assert "does not see how slowly the flattest directions mix" in modal.explain()
+    assert "flattest" not in modal._replace(law="exact").explain()
     none = _report(None, [2.0, 1.8, 1.6, 1.9, 3.0], consensus, pick=2)
     assert none.explain().splitlines()[0].endswith(
         "no step is accurate; the one whose worst agent's spread is least inflated.")
