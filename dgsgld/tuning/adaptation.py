@@ -953,12 +953,18 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
     Gaussian approximation's mode; ``stop · d`` with ``stop``) or when no step of 30 halvings
     descends. With
     ``curvature_batch`` each step's curvature is measured on a fresh subsample of that many of
-    every agent's data; gradients and values on all of them."""
+    every agent's data; gradients and values on all of them. A chain whose curvature or
+    gradient is not finite at its point (an overflow far out) cannot take a Newton step: it ends
+    at the point of the chain of lowest pooled potential that could.
+
+    Raises:
+        RuntimeError: when the curvature is not finite at any chain's starting point."""
     C, d = x.shape
     N = grads.potential.num_agents
     tri = d * (d + 1) // 2 if dense else d
     cost = _gossip.GossipCost(0, 0)
     moving = np.ones(C, bool)
+    stuck = np.zeros(C, bool)
     steps = trials = 0
     for _ in range(max_steps):
         xs = jnp.asarray(np.broadcast_to(x[:, None], (C, N, d)), jnp.float32)
@@ -971,6 +977,8 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
         if dense:
             H, g = _dense_curvature(hess, xs)
             H = np.asarray(H, np.float64).sum(1)
+            finite = np.isfinite(H).all((1, 2))
+            H = np.where(finite[:, None, None], H, np.eye(d))
             lam, Q = np.linalg.eigh(0.5 * (H + np.swapaxes(H, -1, -2)))
             lam = np.stack([_floor(row, rel=NEWTON_FLOOR) for row in lam])
         else:
@@ -978,16 +986,25 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
                                                  probes, curvature)
             diag = np.asarray(diag, np.float64).sum(1)
             prior = np.asarray(prior, np.float64).sum(1)
+            finite = np.isfinite(diag).all(1) & np.isfinite(prior).all(1)
+            diag, prior = np.where(finite[:, None], diag, 1.0), np.where(finite[:, None], prior, 0)
             lam = np.stack([_floor(a, rel=NEWTON_FLOOR, lower=b) for a, b in zip(diag, prior)])
         if hess is not grads:  # the full local gradients, not the subsample's
             g = _gradients_at(grads, xs)
         g = np.asarray(g, np.float64).sum(1)
+        finite &= np.isfinite(g).all(1)
+        stuck |= moving & ~finite
+        if stuck.all():
+            raise RuntimeError("the curvature or gradient is not finite at any chain's point: "
+                               "no Newton step to the mode can start; start the chains nearer "
+                               "the posterior.")
+        g = np.where(finite[:, None], g, 0.0)
         direction = np.einsum("cab,cb,cdb,cd->ca", Q, 1.0 / lam, Q, g) if dense else g / lam
         decrement = np.einsum("ca,ca->c", g, direction)
         f0 = np.asarray(_agent_values(grads, xs), np.float64).sum(1)
         if mixing is not None:  # None: centralized, or not counted
             cost = cost + _gossip.all_gather(np.full(N, C * (tri + d + 1)), mixing, start)
-        moving &= np.isfinite(decrement) & (decrement > stop * d)
+        moving &= finite & np.isfinite(decrement) & (decrement > stop * d)
         if not moving.any():
             break
         t = np.where(moving, 1.0, 0.0)
@@ -1005,6 +1022,11 @@ def _approach(grads, x: np.ndarray, mixing, *, dense: bool, key, probes: int, cu
         moving &= ok
         x = np.where(moving[:, None], trial, x)
         steps += 1
+    if stuck.any():  # to the point of the lowest pooled potential among the chains that moved
+        f = np.asarray(_agent_values(grads, jnp.asarray(
+            np.broadcast_to(x[:, None], (C, N, d)), jnp.float32)), np.float64).sum(1)
+        best = int(np.argmin(np.where(stuck | ~np.isfinite(f), np.inf, f)))
+        x = np.where(stuck[:, None], x[best], x)
     return x, cost, steps, trials
 
 

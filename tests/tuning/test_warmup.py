@@ -557,6 +557,19 @@ def test_newton_steps_reach_the_mode_from_a_flat_start():
                                dense=True, key=jax.random.key(0), probes=1,
                                curvature="hutchinson", start=0, curvature_batch=4)
     assert max(decrement(x) for x in moved) <= 2 * d
+    # A chain whose curvature overflows at its start (a log link at 60 per coordinate, far past
+    # float32's range) cannot take a Newton step: it ends at the point of the chain of lowest
+    # potential that could, at the mode like every other. With every chain there: a clear error.
+    far = starts.copy()
+    far[3] = 60.0
+    grads = _agent_grads(pot, init, 2)
+    assert not np.isfinite(decrement(far[3]))
+    moved, _, _, _ = _approach(grads, far, dgsgld.networks.ring(N), dense=True,
+                               key=jax.random.key(0), probes=1, curvature="hutchinson", start=0)
+    assert np.all(np.isfinite(moved)) and max(decrement(x) for x in moved) <= d
+    with pytest.raises(RuntimeError, match="not finite at any chain's point"):
+        _approach(grads, np.full_like(starts, 60.0), dgsgld.networks.ring(N), dense=True,
+                  key=jax.random.key(0), probes=1, curvature="hutchinson", start=0)
 
 
 @pytest.mark.slow  # fast twin: test_newton_steps_reach_the_mode_from_a_flat_start
