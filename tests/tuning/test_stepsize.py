@@ -131,12 +131,6 @@ def test_proposal_lies_in_the_stable_range_and_warnings_fire_outside():
         + 1.5 * (1 + rho) / (1 - rho) / (16 * 2000)
     np.testing.assert_allclose(report.predicted_error[i] ** 2, want, rtol=1e-2, atol=1e-6)
     assert_explained(report)
-    # Without a run length: the same proposal, no prediction.
-    largest = stepsize.propose_step_size(dgsgld.DIGingSGLD, potential(), networks.ring(N),
-                                         init, jax.random.key(1), num_steps=100,
-                                         num_step_sizes=9, sampling_steps=None)
-    assert largest.predicted_error is None and largest.step_size == high
-    assert_explained(largest)
     assert stepsize.check_step_size(report.step_size, report)
     with pytest.warns(RuntimeWarning, match="above the stable range"):
         assert not stepsize.check_step_size(2 * report.stable_range[1], report)
