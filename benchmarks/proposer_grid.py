@@ -108,8 +108,9 @@ def markdown(results: list, settings: BenchSettings) -> str:
         f"{settings.seeds} seeds x {settings.chains} chains, {settings.num_steps} steps (second "
         f"half, {settings.score_size} draws per seed scored): the proposer's step with the "
         "exact law where the pilot's chains went (the default) and at the mode "
-        "(`at_mode=True`), against the grid step of smallest W2 (standardized, to the NUTS draws); each cell W2 / worst sd "
-        "ratio / max mean error. `benchmarks/proposer_grid.py`.", "",
+        "(`at_mode=True`), against the grid step of smallest W2 (standardized, to the NUTS "
+        "draws); each cell W2 / worst sd ratio / max mean error. "
+        "`benchmarks/proposer_grid.py`.", "",
         "| target | batch | proposal (default) | scores | proposal (mode) | scores "
         "| best grid step | scores | best / default | best / mode |",
         "|---|---|---|---|---|---|---|---|---|---|"]

@@ -279,6 +279,14 @@ class _Family(NamedTuple):
     estimator: Any
 
     @property
+    def estimator_in_use(self):
+        """The estimator the built sampler draws its gradients with (``None``: the
+        potential's own mini-batches)."""
+        if isinstance(self.template, type):
+            return self.estimator
+        return getattr(self.template, "estimator", None)
+
+    @property
     def parameters(self) -> tuple:
         if issubclass(self.cls, (DESGHMC, DIGingSGHMC)):
             return FRICTIONS
@@ -308,12 +316,13 @@ class _Family(NamedTuple):
                            is_leaf=lambda x: x is None)
 
 
-def _plain_minibatch(family: _Family) -> bool:
-    """Whether the sampler draws the potential's own mini-batch gradients (no control
-    variate), whose error :func:`estimate_gradient_covariance` measures."""
-    est = family.estimator if isinstance(family.template, type) else getattr(
-        family.template, "estimator", None)
-    return est is None or isinstance(est, MiniBatch)
+def _plain_minibatch(estimator, potential) -> bool:
+    """Whether a sampler with ``estimator`` draws ``potential``'s own mini-batch gradients (no
+    control variate: SVRG's and SAGA's error shrinks near their anchor) and they carry an error
+    (a batch size or a ``gradient_fn``), which :func:`estimate_gradient_covariance`
+    measures."""
+    return (estimator is None or isinstance(estimator, MiniBatch)) and (
+        potential.batch_size is not None or potential.gradient_fn is not None)
 
 
 def _family(sampler, estimator) -> _Family:
@@ -1250,8 +1259,8 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
               "tol_mean": tol_mean, "num_draws": num_draws, "private": private,
               "curvature_batch": curvature_batch, "curvature": curvature,
               "prior_floor": prior_floor, "stiff_tol_sd": stiff_tol_sd,
-              "noise_draws": NOISE_DRAWS if gradient_noise and _plain_minibatch(family) and (
-                  potential.batch_size is not None or potential.gradient_fn is not None) else 0}
+              "noise_draws": NOISE_DRAWS if gradient_noise and _plain_minibatch(
+                  family.estimator_in_use, potential) else 0}
     pts = _points(xN[:, None], curvature_points)
     # The gradient noise is measured where the chains have run, from the first window's draws
     # on: at the starts it can be many times the posterior's (per-datum gradients far from the

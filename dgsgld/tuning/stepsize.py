@@ -460,7 +460,7 @@ class StepSizeReport(NamedTuple):
             the worst direction's sd and mean after ``sampling_steps``
             (:func:`dgsgld.tuning.criterion.mse_objective`), or ``None`` without
             ``sampling_steps``.
-        sampling_steps: the run's length the proposal was chosen for, or ``None``.
+        sampling_steps: the run's length ``predicted_error`` is for, or ``None``.
         law_step: the pilot step whose chains' final positions carried the exact law's
             curvature, or ``None`` (it was measured at ``curvature_at`` or the mode).
     """
@@ -1009,7 +1009,6 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
     Hessians and gradients there, as the warm-up averages them over its draws; the dense exact
     law for small ``N d``; else a scalar mode at the pooled Hessian's largest eigenvalue at the
     first point); ``inf`` where the law is unstable."""
-    from ..gradients import MiniBatch
     from ..theory.constants import estimate_gradient_covariance
     from . import criterion
     from .adaptation import (
@@ -1019,6 +1018,7 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
         _agent_grads,
         _dense_curvature,
         _flat,
+        _plain_minibatch,
     )
 
     n = potential.num_agents
@@ -1041,9 +1041,7 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
         # leaves no large offset for the nearly singular (I − Φ) of a small step to amplify.
         b = b - np.einsum("iab,b->ia", H, np.linalg.solve(H.sum(0), b.sum(0)))
         V = None
-        estimator = getattr(make_algorithm(1.0), "estimator", None)
-        if (potential.batch_size is not None or potential.gradient_fn is not None) and (
-                estimator is None or isinstance(estimator, MiniBatch)):
+        if _plain_minibatch(getattr(make_algorithm(1.0), "estimator", None), potential):
             # Mini-batch gradients: their error covariance at the points' centre enters the
             # law, as in the warm-up (a step's bias grows with it, unseen by the exact law).
             V = estimate_gradient_covariance(
