@@ -300,11 +300,15 @@ def target_setup(target, settings: BenchSettings, seed: int = 0):
 
 
 def _adapted_run(target, ref, potential, sampler_name, network_name, settings, key, *,
-                 curvature_batch=None, warmup_options=None):
+                 curvature_batch=None, warmup_options=None, run_steps=None,
+                 keep_draws=False):
     """An adapted row (module docstring): per seed, :func:`dgsgld.warmup` in the first half of
     ``num_steps`` (its ``curvature_batch`` and further ``warmup_options``; the leaderboard's
     rows take its defaults), then the adapted sampler for the second half, every kept draw
-    scored."""
+    scored. ``run_steps``: sample that many steps after the same warm-up instead (its
+    criterion still sized for the second half); ``keep_draws``: the result's ``"draws"`` holds
+    every seed's kept positions ``(chains, kept, N, d)`` and ``"adapted"`` its adapted sampler
+    and warmed-up state (``None`` where its warm-up failed)."""
     from dgsgld.tuning import warmup
 
     cls = ADAPTED[sampler_name]
@@ -317,7 +321,7 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
     warm_steps = settings.num_steps // 2
     steps = settings.num_steps - warm_steps
     rng = np.random.default_rng(0)
-    per_seed, reports, sent, diverged = [], [], [], 0
+    per_seed, reports, sent, diverged, draws, adapted = [], [], [], 0, [], []
     t0 = time.perf_counter()
     for s in range(settings.seeds):
         group = init[s * settings.chains:(s + 1) * settings.chains]
@@ -331,13 +335,19 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
                                             **(warmup_options or {}))
         except (RuntimeError, ValueError) as err:  # every retry diverged, no stable step
             per_seed.append(None)
+            draws.append(None)
+            adapted.append(None)
             reports.append({"error": str(err)})
             continue
         before = float(np.sum(sampler.channel.bytes_sent(state)))
-        trace = sample(sampler, potential, mixing, state, k_run, steps,
+        run = steps if run_steps is None else run_steps
+        trace = sample(sampler, potential, mixing, state, k_run, run,
                        output=Output(thin=settings.thin), on_divergence="flag")
         run_bytes = float(np.sum(sampler.channel.bytes_sent(trace.state))) - before
-        sent.append(run_bytes * settings.num_steps / steps + report.bytes_sent)
+        sent.append(run_bytes * settings.num_steps / run + report.bytes_sent)
+        if keep_draws:
+            draws.append(np.asarray(trace.positions))
+            adapted.append((sampler, state))
         diverged += int(np.sum(np.asarray(trace.diverged)))
         reports.append({"step_size": report.step_size, "parameter": report.parameter,
                         "preconditioner": report.preconditioner, "law": report.law,
@@ -356,7 +366,8 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
     return {"step_size": float(np.median(etas)) if etas else float("nan"),
             "wall_s": time.perf_counter() - t0,
             "bytes_sent": round(float(np.mean(sent))) if sent else 0,
-            "diverged": diverged, "seeds": per_seed, "warmup": reports}
+            "diverged": diverged, "seeds": per_seed, "warmup": reports,
+            **({"draws": draws, "adapted": adapted} if keep_draws else {})}
 
 
 def _scores(target, ref, potential, params):

@@ -1,0 +1,270 @@
+"""Monte Carlo error or stationary bias? The leaderboard's adapted rows run ten times longer.
+
+A leaderboard row scores 2 000 sampling steps (3 seeds x 8 chains, 400 draws per seed) against
+the band (worst sd ratio in [0.8, 1.25], max mean error at most 0.3 reference sds). A row
+outside it is outside either because the adapted sampler's stationary law is off (bias: more
+draws do not help) or because 2 000 steps leave too few effective draws (Monte Carlo error:
+more draws do). This script separates the two: for each (sampler, target) pair and network
+it runs the leaderboard's own warm-ups (``experiments.bench._adapted_run``: the full
+settings, the same starts and keys, the warm-up sized for 2 000 sampling steps), continues the adapted sampler
+for ``--factor`` times the 2 000 steps, and scores
+
+* **short**: each seed's first 2 000 steps as the leaderboard does (400 draws per seed, means
+  over the seeds with finite draws): a fresh row of the same distribution;
+* **long**: every finite chain of every seed over the whole run, pooled (agents pooled as in
+  the leaderboard), per coordinate: sd ratio and standardized mean error, with standard
+  errors from the spread of the chains' own estimates (``sd / √chains`` of the per-chain sd
+  ratios and means; chains that wander slowly make these optimistic). The coordinates
+  reported are the largest mean error and the sd ratio farthest from 1.
+
+Chains that diverge (non-finite) are counted and left out of the long scores.
+
+A second table (``--swap``, default eight schools on the ring) runs DIGing-SGLD at DE-SGLD's
+adapted settings: each seed's DE-SGLD warm-up (the leaderboard's keys) gives ``(M, η)`` and
+the warmed-up positions, from which both samplers run the long run (DIGing-SGLD's tracker
+starts afresh there): a sampler's own stability, apart from its warm-up.
+
+A third table gives the largest stable ``ηλ`` of DIGing-SGLD and DE-SGLD on one scalar mode of
+curvature ``λ``, split evenly over the 4 agents or held by one of them (the exact law's spectral
+radius, bisected): a tracker's disagreement tolerates only about half the step when one agent's
+data hold a stiff direction, e.g. a school's effect at a large ``τ``.
+
+``PYTHONPATH=. python benchmarks/adapted_longrun.py [--pairs DIGing-SGLD:a,...] [--factor 10]``
+writes ``benchmarks/adapted_longrun.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dgsgld import DESGLD, DIGingSGLD, Output, sample
+from dgsgld.posteriors.references import load_reference
+from dgsgld.posteriors.targets import get_target
+from dgsgld.theory import exact
+from dgsgld.theory.recursions import Quadratic
+from experiments.bench import (
+    NETWORKS,
+    BenchSettings,
+    _adapted_run,
+    _seed_scores,
+    _summary,
+    target_setup,
+    within_band,
+)
+
+#: (sampler, target): DIGing-SGLD (adapted) on every target but ``logistic_large`` (whose
+#: warm-up predicts an ESS of about 1 for 2 000 steps: ten times as many would not do either),
+#: and DE-SGLD on eight schools, where it is within the band.
+PAIRS = tuple(("DIGing-SGLD", t) for t in (
+    "gaussian_linear", "logistic_breast_cancer", "multinomial_wine", "poisson_linnerud",
+    "student_t_diabetes", "sparse_mixture", "eight_schools", "bnn_regression",
+    "hierarchical_regression")) + (("DE-SGLD", "eight_schools"),)
+KEYS = ("sd_ratio_worst", "mean_error_max")
+
+
+def _long_scores(target, ref, draws: list) -> dict:
+    """Pooled per-coordinate scores of every finite chain ``(kept, N, d)`` of ``draws``."""
+    chains = [c for seed in draws if seed is not None for c in seed]
+    finite = [c for c in chains if np.all(np.isfinite(c))]
+    per = []  # per chain: (mean (q,), sd (q,)) of the compared quantities, agents pooled
+    pooled = []
+    for c in finite:
+        q = np.asarray(target.compared(jnp.asarray(c.reshape(-1, c.shape[-1]))), np.float64)
+        pooled.append(q)
+        per.append((q.mean(0), q.std(0, ddof=1)))
+    n = len(per)
+    if n < 2:  # nothing (or one chain) left to score
+        return {"chains": len(chains), "diverged_chains": len(chains) - n,
+                **dict.fromkeys(("sd_ratio_worst", "sd_ratio_se", "mean_error_max",
+                                 "mean_error_se"), float("nan")),
+                "sd_coordinate": 0, "mean_coordinate": 0}
+    q = np.concatenate(pooled)
+    err = (q.mean(0) - ref.mean) / ref.sd
+    ratio = q.std(0, ddof=1) / ref.sd
+    se_err = np.std([m for m, _ in per], axis=0, ddof=1) / ref.sd / np.sqrt(n)
+    se_ratio = np.std([s for _, s in per], axis=0, ddof=1) / ref.sd / np.sqrt(n)
+    j = int(np.argmax(np.abs(np.log(ratio))))
+    k = int(np.argmax(np.abs(err)))
+    return {"chains": len(chains), "diverged_chains": len(chains) - n,
+            "sd_ratio_worst": float(ratio[j]), "sd_ratio_se": float(se_ratio[j]),
+            "sd_coordinate": j, "mean_error_max": float(abs(err[k])),
+            "mean_error_se": float(se_err[k]), "mean_coordinate": k}
+
+
+def one_target(sampler: str, name: str, settings: BenchSettings, factor: int,
+               log=print) -> list:
+    t = settings.targets.index(name)
+    target = get_target(name)
+    settings, potential, _, curvature_batch = target_setup(target, settings)
+    ref = load_reference(name, fingerprint=target.fingerprint)
+    # The leaderboard's key for this target's adapted rows of the sampler.
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), t),
+                             100 + settings.adapted.index(sampler))
+    short_steps = settings.num_steps - settings.num_steps // 2
+    short_kept = short_steps // settings.thin
+    rows = []
+    for network in NETWORKS:
+        t0 = time.perf_counter()
+        r = _adapted_run(target, ref, potential, sampler, network, settings, key,
+                         curvature_batch=curvature_batch, run_steps=factor * short_steps,
+                         keep_draws=True)
+        rng = np.random.default_rng(0)
+        short = _summary([None if d is None else _seed_scores(
+            target, ref, potential, d[:, :short_kept].reshape(-1, target.dim), settings, rng)
+            for d in r["draws"]])
+        row = {"sampler": sampler, "target": name, "network": network,
+               "step_size": r["step_size"],
+               "law_sd_ratio": float(np.median([w["stationary_sd_ratio"] for w in r["warmup"]
+                                                if "stationary_sd_ratio" in w])),
+               "short": {k: short.get(k, [np.nan])[0] for k in KEYS},
+               "short_seeds": short["seeds_finite"],
+               "long": _long_scores(target, ref, r["draws"]),
+               "long_steps": factor * short_steps, "seconds": time.perf_counter() - t0}
+        row["short"]["within"] = bool(within_band({k: [row["short"][k]] for k in KEYS}))
+        row["long"]["within"] = bool(within_band({k: [row["long"][k]] for k in KEYS}))
+        rows.append(row)
+        s, g = row["short"], row["long"]
+        log(f"{sampler:12s} {name:22s} {network:8s} h={row['step_size']:.3g} short sd={s['sd_ratio_worst']:.3f}"
+            f" mean={s['mean_error_max']:.3f} | long sd={g['sd_ratio_worst']:.3f}"
+            f"±{g['sd_ratio_se']:.3f} mean={g['mean_error_max']:.3f}±{g['mean_error_se']:.3f}"
+            f" diverged {g['diverged_chains']}/{g['chains']} ({row['seconds']:.0f} s)")
+    return rows
+
+
+def swapped(name: str, network: str, settings: BenchSettings, factor: int, log=print) -> list:
+    """DIGing-SGLD and DE-SGLD at each seed's DE-SGLD adapted ``(M, η)`` (module doc)."""
+    t = settings.targets.index(name)
+    target = get_target(name)
+    settings, potential, _, curvature_batch = target_setup(target, settings)
+    ref = load_reference(name, fingerprint=target.fingerprint)
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), t),
+                             100 + settings.adapted.index("DE-SGLD"))
+    steps = factor * (settings.num_steps - settings.num_steps // 2)
+    r = _adapted_run(target, ref, potential, "DE-SGLD", network, settings, key,
+                     curvature_batch=curvature_batch, run_steps=steps, keep_draws=True)
+    mixing = NETWORKS[network](settings.num_agents)
+    rows = []
+    for s, pair in enumerate(r["adapted"]):
+        if pair is None:
+            continue
+        de, state = pair
+        tracker = DIGingSGLD(float(de.step_size), preconditioner=de.preconditioner)
+        trace = sample(tracker, potential, mixing, state.position,
+                       jax.random.fold_in(key, 1000 + s), steps,
+                       output=Output(thin=settings.thin), on_divergence="flag")
+        for sampler, draws in (("DE-SGLD", r["draws"][s]),
+                               ("DIGing-SGLD", np.asarray(trace.positions))):
+            row = {"target": name, "network": network, "seed": s, "sampler": sampler,
+                   "step_size": float(de.step_size), "steps": steps,
+                   **_long_scores(target, ref, [draws])}
+            rows.append(row)
+            log(f"swap seed {s} {sampler:12s} h={row['step_size']:.3g} "
+                f"diverged {row['diverged_chains']}/{row['chains']}")
+    return rows
+
+
+def stability(num_agents: int = 4) -> list:
+    """The largest stable ``ηλ`` per network, sampler and split of a scalar mode (module doc)."""
+    rows = []
+    for network in NETWORKS:
+        mixing = NETWORKS[network](num_agents)
+        for cls in (DIGingSGLD, DESGLD):
+            for split in ("even", "one agent"):
+                A = np.full((num_agents, 1, 1), 1.0 / num_agents)
+                if split == "one agent":
+                    A = np.zeros((num_agents, 1, 1))
+                    A[0] = 1.0
+                q = Quadratic(A, np.zeros((num_agents, 1)), None, None)
+                lo, hi = 1e-3, 10.0
+                for _ in range(40):
+                    mid = math.sqrt(lo * hi)
+                    stable = exact.stationary_moments(cls(mid), q, mixing).spectral_radius < 1
+                    lo, hi = (mid, hi) if stable else (lo, mid)
+                rows.append({"network": network, "sampler": cls.__name__, "split": split,
+                             "eta_lambda": lo})
+    return rows
+
+
+def markdown(rows: list, factor: int, swaps: list = (), stable: list = ()) -> str:
+    lines = [
+        ("Adapted rows of the leaderboard, on its settings and keys (4 agents, split 'skew'; "
+         "3 seeds x 8 chains; the warm-up's 2 000 steps), then sampled for 2 000 steps "
+         f"(**short**, scored as the leaderboard: 400 draws per seed, means over seeds) and "
+         f"for {factor} x 2 000 steps (**long**: every finite chain pooled, ± one standard "
+         "error from the spread of the chains' own estimates). `*`: within the band (worst sd "
+         "ratio in [0.8, 1.25], max mean error <= 0.3 reference sds). law: the sd ratio the "
+         "warm-up's exact law predicts at its step (median over seeds). "
+         "`benchmarks/adapted_longrun.py`."), "",
+        ("| sampler (adapted) | target | network | step | law | short: sd / mean | "
+         "long: sd (coordinate) | long: mean error (coordinate) | diverged chains |"),
+        "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        target = get_target(r["target"])
+        names = target.quantity_names or target.param_names
+        s, g = r["short"], r["long"]
+        label, label_m = names[g["sd_coordinate"]], names[g["mean_coordinate"]]
+        lines.append(
+            f"| {r['sampler']} | {r['target']} | {r['network']} | {r['step_size']:.3g} | "
+            f"{r['law_sd_ratio']:.3f} | {s['sd_ratio_worst']:.3f} / {s['mean_error_max']:.3f}"
+            f"{' *' if s['within'] else ''} | {g['sd_ratio_worst']:.3f} ± "
+            f"{g['sd_ratio_se']:.3f} ({label}) | {g['mean_error_max']:.3f} ± "
+            f"{g['mean_error_se']:.3f} ({label_m}){' *' if g['within'] else ''} | "
+            f"{g['diverged_chains']} / {g['chains']} |")
+    if swaps:
+        lines += ["", (f"Both samplers at DE-SGLD's adapted `(M, η)` on {swaps[0]['target']} "
+                       f"({swaps[0]['network']}), from DE-SGLD's warmed-up positions, "
+                       f"{swaps[0]['steps']} steps per seed (8 chains); scores over the finite "
+                       "chains (`--swap`)."), "",
+                  ("| seed | step | sampler | diverged chains | worst sd ratio | "
+                   "max mean error |"), "|---|---|---|---|---|---|"]
+        for r in swaps:
+            finite = r["chains"] - r["diverged_chains"] >= 2
+            lines.append(
+                f"| {r['seed']} | {r['step_size']:.3g} | {r['sampler']} | "
+                f"{r['diverged_chains']} / {r['chains']} | "
+                + (f"{r['sd_ratio_worst']:.3f} | {r['mean_error_max']:.3f} |" if finite
+                   else "- | - |"))
+    if stable:
+        lines += ["", ("The largest stable step times the curvature of one scalar mode, split "
+                       "evenly over 4 agents or held by one (the exact law's spectral radius "
+                       "below 1, bisected)."), "",
+                  "| network | sampler | even split | one agent |", "|---|---|---|---|"]
+        by = {(r["network"], r["sampler"], r["split"]): r["eta_lambda"] for r in stable}
+        for network, sampler in dict.fromkeys((r["network"], r["sampler"]) for r in stable):
+            lines.append(f"| {network} | {sampler} | {by[network, sampler, 'even']:.2f} | "
+                         f"{by[network, sampler, 'one agent']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", default=",".join(f"{s}:{t}" for s, t in PAIRS),
+                        help="sampler:target,... (the leaderboard's names)")
+    parser.add_argument("--factor", type=int, default=10)
+    parser.add_argument("--swap", default="eight_schools:ring",
+                        help="target:network of the second table ('' for none)")
+    parser.add_argument("--out", default="benchmarks/adapted_longrun.json")
+    args = parser.parse_args(argv)
+    settings = BenchSettings.full()
+    rows = []
+    for pair in args.pairs.split(","):
+        sampler, name = pair.split(":")
+        rows += one_target(sampler, name, settings, args.factor)
+    swaps = swapped(*args.swap.split(":"), settings, args.factor) if args.swap else []
+    stable = stability(settings.num_agents)
+    out = Path(args.out)
+    out.write_text(json.dumps({"factor": args.factor, "rows": rows, "swap": swaps,
+                               "stability": stable}, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(rows, args.factor, swaps, stable))
+
+
+if __name__ == "__main__":
+    main()
