@@ -593,11 +593,17 @@ class StepSizeReport(NamedTuple):
         bias = math.hypot(self.stationary_sd_ratio[i] - 1, self.stationary_mean_error[i])
         if not (self.predicted_error[i] > 2 * bias and self.predicted_error[i] > 0.1):
             return ""
+        larger = np.flatnonzero(self.accurate & (self.step_sizes > self.step_size))
+        if larger.size:  # a score chose a step below the largest accurate one
+            k = int(larger[-1])
+            instead = (f"the largest accurate step {self.step_sizes[k]:.4g} predicts "
+                       f"{self.predicted_error[k]:.3g} sd")
+        else:
+            instead = ("no larger step is accurate: a preconditioner adapted to the posterior, "
+                       "dgsgld.warmup, or a longer run")
         return (f"; its slowest direction decorrelates in about {(1 + rho) / (1 - rho):.0f} "
                 f"steps, and {self.sampling_steps} sampling steps leave a predicted error of "
-                f"{self.predicted_error[i]:.3g} sd, mostly Monte Carlo error (no larger step "
-                "is accurate: a preconditioner adapted to the posterior, dgsgld.warmup, or a "
-                "longer run)")
+                f"{self.predicted_error[i]:.3g} sd, mostly Monte Carlo error ({instead})")
 
     def _choice(self, accurate: np.ndarray) -> str:
         """Which criterion chose ``step_size`` and, against the other, what it gives up."""
@@ -610,7 +616,7 @@ class StepSizeReport(NamedTuple):
             return "no step is accurate; the one whose worst agent's spread is least inflated"
         best = f"the stable step with the best mean score_fn ({self.score[i]:.4g})"
         if accurate[i]:
-            return best + ", inside the accurate range"
+            return best + ", inside the accurate range" + self._unmixed(i)
         if not accurate.any():
             return best + "; no step is accurate"
         j = int(np.argmax(np.where(accurate, self.score, -np.inf)))
