@@ -56,6 +56,7 @@ from experiments.bench import (
     _adapted_run,
     _seed_scores,
     _summary,
+    adapted_key,
     target_setup,
     within_band,
 )
@@ -101,13 +102,10 @@ def _long_scores(target, ref, draws: list) -> dict:
 
 def one_target(sampler: str, name: str, settings: BenchSettings, factor: int,
                log=print) -> list:
-    t = settings.targets.index(name)
     target = get_target(name)
     settings, potential, _, curvature_batch = target_setup(target, settings)
     ref = load_reference(name, fingerprint=target.fingerprint)
-    # The leaderboard's key for this target's adapted rows of the sampler.
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), t),
-                             100 + settings.adapted.index(sampler))
+    key = adapted_key(settings, name, sampler)  # the leaderboard's rows' key
     short_steps = settings.num_steps - settings.num_steps // 2
     short_kept = short_steps // settings.thin
     rows = []
@@ -141,12 +139,10 @@ def one_target(sampler: str, name: str, settings: BenchSettings, factor: int,
 
 def swapped(name: str, network: str, settings: BenchSettings, factor: int, log=print) -> list:
     """DIGing-SGLD and DE-SGLD at each seed's DE-SGLD adapted ``(M, η)`` (module doc)."""
-    t = settings.targets.index(name)
     target = get_target(name)
     settings, potential, _, curvature_batch = target_setup(target, settings)
     ref = load_reference(name, fingerprint=target.fingerprint)
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), t),
-                             100 + settings.adapted.index("DE-SGLD"))
+    key = adapted_key(settings, name, "DE-SGLD")
     steps = factor * (settings.num_steps - settings.num_steps // 2)
     r = _adapted_run(target, ref, potential, "DE-SGLD", network, settings, key,
                      curvature_batch=curvature_batch, run_steps=steps, keep_draws=True)

@@ -20,7 +20,6 @@ import json
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 from dgsgld.posteriors.references import load_reference
@@ -30,6 +29,7 @@ from experiments.bench import (
     BenchSettings,
     _adapted_run,
     _summary,
+    adapted_key,
     target_setup,
     within_band,
 )
@@ -39,13 +39,10 @@ KEYS = ("w2", "sd_ratio_worst", "mean_error_max")
 
 
 def one_target(name: str, settings: BenchSettings, tolerances, log=print) -> list:
-    t = settings.targets.index(name)
     target = get_target(name)
     settings, potential, _, curvature_batch = target_setup(target, settings)
     ref = load_reference(name, fingerprint=target.fingerprint)
-    # The leaderboard's key for this target's DIGing-SGLD (adapted) rows.
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), t),
-                             100 + settings.adapted.index(SAMPLER))
+    key = adapted_key(settings, name, SAMPLER)  # the leaderboard's rows' key
     rows = []
     for network in NETWORKS:
         for tol in tolerances:

@@ -79,9 +79,9 @@ from dgsgld.samplers import (
 )
 from dgsgld.tuning import adapted_sbc
 
-__all__ = ["ADAPTED", "SAMPLERS", "BenchSettings", "Method", "bench_posteriors", "leaderboard_figure",
-           "band_table", "merge", "run_chains", "sbc_cells", "sbc_figure", "target_setup",
-           "within_band"]
+__all__ = ["ADAPTED", "SAMPLERS", "BenchSettings", "Method", "adapted_key", "band_table",
+           "bench_posteriors", "leaderboard_figure", "merge", "run_chains", "sbc_cells",
+           "sbc_figure", "target_setup", "within_band"]
 
 #: SVRG's anchor refresh period (steps) in the benchmark.
 SVRG_PERIOD = 10
@@ -297,6 +297,14 @@ def target_setup(target, settings: BenchSettings, seed: int = 0):
     potential = target.potential(settings.num_agents, settings.split, batch_size=batch,
                                  seed=seed)
     return settings, potential, batch, curvature_batch
+
+
+def adapted_key(settings: BenchSettings, target_name: str, sampler_name: str, seed: int = 0):
+    """The key of the ``<sampler_name> (adapted)`` rows of ``target_name`` (both networks): a
+    row's key depends on its place in ``settings`` alone."""
+    t = settings.targets.index(target_name)
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), t),
+                              100 + settings.adapted.index(sampler_name))
 
 
 def _adapted_run(target, ref, potential, sampler_name, network_name, settings, key, *,
@@ -606,12 +614,12 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
                 log(f"{name:24s} {row['network']:8s} {sampler_name:20s} h={r['step_size']:.3g} "
                     f"W2={row.get('w2', [np.nan])[0]:.3f} KSD={row.get('ksd', [np.nan])[0]:.3f} "
                     f"({r['wall_s']:.1f} s)")
-            for s, sampler_name in enumerate(settings.adapted):
+            for sampler_name in settings.adapted:
                 stored = done.get((name, network, sampler_name + ADAPTED_SUFFIX))
                 if stored is not None:
                     rows.append(stored)
                     continue
-                run_key = jax.random.fold_in(jax.random.fold_in(key, t), 100 + s)
+                run_key = adapted_key(settings, name, sampler_name, seed)
                 r = _adapted_run(target, ref, potential, sampler_name, network, run_settings,
                                  run_key, curvature_batch=curvature_batch)
                 row = {"target": name, "network": network,
