@@ -43,7 +43,9 @@ After every window but the last:
    start under a stiff mode): the agents first move every chain's start to the mode, by Newton
    steps on the pooled potential with a backtracking line search (each agent's curvature,
    gradient and potential value at the chain's point flooded per step, bytes counted), and adapt
-   ``M`` and the step there (not with private parameters, whose positions are not sent). The
+   ``M`` and the step there (not with private parameters, whose positions are not sent); so
+   do they, from the last good window's chains, when every rerun of a later window diverges
+   (a chain reached curvature far stiffer than the windows before showed). The
    agents take the same steps when the chains are **out of reach**: after a window, their
    centre's ``gᵀMg`` (``g`` the pooled gradient there, on all data; a draw's is about ``d``)
    exceeds ``FAR · d`` and the windows left, at their planned steps, shrink it by less than
@@ -191,8 +193,9 @@ class WarmupReport(NamedTuple):
         approach_steps: Newton steps that moved the chains to the mode (module doc); 0 when
             none did.
         approach_reason: why they ran: ``"divergence"`` (the first window diverged),
-            ``"distance"`` (the chains' centre was further from the mode than the windows
-            left could cover), or ``""``.
+            ``"reruns"`` (every rerun of a later window diverged), ``"distance"`` (the
+            chains' centre was further from the mode than the windows left could cover), or
+            ``""``.
         approach_trials: the Newton steps' line-search evaluations of the pooled potential,
             each at every chain's trial point (on all data).
         gradient_noise: ``κ``, the largest ratio of the mini-batch gradient error's variance to
@@ -238,6 +241,9 @@ class WarmupReport(NamedTuple):
             f"windows ({self.retries} rerun after a divergence)."
             + (f" The first window diverged: {self.approach_steps} Newton steps moved the "
                "starts to the mode." if self.approach_reason == "divergence" else "")
+            + (f" Every rerun of a window diverged: {self.approach_steps} Newton steps moved "
+               "the last good window's chains to the mode." if self.approach_reason == "reruns"
+               else "")
             + (f" The chains were further from the mode than the windows left could cover: "
                f"{self.approach_steps} Newton steps moved them there."
                if self.approach_reason == "distance" else "")),
@@ -1148,7 +1154,8 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
             the last window).
         probe: the first window's step as a fraction of the criterion's at ``init``.
         growth: the largest factor by which the step grows from one window to the next.
-        max_retries: windows rerun after divergences before giving up.
+        max_retries: windows rerun after divergences before giving up (as many again after
+            the Newton approach that follows a later window's last diverging rerun).
         curvature_points: points (chains x times) per agent where curvature is measured.
         probes: Hutchinson probes per point (diagonal and low-rank).
         curvature_batch: measure every agent's curvature and gradients on a uniform subsample
@@ -1271,6 +1278,7 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
     cost = ad.cost
     history = []
     eta, ceiling, retries, spent, w = probe * ad.step, math.inf, 0, 0, 0
+    allowed = max_retries  # reruns before giving up (more after a late approach)
     approach_steps, approach_trials, approached, approach_reason = 0, 0, False, ""
     state, good, exhausted = None, None, False
 
@@ -1337,10 +1345,22 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
             ceiling = min(ceiling, eta / 2.0)
             eta /= 4.0
             retries += 1
-            if retries > max_retries:
+            if retries > allowed:
                 if state is None:
                     raise RuntimeError(f"the warm-up diverged {retries} times (last step "
                                        f"{eta * 4:.3g}).")
+                if not approached and private is None:
+                    # Every rerun of a later window diverged: its chains met curvature far
+                    # stiffer than the windows before showed. Move the last good window's
+                    # chains to the mode, adapt there (a new M: no old ceiling) and run this
+                    # window again, with as many reruns again.
+                    k = keys[len(lengths) + w]
+                    ad, more = to_mode(jax.random.fold_in(k, 3), jax.random.fold_in(k, 4),
+                                       final=w == len(lengths) - 1, **common)
+                    cost = cost + more
+                    eta, ceiling, approach_reason = ad.step, math.inf, "reruns"
+                    allowed = retries + max_retries
+                    continue
                 exhausted = True
                 break
             if state is None and not approached and private is None:
