@@ -44,18 +44,24 @@ def test_digits_masks_mark_the_named_layer_and_the_bytes_follow():
 @pytest.mark.slow  # fast twins: tests/model/test_private.py (exact laws of every sampler)
 def test_hierarchical_part_scores_every_sampler_against_nuts_and_counts_bytes():
     """``--small``: every sampler's (and every adapted row's) private (a_g, b_g) means within
-    0.35 posterior sds of the
-    NUTS reference (Monte Carlo error of 8 short chains, 1/√ESS ≤ 0.1, plus the constant
-    step's bias) and sds within 25 %; bytes: 5 shared numbers of 4 bytes per message against
-    21 when everything is shared (DIGing-SGLD: 2 messages to 2 ring neighbours)."""
+    0.35 posterior sds of the NUTS reference (the constant step's bias) plus 3 Monte Carlo
+    standard errors (the row's MCSE, 1/√ESS: about 0.07 for the fixed steps, 0.2-0.3 for the
+    adapted rows, whose private blocks relax in hundreds of steps), and sds within 25 % plus
+    3 standard errors of a log sd, 1/√(2 ESS) = MCSE/√2 (8 chains of 3 000 steps leave an
+    adapted row an ESS of about 12: at 25 % alone its worst of 32 private sds, 0.79, was
+    outside by chance; at full size it is 0.95); bytes: 5 shared numbers of 4 bytes per
+    message against 21 when everything is shared (DIGing-SGLD: 2 messages to 2 ring
+    neighbours)."""
     out = personalized.hierarchical_scores(small=True, logger=None)["scores"]
     adapted = {f"{name} (adapted)" for name in personalized.ADAPTED}
     assert set(out) == ({cls.name for cls in dgsgld.samplers.ALL} | {"DIGing-SGLD, all shared"}
                         | adapted)
     for name, row in out.items():
         if name != "DIGing-SGLD, all shared":
-            assert row["private"]["mean_error"] < 0.35 + 3 * row["private"]["mcse"], name
-            assert abs(np.log(row["private"]["sd_ratio"])) < np.log(1.25), name
+            mcse = row["private"]["mcse"]
+            assert row["private"]["mean_error"] < 0.35 + 3 * mcse, name
+            assert abs(np.log(row["private"]["sd_ratio"])) < np.log(1.25) + 3 * mcse / np.sqrt(2), \
+                name
     assert out["DIGing-SGLD"]["bytes_per_step"] == 5 * 4 * 2 * 2
     assert out["DE-SGLD"]["bytes_per_step"] == 5 * 4 * 2
     assert out["DIGing-SGLD, all shared"]["bytes_per_step"] == 21 * 4 * 2 * 2
