@@ -16,13 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 
 import dgsgld
-import experiments
 from dgsgld import networks
+from dgsgld.posteriors.problems import breast_cancer_problem
 
 
 def main(small: bool = False) -> dict:
     num_chains, num_steps = (32, 60) if small else (200, 100)
-    problem = experiments.breast_cancer_problem(seed=0, partition="by_label")  # λ = 0.3
+    problem = breast_cancer_problem(seed=0, partition="by_label")  # λ = 0.3
     potential = problem.potential(batch_size=1)
     schedule = networks.barbell(problem.num_agents, period=50, seed=1)
     init = jax.random.normal(jax.random.key(0), (num_chains, problem.num_agents, problem.dim))

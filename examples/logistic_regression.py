@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 import dgsgld
-import experiments
-from dgsgld import networks
+from dgsgld import networks, tuning
+from dgsgld.posteriors.problems import logistic_regression_problem
 
 
 def log_likelihood(x, datum):
@@ -27,11 +27,11 @@ def log_likelihood(x, datum):
 
 def main(small: bool = False) -> dict:
     num_chains, num_steps, grid = (
-        (32, 60, experiments.log_grid(1e-3, 0.1, 5))
+        (32, 60, tuning.log_grid(1e-3, 0.1, 5))
         if small
-        else (200, 100, experiments.log_grid(1e-3, 1.0, 13))
+        else (200, 100, tuning.log_grid(1e-3, 1.0, 13))
     )
-    problem = experiments.logistic_regression_problem(seed=0, partition="by_label")
+    problem = logistic_regression_problem(seed=0, partition="by_label")
     potential = dgsgld.Potential(
         log_likelihood,
         lambda x: -0.05 * jnp.sum(x**2),  # N(0, 10 I) prior, λ = 0.1
@@ -46,7 +46,7 @@ def main(small: bool = False) -> dict:
 
     out = {}
     for name, make in [("DIGing-SGLD", dgsgld.DIGingSGLD), ("DE-SGLD", dgsgld.DESGLD)]:
-        search = experiments.grid_search(
+        search = tuning.grid_search(
             make,
             grid,
             potential,

@@ -103,18 +103,14 @@ def setup(args):
     """``(problem, mixing, init (C, N, p), key, algorithm)`` of the Fig. 2(a) run,
     the same on every process (the data of every agent are generated; see ``local`` below)."""
     import jax
+    import numpy as np
 
     import dgsgld
-    from dgsgld.posteriors.problems import linear_regression_problem
-    from experiments.configs import LinearRegressionConfig
-    from experiments.figures import _initial_positions, derive_seeds, make_network
+    from dgsgld.posteriors.problems import derive_seeds, linear_regression_problem
 
-    config = LinearRegressionConfig(network="barbell", num_agents=args.agents,
-                                    num_samples=5 * args.agents, trials=args.chains,
-                                    num_steps=args.steps)
-    seeds = derive_seeds(args.seed)
-    problem = linear_regression_problem(seeds["data"], num_samples=config.num_samples,
-                                        num_agents=config.num_agents)
+    seeds = derive_seeds(args.seed)  # the paper's figures' seeds: the same data and network
+    problem = linear_regression_problem(seeds["data"], num_samples=5 * args.agents,
+                                        num_agents=args.agents)
     make = dgsgld.DIGingSGLD
     if args.network == "ring":
         mixing = dgsgld.networks.ring(args.agents).matrices
@@ -124,11 +120,12 @@ def setup(args):
         mixing = dgsgld.networks.from_digraph(nx.cycle_graph(args.agents, nx.DiGraph))
         make = dgsgld.PushDIGingSGLD
     else:
-        mixing = make_network(config, seeds["network"]).matrices
+        mixing = dgsgld.networks.barbell(args.agents, period=50, seed=seeds["network"]).matrices
     if args.mixing == "sparse":
         # circulant for the rings (a directed one stays directed), else neighbour lists
         mixing = dgsgld.networks.sparse.from_dense(mixing)
-    init = _initial_positions(seeds["init"], config, problem.dim)[0]
+    rng = np.random.default_rng(seeds["init"])  # N(0, I) starts, i.i.d. over chains and agents
+    init = rng.standard_normal((args.chains, args.agents, problem.dim)).astype(np.float32)
     return problem, mixing, init, jax.random.key(seeds["sampling"]), \
         make(args.step_size, channel=channel(args))
 
