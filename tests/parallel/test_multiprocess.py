@@ -37,8 +37,10 @@ SMALL = ["--chains", "8", "--steps", "20"]
 def _env():
     # Local processes only: no proxy (one set for the package registries would carry the
     # coordination service's loopback gRPC connections).
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    return dict(env, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), DGSGLD_PROGRESS="0")
+    # No PYTHONPATH: the example needs the installed package only, as it does for a user.
+    env = {k: v for k, v in os.environ.items()
+           if not k.lower().endswith("_proxy") and k != "PYTHONPATH"}
+    return dict(env, JAX_PLATFORMS="cpu", DGSGLD_PROGRESS="0")
 
 
 def _run(args, processes=None, timeout=240):
