@@ -126,12 +126,17 @@ def estimate_sigma2(
 
 
 def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draws: int = 256,
-                                 diagonal: bool = False) -> np.ndarray:
+                                 diagonal: bool = False, anchor=None) -> np.ndarray:
     """Monte Carlo estimate of every agent's gradient-error covariance
     ``V_i = Cov(∇̃f_i(x_i))`` at one point: the sample covariance (divisor ``num_draws − 1``) of
     ``num_draws`` draws of ``potential.grad(positions, key)``. The draws' own mean stands for
     ``∇f_i``, so no full-batch gradient is needed and any unbiased estimator of the potential
     (mini-batches with or without replacement, a ``gradient_fn``) is measured as it runs.
+
+    With ``anchor`` (points like ``positions``): the error of SVRG's control variate around
+    that anchor, the covariance of ``grad_on(positions, B) − grad_on(anchor, B)`` over the
+    mini-batches ``B`` (the same batch at both points; its full-batch part is exact). Zero
+    where ``anchor`` is ``positions``; needs ``log_likelihood``.
 
     Args:
         potential: a ``dgsgld.Potential``.
@@ -140,6 +145,8 @@ def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draw
         num_draws: draws (at least 2). The relative standard error of an entry is about
             ``√(2 / num_draws)``.
         diagonal: return the variances only (for large models).
+        anchor: the control variate's anchor points, like ``positions``; ``None``: the
+            potential's own mini-batch gradients.
 
     Returns:
         ``(N, d, d)`` covariances (``(N, d)`` variances with ``diagonal``) over each agent's
@@ -147,7 +154,8 @@ def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draw
         zeros for a full-batch potential without ``gradient_fn`` (no draw is made).
 
     Raises:
-        ValueError: naming ``num_draws``, when it is not an integer of at least 2.
+        ValueError: naming ``num_draws``, when it is not an integer of at least 2; naming
+            ``anchor``, for a potential without ``log_likelihood``.
     """
     if isinstance(num_draws, bool) or not isinstance(num_draws, (int, np.integer)) \
             or num_draws < 2:
@@ -156,8 +164,15 @@ def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draw
     N, d = leaves[0].shape[0], int(sum(np.prod(leaf.shape[1:]) for leaf in leaves))
     if potential.batch_size is None and potential.gradient_fn is None:
         return np.zeros((N, d) if diagonal else (N, d, d))
-    draws = np.asarray(_gradient_draws(potential, positions,
-                                       jax.random.split(key, int(num_draws))), np.float64)
+    keys = jax.random.split(key, int(num_draws))
+    if anchor is None:
+        draws = _gradient_draws(potential, positions, keys)
+    elif potential.log_likelihood is None:
+        raise ValueError("`anchor` (a control variate's error) needs a `Potential` with "
+                         "`log_likelihood`; this potential has a `gradient_fn` oracle.")
+    else:
+        draws = _difference_draws(potential, positions, anchor, keys)
+    draws = np.asarray(draws, np.float64)
     centred = draws - draws.mean(0)
     if diagonal:
         return np.einsum("kia,kia->ia", centred, centred) / (num_draws - 1)
@@ -169,6 +184,18 @@ def _gradient_draws(potential, positions, keys):
     """``(K, N, d)`` flattened ``potential.grad(positions, k)`` for each of ``keys``."""
     flat = jax.vmap(lambda tree: ravel_pytree(tree)[0])
     return jax.vmap(lambda k: flat(potential.grad(positions, k)))(keys)
+
+
+@eqx.filter_jit
+def _difference_draws(potential, positions, anchor, keys):
+    """``(K, N, d)`` flattened ``grad_on(positions, B) − grad_on(anchor, B)``, ``B`` the
+    mini-batches of each of ``keys``."""
+    flat = jax.vmap(lambda tree: ravel_pytree(tree)[0])
+
+    def one(k):
+        idx = potential.batch_indices(k)
+        return flat(potential.grad_on(positions, idx)) - flat(potential.grad_on(anchor, idx))
+    return jax.vmap(one)(keys)
 
 
 def choose_window(mixing, max_window: int | None = None) -> tuple[int, float]:

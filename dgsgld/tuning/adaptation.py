@@ -32,7 +32,11 @@ After every window but the last:
    With plain mini-batches the law includes each agent's gradient-error covariance at its
    centre (:data:`NOISE_DRAWS` mini-batch gradients, flooded with the curvature; from the
    first window's draws on, not at the starts): to first order a step ``η`` widens SGLD's
-   variance by ``1 + ηκ/2``, ``κ`` the noise's variance over the curvature. The
+   variance by ``1 + ηκ/2``, ``κ`` the noise's variance over the curvature. A control
+   variate's error depends on how far its anchor is: for SVRG refreshed every ``m`` steps and
+   SAGA (a datum's table entry ``n_i / b`` steps old on average) it is measured at the last
+   draws of :data:`LAG_PAIRS` chains around their own draws that many steps earlier (``m / 2``,
+   the anchor's mean age; ``n_i / b``), the mini-batch the same at both points. The
    step is then capped so that the stiffest curvature the chains met (the largest eigenvalue of the
    pooled preconditioned Hessian at any of the points: exact from the flooded Hessians, or by power
    iteration on network sums for diagonal ``M``) keeps its stationary sd within 50 %. It grows at
@@ -95,7 +99,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .. import evaluate
-from ..gradients import MiniBatch
+from ..gradients import SAGA, SVRG, MiniBatch
 from ..runner import loop as _loop
 from ..samplers import registry as _registry
 from ..samplers.base import SamplingAlgorithm
@@ -133,6 +137,8 @@ NEWTON_FLOOR = 1e-6
 FAR = 16.0
 #: Mini-batch gradients per agent that measure the gradient noise at each adaptation.
 NOISE_DRAWS = 256
+#: Chains whose (point, anchor) pairs measure a control variate's error, averaged.
+LAG_PAIRS = 4
 #: Second parameters searched: SGHMC's friction, D-ULA's consensus weight.
 FRICTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
 CONSENSUS = (0.25, 0.5, 1.0)
@@ -200,7 +206,7 @@ class WarmupReport(NamedTuple):
             each at every chain's trial point (on all data).
         gradient_noise: ``κ``, the largest ratio of the mini-batch gradient error's variance to
             the curvature over the directions, at the last adaptation (module doc); 0 with
-            full batches, a control variate, or ``gradient_noise=False``.
+            full batches, an SVRG refreshed on a schedule, or ``gradient_noise=False``.
     """
 
     sampler: str
@@ -329,6 +335,22 @@ def _plain_minibatch(estimator, potential) -> bool:
     measures."""
     return (estimator is None or isinstance(estimator, MiniBatch)) and (
         potential.batch_size is not None or potential.gradient_fn is not None)
+
+
+def _anchor_age(estimator, potential) -> float | None:
+    """The mean age in steps of a control variate's anchor (SVRG: half its refresh period; SAGA:
+    a datum's table entry is refreshed when a mini-batch draws it, every ``n_i / b`` steps on
+    average), whose error :func:`estimate_gradient_covariance` measures around a point that
+    many steps back; ``None`` for other estimators, or without mini-batches to measure."""
+    if potential.batch_size is None or potential.log_likelihood is None:
+        return None
+    if isinstance(estimator, SVRG) and not callable(estimator.update_every):
+        return max(1.0, estimator.update_every / 2.0)
+    if isinstance(estimator, SAGA):
+        sizes = potential.local_size if potential.counts is None else float(
+            np.max(np.asarray(potential.counts)))
+        return max(1.0, sizes / potential.batch_size)
+    return None
 
 
 def _family(sampler, estimator) -> _Family:
@@ -723,11 +745,14 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
            final: bool = True, private: np.ndarray | None = None,
            curvature_batch: int | None = None, curvature: str = "hutchinson",
            prior_floor: bool = True, stiff_tol_sd: float = 0.5,
-           noise_draws: int = 0) -> _Adaptation:
+           noise_draws: int = 0, noise_lag: int | None = None) -> _Adaptation:
     """One adaptation from the agents' points ``xs (P, N, d)`` (and the window's draws
     ``(C, T, N, d)`` for the low-rank widening); ``private``: ``(d,)`` bools of the private
     coordinates (module doc), or ``None``; ``noise_draws``: mini-batch gradients per agent
-    that measure the gradient noise at its centre (0: exact gradients, or not measured)."""
+    that measure the gradient noise at its centre (0: exact gradients, or not measured);
+    ``noise_lag``: measure a control variate's error instead, at the last kept draws of up
+    to :data:`LAG_PAIRS` chains around their draws ``noise_lag`` kept draws earlier as
+    anchors (averaged; not measured without ``draws``)."""
     P, N, d = xs.shape
     decentralized = family.cls.decentralized
     x = jnp.asarray(xs, jnp.float32)
@@ -752,10 +777,21 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     A, gbar, p = H.mean(0), g.mean(0), pts.mean(0)          # (N, d[, d]), (N, d), (N, d)
     A_all, g_all, p_all = A, gbar, p
     V = None
-    if noise_draws:  # each agent's mini-batch gradient error at its centre, (N, d[, d])
+    if noise_draws and noise_lag is None:  # each agent's mini-batch error at its centre
         V = estimate_gradient_covariance(
             grads.potential, grads._trees(jnp.asarray(p, jnp.float32)),
             jax.random.fold_in(key, 2), num_draws=noise_draws, diagonal=not dense)
+    elif noise_draws and draws is not None:  # a control variate's error, (N, d[, d])
+        lag = min(int(noise_lag), draws.shape[1] - 1)
+        pairs = [(draws[c, -1], draws[c, -1 - lag]) for c in range(min(LAG_PAIRS,
+                                                                        draws.shape[0]))]
+        if lag >= 1 and all(np.all(np.isfinite(x)) and np.all(np.isfinite(a))
+                            for x, a in pairs):
+            V = np.mean([estimate_gradient_covariance(
+                grads.potential, grads._trees(jnp.asarray(x, jnp.float32)),
+                jax.random.fold_in(key, 2 + c), num_draws=noise_draws, diagonal=not dense,
+                anchor=grads._trees(jnp.asarray(a, jnp.float32)))
+                for c, (x, a) in enumerate(pairs)], axis=0)
     # Shared coordinates `sh` (all of them without private ones) and private ones `pr`.
     sh = np.arange(d) if private is None else np.flatnonzero(~private)
     pr = np.arange(0) if private is None else np.flatnonzero(private)
@@ -1177,10 +1213,11 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
             step criterion's modes do not see (on the digits BNN, d = 4810, the cap at 0.5
             left test NLL 0.217 and at 1.5 gave 0.143 against 0.146 for the hand-picked step).
         rank: the low-rank preconditioner's largest rank.
-        gradient_noise: with plain mini-batches, measure every agent's gradient error
-            (:data:`NOISE_DRAWS` mini-batch gradients at its centre, per adaptation) and put
-            it in the step criterion's law (module doc; default ``True``). Control variates
-            (SVRG, SAGA) are not measured: their error shrinks near the anchor.
+        gradient_noise: with mini-batches, measure every agent's gradient error
+            (:data:`NOISE_DRAWS` mini-batch gradients at its centre, per adaptation; for SVRG
+            with a refresh period and SAGA, the control variate's error around an anchor as
+            old as theirs, module doc) and put it in the step criterion's law (default
+            ``True``). An SVRG refreshed on a schedule is not measured.
         rhat_threshold, min_ess, min_check_ess: the budget checks (module doc).
         log: optional ``str -> None`` for a line per window.
 
@@ -1268,6 +1305,9 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
               "prior_floor": prior_floor, "stiff_tol_sd": stiff_tol_sd,
               "noise_draws": NOISE_DRAWS if gradient_noise and _plain_minibatch(
                   family.estimator_in_use, potential) else 0}
+    age = _anchor_age(family.estimator_in_use, potential) if gradient_noise else None
+    if age is not None:  # a control variate: its error around anchors `age` steps back
+        common |= {"noise_draws": NOISE_DRAWS, "noise_lag": max(1, round(age / thin))}
     pts = _points(xN[:, None], curvature_points)
     # The gradient noise is measured where the chains have run, from the first window's draws
     # on: at the starts it can be many times the posterior's (per-datum gradients far from the
