@@ -36,7 +36,8 @@ After every window but the last:
    variate's error depends on how far its anchor is: for SVRG refreshed every ``m`` steps and
    SAGA (a datum's table entry ``n_i / b`` steps old on average) it is measured at the last
    draws of :data:`LAG_PAIRS` chains around their own draws that many steps earlier (``m / 2``,
-   the anchor's mean age; ``n_i / b``), the mini-batch the same at both points. The
+   the anchor's mean age; ``n_i / b``; to the nearest kept draw, at least the one before),
+   the mini-batch the same at both points. The
    step is then capped so that the stiffest curvature the chains met (the largest eigenvalue of the
    pooled preconditioned Hessian at any of the points: exact from the flooded Hessians, or by power
    iteration on network sums for diagonal ``M``) keeps its stationary sd within 50 %. It grows at
