@@ -589,13 +589,20 @@ def test_a_diverging_first_window_moves_the_starts_to_the_mode():
     assert "Newton steps moved the starts to the mode" in report.explain()
     x = np.asarray(dgsgld.sample(sampler, pot, mixing, state, jax.random.key(3), 200,
                                  output=dgsgld.Output(positions=False)).state.position)
+    z = _laplace_coordinates(x, grad, hess)
+    assert np.all(np.isfinite(z)) and np.max(np.abs(z)) < 6.0, np.max(np.abs(z))
+
+
+def _laplace_coordinates(x, grad, hess):
+    """``H^{1/2}(x − m)`` in ``H``'s eigenbasis for points ``x (..., d)``: ``m`` the mode, by
+    Newton steps from their mean (float64 arithmetic on float32 derivatives), ``H`` the
+    Hessian there."""
     m = x.reshape(-1, x.shape[-1]).mean(0)
-    for _ in range(8):  # Newton to the mode in float64 arithmetic on float32 derivatives
+    for _ in range(8):
         m = m - np.linalg.solve(np.asarray(hess(jnp.asarray(m, jnp.float32)), np.float64),
                                 np.asarray(grad(jnp.asarray(m, jnp.float32)), np.float64))
     lam, Q = np.linalg.eigh(np.asarray(hess(jnp.asarray(m, jnp.float32)), np.float64))
-    z = (x - m) @ Q * np.sqrt(lam)
-    assert np.all(np.isfinite(z)) and np.max(np.abs(z)) < 6.0, np.max(np.abs(z))
+    return (x - m) @ Q * np.sqrt(lam)
 
 
 def test_a_later_window_whose_reruns_all_diverge_moves_the_chains_to_the_mode():
@@ -626,15 +633,9 @@ def test_a_later_window_whose_reruns_all_diverge_moves_the_chains_to_the_mode():
     trace = dgsgld.sample(sampler, pot, mixing, state, k_run, 500,
                           output=dgsgld.Output(positions=False), on_divergence="flag")
     assert not np.any(np.asarray(trace.diverged))
-    x = np.asarray(trace.state.position, np.float64)
     value = jax.jit(lambda v: pot.value(v))
-    grad, hess = jax.jit(jax.grad(value)), jax.jit(jax.hessian(value))
-    m = x.reshape(-1, x.shape[-1]).mean(0)
-    for _ in range(8):  # Newton to the mode in float64 arithmetic on float32 derivatives
-        m = m - np.linalg.solve(np.asarray(hess(jnp.asarray(m, jnp.float32)), np.float64),
-                                np.asarray(grad(jnp.asarray(m, jnp.float32)), np.float64))
-    lam, Q = np.linalg.eigh(np.asarray(hess(jnp.asarray(m, jnp.float32)), np.float64))
-    z = (x - m) @ Q * np.sqrt(lam)
+    z = _laplace_coordinates(np.asarray(trace.state.position, np.float64),
+                             jax.jit(jax.grad(value)), jax.jit(jax.hessian(value)))
     assert np.all(np.isfinite(z)) and np.max(np.abs(z)) < 6.0, np.max(np.abs(z))
 
 
