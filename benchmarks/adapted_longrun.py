@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgsgld import DESGLD, DIGingSGLD, Output, sample
+from dgsgld.posteriors import moment_errors
 from dgsgld.posteriors.references import load_reference
 from dgsgld.posteriors.targets import get_target
 from dgsgld.theory import exact
@@ -87,16 +88,15 @@ def _long_scores(target, ref, draws: list) -> dict:
                 **dict.fromkeys(("sd_ratio_worst", "sd_ratio_se", "mean_error_max",
                                  "mean_error_se"), float("nan")),
                 "sd_coordinate": 0, "mean_coordinate": 0}
-    q = np.concatenate(pooled)
-    err = (q.mean(0) - ref.mean) / ref.sd
-    ratio = q.std(0, ddof=1) / ref.sd
+    scores = moment_errors(np.concatenate(pooled), ref)
+    err, ratio = scores["mean_error"], scores["sd_ratio"]
     se_err = np.std([m for m, _ in per], axis=0, ddof=1) / ref.sd / np.sqrt(n)
     se_ratio = np.std([s for _, s in per], axis=0, ddof=1) / ref.sd / np.sqrt(n)
     j = int(np.argmax(np.abs(np.log(ratio))))
-    k = int(np.argmax(np.abs(err)))
+    k = int(np.argmax(err))
     return {"chains": len(chains), "diverged_chains": len(chains) - n,
             "sd_ratio_worst": float(ratio[j]), "sd_ratio_se": float(se_ratio[j]),
-            "sd_coordinate": j, "mean_error_max": float(abs(err[k])),
+            "sd_coordinate": j, "mean_error_max": float(err[k]),
             "mean_error_se": float(se_err[k]), "mean_coordinate": k}
 
 

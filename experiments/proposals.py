@@ -124,7 +124,8 @@ def compare(figures=FIGURES, *, num_steps: int | None = None, score: bool = True
             row = {
                 "figure": fig, "sampler": alg,
                 "criterion": ("exact law" if report.score is None else
-                              "validation accuracy" if metric == "acc" else "W2 at 100"),
+                              "validation accuracy" if metric == "acc"
+                              else f"W2 at {report.num_steps}"),
                 "proposed": report.step_size, "tuned": tuned["step_size"],
                 "ratio": report.step_size / tuned["step_size"],
                 "metric": metric,

@@ -784,15 +784,14 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
             jax.random.fold_in(key, 2), num_draws=noise_draws, diagonal=not dense)
     elif noise_draws and draws is not None:  # a control variate's error, (N, d[, d])
         lag = min(int(noise_lag), draws.shape[1] - 1)
-        pairs = [(draws[c, -1], draws[c, -1 - lag]) for c in range(min(LAG_PAIRS,
-                                                                        draws.shape[0]))]
-        if lag >= 1 and all(np.all(np.isfinite(x)) and np.all(np.isfinite(a))
-                            for x, a in pairs):
+        chains = np.arange(min(LAG_PAIRS, draws.shape[0]))
+        points, anchors = draws[chains, -1], draws[chains, -1 - lag]   # (pairs, N, d) each
+        if lag >= 1 and np.all(np.isfinite(points)) and np.all(np.isfinite(anchors)):
             V = np.mean([estimate_gradient_covariance(
-                grads.potential, grads._trees(jnp.asarray(x, jnp.float32)),
-                jax.random.fold_in(key, 2 + c), num_draws=noise_draws, diagonal=not dense,
-                anchor=grads._trees(jnp.asarray(a, jnp.float32)))
-                for c, (x, a) in enumerate(pairs)], axis=0)
+                grads.potential, grads._trees(jnp.asarray(point, jnp.float32)),
+                jax.random.fold_in(jax.random.fold_in(key, 2), c), num_draws=noise_draws,
+                diagonal=not dense, anchor=grads._trees(jnp.asarray(anchor, jnp.float32)))
+                for c, (point, anchor) in enumerate(zip(points, anchors))], axis=0)
     # Shared coordinates `sh` (all of them without private ones) and private ones `pr`.
     sh = np.arange(d) if private is None else np.flatnonzero(~private)
     pr = np.arange(0) if private is None else np.flatnonzero(private)
