@@ -155,13 +155,23 @@ def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draw
 
     Raises:
         ValueError: naming ``num_draws``, when it is not an integer of at least 2; naming
-            ``anchor``, for a potential without ``log_likelihood``.
+            ``anchor``, for a potential without ``log_likelihood`` or an ``anchor`` whose
+            structure or shapes differ from ``positions``'.
     """
     if isinstance(num_draws, bool) or not isinstance(num_draws, (int, np.integer)) \
             or num_draws < 2:
         raise ValueError(f"`num_draws` must be an integer >= 2; got {num_draws!r}.")
     leaves = jax.tree.leaves(eqx.filter(positions, eqx.is_array))
     N, d = leaves[0].shape[0], int(sum(np.prod(leaf.shape[1:]) for leaf in leaves))
+    if anchor is not None:
+        arrays = eqx.filter(anchor, eqx.is_array)
+        if jax.tree.structure(arrays) != jax.tree.structure(
+                eqx.filter(positions, eqx.is_array)) or any(
+                np.shape(a) != np.shape(p) for a, p in zip(jax.tree.leaves(arrays), leaves)):
+            raise ValueError("`anchor` must have the structure and shapes of `positions` (one "
+                             "anchor per agent); got array leaves "
+                             f"{[np.shape(a) for a in jax.tree.leaves(arrays)]} against "
+                             f"{[np.shape(p) for p in leaves]}.")
     if potential.batch_size is None and potential.gradient_fn is None:
         return np.zeros((N, d) if diagonal else (N, d, d))
     keys = jax.random.split(key, int(num_draws))

@@ -697,6 +697,8 @@ def test_control_variate_error_around_an_anchor_is_measured():
                                np.diagonal(want, axis1=1, axis2=2), rtol=0.15)
     assert np.all(estimate_gradient_covariance(pot, x, jax.random.key(0), num_draws=16,
                                                anchor=x) == 0)
+    with pytest.raises(ValueError, match="`anchor` must have the structure and shapes"):
+        estimate_gradient_covariance(pot, x, jax.random.key(0), num_draws=16, anchor=a[0])
     init = jnp.asarray(rng.normal(size=(8, N, 2)), jnp.float32)
     with_noise, without = (warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N), init,
                                   jax.random.key(1), 400, estimator=dgsgld.gradients.svrg(20),
