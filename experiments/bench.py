@@ -34,7 +34,13 @@ comes on top). Their step column is the adapted step (the median over seeds; a p
 step, not comparable with the plain rows'), and their bytes add the warm-up's agreement
 (flooding, :class:`dgsgld.tuning.WarmupReport`'s ``bytes_sent``) and its windows' messages (the
 sampling run's bytes per step times the warm-up's steps: an exact channel sends the same
-messages every step) to the sampling run's.
+messages every step) to the sampling run's. Where an agent holds more data than
+``curvature_batch`` (``logistic_large``: 62 500 per agent, mini-batches of 32), the adapted
+rows draw their mini-batches through an SVRG control variate refreshed every
+:data:`ADAPTED_SVRG_PERIOD` steps (:func:`adapted_estimator`; the ``batch`` column names it):
+there the plain mini-batches' gradient noise is thousands of times the curvature and leaves a
+step whose sampling run holds about one effective draw, while the control variate's error,
+which the warm-up measures, is a fraction of it.
 
 Bytes sent are the toolkit's own count: every decentralized run goes through an exact
 :class:`dgsgld.communication.Channel` (the same numbers as no channel), and
@@ -79,12 +85,17 @@ from dgsgld.samplers import (
 )
 from dgsgld.tuning import adapted_sbc
 
-__all__ = ["ADAPTED", "SAMPLERS", "BenchSettings", "Method", "adapted_key", "band_table",
-           "bench_posteriors", "leaderboard_figure", "merge", "run_chains", "sbc_cells",
-           "sbc_figure", "target_setup", "within_band"]
+__all__ = ["ADAPTED", "ADAPTED_SVRG_PERIOD", "SAMPLERS", "BenchSettings", "Method",
+           "adapted_estimator", "adapted_key", "band_table", "bench_posteriors",
+           "leaderboard_figure", "merge", "run_chains", "sbc_cells", "sbc_figure",
+           "target_setup", "within_band"]
 
 #: SVRG's anchor refresh period (steps) in the benchmark.
 SVRG_PERIOD = 10
+#: The anchor refresh period (steps) of the adapted rows' SVRG where agents hold many data
+#: (:func:`adapted_estimator`): a full local pass per agent every 100 steps, about 20 times
+#: the mini-batches' own gradients on ``logistic_large``.
+ADAPTED_SVRG_PERIOD = 100
 #: Bytes of per-datum state (SAGA's tables) the proposer's pilot grid may hold at once.
 PILOT_BYTES = 4 * 2**30
 #: ``γη`` of DIGing-SGHMC and DE-SGHMC in the benchmark.
@@ -307,6 +318,18 @@ def adapted_key(settings: BenchSettings, target_name: str, sampler_name: str, se
                               100 + settings.adapted.index(sampler_name))
 
 
+def adapted_estimator(curvature_batch):
+    """The gradient estimator of a target's adapted rows: SVRG refreshed every
+    :data:`ADAPTED_SVRG_PERIOD` steps where an agent holds more data than the warm-up's
+    ``curvature_batch`` (``curvature_batch`` not ``None``, :func:`target_setup`), else ``None``
+    (the sampler's own: full or mini-batches)."""
+    return None if curvature_batch is None else gradients.svrg(update_every=ADAPTED_SVRG_PERIOD)
+
+
+def _estimator_label(estimator) -> str | None:
+    return None if estimator is None else f"SVRG/{estimator.update_every}"
+
+
 def _adapted_run(target, ref, potential, sampler_name, network_name, settings, key, *,
                  curvature_batch=None, warmup_options=None, run_steps=None,
                  keep_draws=False):
@@ -316,10 +339,13 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
     scored. ``run_steps``: sample that many steps after the same warm-up instead (its
     criterion still sized for the second half); ``keep_draws``: the result's ``"draws"`` holds
     every seed's kept positions ``(chains, kept, N, d)`` and ``"adapted"`` its adapted sampler
-    and warmed-up state (``None`` where its warm-up failed)."""
+    and warmed-up state (``None`` where its warm-up failed). The sampler draws its gradients
+    through :func:`adapted_estimator` of ``curvature_batch``."""
     from dgsgld.tuning import warmup
 
     cls = ADAPTED[sampler_name]
+    estimator = adapted_estimator(curvature_batch)
+    options = {} if estimator is None else {"estimator": estimator}
     n = settings.num_agents
     mixing = NETWORKS[network_name](n)
     total = settings.seeds * settings.chains
@@ -335,7 +361,7 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
         group = init[s * settings.chains:(s + 1) * settings.chains]
         k_warm, k_run = jax.random.split(jax.random.fold_in(run_key, s))
         # An exact channel counts the messages (the warm-up keeps the template's channel).
-        template = cls(1.0, channel=communication.Channel())
+        template = cls(1.0, channel=communication.Channel(), **options)
         try:
             sampler, state, report = warmup(template, potential, mixing, group, k_warm,
                                             warm_steps, sampling_steps=steps,
@@ -372,7 +398,7 @@ def _adapted_run(target, ref, potential, sampler_name, network_name, settings, k
                                      settings, rng))
     etas = [r["step_size"] for r in reports if "step_size" in r]
     return {"step_size": float(np.median(etas)) if etas else float("nan"),
-            "wall_s": time.perf_counter() - t0,
+            "estimator": _estimator_label(estimator), "wall_s": time.perf_counter() - t0,
             "bytes_sent": round(float(np.mean(sent))) if sent else 0,
             "diverged": diverged, "seeds": per_seed, "warmup": reports,
             **({"draws": draws, "adapted": adapted} if keep_draws else {})}
@@ -626,6 +652,7 @@ def bench_posteriors(out: Path, settings: BenchSettings, *, seed: int = 0, log=p
                        "sampler": sampler_name + ADAPTED_SUFFIX, "step_size": r["step_size"],
                        "wall_s": r["wall_s"], "bytes_sent": r["bytes_sent"],
                        "diverged": r["diverged"], "batch_size": batch,
+                       **({"estimator": r["estimator"]} if r["estimator"] else {}),
                        **_summary(r["seeds"]), "warmup": r["warmup"]}
                 rows.append(row)
                 save(part)
@@ -887,6 +914,8 @@ def markdown(result: dict) -> str:
         mb = "-" if r["bytes_sent"] is None else f"{r['bytes_sent'] / 1e6:.2f}"
         div = f" ({r['diverged']} diverged)" if r["diverged"] else ""
         batch = "full" if r["batch_size"] is None else r["batch_size"]
+        if r.get("estimator"):
+            batch = f"{batch}, {r['estimator']}"
         lines.append(f"| {r['target']} | {r['network']} | {r['sampler']}{div} | {step} | "
                      f"{batch} | "
                      + " | ".join(_fmt(r.get(k)) for k in _KEYS) + f" | {wall} | {mb} |")

@@ -280,10 +280,13 @@ def test_leaderboard_markdown_has_a_cell_per_score():
              **{k: [v[0], float("nan")] for k, v in scores.items()}},
             {"target": "t", "network": "ring", "sampler": "A", "step_size": 1e-3,
              "wall_s": 2.0, "bytes_sent": 3_000_000, "diverged": 1, "batch_size": 32,
-             **scores}]
+             **scores},
+            {"target": "t", "network": "ring", "sampler": "A (adapted)", "step_size": 0.1,
+             "wall_s": 2.0, "bytes_sent": 3_000_000, "diverged": 0, "batch_size": 32,
+             "estimator": "SVRG/100", **scores}]
     text = markdown({"settings": {k: getattr(settings, k) for k in
                                   settings.__dataclass_fields__}, "wall_s": 5.0, "rows": rows})
-    table = [line for line in text.splitlines() if line.startswith("|")]
+    table = text.split("\n\n")[1].splitlines()   # the rows' table (the band table follows)
     header = [c.strip() for c in table[0].strip("|").split("|")]
     assert "median sd ratio" in header and "worst sd ratio" in header
     assert all(line.count("|") == table[0].count("|") for line in table)
@@ -291,6 +294,8 @@ def test_leaderboard_markdown_has_a_cell_per_score():
     assert cells["sampler"] == "A (1 diverged)" and cells["batch"] == "32"
     assert cells["median sd ratio"] == "%.3f ± 0.010" % scores["sd_ratio_median"][0]
     assert cells["pred. TV"] == "-" and cells["MB sent"] == "3.00"
+    adapted = dict(zip(header, (c.strip() for c in table[4].strip("|").split("|"))))
+    assert adapted["batch"] == "32, SVRG/100"   # a control variate is named with the batch
     reference = dict(zip(header, (c.strip() for c in table[2].strip("|").split("|"))))
     assert reference["median sd ratio"] == "%.3f" % scores["sd_ratio_median"][0]
 
@@ -999,6 +1004,34 @@ def test_band_table_counts_the_targets_each_row_reaches():
     assert table[0].endswith("of 2 targets:")
     assert table[4:] == ["| A (adapted) | ring | 1 | t2 |",
                          "| A (adapted) | complete | 0 | t1, t2 |"]
+
+
+def test_adapted_rows_draw_through_a_control_variate_where_agents_hold_many_data():
+    # The adapted rows' estimator follows the warm-up's curvature subsample: none where every
+    # agent's data fit it (the sampler's own batches), SVRG every ADAPTED_SVRG_PERIOD steps
+    # where one holds more; the shipped leaderboard's adapted rows name it on exactly the
+    # large-data targets, and its plain rows never.
+    import pathlib
+
+    from dgsgld.gradients import SVRG
+    from experiments.bench import (
+        ADAPTED_SUFFIX,
+        ADAPTED_SVRG_PERIOD,
+        BenchSettings,
+        adapted_estimator,
+        target_setup,
+    )
+
+    assert adapted_estimator(None) is None
+    cv = adapted_estimator(2000)
+    assert isinstance(cv, SVRG) and cv.update_every == ADAPTED_SVRG_PERIOD
+    assert target_setup(get_target("gaussian_linear"), BenchSettings.full())[3] is None
+    shipped = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "references"
+    rows = json.loads((shipped / "leaderboard.json").read_text())["rows"]
+    for r in rows:
+        want = (f"SVRG/{ADAPTED_SVRG_PERIOD}" if r["sampler"].endswith(ADAPTED_SUFFIX)
+                and r["target"] in LARGE_TARGETS else None)
+        assert r.get("estimator") == want, (r["target"], r["sampler"])
 
 
 def test_shipped_leaderboard_is_the_merge_of_its_stored_parts(tmp_path, monkeypatch):

@@ -135,7 +135,7 @@ def test_prior_floor_bounds_the_preconditioner_and_the_stiffness():
     assert report.stiffest <= top * (1 + 1e-3)
 
 
-@pytest.mark.parametrize("tol", [0.5, 1.5])
+@pytest.mark.parametrize("tol", [pytest.param(0.5, marks=pytest.mark.slow), 1.5])  # 1.5: the default
 def test_stiffness_tolerance_sets_the_capped_step(tol):
     pot, A, _ = _correlated_gaussian(scales=(1.0,) * 12, shared=1.0, own=0.2)
     _, _, report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N),

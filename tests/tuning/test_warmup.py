@@ -719,7 +719,9 @@ def _pooled_sd_ratio(sampler, q, mixing):
 
 
 @pytest.mark.parametrize("cls, preconditioner", [
-    (dgsgld.DIGingSGLD, "auto"), (dgsgld.DIGingSGLD, "diagonal"),
+    # fast twin of "auto" (dense at d = 2): test_mini_batch_noise_with_private_parameters[dense]
+    pytest.param(dgsgld.DIGingSGLD, "auto", marks=pytest.mark.slow),
+    (dgsgld.DIGingSGLD, "diagonal"),
     pytest.param(dgsgld.DESGLD, "auto", marks=pytest.mark.slow),
     pytest.param(dgsgld.DIGingSGHMC, "auto", marks=pytest.mark.slow)])
 def test_mini_batch_noise_enters_the_step_criterion(cls, preconditioner):
@@ -745,7 +747,10 @@ def test_mini_batch_noise_enters_the_step_criterion(cls, preconditioner):
     assert _pooled_sd_ratio(plain, q, mixing) > 1.25
 
 
-@pytest.mark.parametrize("kind", ["dense", "diagonal"])
+@pytest.mark.parametrize("kind", [
+    "dense",
+    # fast twin: test_mini_batch_noise_enters_the_step_criterion[DIGingSGLD-diagonal]
+    pytest.param("diagonal", marks=pytest.mark.slow)])
 def test_mini_batch_noise_with_private_parameters(kind):
     # With private leaves and mini-batches (2 of 8 data per agent) the noise is measured on
     # the shared and on every agent's private block (each against its own floored curvature),
