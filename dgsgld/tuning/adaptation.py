@@ -37,7 +37,9 @@ After every window but the last:
    SAGA (a datum's table entry ``n_i / b`` steps old on average) it is measured at the last
    draws of :data:`LAG_PAIRS` chains around their own draws that many steps earlier (``m / 2``,
    the anchor's mean age; ``n_i / b``; to the nearest kept draw, at least the one before),
-   the mini-batch the same at both points. The
+   the mini-batch the same at both points. Chains just moved to the mode (below) have no
+   such draws: there the anchors are one posterior sd away (the pooled curvature's inverse),
+   the distance of an anchor as old as the chains' relaxation. The
    step is then capped so that the stiffest curvature the chains met (the largest eigenvalue of the
    pooled preconditioned Hessian at any of the points: exact from the flooded Hessians, or by power
    iteration on network sums for diagonal ``M``) keeps its stationary sd within 50 %. It grows at
@@ -753,7 +755,8 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     that measure the gradient noise at its centre (0: exact gradients, or not measured);
     ``noise_lag``: measure a control variate's error instead, at the last kept draws of up
     to :data:`LAG_PAIRS` chains around their draws ``noise_lag`` kept draws earlier as
-    anchors (averaged; not measured without ``draws``)."""
+    anchors (averaged); without ``draws`` (chains just moved to the mode: no pairs yet) at
+    up to as many of ``xs`` around anchors one posterior sd away (module doc)."""
     P, N, d = xs.shape
     decentralized = family.cls.decentralized
     x = jnp.asarray(xs, jnp.float32)
@@ -803,6 +806,21 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     M, clipped = _inverse_curvature(pooled, dense, kind,
                                     None if lower is None else lower[sh])
     A_s = A_s + ((clipped - pooled) / N)[None]               # the floor shared evenly
+    if V is None and noise_draws and noise_lag is not None and private is None:
+        # A control variate with no usable (point, anchor) pairs: the chains were just moved
+        # to the mode. Its error around anchors one posterior sd away (the pooled curvature's
+        # inverse; a normal draw per agent), as far as an anchor as old as the chains'
+        # relaxation: an upper bound for the younger ones the sampler will hold.
+        P_ = min(LAG_PAIRS, P)
+        z = np.asarray(jax.random.normal(jax.random.fold_in(key, 3), (P_, N, d)), np.float64)
+        spread = (z @ np.linalg.cholesky(np.linalg.inv(clipped)).T if dense
+                  else z / np.sqrt(clipped))
+        points = np.asarray(xs, np.float64)[:P_]
+        V = np.mean([estimate_gradient_covariance(
+            grads.potential, grads._trees(jnp.asarray(point, jnp.float32)),
+            jax.random.fold_in(jax.random.fold_in(key, 2), c), num_draws=noise_draws,
+            diagonal=not dense, anchor=grads._trees(jnp.asarray(point + dx, jnp.float32)))
+            for c, (point, dx) in enumerate(zip(points, spread))], axis=0)
     noise_ratio = 0.0
     if V is not None:
         V_s = V[:, sh][:, :, sh] if dense else V[:, sh]

@@ -707,6 +707,23 @@ def test_control_variate_error_around_an_anchor_is_measured():
     assert with_noise.step_size <= without.step_size
 
 
+def test_control_variate_error_is_measured_after_the_approach():
+    # Two windows: after the first, the chains (30 away, about 100 posterior sds) are moved to
+    # the mode, and that adaptation sets the sampling step. There the chains hold no lagged
+    # draws to pair; the error is measured around anchors one posterior sd away instead, and
+    # enters the law: a positive ratio (of the order the lagged pairs give in a full warm-up,
+    # 0.7-1.0 on this regression) and a step at most the noise-free one.
+    pot, _ = _regression()
+    init = jnp.asarray(np.random.default_rng(1).normal(size=(8, N, 2)), jnp.float32) + 30.0
+    with_noise, without = (warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N), init,
+                                  jax.random.key(1), 400, estimator=dgsgld.gradients.svrg(20),
+                                  windows=(0.5, 0.5), gradient_noise=noise)[2]
+                           for noise in (True, False))
+    assert with_noise.approach_reason == "distance"
+    assert 0.1 < with_noise.gradient_noise < 10 and without.gradient_noise == 0
+    assert with_noise.step_size <= without.step_size
+
+
 def _pooled_sd_ratio(sampler, q, mixing):
     with jax.enable_x64(True):
         st = theory.stationary_moments(sampler, q, mixing)
