@@ -764,6 +764,26 @@ def test_mini_batch_noise_enters_the_step_criterion(cls, preconditioner):
     assert _pooled_sd_ratio(plain, q, mixing) > 1.25
 
 
+def test_a_verdict_held_down_by_mini_batch_noise_names_the_control_variate():
+    # On the location model (κ ≈ 100 with mini-batches of 2 of 50) 2 000 sampling steps at the
+    # step the noise allows hold too few effective draws, and the verdict names the noise and
+    # the control variate. Its advice holds: SVRG's error is zero here (a datum's gradient
+    # difference x − a is the same for every datum), so the warm-up with it measures about
+    # none and chooses a step several times larger, with more effective draws and no such note.
+    pot, _ = _location()
+    mixing = dgsgld.networks.ring(N)
+    init = jnp.asarray(np.random.default_rng(1).normal(size=(8, N, 2)))
+    _, _, plain = warmup(dgsgld.DIGingSGLD, pot, mixing, init, jax.random.key(0), 600,
+                         sampling_steps=2000)
+    _, _, cv = warmup(dgsgld.DIGingSGLD(1.0, estimator=dgsgld.gradients.svrg(10)), pot, mixing,
+                      init, jax.random.key(0), 600, sampling_steps=2000)
+    assert plain.gradient_noise > 50 and plain.predicted_ess < 100
+    assert "gradient noise" in plain.verdict and "control variate" in plain.verdict
+    assert cv.gradient_noise < 1e-6 * plain.gradient_noise
+    assert cv.step_size > 3 * plain.step_size and cv.predicted_ess > plain.predicted_ess
+    assert "control variate" not in cv.verdict
+
+
 @pytest.mark.parametrize("kind", [
     "dense",
     # fast twin: test_mini_batch_noise_enters_the_step_criterion[DIGingSGLD-diagonal]
