@@ -161,12 +161,12 @@ def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draw
     if isinstance(num_draws, bool) or not isinstance(num_draws, (int, np.integer)) \
             or num_draws < 2:
         raise ValueError(f"`num_draws` must be an integer >= 2; got {num_draws!r}.")
-    leaves = jax.tree.leaves(eqx.filter(positions, eqx.is_array))
+    arrays_x = eqx.filter(positions, eqx.is_array)
+    leaves = jax.tree.leaves(arrays_x)
     N, d = leaves[0].shape[0], int(sum(np.prod(leaf.shape[1:]) for leaf in leaves))
     if anchor is not None:
         arrays = eqx.filter(anchor, eqx.is_array)
-        if jax.tree.structure(arrays) != jax.tree.structure(
-                eqx.filter(positions, eqx.is_array)) or any(
+        if jax.tree.structure(arrays) != jax.tree.structure(arrays_x) or any(
                 np.shape(a) != np.shape(p) for a, p in zip(jax.tree.leaves(arrays), leaves)):
             raise ValueError("`anchor` must have the structure and shapes of `positions` (one "
                              "anchor per agent); got array leaves "

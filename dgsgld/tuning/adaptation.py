@@ -747,6 +747,17 @@ def _joint_quadratic(A, A_s, g, p, shift, S, sh, pr) -> Quadratic | None:
     return q._replace(shifts=by - np.einsum("iab,ib->ia", Ay, centre))
 
 
+def _anchored_noise(grads, points, anchors, key, num_draws: int, dense: bool) -> np.ndarray:
+    """A control variate's gradient-error covariances ``(N, d[, d])``, averaged over the
+    pairs of ``points`` and ``anchors`` (``(pairs, N, d)`` each), the same mini-batch at both
+    points of a pair (:func:`estimate_gradient_covariance` with ``anchor``)."""
+    return np.mean([estimate_gradient_covariance(
+        grads.potential, grads._trees(jnp.asarray(point, jnp.float32)),
+        jax.random.fold_in(jax.random.fold_in(key, 2), c), num_draws=num_draws,
+        diagonal=not dense, anchor=grads._trees(jnp.asarray(anchor, jnp.float32)))
+        for c, (point, anchor) in enumerate(zip(points, anchors))], axis=0)
+
+
 def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes: int, rank: int,
            tol_sd: float, tol_mean: float, num_draws: float, start: int,
            final: bool = True, private: np.ndarray | None = None,
@@ -794,11 +805,7 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
         chains = np.arange(min(LAG_PAIRS, draws.shape[0]))
         points, anchors = draws[chains, -1], draws[chains, -1 - lag]   # (pairs, N, d) each
         if lag >= 1 and np.all(np.isfinite(points)) and np.all(np.isfinite(anchors)):
-            V = np.mean([estimate_gradient_covariance(
-                grads.potential, grads._trees(jnp.asarray(point, jnp.float32)),
-                jax.random.fold_in(jax.random.fold_in(key, 2), c), num_draws=noise_draws,
-                diagonal=not dense, anchor=grads._trees(jnp.asarray(anchor, jnp.float32)))
-                for c, (point, anchor) in enumerate(zip(points, anchors))], axis=0)
+            V = _anchored_noise(grads, points, anchors, key, noise_draws, dense)
     # Shared coordinates `sh` (all of them without private ones) and private ones `pr`.
     sh = np.arange(d) if private is None else np.flatnonzero(~private)
     pr = np.arange(0) if private is None else np.flatnonzero(private)
@@ -820,11 +827,7 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
         spread = (z @ np.linalg.cholesky(np.linalg.inv(clipped)).T if dense
                   else z / np.sqrt(clipped))
         points = np.asarray(xs, np.float64)[:P_]
-        V = np.mean([estimate_gradient_covariance(
-            grads.potential, grads._trees(jnp.asarray(point, jnp.float32)),
-            jax.random.fold_in(jax.random.fold_in(key, 2), c), num_draws=noise_draws,
-            diagonal=not dense, anchor=grads._trees(jnp.asarray(point + dx, jnp.float32)))
-            for c, (point, dx) in enumerate(zip(points, spread))], axis=0)
+        V = _anchored_noise(grads, points, points + spread, key, noise_draws, dense)
     noise_ratio = 0.0
     if V is not None:
         V_s = V[:, sh][:, :, sh] if dense else V[:, sh]
@@ -1321,12 +1324,12 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         raise ValueError(f"`thin` must be a positive integer dividing {unit} (the windows' "
                          f"chunk); got {thin!r}.")
     keys = jax.random.split(key, 3 * len(lengths) + 1)
+    plain = _plain_minibatch(family.estimator_in_use, potential)
     common = {"kind": base, "probes": probes, "rank": rank, "tol_sd": tol_sd,
               "tol_mean": tol_mean, "num_draws": num_draws, "private": private,
               "curvature_batch": curvature_batch, "curvature": curvature,
               "prior_floor": prior_floor, "stiff_tol_sd": stiff_tol_sd,
-              "noise_draws": NOISE_DRAWS if gradient_noise and _plain_minibatch(
-                  family.estimator_in_use, potential) else 0}
+              "noise_draws": NOISE_DRAWS if gradient_noise and plain else 0}
     age = _anchor_age(family.estimator_in_use, potential) if gradient_noise else None
     if age is not None:  # a control variate: its error around anchors `age` steps back
         common |= {"noise_draws": NOISE_DRAWS, "noise_lag": max(1, round(age / thin))}
@@ -1500,8 +1503,7 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
                           "the curvature, holds the step down (a control variate, e.g. "
                           "`estimator=gradients.svrg(m)`, whose error the warm-up measures, or "
                           "larger batches can raise it)"
-                          if ad.noise_ratio >= NOISY and _plain_minibatch(
-                              family.estimator_in_use, potential) else ""))
+                          if ad.noise_ratio >= NOISY and plain else ""))
     verdict = "ok" if not reasons else "budget too small: " + "; ".join(reasons)
     adapted = family.build(eta, ad.parameter, ad.preconditioner())
     report = WarmupReport(
