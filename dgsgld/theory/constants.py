@@ -126,7 +126,8 @@ def estimate_sigma2(
 
 
 def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draws: int = 256,
-                                 diagonal: bool = False, anchor=None) -> np.ndarray:
+                                 diagonal: bool = False, anchor=None,
+                                 directions=None) -> np.ndarray:
     """Monte Carlo estimate of every agent's gradient-error covariance
     ``V_i = Cov(∇̃f_i(x_i))`` at one point: the sample covariance (divisor ``num_draws − 1``) of
     ``num_draws`` draws of ``potential.grad(positions, key)``. The draws' own mean stands for
@@ -147,11 +148,15 @@ def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draw
         diagonal: return the variances only (for large models).
         anchor: the control variate's anchor points, like ``positions``; ``None``: the
             potential's own mini-batch gradients.
+        directions: ``(d, k)`` directions over the flattened parameters: the covariances of
+            the error's components along them, ``Dᵀ V_i D`` (for large models, where ``V_i``
+            itself would not fit); ``None``: every parameter.
 
     Returns:
-        ``(N, d, d)`` covariances (``(N, d)`` variances with ``diagonal``) over each agent's
-        flattened parameters (leaf order of ``jax.flatten_util.ravel_pytree``), float64. All
-        zeros for a full-batch potential without ``gradient_fn`` (no draw is made).
+        ``(N, d, d)`` covariances (``(N, d)`` variances with ``diagonal``; ``(N, k, k)`` or
+        ``(N, k)`` along ``directions``) over each agent's flattened parameters (leaf order of
+        ``jax.flatten_util.ravel_pytree``), float64. All zeros for a full-batch potential
+        without ``gradient_fn`` (no draw is made).
 
     Raises:
         ValueError: naming ``num_draws``, when it is not an integer of at least 2; naming
@@ -172,8 +177,14 @@ def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draw
                              "anchor per agent); got array leaves "
                              f"{[np.shape(a) for a in jax.tree.leaves(arrays)]} against "
                              f"{[np.shape(p) for p in leaves]}.")
+    if directions is not None:
+        directions = np.asarray(directions, np.float64)
+        if directions.ndim != 2 or directions.shape[0] != d:
+            raise ValueError(f"`directions` must be a ({d}, k) array over the {d} flattened "
+                             f"parameters; got shape {directions.shape}.")
+    k = d if directions is None else directions.shape[1]
     if potential.batch_size is None and potential.gradient_fn is None:
-        return np.zeros((N, d) if diagonal else (N, d, d))
+        return np.zeros((N, k) if diagonal else (N, k, k))
     keys = jax.random.split(key, int(num_draws))
     if anchor is None:
         draws = _gradient_draws(potential, positions, keys)
@@ -184,6 +195,8 @@ def estimate_gradient_covariance(potential, positions, key: PRNGKey, *, num_draw
         draws = _difference_draws(potential, positions, anchor, keys)
     draws = np.asarray(draws, np.float64)
     centred = draws - draws.mean(0)
+    if directions is not None:
+        centred = centred @ directions
     if diagonal:
         return np.einsum("kia,kia->ia", centred, centred) / (num_draws - 1)
     return np.einsum("kia,kib->iab", centred, centred) / (num_draws - 1)

@@ -37,9 +37,10 @@ After every window but the last:
    SAGA (a datum's table entry ``n_i / b`` steps old on average) it is measured at the last
    draws of :data:`LAG_PAIRS` chains around their own draws that many steps earlier (``m / 2``,
    the anchor's mean age; ``n_i / b``; to the nearest kept draw, at least the one before),
-   the mini-batch the same at both points. Chains just moved to the mode (below) have no
-   such draws: there the anchors are one posterior sd away (the pooled curvature's inverse),
-   the distance of an anchor as old as the chains' relaxation. The
+   the mini-batch the same at both points. Chains just moved to the mode (below), or a window
+   too short to keep such a pair, have none: there the anchors are one posterior sd away (the
+   pooled curvature's inverse; a private block's, its agent's own), the distance of an anchor
+   as old as the chains' relaxation. The
    step is then capped so that the stiffest curvature the chains met (the largest eigenvalue of the
    pooled preconditioned Hessian at any of the points: exact from the flooded Hessians, or by power
    iteration on network sums for diagonal ``M``) keeps its stationary sd within 50 %. It grows at
@@ -545,7 +546,10 @@ def _pooled_top(grads, xs, scale, key, iterations: int, private=None):
     With ``private`` (``(d,)`` bools) the operator is the joint Hessian of ``Σ_i f_i(φ, θ_i)``
     with the private blocks scaled by ``N`` (a private coordinate moves at ``N`` times the
     network average's step): the iterate holds one ``φ`` and every agent's own ``θ_i``, and only
-    the shared coordinates of the agents' products are summed over the network."""
+    the shared coordinates of the agents' products are summed over the network.
+
+    Returns ``(values (P,), vectors)``: the eigenvalues and the last iterates, ``(P, d)``
+    (``(P, N, d)`` with ``private``)."""
     def mul(v):  # S v (rows of v: agents)
         if scale.ndim == 1:
             return jnp.broadcast_to(scale, v.shape) * v
@@ -569,7 +573,7 @@ def _pooled_top(grads, xs, scale, key, iterations: int, private=None):
             v = jax.lax.fori_loop(
                 0, iterations,
                 lambda _, v: (w := hvp(v)) / jnp.maximum(jnp.linalg.norm(w), 1e-30), v)
-            return v @ hvp(v)
+            return v @ hvp(v), v
         return jax.lax.map(at, (xs, jax.random.split(key, xs.shape[0])))
 
     N = xs.shape[1]
@@ -596,7 +600,7 @@ def _pooled_top(grads, xs, scale, key, iterations: int, private=None):
 
         v = normalized(joint(jax.random.normal(k, x.shape, x.dtype)))
         v = jax.lax.fori_loop(0, iterations, lambda _, v: normalized(hvp(v)), v)
-        return inner(v, hvp(v))
+        return inner(v, hvp(v)), v
     return jax.lax.map(at, (xs, jax.random.split(key, xs.shape[0])))
 
 
@@ -747,14 +751,31 @@ def _joint_quadratic(A, A_s, g, p, shift, S, sh, pr) -> Quadratic | None:
     return q._replace(shifts=by - np.einsum("iab,ib->ia", Ay, centre))
 
 
-def _anchored_noise(grads, points, anchors, key, num_draws: int, dense: bool) -> np.ndarray:
-    """A control variate's gradient-error covariances ``(N, d[, d])``, averaged over the
-    pairs of ``points`` and ``anchors`` (``(pairs, N, d)`` each), the same mini-batch at both
-    points of a pair (:func:`estimate_gradient_covariance` with ``anchor``)."""
+def _sd_anchors(points: np.ndarray, key, blocks, dense: bool) -> np.ndarray:
+    """Anchors one posterior sd away from ``points (P, N, d)``: ``points + δ``, ``δ`` normal
+    with covariance ``C⁻¹`` on each block ``(coordinates, agent, C)`` of ``blocks`` (``agent``
+    ``None``: every agent; ``C`` a curvature, ``(k, k)`` dense or ``(k,)`` diagonal)."""
+    z = np.asarray(jax.random.normal(key, points.shape), np.float64)
+    delta = np.zeros_like(z)
+    for coords, agent, C in blocks:
+        rows = slice(None) if agent is None else agent
+        zb = z[:, rows][..., coords]
+        delta[:, rows, coords] = (zb @ np.linalg.cholesky(np.linalg.inv(C)).T if dense
+                                  else zb / np.sqrt(C))
+    return points + delta
+
+
+def _anchored_noise(grads, points, anchors, key, num_draws: int, dense: bool,
+                    directions=None) -> np.ndarray:
+    """A control variate's gradient-error covariances ``(N, d[, d])`` (``(N, k, k)`` along
+    ``directions (d, k)``), averaged over the pairs of ``points`` and ``anchors``
+    (``(pairs, N, d)`` each), the same mini-batch at both points of a pair
+    (:func:`estimate_gradient_covariance` with ``anchor``)."""
     return np.mean([estimate_gradient_covariance(
         grads.potential, grads._trees(jnp.asarray(point, jnp.float32)),
         jax.random.fold_in(jax.random.fold_in(key, 2), c), num_draws=num_draws,
-        diagonal=not dense, anchor=grads._trees(jnp.asarray(anchor, jnp.float32)))
+        diagonal=not dense, anchor=grads._trees(jnp.asarray(anchor, jnp.float32)),
+        directions=directions)
         for c, (point, anchor) in enumerate(zip(points, anchors))], axis=0)
 
 
@@ -817,17 +838,18 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     M, clipped = _inverse_curvature(pooled, dense, kind,
                                     None if lower is None else lower[sh])
     A_s = A_s + ((clipped - pooled) / N)[None]               # the floor shared evenly
-    if V is None and noise_draws and noise_lag is not None and private is None:
-        # A control variate with no usable (point, anchor) pairs: the chains were just moved
-        # to the mode. Its error around anchors one posterior sd away (the pooled curvature's
-        # inverse; a normal draw per agent), as far as an anchor as old as the chains'
-        # relaxation: an upper bound for the younger ones the sampler will hold.
-        P_ = min(LAG_PAIRS, P)
-        z = np.asarray(jax.random.normal(jax.random.fold_in(key, 3), (P_, N, d)), np.float64)
-        spread = (z @ np.linalg.cholesky(np.linalg.inv(clipped)).T if dense
-                  else z / np.sqrt(clipped))
-        points = np.asarray(xs, np.float64)[:P_]
-        V = _anchored_noise(grads, points, points + spread, key, noise_draws, dense)
+    if V is None and noise_draws and noise_lag is not None:
+        # A control variate with no usable (point, anchor) pairs (the chains were just moved
+        # to the mode, or the window kept one draw): its error around anchors one posterior
+        # sd away, as far as an anchor
+        # as old as the chains' relaxation: an upper bound for the younger ones the sampler
+        # will hold. A private block's sd is its agent's own (its curvature's inverse).
+        points = np.asarray(xs, np.float64)[:LAG_PAIRS]
+        blocks = [(sh, None, clipped)] + [
+            (pr, i, _inverse_curvature(A[i][np.ix_(pr, pr)] if dense else A[i, pr], dense,
+                                       kind)[1]) for i in range(N if pr.size else 0)]
+        anchors = _sd_anchors(points, jax.random.fold_in(key, 3), blocks, dense)
+        V = _anchored_noise(grads, points, anchors, key, noise_draws, dense)
     noise_ratio = 0.0
     if V is not None:
         V_s = V[:, sh][:, :, sh] if dense else V[:, sh]
@@ -925,7 +947,7 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     else:
         top = min(len(pts), 8)
         iterations = 30
-        vals = _pooled_top(grads, jnp.asarray(pts[:top], jnp.float32),
+        vals, _ = _pooled_top(grads, jnp.asarray(pts[:top], jnp.float32),
                            jnp.asarray(S_full, jnp.float32), k_top, iterations,
                            None if private is None else jnp.asarray(private))
         stiffest = float(np.max(np.asarray(vals, np.float64)))

@@ -36,7 +36,13 @@ where the pilot's chains ended at its largest stable step inside the grid (their
 gradients averaged, as the warm-up averages them over its draws), or at ``curvature_at``: a
 start far out may curve far more than the posterior. A stable step is **accurate** when its law
 is within ``1 ± tol_sd`` and ``tol_mean`` and it lies below the largest stable grid step (the
-pilot ran ``num_steps`` iterations; a longer run may diverge at the edge it found).
+pilot ran ``num_steps`` iterations; a longer run may diverge at the edge it found). With
+mini-batches the law includes every agent's gradient-error covariance: plain mini-batches' at
+the points' centre, as the warm-up measures it; a control variate's (SVRG, SAGA) around anchors
+as far as the Langevin noise moves an agent in the anchor's mean age ``a`` at the step ``η``
+(at most ``2ηa`` in mean square per coordinate, less as the network mixes each step's noise:
+measured around anchors ``1/√λ`` away in every coordinate, ``λ`` the largest curvature, and
+scaled to the step; the error grows with the anchor's squared distance).
 
 The **proposal** is the largest accurate step. A smaller one has less stationary bias but a
 longer way from the starts, which no stationary error counts; and neither a pilot's spread nor
@@ -1013,18 +1019,26 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
     every grid step, on the agents' quadratic approximations averaged over ``points``
     (leaves ``(P, R, *param_shape)``, ``R`` agents or one point of the pooled potential:
     Hessians and gradients there, as the warm-up averages them over its draws; the dense exact
-    law for small ``N d``; else a scalar mode at the pooled Hessian's largest eigenvalue at the
-    first point); ``inf`` where the law is unstable."""
+    law for small ``N d``, with the agents' gradient-error covariances of mini-batches, plain
+    or through a control variate (module doc); else a scalar mode at the pooled Hessian's
+    largest eigenvalue at the first point, with the ratio ``κ`` of the pooled gradient
+    error's variance along its eigenvector to the eigenvalue); ``inf`` where the law is
+    unstable."""
     from ..theory.constants import estimate_gradient_covariance
     from . import criterion
     from .adaptation import (
         DENSE_MAX_DIM,
         EXACT_MAX_SIZE,
+        LAG_PAIRS,
         NOISE_DRAWS,
         _agent_grads,
+        _anchor_age,
+        _anchored_noise,
         _dense_curvature,
         _flat,
         _plain_minibatch,
+        _pooled_top,
+        _sd_anchors,
     )
 
     n = potential.num_agents
@@ -1034,6 +1048,38 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
     if rows != n:  # points of the pooled potential: every agent's Hessian there
         x = np.broadcast_to(x[:, :1], (P, n, d))
     grads = _agent_grads(potential, points, 2)
+    estimator = getattr(make_algorithm(1.0), "estimator", None)
+    plain = _plain_minibatch(estimator, potential)
+    age = _anchor_age(estimator, potential)
+    anchored = age is not None
+
+    def gradient_error(stiffest, directions=None):
+        """The agents' gradient-error covariances ``(n, d, d)`` (``(n, k, k)`` along
+        ``directions (d, k)``; ``None``: exact gradients): plain mini-batches' at the points'
+        centre, as the warm-up measures them; a control variate's (SVRG, SAGA) around anchors
+        ``1/√λ`` away in every coordinate (``λ = stiffest``), scaled to each step by
+        :func:`anchor_share`."""
+        if plain:
+            return estimate_gradient_covariance(
+                potential, grads._trees(jnp.asarray(x.mean(0), jnp.float32)),
+                jax.random.fold_in(key, 2), num_draws=NOISE_DRAWS, directions=directions)
+        if anchored:
+            pts = x[:LAG_PAIRS]
+            anchors = _sd_anchors(pts, jax.random.fold_in(key, 3),
+                                  [(np.arange(d), None, np.full(d, stiffest))], dense=False)
+            return _anchored_noise(grads, pts, anchors, key, NOISE_DRAWS, True, directions)
+        return None
+
+    reach = _noise_reach(mixing if decentralized else None, age) if anchored else 0.0
+
+    def anchor_share(eta, stiffest):
+        """A control variate's error at step ``η`` over the one measured by
+        :func:`gradient_error` (1 for plain mini-batches): in the anchor's mean age the
+        Langevin noise moves an agent by ``2η · reach`` in mean square per coordinate
+        (:func:`_noise_reach`), ``2η · reach · λ`` times the anchors' ``1/λ``, and the error
+        grows with the anchor's squared distance (exactly so for a quadratic likelihood)."""
+        return 2.0 * eta * reach * stiffest if anchored else 1.0
+
     if d <= DENSE_MAX_DIM and n * d <= EXACT_MAX_SIZE and potential.log_likelihood is not None:
         H, g = _dense_curvature(grads, jnp.asarray(x, jnp.float32))
         H, g = np.asarray(H, np.float64).mean(0), np.asarray(g, np.float64).mean(0)
@@ -1046,17 +1092,14 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
         # Translation invariant: centred at the minimizer, so that a start far from the mode
         # leaves no large offset for the nearly singular (I − Φ) of a small step to amplify.
         b = b - np.einsum("iab,b->ia", H, np.linalg.solve(H.sum(0), b.sum(0)))
-        V = None
-        if _plain_minibatch(getattr(make_algorithm(1.0), "estimator", None), potential):
-            # Mini-batch gradients: their error covariance at the points' centre enters the
-            # law, as in the warm-up (a step's bias grows with it, unseen by the exact law).
-            V = estimate_gradient_covariance(
-                potential, grads._trees(jnp.asarray(x.mean(0), jnp.float32)),
-                jax.random.fold_in(key, 2), num_draws=NOISE_DRAWS)
-        quadratic = criterion.Quadratic(H, b, None, V)
+        # Mini-batch gradients: their error enters the law, as in the warm-up (a step's bias
+        # grows with it, unseen by the exact law without it).
+        V = gradient_error(float(floor.max()))
         law = "exact"
 
         def one(eta):
+            share = anchor_share(eta, float(floor.max()))
+            quadratic = criterion.Quadratic(H, b, None, None if V is None else share * V)
             return criterion.stationary_errors(_law_of(make_algorithm(eta)), quadratic,
                                                mixing if decentralized else None)
     else:
@@ -1065,13 +1108,50 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
             else first
         top = float(local_curvature(potential, point, key, pooled=True)[0]) \
             if rows == 1 else float(np.sum(local_curvature(potential, first, key)))
+        kappa = 0.0
+        if (plain or anchored) and potential.log_likelihood is not None:
+            # The mode carries the noise ratio of its own direction: the pooled gradient
+            # error's variance along the pooled Hessian's top eigenvector at the first point
+            # over its eigenvalue (the bias ηκ/2 of a mode grows with its own ratio; the
+            # worst ratio over all directions, often a flat one's, would hold the stiff
+            # mode's step far down).
+            value, vector = _pooled_top(grads, jnp.asarray(x[:1], jnp.float32),
+                                        jnp.ones(d, jnp.float32), jax.random.fold_in(key, 4), 50)
+            value = max(float(value[0]), 1e-30)
+            along = gradient_error(value, np.asarray(vector, np.float64)[0][:, None])
+            kappa = float(along.sum()) / value
         law = "modal"
 
         def one(eta):
             return criterion.modal_errors(_law_of(make_algorithm(eta)), [top], n,
-                                          mixing if decentralized else None)
+                                          mixing if decentralized else None,
+                                          kappa * anchor_share(eta, top))
     out = np.array([tuple(one(float(eta))) for eta in step_sizes])
     return out, law
+
+
+def _noise_reach(mixing, age: float) -> float:
+    """How far the Langevin noise of ``age`` steps moves an agent, in units of one step's
+    ``2η`` per coordinate: ``Σ_{k < age} max_i ‖row_i(W⁽ᵏ⁾ ⋯ W⁽¹⁾)‖²`` (the noise injected
+    ``k`` steps back has been mixed ``k`` times), at most ``age`` (no mixing: ``mixing``
+    ``None``, or a schedule without stored matrices). An estimate of an anchor's distance
+    while ``age`` is shorter than the chains' relaxation: the drift's pull and the gradient
+    error's own steps move the chain somewhat further."""
+    from .gossip import mixing_stack
+
+    if mixing is None:
+        return float(age)
+    try:
+        stack = mixing_stack(mixing)
+    except (ValueError, TypeError):
+        return float(age)
+    whole, part = int(math.floor(age)), age - math.floor(age)
+    product, reach = np.eye(stack.shape[1]), 0.0
+    for k in range(whole + (part > 0)):
+        share = float(np.max(np.sum(product**2, axis=1)))
+        reach += share if k < whole else part * share
+        product = stack[k % len(stack)] @ product
+    return reach
 
 
 #: The pilot's chains whose final positions carry the exact law's curvature (Hessians averaged

@@ -302,6 +302,7 @@ def test_the_theory_page_quotes_the_theory_report():
     ("../benchmarks/cost_to_accuracy.md", "results/cost-to-accuracy.md"),
     ("../benchmarks/adapted_longrun.md", "results/posteriors.md"),
     ("../benchmarks/criterion_tolerance.md", "results/posteriors.md"),
+    ("../benchmarks/pooled_inflation.md", "results/posteriors.md"),
 ])
 def test_result_pages_quote_every_row_of_their_generated_tables(generated, page):
     text = (DOCS / page).read_text()

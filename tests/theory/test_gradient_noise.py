@@ -154,3 +154,13 @@ def test_the_covariance_estimate_matches_the_mini_batch_formula():
                                                       jax.random.key(0)))
     with pytest.raises(ValueError, match="num_draws"):
         th.estimate_gradient_covariance(pot, jnp.zeros((N, d)), jax.random.key(0), num_draws=1)
+    # Along directions D (d, k): the same draws projected, Dᵀ V_i D, to rounding.
+    D = np.random.default_rng(0).normal(size=(d, 2))
+    along = th.estimate_gradient_covariance(pot, jnp.zeros((N, d)), jax.random.key(0),
+                                            num_draws=4000, directions=D)
+    np.testing.assert_allclose(along, np.einsum("ak,iab,bl->ikl", D, V, D), rtol=1e-9)
+    assert th.estimate_gradient_covariance(full, jnp.zeros((N, d)), jax.random.key(0),
+                                           directions=D).shape == (N, 2, 2)
+    with pytest.raises(ValueError, match="directions"):
+        th.estimate_gradient_covariance(pot, jnp.zeros((N, d)), jax.random.key(0),
+                                        directions=D[:-1])

@@ -217,6 +217,62 @@ def test_curvature_is_measured_at_the_pooled_mode():
     assert np.all(start.stationary_sd_ratio[:3] <= at_start.stationary_sd_ratio[:3] + 1e-6)
 
 
+@pytest.mark.parametrize("dim, law", [(D, "exact"), (70, "modal")])
+def test_the_law_takes_a_control_variates_gradient_error(dim, law):
+    # A linear regression whose data's features vary in scale (a datum's gradient difference
+    # z zᵀ (x − a) varies with the datum, so SVRG's control variate errs), the law taken at
+    # one point: the curvature is the same for every estimator, only the gradient error
+    # differs. Exact gradients carry none; SVRG's error around anchors as far as the noise
+    # moves an agent in the anchor's age (10 steps) is positive; plain mini-batches' at the
+    # centre, where a datum's residual enters, is far larger. Every grid step's stationary sd ratio (a deterministic law of the same
+    # quadratics: no Monte Carlo error) is ordered the same way, strictly where the step
+    # exceeds a hundredth of the largest: its bias grows like ηκ/2 in the noise ratio κ. At
+    # d = 70 (N d above the dense law's size) the law is the scalar mode's, with κ.
+    r = np.random.default_rng(3)
+    z = (r.normal(size=(N, 40, dim)) * r.uniform(0.3, 3.0, size=(N, 40, 1))).astype(np.float32)
+    y = (z @ np.tile([1.0, -1.0], dim // 2) + r.normal(size=(N, 40))).astype(np.float32)
+    prior = lambda x: -0.5 * x @ x  # noqa: E731
+    at = jnp.broadcast_to(jnp.asarray(np.tile([1.0, -1.0], dim // 2), jnp.float32), (N, dim))
+    init = jnp.asarray(r.normal(size=(4, N, dim)), jnp.float32)
+    ratios, proposals = {}, {}
+    for name, batch, make in (
+            ("exact", None, dgsgld.DIGingSGLD),
+            ("svrg", 2, lambda h: dgsgld.DIGingSGLD(h, estimator=dgsgld.gradients.svrg(20))),
+            ("plain", 2, dgsgld.DIGingSGLD)):
+        pot = dgsgld.Potential(log_likelihood, prior, (z, y), batch_size=batch)
+        report = stepsize.propose_step_size(make, pot, networks.ring(N), init,
+                                            jax.random.key(0), num_steps=20,
+                                            num_step_sizes=6, curvature_at=at)
+        assert report.law == law
+        ratios[name] = (report.step_sizes, report.stationary_sd_ratio)
+        proposals[name] = report.step_size
+    grid = ratios["exact"][0]
+    for name in ratios:
+        np.testing.assert_array_equal(ratios[name][0], grid)
+    exact, svrg, plain = (ratios[k][1] for k in ("exact", "svrg", "plain"))
+    finite = np.isfinite(plain)
+    large = finite & (grid > grid[finite].max() / 100)
+    assert large.sum() >= 2
+    assert np.all(svrg[finite] >= exact[finite] - 1e-9)
+    assert np.all(svrg[large] > exact[large] + 1e-6), (svrg, exact)
+    assert np.all(plain[large] > svrg[large]), (plain, svrg)
+    # The accurate steps follow the laws: the proposals are ordered the same way.
+    assert proposals["plain"] <= proposals["svrg"] <= proposals["exact"]
+
+
+def test_the_noise_reach_of_a_control_variates_anchor():
+    # The Langevin noise injected k steps back has been mixed k times: on the complete graph
+    # (W = 11ᵀ/N) a mixed step's noise keeps 1/N of its variance in each agent, so a steps
+    # of noise reach 1 + (a − 1)/N (a fractional last step counts in part); without mixing
+    # (centralized, or a schedule with no stored matrices) they reach a.
+    from dgsgld.tuning.stepsize import _noise_reach
+    assert _noise_reach(networks.complete(4), 10) == pytest.approx(1 + 9 / 4)
+    assert _noise_reach(networks.complete(4), 2.5) == pytest.approx(1 + 1 / 4 + 0.5 / 4)
+    assert _noise_reach(None, 10) == 10.0
+    ring = _noise_reach(networks.ring(4), 10)
+    assert 1 + 9 / 4 < ring < 10
+
+
 def test_bad_arguments():
     init = jnp.zeros((2, N, D))
     with pytest.raises(ValueError, match="at least 4 chains"):

@@ -803,6 +803,25 @@ def test_mini_batch_noise_with_private_parameters(kind):
     assert np.isfinite(float(sampler.step_size))
 
 
+def test_control_variate_error_with_private_parameters_and_no_lagged_pairs():
+    # The adaptation that sets the last window's step sees a first window of 20 steps kept
+    # every 20th: one draw, no (point, anchor) pair. SVRG's error (a datum's gradient
+    # difference varies with its feature) is then measured around anchors one posterior sd
+    # away on the shared block and on every agent's private one (its own curvature's
+    # inverse), and enters the law: a positive ratio (0.44 here, against 0.04 from lagged
+    # pairs 2 steps apart when the window keeps more: an upper bound) and a step at most the
+    # one chosen without it.
+    pb = hierarchical_gaussian(num_agents=N, local_size=8, batch_size=2)
+    template = dgsgld.DIGingSGLD(1.0, estimator=dgsgld.gradients.svrg(4))
+    with_noise, without = (warmup(template, pb.potential, dgsgld.networks.ring(N),
+                                  hierarchical_params(jnp.zeros((4, N, 3))), jax.random.key(0),
+                                  220, windows=(1 / 11, 10 / 11), thin=20,
+                                  gradient_noise=noise)[2] for noise in (True, False))
+    assert with_noise.private_coordinates == 1
+    assert with_noise.gradient_noise > 0 and without.gradient_noise == 0
+    assert with_noise.step_size <= without.step_size
+
+
 def test_chains_out_of_reach_are_moved_to_the_mode():
     # Starts 50 away from the location model's mode (about 700 posterior sds): at the step the
     # mini-batch noise allows (κ ≈ 100) the 600-step budget's windows shrink that distance by
