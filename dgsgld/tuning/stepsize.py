@@ -99,6 +99,27 @@ from .._util.types import Array, PRNGKey, PyTree
 from ..networks import spectral as network_spectral
 from ..networks.checked import checked_if_concrete
 from ..runner import loop as run
+from ..theory.constants import estimate_gradient_covariance
+from . import criterion
+from .adaptation import (
+    DENSE_MAX_DIM,
+    EXACT_MAX_SIZE,
+    LAG_PAIRS,
+    NOISE_DRAWS,
+    NOISY,
+    _agent_grads,
+    _anchor_age,
+    _anchored_noise,
+    _approach,
+    _dense_curvature,
+    _flat,
+    _noise_ratio,
+    _plain_minibatch,
+    _pooled_top,
+    _sd_anchors,
+)
+from .criterion import Errors, mse_objective
+from .gossip import mixing_stack
 
 if TYPE_CHECKING:
     import optax  # imported where gradient tuning runs: grid searches and quick runs skip it
@@ -469,6 +490,10 @@ class StepSizeReport(NamedTuple):
         sampling_steps: the run's length ``predicted_error`` is for, or ``None``.
         law_step: the pilot step whose chains' final positions carried the exact law's
             curvature, or ``None`` (it was measured at ``curvature_at`` or the mode).
+        gradient_noise: ``κ``, the mini-batch gradient error's variance over the curvature
+            in the law at the proposed step (the worst direction; the stiffest mode's with the
+            modal law; a control variate's at its anchors' distance there), 0 with exact
+            gradients.
     """
 
     step_size: float
@@ -497,6 +522,7 @@ class StepSizeReport(NamedTuple):
     predicted_error: np.ndarray | None = None
     sampling_steps: int | None = None
     law_step: float | None = None
+    gradient_noise: float = 0.0
 
     @property
     def accurate(self) -> np.ndarray:
@@ -554,6 +580,13 @@ class StepSizeReport(NamedTuple):
              f"{self.tol_mean:g} sd): {accurate_line}" if exact else
              f"Accurate (every agent's spread <= {tol:g} x its smallest): {accurate_line}"),
         ]
+        if exact and self.gradient_noise > 0:
+            lines.append(
+                f"Gradient error (mini-batches), in the law: {self.gradient_noise:.3g} times "
+                "the curvature at the proposed step"
+                + (" (at least NOISY = 10: it widens the law at every stable step; a control "
+                   "variate, e.g. estimator=gradients.svrg(m), or larger batches lower it)."
+                   if not accurate.any() and self.gradient_noise >= NOISY else "."))
         if exact and self.law == "modal":
             lines.append(
                 "The modal law is one scalar mode at the stiffest curvature (the dense law is "
@@ -964,22 +997,22 @@ def propose_step_size(
         end = jax.tree.map(lambda x: x[:LAW_POINTS] if eqx.is_array(x) else x, end)
         points = end if decentralized else jax.tree.map(
             lambda x: x[:, None] if eqx.is_array(x) else x, end)
-    errors, law = _stationary_errors(make_algorithm, potential, mixing, points,
-                                     curvature_key, pilot.step_sizes, decentralized)
+    errors, law, noise_at = _stationary_errors(make_algorithm, potential, mixing, points,
+                                               curvature_key, pilot.step_sizes, decentralized)
     num_draws = None if sampling_steps is None else int(np.shape(leaves[0])[0]) * int(
         sampling_steps)
-    return _report(pilot, curvature, gap, spread_tolerance, num_steps, chains,
-                   score_fn is not None, errors, law, float(tol_sd), float(tol_mean),
-                   num_draws)._replace(mode_steps=mode_steps, law_step=law_step,
-                                       sampling_steps=sampling_steps)
+    report = _report(pilot, curvature, gap, spread_tolerance, num_steps, chains,
+                     score_fn is not None, errors, law, float(tol_sd), float(tol_mean),
+                     num_draws)
+    return report._replace(mode_steps=mode_steps, law_step=law_step,
+                           sampling_steps=sampling_steps,
+                           gradient_noise=float(noise_at(report.step_size)))
 
 
 def _to_mode(potential, at, key):
     """``(point, steps)``: ``at`` (rows ``(R, *param_shape)``) moved to the pooled potential's
     mode by the warm-up's Newton steps from the mean of its rows, every row there; ``at`` and
     0 where they do not apply (no ``log_likelihood``, private leaves)."""
-    from .adaptation import DENSE_MAX_DIM, _agent_grads, _approach, _flat
-
     if potential.log_likelihood is None or getattr(potential, "private", None) is not None:
         return at, 0
     at1 = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, at)
@@ -1024,22 +1057,6 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
     largest eigenvalue at the first point, with the ratio ``κ`` of the pooled gradient
     error's variance along its eigenvector to the eigenvalue); ``inf`` where the law is
     unstable."""
-    from ..theory.constants import estimate_gradient_covariance
-    from . import criterion
-    from .adaptation import (
-        DENSE_MAX_DIM,
-        EXACT_MAX_SIZE,
-        LAG_PAIRS,
-        NOISE_DRAWS,
-        _agent_grads,
-        _anchor_age,
-        _anchored_noise,
-        _dense_curvature,
-        _flat,
-        _plain_minibatch,
-        _pooled_top,
-        _sd_anchors,
-    )
 
     n = potential.num_agents
     flat = _flat(points, True)
@@ -1096,6 +1113,10 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
         # grows with it, unseen by the exact law without it).
         V = gradient_error(float(floor.max()))
         law = "exact"
+        kappa = 0.0 if V is None else _noise_ratio(V.sum(0), H.sum(0), dense=True)
+
+        def noise_at(eta):
+            return kappa * anchor_share(eta, float(floor.max()))
 
         def one(eta):
             share = anchor_share(eta, float(floor.max()))
@@ -1122,12 +1143,15 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
             kappa = float(along.sum()) / value
         law = "modal"
 
+        def noise_at(eta):
+            return kappa * anchor_share(eta, top)
+
         def one(eta):
             return criterion.modal_errors(_law_of(make_algorithm(eta)), [top], n,
                                           mixing if decentralized else None,
                                           kappa * anchor_share(eta, top))
     out = np.array([tuple(one(float(eta))) for eta in step_sizes])
-    return out, law
+    return out, law, noise_at
 
 
 def _noise_reach(mixing, age: float) -> float:
@@ -1137,15 +1161,14 @@ def _noise_reach(mixing, age: float) -> float:
     ``None``, or a schedule without stored matrices). An estimate of an anchor's distance
     while ``age`` is shorter than the chains' relaxation: the drift's pull and the gradient
     error's own steps move the chain somewhat further."""
-    from .gossip import mixing_stack
-
     if mixing is None:
         return float(age)
     try:
         stack = mixing_stack(mixing)
     except (ValueError, TypeError):
         return float(age)
-    whole, part = int(math.floor(age)), age - math.floor(age)
+    whole = math.floor(age)
+    part = age - whole
     product, reach = np.eye(stack.shape[1]), 0.0
     for k in range(whole + (part > 0)):
         share = float(np.max(np.sum(product**2, axis=1)))
@@ -1203,8 +1226,6 @@ def _report(pilot: _Grid, curvature, gap, spread_tolerance, num_steps, chains,
     step = float(grid[pick[-1]])
     predicted = None
     if num_draws is not None:
-        from .criterion import Errors, mse_objective
-
         predicted = np.sqrt([mse_objective(Errors(*map(float, e)), num_draws)
                              for e in errors])
     score_se = score_range = None

@@ -246,6 +246,7 @@ def test_the_law_takes_a_control_variates_gradient_error(dim, law):
         assert report.law == law
         ratios[name] = (report.step_sizes, report.stationary_sd_ratio)
         proposals[name] = report.step_size
+        assert (report.gradient_noise > 0) == (name != "exact")
     grid = ratios["exact"][0]
     for name in ratios:
         np.testing.assert_array_equal(ratios[name][0], grid)
@@ -258,6 +259,34 @@ def test_the_law_takes_a_control_variates_gradient_error(dim, law):
     assert np.all(plain[large] > svrg[large]), (plain, svrg)
     # The accurate steps follow the laws: the proposals are ordered the same way.
     assert proposals["plain"] <= proposals["svrg"] <= proposals["exact"]
+
+
+def test_a_proposal_held_down_by_mini_batch_noise_names_the_control_variate():
+    # Mini-batches of 1 of 4000 data per agent, residuals of sd 3: the gradient error along a
+    # direction has variance about n · 9 · λ per unit curvature λ: κ of about 3e4. The
+    # network average is SGLD at step h = η/N with that error, whose stationary variance is
+    # (1 + h κ λ_tot / 2) times the posterior's: 4 times at the grid's smallest step, so no
+    # step is accurate, and the report says why and what lowers it. SVRG (refreshed every 10
+    # steps) errs by the anchor's distance only: about 0.3 times the curvature at a step 25
+    # times larger, inside the accurate range.
+    r = np.random.default_rng(0)
+    z = r.normal(size=(N, 4000, D)).astype(np.float32)
+    y = (z @ np.array([1.0, -1.0]) + 3 * r.normal(size=(N, 4000))).astype(np.float32)
+    pot = dgsgld.Potential(log_likelihood, lambda x: -0.5 * x @ x, (z, y), batch_size=1)
+    init = jnp.asarray(r.normal(size=(4, N, D)), jnp.float32)
+    at = jnp.broadcast_to(jnp.asarray([1.0, -1.0], jnp.float32), (N, D))
+    plain, svrg = (stepsize.propose_step_size(make, pot, networks.ring(N), init,
+                                              jax.random.key(0), num_steps=20,
+                                              num_step_sizes=6, curvature_at=at)
+                   for make in (dgsgld.DIGingSGLD, lambda h: dgsgld.DIGingSGLD(
+                       h, estimator=dgsgld.gradients.svrg(10))))
+    assert not plain.accurate.any() and plain.gradient_noise > 1e4
+    assert plain.stationary_sd_ratio[0] > 2.0
+    text = plain.explain()
+    assert "no step is accurate" in text and "estimator=gradients.svrg(m)" in text
+    assert svrg.accurate.any() and 0 < svrg.gradient_noise < 1
+    assert svrg.step_size > 10 * plain.step_size
+    assert "estimator=gradients.svrg(m)" not in svrg.explain()
 
 
 def test_the_noise_reach_of_a_control_variates_anchor():
