@@ -217,7 +217,11 @@ def test_curvature_is_measured_at_the_pooled_mode():
     assert np.all(start.stationary_sd_ratio[:3] <= at_start.stationary_sd_ratio[:3] + 1e-6)
 
 
-@pytest.mark.parametrize("dim, law", [(D, "exact"), (70, "modal")])
+@pytest.mark.parametrize("dim, law", [
+    # fast twin of the dense law's case: test_a_proposal_held_down_by_mini_batch_noise_...
+    # (plain and SVRG errors in the exact law)
+    pytest.param(D, "exact", marks=pytest.mark.slow),
+    (70, "modal")])
 def test_the_law_takes_a_control_variates_gradient_error(dim, law):
     # A linear regression whose data's features vary in scale (a datum's gradient difference
     # z zᵀ (x − a) varies with the datum, so SVRG's control variate errs), the law taken at
