@@ -751,10 +751,11 @@ def _joint_quadratic(A, A_s, g, p, shift, S, sh, pr) -> Quadratic | None:
     return q._replace(shifts=by - np.einsum("iab,ib->ia", Ay, centre))
 
 
-def _sd_anchors(points: np.ndarray, key, blocks, dense: bool) -> np.ndarray:
-    """Anchors one posterior sd away from ``points (P, N, d)``: ``points + δ``, ``δ`` normal
-    with covariance ``C⁻¹`` on each block ``(coordinates, agent, C)`` of ``blocks`` (``agent``
-    ``None``: every agent; ``C`` a curvature, ``(k, k)`` dense or ``(k,)`` diagonal)."""
+def _normal_anchors(points: np.ndarray, key, blocks, dense: bool) -> np.ndarray:
+    """Anchors around ``points (P, N, d)``: ``points + δ``, ``δ`` normal with covariance
+    ``C⁻¹`` on each block ``(coordinates, agent, C)`` of ``blocks`` (``agent`` ``None``: every
+    agent; ``C`` a curvature, ``(k, k)`` dense or ``(k,)`` diagonal): one posterior sd away
+    where ``C`` is the posterior's curvature."""
     z = np.asarray(jax.random.normal(key, points.shape), np.float64)
     delta = np.zeros_like(z)
     for coords, agent, C in blocks:
@@ -841,14 +842,14 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     if V is None and noise_draws and noise_lag is not None:
         # A control variate with no usable (point, anchor) pairs (the chains were just moved
         # to the mode, or the window kept one draw): its error around anchors one posterior
-        # sd away, as far as an anchor
-        # as old as the chains' relaxation: an upper bound for the younger ones the sampler
-        # will hold. A private block's sd is its agent's own (its curvature's inverse).
+        # sd away, as far as an anchor as old as the chains' relaxation: an upper bound for
+        # the younger ones the sampler will hold. A private block's sd is its agent's own
+        # (its curvature's inverse).
         points = np.asarray(xs, np.float64)[:LAG_PAIRS]
         blocks = [(sh, None, clipped)] + [
             (pr, i, _inverse_curvature(A[i][np.ix_(pr, pr)] if dense else A[i, pr], dense,
                                        kind)[1]) for i in range(N if pr.size else 0)]
-        anchors = _sd_anchors(points, jax.random.fold_in(key, 3), blocks, dense)
+        anchors = _normal_anchors(points, jax.random.fold_in(key, 3), blocks, dense)
         V = _anchored_noise(grads, points, anchors, key, noise_draws, dense)
     noise_ratio = 0.0
     if V is not None:

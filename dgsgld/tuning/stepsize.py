@@ -114,9 +114,9 @@ from .adaptation import (
     _dense_curvature,
     _flat,
     _noise_ratio,
+    _normal_anchors,
     _plain_minibatch,
     _pooled_top,
-    _sd_anchors,
 )
 from .criterion import Errors, mse_objective
 from .gossip import mixing_stack
@@ -1055,8 +1055,8 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
     law for small ``N d``, with the agents' gradient-error covariances of mini-batches, plain
     or through a control variate (module doc); else a scalar mode at the pooled Hessian's
     largest eigenvalue at the first point, with the ratio ``κ`` of the pooled gradient
-    error's variance along its eigenvector to the eigenvalue); ``inf`` where the law is
-    unstable."""
+    error's variance along its eigenvector to the eigenvalue, measured where the potential has
+    a ``log_likelihood``); ``inf`` where the law is unstable."""
 
     n = potential.num_agents
     flat = _flat(points, True)
@@ -1082,7 +1082,7 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
                 jax.random.fold_in(key, 2), num_draws=NOISE_DRAWS, directions=directions)
         if anchored:
             pts = x[:LAG_PAIRS]
-            anchors = _sd_anchors(pts, jax.random.fold_in(key, 3),
+            anchors = _normal_anchors(pts, jax.random.fold_in(key, 3),
                                   [(np.arange(d), None, np.full(d, stiffest))], dense=False)
             return _anchored_noise(grads, pts, anchors, key, NOISE_DRAWS, True, directions)
         return None
@@ -1133,9 +1133,9 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
         if (plain or anchored) and potential.log_likelihood is not None:
             # The mode carries the noise ratio of its own direction: the pooled gradient
             # error's variance along the pooled Hessian's top eigenvector at the first point
-            # over its eigenvalue (the bias ηκ/2 of a mode grows with its own ratio; the
-            # worst ratio over all directions, often a flat one's, would hold the stiff
-            # mode's step far down).
+            # over its eigenvalue λ (a mode's variance widens by about ηκλ/2 with its own
+            # ratio κ; the worst ratio over all directions, often a flat one's, would hold the
+            # stiff mode's step far down).
             value, vector = _pooled_top(grads, jnp.asarray(x[:1], jnp.float32),
                                         jnp.ones(d, jnp.float32), jax.random.fold_in(key, 4), 50)
             value = max(float(value[0]), 1e-30)
