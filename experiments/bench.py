@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -743,7 +744,8 @@ def merge(out: Path, parts, *, partial: bool = False) -> dict:
                   if c["target"] == name]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    result = {"settings": settings, "wall_s": sum(r["wall_s"] for _, r in loaded),
+    # fsum: the exactly rounded sum, the same on every Python (3.12's sum() compensates).
+    result = {"settings": settings, "wall_s": math.fsum(r["wall_s"] for _, r in loaded),
               "rows": rows}
     if any(missing.values()):
         result["missing"] = missing
