@@ -68,7 +68,9 @@ preconditioned coordinate. The report says **the budget was too small** when tha
 for R-hat to tell), when
 the last window is shorter than five relaxation times of the chosen step
 (``1 / −log ρ`` steps, ``ρ`` the exact law's spectral radius), or when the sampling run would
-give fewer than ``min_ess`` effective draws of the slowest mode.
+give fewer than ``min_ess`` effective draws of the slowest mode. When plain mini-batches'
+noise, at least :data:`NOISY` times the curvature, is why, the verdict says so and estimates
+the error SVRG refreshed every :data:`HINT_PERIOD` steps would leave at the chosen step.
 
 **Private parameters** (a potential with ``private=`` leaves, decentralized samplers): ``M``
 is block-diagonal between the shared coordinates and the private ones, the same on every agent
@@ -147,6 +149,9 @@ NOISE_DRAWS = 256
 NOISY = 10.0
 #: Chains whose (point, anchor) pairs measure a control variate's error, averaged.
 LAG_PAIRS = 4
+#: SVRG's refresh period for which a verdict held down by plain mini-batches' noise estimates
+#: the error a control variate would leave.
+HINT_PERIOD = 10
 #: Second parameters searched: SGHMC's friction, D-ULA's consensus weight.
 FRICTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
 CONSENSUS = (0.25, 0.5, 1.0)
@@ -764,6 +769,45 @@ def _normal_anchors(points: np.ndarray, key, blocks, dense: bool) -> np.ndarray:
         delta[:, rows, coords] = (zb @ np.linalg.cholesky(np.linalg.inv(C)).T if dense
                                   else zb / np.sqrt(C))
     return points + delta
+
+
+def _noise_reach(mixing, age: float) -> float:
+    """How far the Langevin noise of ``age`` steps moves an agent, in units of one step's
+    ``2η`` per coordinate: ``Σ_{k < age} max_i ‖row_i(W⁽ᵏ⁾ ⋯ W⁽¹⁾)‖²`` (the noise injected
+    ``k`` steps back has been mixed ``k`` times), at most ``age`` (no mixing: ``mixing``
+    ``None``, or a schedule without stored matrices). An estimate of an anchor's distance
+    while ``age`` is shorter than the chains' relaxation: the drift's pull and the gradient
+    error's own steps move the chain somewhat further."""
+    if mixing is None:
+        return float(age)
+    try:
+        stack = _gossip.mixing_stack(mixing)
+    except (ValueError, TypeError):
+        return float(age)
+    whole = math.floor(age)
+    part = age - whole
+    product, reach = np.eye(stack.shape[1]), 0.0
+    for k in range(whole + (part > 0)):
+        share = float(np.max(np.sum(product**2, axis=1)))
+        reach += share if k < whole else part * share
+        product = stack[k % len(stack)] @ product
+    return reach
+
+
+def _svrg_hint(grads, ad: _Adaptation, eta: float, mixing, points, key, dense: bool):
+    """The noise ratio SVRG refreshed every :data:`HINT_PERIOD` steps would leave at step
+    ``eta`` under ``ad``'s ``M``: its error around anchors as far as the Langevin noise moves
+    an agent in the anchor's mean age (normal, covariance ``2η · reach · M``,
+    :func:`_noise_reach`), over the pooled curvature ``M⁻¹``, at ``points (P, N, d)``.
+    ``None`` where ``M`` is not the pooled curvature's inverse (no preconditioner)."""
+    if ad.kind == "identity":
+        return None
+    spread = 2.0 * eta * _noise_reach(mixing, HINT_PERIOD / 2.0)
+    curvature = np.linalg.inv(ad.M) if dense else 1.0 / ad.M
+    anchors = _normal_anchors(points, key, [(np.arange(points.shape[-1]), None,
+                                             curvature / spread)], dense)
+    V = _anchored_noise(grads, points, anchors, key, NOISE_DRAWS, dense)
+    return _noise_ratio(V.sum(0), curvature, dense)
 
 
 def _anchored_noise(grads, points, anchors, key, num_draws: int, dense: bool,
@@ -1520,13 +1564,20 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
         reasons.append(f"the last window ({L} steps) is shorter than five relaxation times "
                        f"({5 * relax:.0f} steps)")
     if ess < min_ess:
+        note = ""
+        if ad.noise_ratio >= NOISY and plain:
+            hint = None if private is not None else _svrg_hint(
+                grads, ad, eta, mixing if decentralized else None, final[:LAG_PAIRS, -1],
+                jax.random.fold_in(keys[-1], 5), ad.M.ndim == 2)
+            note = (f": plain mini-batches' gradient noise, {ad.noise_ratio:.3g} times the "
+                    "curvature, holds the step down (a control variate, e.g. "
+                    f"`estimator=gradients.svrg({HINT_PERIOD})`"
+                    + ("" if hint is None else ", which would leave "
+                       + (f"about {hint:.2g}" if hint >= 0.01 else "less than 0.01")
+                       + " times it at this step")
+                    + ", whose error the warm-up measures, or larger batches can raise it)")
         reasons.append(f"{T_s} sampling steps would give an ESS of about {ess:.0f} for the "
-                       f"slowest mode (< {min_ess:g})"
-                       + (f": plain mini-batches' gradient noise, {ad.noise_ratio:.3g} times "
-                          "the curvature, holds the step down (a control variate, e.g. "
-                          "`estimator=gradients.svrg(m)`, whose error the warm-up measures, or "
-                          "larger batches can raise it)"
-                          if ad.noise_ratio >= NOISY and plain else ""))
+                       f"slowest mode (< {min_ess:g})" + note)
     verdict = "ok" if not reasons else "budget too small: " + "; ".join(reasons)
     adapted = family.build(eta, ad.parameter, ad.preconditioner())
     report = WarmupReport(

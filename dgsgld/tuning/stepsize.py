@@ -114,12 +114,12 @@ from .adaptation import (
     _dense_curvature,
     _flat,
     _noise_ratio,
+    _noise_reach,
     _normal_anchors,
     _plain_minibatch,
     _pooled_top,
 )
 from .criterion import Errors, mse_objective
-from .gossip import mixing_stack
 
 if TYPE_CHECKING:
     import optax  # imported where gradient tuning runs: grid searches and quick runs skip it
@@ -1152,29 +1152,6 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
                                           kappa * anchor_share(eta, top))
     out = np.array([tuple(one(float(eta))) for eta in step_sizes])
     return out, law, noise_at
-
-
-def _noise_reach(mixing, age: float) -> float:
-    """How far the Langevin noise of ``age`` steps moves an agent, in units of one step's
-    ``2η`` per coordinate: ``Σ_{k < age} max_i ‖row_i(W⁽ᵏ⁾ ⋯ W⁽¹⁾)‖²`` (the noise injected
-    ``k`` steps back has been mixed ``k`` times), at most ``age`` (no mixing: ``mixing``
-    ``None``, or a schedule without stored matrices). An estimate of an anchor's distance
-    while ``age`` is shorter than the chains' relaxation: the drift's pull and the gradient
-    error's own steps move the chain somewhat further."""
-    if mixing is None:
-        return float(age)
-    try:
-        stack = mixing_stack(mixing)
-    except (ValueError, TypeError):
-        return float(age)
-    whole = math.floor(age)
-    part = age - whole
-    product, reach = np.eye(stack.shape[1]), 0.0
-    for k in range(whole + (part > 0)):
-        share = float(np.max(np.sum(product**2, axis=1)))
-        reach += share if k < whole else part * share
-        product = stack[k % len(stack)] @ product
-    return reach
 
 
 #: The pilot's chains whose final positions carry the exact law's curvature (Hessians averaged

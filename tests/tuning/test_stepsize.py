@@ -298,7 +298,7 @@ def test_the_noise_reach_of_a_control_variates_anchor():
     # (W = 11ᵀ/N) a mixed step's noise keeps 1/N of its variance in each agent, so a steps
     # of noise reach 1 + (a − 1)/N (a fractional last step counts in part); without mixing
     # (centralized, or a schedule with no stored matrices) they reach a.
-    from dgsgld.tuning.stepsize import _noise_reach
+    from dgsgld.tuning.adaptation import _noise_reach
     assert _noise_reach(networks.complete(4), 10) == pytest.approx(1 + 9 / 4)
     assert _noise_reach(networks.complete(4), 2.5) == pytest.approx(1 + 1 / 4 + 0.5 / 4)
     assert _noise_reach(None, 10) == 10.0

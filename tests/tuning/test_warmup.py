@@ -779,6 +779,10 @@ def test_a_verdict_held_down_by_mini_batch_noise_names_the_control_variate():
                       init, jax.random.key(0), 600, sampling_steps=2000)
     assert plain.gradient_noise > 50 and plain.predicted_ess < 100
     assert "gradient noise" in plain.verdict and "control variate" in plain.verdict
+    # The verdict's estimate for svrg(10), around anchors as far as the noise moves an agent
+    # in 5 steps, is this model's exact zero too.
+    assert "`estimator=gradients.svrg(10)`, which would leave less than 0.01 times" in \
+        plain.verdict
     assert cv.gradient_noise < 1e-6 * plain.gradient_noise
     assert cv.step_size > 3 * plain.step_size and cv.predicted_ess > plain.predicted_ess
     assert "control variate" not in cv.verdict
