@@ -836,8 +836,9 @@ def _adapt(family: _Family, grads, mixing, xs, draws, *, kind: str, key, probes:
     that measure the gradient noise at its centre (0: exact gradients, or not measured);
     ``noise_lag``: measure a control variate's error instead, at the last kept draws of up
     to :data:`LAG_PAIRS` chains around their draws ``noise_lag`` kept draws earlier as
-    anchors (averaged); without ``draws`` (chains just moved to the mode: no pairs yet) at
-    up to as many of ``xs`` around anchors one posterior sd away (module doc)."""
+    anchors (averaged); without a usable pair (no ``draws``: chains just moved to the mode; or
+    a window that kept one draw) at up to as many of ``xs`` around anchors one posterior sd
+    away (module doc)."""
     P, N, d = xs.shape
     decentralized = family.cls.decentralized
     x = jnp.asarray(xs, jnp.float32)

@@ -1111,15 +1111,16 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
         b = b - np.einsum("iab,b->ia", H, np.linalg.solve(H.sum(0), b.sum(0)))
         # Mini-batch gradients: their error enters the law, as in the warm-up (a step's bias
         # grows with it, unseen by the exact law without it).
-        V = gradient_error(float(floor.max()))
+        stiffest = float(floor.max())
+        V = gradient_error(stiffest)
         law = "exact"
         kappa = 0.0 if V is None else _noise_ratio(V.sum(0), H.sum(0), dense=True)
 
         def noise_at(eta):
-            return kappa * anchor_share(eta, float(floor.max()))
+            return kappa * anchor_share(eta, stiffest)
 
         def one(eta):
-            share = anchor_share(eta, float(floor.max()))
+            share = anchor_share(eta, stiffest)
             quadratic = criterion.Quadratic(H, b, None, None if V is None else share * V)
             return criterion.stationary_errors(_law_of(make_algorithm(eta)), quadratic,
                                                mixing if decentralized else None)
@@ -1129,7 +1130,7 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
             else first
         top = float(local_curvature(potential, point, key, pooled=True)[0]) \
             if rows == 1 else float(np.sum(local_curvature(potential, first, key)))
-        kappa = 0.0
+        kappa, stiffest = 0.0, top
         if (plain or anchored) and potential.log_likelihood is not None:
             # The mode carries the noise ratio of its own direction: the pooled gradient
             # error's variance along the pooled Hessian's top eigenvector at the first point
@@ -1138,18 +1139,18 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
             # stiff mode's step far down).
             value, vector = _pooled_top(grads, jnp.asarray(x[:1], jnp.float32),
                                         jnp.ones(d, jnp.float32), jax.random.fold_in(key, 4), 50)
-            value = max(float(value[0]), 1e-30)
-            along = gradient_error(value, np.asarray(vector, np.float64)[0][:, None])
-            kappa = float(along.sum()) / value
+            # The anchors are 1/√λ away at this λ, and their error scales from there.
+            stiffest = max(float(value[0]), 1e-30)
+            along = gradient_error(stiffest, np.asarray(vector, np.float64)[0][:, None])
+            kappa = float(along.sum()) / stiffest
         law = "modal"
 
         def noise_at(eta):
-            return kappa * anchor_share(eta, top)
+            return kappa * anchor_share(eta, stiffest)
 
         def one(eta):
             return criterion.modal_errors(_law_of(make_algorithm(eta)), [top], n,
-                                          mixing if decentralized else None,
-                                          kappa * anchor_share(eta, top))
+                                          mixing if decentralized else None, noise_at(eta))
     out = np.array([tuple(one(float(eta))) for eta in step_sizes])
     return out, law, noise_at
 
