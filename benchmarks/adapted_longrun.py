@@ -11,6 +11,10 @@ for ``--factor`` times the 2 000 steps, and scores
 
 * **short**: each seed's first 2 000 steps as the leaderboard does (400 draws per seed, means
   over the seeds with finite draws): a fresh row of the same distribution;
+* **board**: each seed's first ``--factor`` x 2 000 steps scored as the leaderboard does (400
+  draws per seed drawn from them, means over the seeds with finite draws): the row a
+  leaderboard whose sampling budget were ``--factor`` times as long would show; likewise each
+  seed's first 2, 3 and 5 x 2 000 steps (``PREFIXES``, a second table);
 * **long**: every finite chain of every seed over the whole run, pooled (agents pooled as in
   the leaderboard), per coordinate: sd ratio and standardized mean error, with standard
   errors from the spread of the chains' own estimates (``sd / √chains`` of the per-chain sd
@@ -29,8 +33,9 @@ curvature ``λ``, split evenly over the 4 agents or held by one of them (the exa
 radius, bisected): a tracker's disagreement tolerates only about half the step when one agent's
 data hold a stiff direction, e.g. a school's effect at a large ``τ``.
 
-``PYTHONPATH=. python benchmarks/adapted_longrun.py [--pairs DIGing-SGLD:a,...] [--factor 10]``
-writes ``benchmarks/adapted_longrun.json`` and ``.md``.
+``PYTHONPATH=. python benchmarks/adapted_longrun.py [--pairs DIGing-SGLD:a,...] [--factor 10]
+[--merge]`` writes ``benchmarks/adapted_longrun.json`` and ``.md`` (with ``--merge``, adding its
+rows to those stored there).
 """
 
 from __future__ import annotations
@@ -62,14 +67,17 @@ from experiments.bench import (
     within_band,
 )
 
-#: (sampler, target): DIGing-SGLD (adapted) on every target but ``logistic_large`` (whose
-#: warm-up predicts an ESS of about 1 for 2 000 steps: ten times as many would not do either),
-#: and DE-SGLD on eight schools, where it is within the band.
+#: (sampler, target): DIGing-SGLD (adapted) on the nine small targets, and DE-SGLD on eight
+#: schools, where it is within the band. ``logistic_large`` (16 agents, about 10 minutes per
+#: network) runs with ``--pairs DIGing-SGLD:logistic_large --swap '' --merge``.
 PAIRS = tuple(("DIGing-SGLD", t) for t in (
     "gaussian_linear", "logistic_breast_cancer", "multinomial_wine", "poisson_linnerud",
     "student_t_diabetes", "sparse_mixture", "eight_schools", "bnn_regression",
     "hierarchical_regression")) + (("DE-SGLD", "eight_schools"),)
 KEYS = ("sd_ratio_worst", "mean_error_max")
+#: The shorter sampling budgets (in units of 2 000 steps) also scored as the leaderboard does,
+#: on each seed's first steps of the long run.
+PREFIXES = (2, 3, 5)
 
 
 def _long_scores(target, ref, draws: list) -> dict:
@@ -118,20 +126,31 @@ def one_target(sampler: str, name: str, settings: BenchSettings, factor: int,
         short = _summary([None if d is None else _seed_scores(
             target, ref, potential, d[:, :short_kept].reshape(-1, target.dim), settings, rng)
             for d in r["draws"]])
+        boards = {}  # prefix factor -> the leaderboard's scores of each seed's first f x 2 000
+        for f in sorted({f for f in PREFIXES if f < factor} | {factor}):
+            rng = np.random.default_rng(1)
+            board = _summary([None if d is None else _seed_scores(
+                target, ref, potential, d[:, :f * short_kept].reshape(-1, target.dim),
+                settings, rng) for d in r["draws"]])
+            boards[f] = {k: board.get(k, [np.nan])[0] for k in KEYS}
+            boards[f]["within"] = bool(within_band({k: [boards[f][k]] for k in KEYS}))
         row = {"sampler": sampler, "target": name, "network": network,
                "step_size": r["step_size"],
                "law_sd_ratio": float(np.median([w["stationary_sd_ratio"] for w in r["warmup"]
                                                 if "stationary_sd_ratio" in w])),
                "short": {k: short.get(k, [np.nan])[0] for k in KEYS},
                "short_seeds": short["seeds_finite"],
+               "board": boards[factor],
+               "board_prefixes": {str(f): b for f, b in boards.items()},
                "long": _long_scores(target, ref, r["draws"]),
                "long_steps": factor * short_steps, "seconds": time.perf_counter() - t0}
         row["short"]["within"] = bool(within_band({k: [row["short"][k]] for k in KEYS}))
         row["long"]["within"] = bool(within_band({k: [row["long"][k]] for k in KEYS}))
         rows.append(row)
-        s, g = row["short"], row["long"]
+        s, b, g = row["short"], row["board"], row["long"]
         log(f"{sampler:12s} {name:22s} {network:8s} h={row['step_size']:.3g} short sd={s['sd_ratio_worst']:.3f}"
-            f" mean={s['mean_error_max']:.3f} | long sd={g['sd_ratio_worst']:.3f}"
+            f" mean={s['mean_error_max']:.3f} | board sd={b['sd_ratio_worst']:.3f}"
+            f" mean={b['mean_error_max']:.3f} | long sd={g['sd_ratio_worst']:.3f}"
             f"±{g['sd_ratio_se']:.3f} mean={g['mean_error_max']:.3f}±{g['mean_error_se']:.3f}"
             f" diverged {g['diverged_chains']}/{g['chains']} ({row['seconds']:.0f} s)")
     return rows
@@ -191,29 +210,54 @@ def stability(num_agents: int = 4) -> list:
 
 def markdown(rows: list, factor: int, swaps: list = (), stable: list = ()) -> str:
     lines = [
-        ("Adapted rows of the leaderboard, on its settings and keys (4 agents, split 'skew'; "
-         "3 seeds x 8 chains; the warm-up's 2 000 steps), then sampled for 2 000 steps "
-         f"(**short**, scored as the leaderboard: 400 draws per seed, means over seeds) and "
-         f"for {factor} x 2 000 steps (**long**: every finite chain pooled, ± one standard "
+        ("Adapted rows of the leaderboard, on its settings and keys (4 agents, `logistic_large` "
+         "16, split 'skew'; 3 seeds x 8 chains; the warm-up's 2 000 steps), then sampled for "
+         "2 000 steps (**short**, scored as the leaderboard: 400 draws per seed, means over "
+         f"seeds) and for {factor} x 2 000 steps (**board**: the same scores on 400 draws per "
+         f"seed drawn from its first {factor} x 2 000 steps; **long**: every finite chain pooled, ± one standard "
          "error from the spread of the chains' own estimates). `*`: within the band (worst sd "
          "ratio in [0.8, 1.25], max mean error <= 0.3 reference sds). law: the sd ratio the "
          "warm-up's exact law predicts at its step (median over seeds). "
          "`benchmarks/adapted_longrun.py`."), "",
         ("| sampler (adapted) | target | network | step | law | short: sd / mean | "
-         "long: sd (coordinate) | long: mean error (coordinate) | diverged chains |"),
-        "|---|---|---|---|---|---|---|---|---|"]
+         "board: sd / mean | long: sd (coordinate) | long: mean error (coordinate) | "
+         "diverged chains |"),
+        "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         target = get_target(r["target"])
         names = target.quantity_names or target.param_names
-        s, g = r["short"], r["long"]
+        s, b, g = r["short"], r["board"], r["long"]
         label, label_m = names[g["sd_coordinate"]], names[g["mean_coordinate"]]
         lines.append(
             f"| {r['sampler']} | {r['target']} | {r['network']} | {r['step_size']:.3g} | "
             f"{r['law_sd_ratio']:.3f} | {s['sd_ratio_worst']:.3f} / {s['mean_error_max']:.3f}"
-            f"{' *' if s['within'] else ''} | {g['sd_ratio_worst']:.3f} ± "
-            f"{g['sd_ratio_se']:.3f} ({label}) | {g['mean_error_max']:.3f} ± "
-            f"{g['mean_error_se']:.3f} ({label_m}){' *' if g['within'] else ''} | "
-            f"{g['diverged_chains']} / {g['chains']} |")
+            f"{' *' if s['within'] else ''} | {b['sd_ratio_worst']:.3f} / "
+            f"{b['mean_error_max']:.3f}{' *' if b['within'] else ''} | "
+            f"{g['sd_ratio_worst']:.3f} ± {g['sd_ratio_se']:.3f} ({label}) | "
+            f"{g['mean_error_max']:.3f} ± {g['mean_error_se']:.3f} ({label_m})"
+            f"{' *' if g['within'] else ''} | {g['diverged_chains']} / {g['chains']} |")
+    counts = {}
+    for r in rows:
+        c = counts.setdefault((r["sampler"], r["network"]), [0, 0, 0, 0])
+        c[0] += 1
+        for i, k in enumerate(("short", "board", "long"), 1):
+            c[i] += r[k]["within"]
+    lines += ["", "Within the band, of the targets run: " + "; ".join(
+        f"{sampler} ({network}) {c[1]} / {c[2]} / {c[3]} of {c[0]} (short / board / long)"
+        for (sampler, network), c in counts.items()) + "."]
+    factors = sorted({int(f) for r in rows for f in r.get("board_prefixes", {})})
+    if factors:
+        lines += ["", ("Scored as the leaderboard on each seed's first f x 2 000 sampling "
+                       "steps of the long run: worst sd ratio / max mean error, `*` within "
+                       "the band."), "",
+                  "| sampler (adapted) | target | network | "
+                  + " | ".join(f"{f} x 2 000" for f in factors) + " |",
+                  "|---|---|---|" + "---|" * len(factors)]
+        for r in rows:
+            cells = [r["board_prefixes"].get(str(f)) for f in factors]
+            lines.append(f"| {r['sampler']} | {r['target']} | {r['network']} | " + " | ".join(
+                "-" if c is None else f"{c['sd_ratio_worst']:.3f} / {c['mean_error_max']:.3f}"
+                f"{' *' if c['within'] else ''}" for c in cells) + " |")
     if swaps:
         lines += ["", (f"Both samplers at DE-SGLD's adapted `(M, η)` on {swaps[0]['target']} "
                        f"({swaps[0]['network']}), from DE-SGLD's warmed-up positions, "
@@ -248,6 +292,9 @@ def main(argv=None):
     parser.add_argument("--swap", default="eight_schools:ring",
                         help="target:network of the second table ('' for none)")
     parser.add_argument("--out", default="benchmarks/adapted_longrun.json")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows (and the swap table) of --out that this run does "
+                             "not make; the factors must agree")
     args = parser.parse_args(argv)
     settings = BenchSettings.full()
     rows = []
@@ -257,6 +304,15 @@ def main(argv=None):
     swaps = swapped(*args.swap.split(":"), settings, args.factor) if args.swap else []
     stable = stability(settings.num_agents)
     out = Path(args.out)
+    if args.merge and out.exists():
+        old = json.loads(out.read_text())
+        if old["factor"] != args.factor:
+            raise ValueError(f"--merge: {out} was run at --factor {old['factor']}, "
+                             f"not {args.factor}")
+        new = {(r["sampler"], r["target"], r["network"]) for r in rows}
+        rows = [r for r in old["rows"]
+                if (r["sampler"], r["target"], r["network"]) not in new] + rows
+        swaps = swaps or old["swap"]
     out.write_text(json.dumps({"factor": args.factor, "rows": rows, "swap": swaps,
                                "stability": stable}, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(rows, args.factor, swaps, stable))
