@@ -68,7 +68,8 @@ preconditioned coordinate. The report says **the budget was too small** when tha
 for R-hat to tell), when
 the last window is shorter than five relaxation times of the chosen step
 (``1 / −log ρ`` steps, ``ρ`` the exact law's spectral radius), or when the sampling run would
-give fewer than ``min_ess`` effective draws of the slowest mode. When plain mini-batches'
+give fewer than ``min_ess`` effective draws of the slowest mode (it then says how many
+sampling steps would give them at the chosen step). When plain mini-batches'
 noise, at least :data:`NOISY` times the curvature, is why, the verdict says so and estimates
 the error SVRG refreshed every :data:`HINT_PERIOD` steps would leave at the chosen step.
 
@@ -1577,8 +1578,11 @@ def warmup(sampler, potential, mixing, init, key, num_steps: int, *,
                        + (f"about {hint:.2g}" if hint >= 0.01 else "less than 0.01")
                        + " times it at this step")
                     + ", whose error the warm-up measures, or larger batches can raise it)")
+        # ESS grows with the sampling steps at this step and this many chains: chains · T / τ.
+        more = (f"; about {math.ceil(min_ess / ess * T_s)} would give {min_ess:g}"
+                if ess > 0 else "")
         reasons.append(f"{T_s} sampling steps would give an ESS of about {ess:.0f} for the "
-                       f"slowest mode (< {min_ess:g})" + note)
+                       f"slowest mode (< {min_ess:g}{more})" + note)
     verdict = "ok" if not reasons else "budget too small: " + "; ".join(reasons)
     adapted = family.build(eta, ad.parameter, ad.preconditioner())
     report = WarmupReport(

@@ -21,6 +21,9 @@ stationary variance (Gaussian draws: the variance of a sample variance is ``2σ�
 4 standard errors over ``d`` coordinates: a false alarm below ``1e-3``.
 """
 
+import math
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -291,6 +294,14 @@ def test_budget_too_small_is_reported():
                           _init(dgsgld.DIGingSGLD), jax.random.key(7), 120)
     assert not report.budget_ok and report.verdict.startswith("budget too small")
     assert "budget too small" in report.explain()
+    # Too few effective draws: the verdict names the sampling steps that give 100 at this step
+    # and these chains (ESS = chains · steps / τ, linear in the steps).
+    found = re.search(r"(\d+) sampling steps would give an ESS of about \d+ for the slowest "
+                      r"mode \(< 100; about (\d+) would give 100\)", report.verdict)
+    assert found, report.verdict
+    steps, needed = int(found.group(1)), int(found.group(2))
+    assert report.predicted_ess < 100 and steps == 120
+    assert needed == math.ceil(100 / report.predicted_ess * steps)
     # The smallest budget the input check accepts (10 steps per window) is laid out: whole
     # 10-step chunks, none left empty.
     _, _, report = warmup(dgsgld.DIGingSGLD, pot, dgsgld.networks.ring(N),
