@@ -68,7 +68,7 @@ from experiments.bench import (
 )
 
 #: (sampler, target): DIGing-SGLD (adapted) on the nine small targets, and DE-SGLD on eight
-#: schools, where it is within the band. ``logistic_large`` (16 agents, about 10 minutes per
+#: schools, where it is within the band. ``logistic_large`` (16 agents, about 3 minutes per
 #: network) runs with ``--pairs DIGing-SGLD:logistic_large --swap '' --merge``.
 PAIRS = tuple(("DIGing-SGLD", t) for t in (
     "gaussian_linear", "logistic_breast_cancer", "multinomial_wine", "poisson_linnerud",
