@@ -1116,9 +1116,6 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
         law = "exact"
         kappa = 0.0 if V is None else _noise_ratio(V.sum(0), H.sum(0), dense=True)
 
-        def noise_at(eta):
-            return kappa * anchor_share(eta, stiffest)
-
         def one(eta):
             share = anchor_share(eta, stiffest)
             quadratic = criterion.Quadratic(H, b, None, None if V is None else share * V)
@@ -1145,12 +1142,13 @@ def _stationary_errors(make_algorithm, potential, mixing, points, key, step_size
             kappa = float(along.sum()) / stiffest
         law = "modal"
 
-        def noise_at(eta):
-            return kappa * anchor_share(eta, stiffest)
-
         def one(eta):
             return criterion.modal_errors(_law_of(make_algorithm(eta)), [top], n,
                                           mixing if decentralized else None, noise_at(eta))
+
+    def noise_at(eta):  # κ at step η: the measured ratio, scaled for a control variate
+        return kappa * anchor_share(eta, stiffest)
+
     out = np.array([tuple(one(float(eta))) for eta in step_sizes])
     return out, law, noise_at
 
